@@ -1,0 +1,104 @@
+// stepcast model architecture: a decoder-only transformer as the cost model sees it.
+//
+// A ModelSpec holds shapes only (no weights). It is read from a built-in zoo name, an inline
+// object, or a HuggingFace config.json (keys accepted as-is; cost-free keys ignored from a known
+// list). Parameter counts follow the architecture exactly:
+//   attention  = h*(a*d) [Q] + 2*h*(kv*d) [K,V] + (a*d)*h [O]   (MLA: low-rank Q and KV paths)
+//   dense MLP  = 3*h*f (gated: gate, up, down) or 2*h*f (plain)
+//   MoE layer  = router h*E + E*expert_mlp + shared experts
+//   norms      = 2 per layer (h each for RMSNorm, 2h for LayerNorm) + final norm
+//   embeddings = V*h (+ V*h untied output layer) (+ positions*h when learned)
+// Sources for each zoo entry are in models/zoo/*.json ("source").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::model {
+
+enum class MlpKind { kGated, kPlain };           // silu/swiglu = gated (3 matrices); gelu/relu2 = plain
+enum class NormKind { kRmsNorm, kLayerNorm };
+enum class PositionKind { kRotary, kLearned, kAlibi };
+
+struct MoeSpec {
+  int64_t num_experts = 0;       // routed experts (0 = dense model)
+  int64_t top_k = 0;             // experts per token
+  int64_t expert_ffn = 0;        // intermediate size of one routed expert
+  int64_t shared_experts = 0;    // always-on experts
+  int64_t shared_expert_ffn = 0; // intermediate size of one shared expert
+  int64_t first_k_dense = 0;     // leading dense layers (DeepSeek first_k_dense_replace)
+  int64_t layer_freq = 1;        // every layer_freq-th layer is MoE (after the dense ones)
+  [[nodiscard]] bool enabled() const { return num_experts > 0; }
+};
+
+struct MlaSpec {  // DeepSeek multi-head latent attention
+  int64_t q_lora_rank = 0;  // 0 = full-rank Q projection
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  [[nodiscard]] bool enabled() const { return kv_lora_rank > 0; }
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string source;
+  int64_t num_layers = 0;
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn_hidden = 0;   // dense MLP intermediate size
+  int64_t vocab = 0;
+  int64_t max_positions = 0;
+  int64_t sliding_window = 0;       // 0 = full attention everywhere
+  double sliding_layer_fraction = 0;  // share of layers that use the window
+  MlpKind mlp = MlpKind::kGated;
+  NormKind norm = NormKind::kRmsNorm;
+  PositionKind position = PositionKind::kRotary;
+  bool tied_embeddings = false;
+  bool linear_bias = false;  // biases on every linear layer (GPT-2 style)
+  bool qkv_bias = false;     // biases on Q, K, V only (Qwen2 style)
+  bool qk_norm = false;      // per-head RMSNorm on Q and K (Qwen3)
+  MoeSpec moe;
+  MlaSpec mla;
+
+  // --- derived shapes ---
+  [[nodiscard]] int64_t q_dim() const;      // width of all query heads
+  [[nodiscard]] int64_t kv_dim() const;     // width of all key (or value) heads
+  [[nodiscard]] bool is_moe_layer(int64_t layer) const;  // layer index from 0
+  [[nodiscard]] int64_t num_moe_layers() const;
+  [[nodiscard]] int64_t mlp_matrices() const { return mlp == MlpKind::kGated ? 3 : 2; }
+
+  // --- parameter counts ---
+  [[nodiscard]] double attention_params() const;      // one layer, including its norm
+  [[nodiscard]] double dense_mlp_params() const;      // one dense layer's MLP, including its norm
+  [[nodiscard]] double expert_params() const;         // one routed expert
+  [[nodiscard]] double moe_mlp_params() const;        // one MoE layer's MLP block (all experts)
+  [[nodiscard]] double moe_mlp_active_params() const; // the part one token touches
+  [[nodiscard]] double layer_params(int64_t layer) const;
+  [[nodiscard]] double embedding_params() const;      // input embedding (+ learned positions)
+  [[nodiscard]] double output_params() const;         // LM head (0 when tied) + final norm
+  [[nodiscard]] double total_params() const;
+  [[nodiscard]] double active_params() const;         // per-token active (MoE) or total (dense)
+  // Parameters that take part in 6*N*D FLOPs: active params without the input embedding
+  // lookup (a gather, not a matmul). The output layer counts even when tied.
+  [[nodiscard]] double flop_params() const;
+};
+
+// Reads a model from any accepted form: a zoo name string, an object (stepcast or HF keys),
+// or {"path": "config.json"} (relative paths resolve against base_dir).
+ModelSpec parse_model(const core::Json& j, const std::string& path, core::Issues& issues,
+                      const std::string& base_dir);
+
+// Built-in zoo. Throws UserError naming the valid choices when the name is unknown.
+ModelSpec zoo_model(const std::string& name);
+std::vector<std::string> zoo_names();
+
+// Checks shapes that every consumer relies on (positive sizes, heads divide, etc.).
+void validate_model(const ModelSpec& m, const std::string& path, core::Issues& issues);
+
+}  // namespace stepcast::model

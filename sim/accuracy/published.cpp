@@ -1,0 +1,528 @@
+#include "sim/accuracy/published.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "sim/config/run_config.hpp"
+#include "sim/estimate/estimate.hpp"
+
+namespace stepcast::accuracy {
+
+using core::Json;
+
+namespace {
+
+bool has(const Json& r, const char* k) { return r.contains(k) && !r[k].is_null(); }
+double num(const Json& r, const char* k, double fallback = 0) { return has(r, k) ? r[k].get<double>() : fallback; }
+int64_t inum(const Json& r, const char* k, int64_t fallback = 0) {
+  return has(r, k) ? static_cast<int64_t>(std::llround(r[k].get<double>())) : fallback;
+}
+std::string str(const Json& r, const char* k) { return has(r, k) && r[k].is_string() ? r[k].get<std::string>() : ""; }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+enum class Family { kMegatronGpt, kGpt3, kLlama, kNemotron, kMpt, kBloom, kQwenMoe, kGptOss, kUnknown };
+
+Family family_of(const Json& r) {
+  const std::string m = lower(str(r, "model"));
+  if (contains(m, "bloom")) return Family::kBloom;
+  if (contains(m, "mpt")) return Family::kMpt;
+  if (contains(m, "llama")) return Family::kLlama;
+  if (contains(m, "nemotron")) return Family::kNemotron;
+  if (contains(m, "qwen3")) return Family::kQwenMoe;
+  if (contains(m, "gpt oss") || contains(m, "gpt_oss")) return Family::kGptOss;
+  if (contains(m, "gpt3-175b")) return Family::kGpt3;
+  if (contains(m, "gpt")) return Family::kMegatronGpt;
+  return Family::kUnknown;
+}
+
+// Maps the row's GPU description onto a built-in profile (with overrides where the row's
+// hardware differs from the built-in part).
+bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason) {
+  const std::string g = str(r, "gpu_type");
+  if (contains(g, "V100")) {
+    hw = "v100-sxm-32gb";
+  } else if (contains(g, "A100")) {
+    hw = contains(g, "40GB") ? "a100-sxm-40gb" : "a100-sxm-80gb";
+  } else if (contains(g, "H200")) {
+    hw = "h200";
+  } else if (contains(g, "H100") && contains(g, "96GB")) {
+    hw = Json{{"base", "h100-sxm"},
+              {"name", "h100-96gb-500w"},
+              {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}}}};
+    notes.push_back("hardware: h100-sxm profile with 94.9 GiB usable memory (the row's 96 GB part; torchtitan prints 82.4 GiB as 86.8%); the 500 W power cap is not modelled");
+  } else if (contains(g, "H100")) {
+    hw = "h100-sxm";
+  } else if (contains(g, "B200")) {
+    hw = "b200";
+  } else {
+    reason = "no built-in hardware profile for GPU '" + g + "'";
+    return false;
+  }
+  return true;
+}
+
+Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::string& reason) {
+  const int64_t layers = inum(r, "layers");
+  const int64_t hidden = inum(r, "hidden");
+  const int64_t heads = inum(r, "heads");
+  switch (f) {
+    case Family::kLlama: {
+      const double pb = num(r, "params_b");
+      if (pb < 20) return "llama3.1-8b";
+      if (pb < 100) return "llama3.1-70b";
+      return "llama3.1-405b";
+    }
+    case Family::kNemotron: return "nemotron4-15b";
+    case Family::kGpt3: return "gpt3-175b";
+    case Family::kQwenMoe: return "qwen3-30b-a3b";
+    case Family::kGptOss: return "gpt-oss-120b";
+    default: break;
+  }
+  if (layers <= 0 || hidden <= 0 || heads <= 0) {
+    reason = "row lacks layers/hidden/heads";
+    return nullptr;
+  }
+  Json m = {{"name", str(r, "model")},
+            {"source", "data/published-runs.jsonl row " + str(r, "id")},
+            {"num_hidden_layers", layers},
+            {"hidden_size", hidden},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", inum(r, "kv_heads", heads)},
+            {"vocab_size", inum(r, "vocab", 51200)},
+            {"hidden_act", "gelu"},
+            {"norm", "layernorm"},
+            {"tie_word_embeddings", true}};
+  if (has(r, "ffn_hidden")) {
+    m["intermediate_size"] = inum(r, "ffn_hidden");
+  } else {
+    m["intermediate_size"] = 4 * hidden;
+    notes.push_back("model: ffn = 4h (standard GPT; not given in the row)");
+  }
+  if (f == Family::kMegatronGpt) {
+    m["position_embedding"] = "learned";
+    m["max_position_embeddings"] = inum(r, "seq_len");
+    m["linear_bias"] = true;
+  } else if (f == Family::kBloom) {
+    m["position_embedding"] = "alibi";
+    m["linear_bias"] = true;
+  } else if (f == Family::kMpt) {
+    m["position_embedding"] = "alibi";
+    m["linear_bias"] = false;
+    notes.push_back("model: MPT uses ALiBi, no biases, tied embeddings (llm-foundry MPT configs)");
+  }
+  return m;
+}
+
+std::string precision_of(const Json& r) {
+  const std::string p = lower(str(r, "precision"));
+  if (contains(p, "fp8") || contains(p, "float8")) return "fp8";
+  if (contains(p, "fp16")) return "fp16";
+  return "bf16";
+}
+
+std::string recompute_of(const Json& r) {
+  const std::string rc = lower(str(r, "recompute"));
+  if (rc.empty() || contains(rc, "none")) return "none";
+  if (contains(rc, "selective")) return "selective";
+  return "full";
+}
+
+// Megatron-LM paper Eq. 3 (includes activation recomputation): 96*B*s*l*h^2*(1 + s/6h + V/16lh).
+double megatron_eq3_flops(double B, double s, double l, double h, double V) {
+  return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
+}  // namespace
+
+bool row_to_run(const Json& r, Json& run, std::string& reason) {
+  std::vector<std::string> notes;
+  const std::string id = str(r, "id");
+  const Family fam = family_of(r);
+  if (fam == Family::kUnknown) {
+    reason = "model family not recognised";
+    return false;
+  }
+  if (!has(r, "tp") || !has(r, "pp")) {
+    reason = "layout not stated (only the model-parallel product is given)";
+    return false;
+  }
+  if (!has(r, "seq_len")) {
+    reason = "sequence length not stated";
+    return false;
+  }
+  Json hw;
+  if (!hardware_for(r, hw, notes, reason)) return false;
+  Json model = model_for(r, fam, notes, reason);
+  if (model.is_null()) return false;
+
+  const int64_t gpus = inum(r, "num_gpus");
+  const int64_t tp = inum(r, "tp", 1), pp = inum(r, "pp", 1), cp = inum(r, "cp", 1), ep = inum(r, "ep", 1);
+  const int64_t dp = gpus / (tp * pp * cp);
+  const std::string fw = lower(str(r, "framework"));
+  const bool nemo = contains(fw, "nemo") || contains(fw, "megatron-bridge") || contains(fw, "megatron-core");
+  const bool torchtitan = contains(fw, "torchtitan");
+  const bool megatron_old = contains(fw, "megatron-lm");
+  const bool deepspeed = contains(fw, "deepspeed");
+
+  Json training = {{"seq_len", inum(r, "seq_len")}, {"precision", precision_of(r)}};
+  int64_t gbs = inum(r, "global_batch_seqs");
+  int64_t mbs = inum(r, "micro_batch");
+  if (gbs <= 0 && torchtitan) {
+    gbs = 8 * dp;
+    notes.push_back("training: global batch = 8 sequences per data-parallel rank (torchtitan 'local batch size 8')");
+  }
+  if (gbs <= 0) {
+    reason = "global batch not stated";
+    return false;
+  }
+  training["global_batch_size"] = gbs;
+
+  // Attention kernel and dropout by era/framework.
+  if (megatron_old || deepspeed || fam == Family::kBloom) {
+    training["attention"] = "unfused";
+    notes.push_back("training: unfused attention (no FlashAttention in this framework at the time)");
+  }
+  if (fam == Family::kMegatronGpt && megatron_old) {
+    training["dropout"] = true;
+    notes.push_back("training: dropout 0.1 on hidden states and attention (Megatron GPT defaults)");
+  }
+  if (fam == Family::kBloom || deepspeed) {
+    training["grad_dtype"] = "fp32";
+    notes.push_back("training: fp32 gradient accumulation (BF16Optimizer)");
+  } else if (nemo) {
+    training["grad_dtype"] = "fp32";
+    notes.push_back("training: fp32 gradient reduction (Megatron-Core default main_grads)");
+  } else if (torchtitan || fam == Family::kMpt) {
+    training["grad_dtype"] = "fp32";
+    notes.push_back("training: FSDP mixed precision reduces gradients in fp32");
+  }
+  if (fam == Family::kMegatronGpt && precision_of(r) == "fp16") {
+    training["grad_dtype"] = "fp32";
+  }
+
+  Json parallel = {{"tp", tp}, {"pp", pp}, {"dp", dp}};
+  if (cp > 1) parallel["cp"] = cp;
+  if (ep > 1) parallel["ep"] = ep;
+  if (dp * tp * pp * cp != gpus) {
+    reason = "layout product does not match num_gpus";
+    return false;
+  }
+  if (mbs <= 0) {
+    if (torchtitan && pp > 1) {
+      const int64_t local = gbs / dp;
+      mbs = std::max<int64_t>(1, local / pp);
+      notes.push_back("parallel: pipeline micro-batches = pp (torchtitan default), so micro-batch = local batch / pp = " + std::to_string(mbs));
+    } else {
+      mbs = 1;
+      notes.push_back("parallel: micro-batch size 1 (not stated)");
+    }
+  }
+  parallel["micro_batch_size"] = mbs;
+  if (gbs % (dp * mbs) != 0) {
+    reason = "global batch " + std::to_string(gbs) + " is not a multiple of dp*micro_batch";
+    return false;
+  }
+  const int64_t vp = inum(r, "vp", 1);
+  if (vp > 1) {
+    parallel["vpp"] = vp;
+    parallel["schedule"] = "interleaved";
+  }
+  if (contains(lower(id), "interleaved")) {
+    parallel["vpp"] = 2;
+    parallel["schedule"] = "interleaved";
+    notes.push_back("parallel: interleaved 1F1B with 2 virtual stages per rank (count not stated)");
+  }
+  if (tp > 1 && (nemo || torchtitan)) {
+    parallel["sp"] = true;
+    notes.push_back("parallel: sequence parallelism with TP (framework default for these recipes)");
+  }
+  if (nemo && tp > 1) {
+    parallel["tp_comm_overlap"] = true;
+    notes.push_back("parallel: TP communication overlapped with GEMMs (NeMo recipe default)");
+  }
+  const std::string fsdp = lower(str(r, "fsdp"));
+  if (!fsdp.empty() && !contains(fsdp, "0")) {
+    parallel["fsdp"] = true;
+  } else if (inum(r, "zero_stage", 0) > 0) {
+    parallel["zero_stage"] = inum(r, "zero_stage");
+  } else if (nemo) {
+    parallel["zero_stage"] = 1;
+    notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
+  }
+  if (fam == Family::kBloom) {
+    parallel["zero_stage"] = 1;
+    // 70 layers + embedding slots on both ends over 12 stages: 5 layers on the first and last.
+    parallel["first_stage_layers"] = 5;
+    parallel["last_stage_layers"] = 5;
+    notes.push_back("parallel: BLOOM counts the embedding as a pipeline slot, so the first and last stages hold 5 layers and the rest 6");
+  }
+  if (pp > 1 && inum(r, "layers") % (pp * std::max<int64_t>(1, vp)) != 0 && fam != Family::kBloom) {
+    const int64_t L = inum(r, "layers");
+    const int64_t per = (L + pp - 1) / pp;
+    const int64_t ends = L - per * (pp - 2);
+    if (ends >= 2 && vp <= 1) {
+      parallel["first_stage_layers"] = ends / 2;
+      parallel["last_stage_layers"] = ends - ends / 2;
+      notes.push_back("parallel: uneven split, first/last stages take the remainder");
+    }
+  }
+  parallel["recompute"] = recompute_of(r);
+  if (fam == Family::kQwenMoe || fam == Family::kGptOss) {
+    notes.push_back("moe: balanced routing (the benchmark forces balanced expert load), dropless, all-to-all dispatcher");
+  }
+
+  Json measured = Json::object();
+  if (has(r, "memory_gib_per_gpu")) measured["memory_gib_per_gpu"] = num(r, "memory_gib_per_gpu");
+
+  run = {{"name", id},
+         {"model", model},
+         {"hardware", hw},
+         {"cluster", {{"num_gpus", gpus}, {"gpus_per_node", inum(r, "gpus_per_node", 8)}}},
+         {"training", training},
+         {"parallel", parallel},
+         {"assumptions", notes},
+         {"measured", measured}};
+  return true;
+}
+
+namespace {
+
+std::string layout_string(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  std::ostringstream o;
+  o << "tp" << p.tp << " pp" << p.pp << " dp" << p.dp;
+  if (p.cp > 1) o << " cp" << p.cp;
+  if (p.ep > 1) o << " ep" << p.ep;
+  if (p.vpp > 1) o << " v" << p.vpp;
+  o << " mb" << p.micro_batch_size;
+  if (p.fsdp) o << " fsdp";
+  else if (p.zero_stage > 0) o << " z" << p.zero_stage;
+  if (p.recompute != config::Recompute::kNone) o << " rc-" << config::to_string(p.recompute);
+  return o.str();
+}
+
+double measured_step(const Json& r, const config::RunConfig& rc, std::string& from) {
+  if (has(r, "iteration_time_s")) {
+    from = "iteration_time_s";
+    return num(r, "iteration_time_s");
+  }
+  if (has(r, "tokens_per_s_per_gpu")) {
+    from = "tokens_per_s_per_gpu";
+    return static_cast<double>(rc.tokens_per_step()) / (num(r, "tokens_per_s_per_gpu") * static_cast<double>(rc.cluster.num_gpus));
+  }
+  if (has(r, "tflops_per_gpu")) {
+    from = "tflops_per_gpu (Megatron Eq. 3)";
+    const double f = megatron_eq3_flops(static_cast<double>(rc.training.global_batch_size),
+                                        static_cast<double>(rc.training.seq_len),
+                                        static_cast<double>(rc.model.num_layers), static_cast<double>(rc.model.hidden),
+                                        static_cast<double>(rc.model.vocab));
+    return f / (num(r, "tflops_per_gpu") * 1e12 * static_cast<double>(rc.cluster.num_gpus));
+  }
+  return 0;
+}
+
+std::string short_source(const std::string& s) {
+  if (contains(s, "Megatron-LM GitHub README (Sept 2020)")) return "Megatron-LM 2020 README";
+  if (contains(s, "Narayanan") && contains(s, "Table 2")) return "Megatron-LM 2021 paper, Table 2 (transcribed)";
+  if (contains(s, "Narayanan")) return "Megatron-LM 2021 paper, Table 1";
+  if (contains(s, "DGX Cloud")) return "NVIDIA DGX Cloud recipes 24.11";
+  if (contains(s, "Megatron-Bridge")) return "NVIDIA Megatron-Bridge";
+  if (contains(s, "trainy")) return "torchtitan (Trainy H200)";
+  if (contains(s, "torchtitan")) return "torchtitan (PyTorch team)";
+  if (contains(s, "MosaicML")) return "MosaicML llm-foundry";
+  if (contains(s, "BigScience")) return "BigScience BLOOM";
+  return s;
+}
+
+}  // namespace
+
+AccuracyResult run_accuracy(const AccuracyOptions& opts) {
+  std::ifstream in(opts.data_path);
+  if (!in) throw core::UserError(opts.data_path + ": cannot open published runs");
+  AccuracyResult res;
+  std::string line;
+  int64_t lineno = 0;
+  if (!opts.runs_dir.empty()) std::filesystem::create_directories(opts.runs_dir);
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
+    if (str(r, "row_type") != "training_run") continue;
+    const std::string id = str(r, "id");
+    if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tflops_per_gpu")) {
+      res.skipped.push_back({id, "no measured step time or throughput"});
+      continue;
+    }
+    Json run;
+    std::string reason;
+    if (!row_to_run(r, run, reason)) {
+      res.skipped.push_back({id, reason});
+      continue;
+    }
+    config::RunConfig rc;
+    try {
+      rc = config::parse_run(run, "published:" + id, "");
+    } catch (const core::UserError& e) {
+      res.skipped.push_back({id, std::string("run file rejected: ") + e.what()});
+      continue;
+    }
+    if (!opts.runs_dir.empty()) {
+      std::string fname = id;
+      for (auto& ch : fname) {
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.' && ch != '_') ch = '_';
+      }
+      std::ofstream out(opts.runs_dir + "/" + fname + ".json");
+      out << run.dump(2) << "\n";
+    }
+    const auto e = estimate::estimate_step(rc);
+    RowResult row;
+    row.id = id;
+    row.source = short_source(str(r, "source"));
+    row.model = str(r, "model");
+    row.hardware = rc.hardware.name;
+    row.num_gpus = rc.cluster.num_gpus;
+    row.layout = layout_string(rc);
+    row.measured_s = measured_step(r, rc, row.measured_from);
+    row.predicted_s = e.step_time_s;
+    row.error = (row.predicted_s - row.measured_s) / row.measured_s;
+    row.fits = e.memory.fits();
+    row.assumptions = rc.assumptions;
+    if (has(r, "memory_gib_per_gpu")) {
+      row.measured_mem_gib = num(r, "memory_gib_per_gpu");
+      const bool includes_runtime = contains(str(r, "memory_definition"), "nvidia-smi");
+      const double peak = e.memory.peak().value() - (includes_runtime ? 0.0 : e.memory.stages[static_cast<size_t>(e.memory.peak_stage)].runtime.value());
+      row.predicted_mem_gib = peak / 1073741824.0;
+      row.mem_error = (row.predicted_mem_gib - row.measured_mem_gib) / row.measured_mem_gib;
+      row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context)" : "allocator peak (excludes CUDA context)";
+    }
+    res.rows.push_back(row);
+  }
+  return res;
+}
+
+Json AccuracyResult::to_json() const {
+  Json rows_j = Json::array();
+  for (const auto& r : rows) {
+    Json j = {{"id", r.id}, {"source", r.source}, {"model", r.model}, {"hardware", r.hardware}, {"num_gpus", r.num_gpus},
+              {"layout", r.layout}, {"measured_from", r.measured_from}, {"measured_step_s", r.measured_s},
+              {"predicted_step_s", r.predicted_s}, {"error", r.error}, {"fits", r.fits}, {"assumptions", r.assumptions}};
+    if (r.measured_mem_gib >= 0) {
+      j["measured_memory_gib"] = r.measured_mem_gib;
+      j["predicted_memory_gib"] = r.predicted_mem_gib;
+      j["memory_error"] = r.mem_error;
+    }
+    rows_j.push_back(j);
+  }
+  Json sk = Json::array();
+  for (const auto& s : skipped) sk.push_back({{"id", s.id}, {"reason", s.reason}});
+  return {{"rows", rows_j}, {"skipped", sk}};
+}
+
+namespace {
+
+struct SourceStats {
+  double abs_sum = 0;
+  int n = 0;
+  double worst = 0;
+};
+
+std::map<std::string, SourceStats> by_source(const std::vector<RowResult>& rows) {
+  std::map<std::string, SourceStats> m;
+  for (const auto& r : rows) {
+    auto& s = m[r.source];
+    s.abs_sum += std::fabs(r.error);
+    s.n += 1;
+    s.worst = std::max(s.worst, std::fabs(r.error));
+  }
+  return m;
+}
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", 100.0 * x);
+  return buf;
+}
+
+}  // namespace
+
+std::string AccuracyResult::summary() const {
+  std::ostringstream o;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-58s %8s %10s %10s %8s\n", "row", "GPUs", "measured", "predicted", "error");
+  o << buf;
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "%-58s %8lld %9.3fs %9.3fs %8s\n", r.id.c_str(), static_cast<long long>(r.num_gpus),
+                  r.measured_s, r.predicted_s, pct(r.error).c_str());
+    o << buf;
+  }
+  double all = 0;
+  for (const auto& r : rows) all += std::fabs(r.error);
+  o << "\nmean absolute error by source:\n";
+  for (const auto& [src, s] : by_source(rows)) {
+    std::snprintf(buf, sizeof buf, "  %-48s %3d rows  MAPE %5.1f%%  worst %5.1f%%\n", src.c_str(), s.n, 100.0 * s.abs_sum / s.n,
+                  100.0 * s.worst);
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf, "  %-48s %3zu rows  MAPE %5.1f%%\n", "all", rows.size(), rows.empty() ? 0.0 : 100.0 * all / static_cast<double>(rows.size()));
+  o << buf;
+  o << skipped.size() << " rows not predicted (reasons in the report)\n";
+  return o.str();
+}
+
+std::string AccuracyResult::markdown() const {
+  std::ostringstream o;
+  o << "# stepcast accuracy against published training runs\n\n";
+  o << "Generated by `stepcast accuracy --out reports/accuracy.md --emit-runs configs/published` from "
+       "`data/published-runs.jsonl`. Each row is converted into an ordinary run file (in `configs/published/`, "
+       "with its assumptions listed) and predicted with the analytical estimate (`stepcast estimate`). Error = "
+       "(predicted - measured) / measured step time. Where a row gives only throughput, the measured step time is "
+       "global tokens / (tokens/s/GPU x GPUs); where it gives only TFLOP/s (Megatron 2021 paper), it is the paper's "
+       "Eq. 3 FLOPs (which count recomputation) / (TFLOP/s x GPUs).\n\n";
+  o << "## Mean absolute percentage error by source\n\n| source | rows | MAPE | worst |\n|---|---:|---:|---:|\n";
+  double all = 0;
+  for (const auto& r : rows) all += std::fabs(r.error);
+  char buf[512];
+  for (const auto& [src, s] : by_source(rows)) {
+    std::snprintf(buf, sizeof buf, "| %s | %d | %.1f%% | %.1f%% |\n", src.c_str(), s.n, 100.0 * s.abs_sum / s.n, 100.0 * s.worst);
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf, "| **all** | %zu | **%.1f%%** | |\n\n", rows.size(),
+                rows.empty() ? 0.0 : 100.0 * all / static_cast<double>(rows.size()));
+  o << buf;
+  o << "## Step time per row\n\n| row | hardware | GPUs | layout | measured from | measured s | estimate s | error |\n"
+       "|---|---|---:|---|---|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "| %s | %s | %lld | %s | %s | %.3f | %.3f | %s |\n", r.id.c_str(), r.hardware.c_str(),
+                  static_cast<long long>(r.num_gpus), r.layout.c_str(), r.measured_from.c_str(), r.measured_s, r.predicted_s,
+                  pct(r.error).c_str());
+    o << buf;
+  }
+  o << "\n## Peak memory per GPU (rows that report it)\n\n| row | basis | measured GiB | ledger GiB | error |\n|---|---|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    if (r.measured_mem_gib < 0) continue;
+    std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %.1f | %s |\n", r.id.c_str(), r.memory_basis.c_str(), r.measured_mem_gib,
+                  r.predicted_mem_gib, pct(r.mem_error).c_str());
+    o << buf;
+  }
+  o << "\n## Rows not predicted\n\n| row | reason |\n|---|---|\n";
+  for (const auto& s : skipped) o << "| " << s.id << " | " << s.reason << " |\n";
+  o << "\n## Assumptions per row\n\n";
+  for (const auto& r : rows) {
+    if (r.assumptions.empty()) continue;
+    o << "- **" << r.id << "**: ";
+    for (size_t i = 0; i < r.assumptions.size(); ++i) o << (i ? "; " : "") << r.assumptions[i];
+    o << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace stepcast::accuracy

@@ -1,0 +1,63 @@
+// stepcast accuracy harness: published training runs -> run files -> predictions vs measured.
+//
+// Each training_run row of data/published-runs.jsonl that has a layout and a measured step time
+// (or throughput) becomes an ordinary run file (model, hardware, cluster, training, parallel)
+// whose "assumptions" list states every value the row does not give (micro-batch, attention
+// kernel, recompute, dropout, sequence parallelism, ...). The run is estimated like any user
+// run; the measured step time is the row's iteration time, else global tokens / (tokens/s/GPU *
+// GPUs), else the Megatron paper's FLOPs formula (Eq. 3, which counts recomputation) divided by
+// the reported TFLOP/s. Rows that cannot be expressed are listed with the reason.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::accuracy {
+
+struct AccuracyOptions {
+  std::string data_path;
+  std::string report_path;  // Markdown output (optional)
+  std::string runs_dir;     // write one run file per usable row (optional)
+};
+
+struct RowResult {
+  std::string id;
+  std::string source;
+  std::string model;
+  std::string hardware;
+  int64_t num_gpus = 0;
+  std::string layout;
+  std::string measured_from;  // iteration_time_s | tokens_per_s_per_gpu | tflops_per_gpu
+  double measured_s = 0;
+  double predicted_s = 0;
+  double error = 0;           // (predicted - measured) / measured
+  double measured_mem_gib = -1;
+  double predicted_mem_gib = -1;
+  double mem_error = 0;
+  std::string memory_basis;   // what the measured memory includes
+  bool fits = true;
+  std::vector<std::string> assumptions;
+};
+
+struct SkippedRow {
+  std::string id;
+  std::string reason;
+};
+
+struct AccuracyResult {
+  std::vector<RowResult> rows;
+  std::vector<SkippedRow> skipped;
+  [[nodiscard]] core::Json to_json() const;
+  [[nodiscard]] std::string summary() const;
+  [[nodiscard]] std::string markdown() const;
+};
+
+// Converts one published row into a run-file JSON object; returns false with a reason when
+// the row cannot be expressed.
+bool row_to_run(const core::Json& row, core::Json& run, std::string& reason);
+
+AccuracyResult run_accuracy(const AccuracyOptions& opts);
+
+}  // namespace stepcast::accuracy

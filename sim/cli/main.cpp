@@ -1,0 +1,179 @@
+// stepcast command-line interface. The only place exceptions become exit codes:
+//   0 ok, 2 bad input (message names the field), 3 layout does not fit in memory,
+//   70 internal error (a bug: please report), 1 anything else.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "models/model_spec.hpp"
+#include "sim/accuracy/published.hpp"
+#include "sim/config/hardware.hpp"
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+#include "sim/estimate/estimate.hpp"
+#include "sim/report/output.hpp"
+
+namespace {
+
+using stepcast::core::Json;
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitDoesNotFit = 3;
+constexpr int kExitInternal = 70;
+
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+std::string fit_message(const stepcast::memory::MemoryLedger& l) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.2f GiB per GPU, the GPU has %.2f GiB (over by %.2f GiB)",
+                static_cast<long long>(l.peak_stage), l.peak().value() / 1073741824.0, l.capacity.value() / 1073741824.0,
+                (l.peak().value() - l.capacity.value()) / 1073741824.0);
+  return buf;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) throw stepcast::core::UserError(path + ": cannot write");
+    out << text;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw stepcast::core::UserError(path + ": cannot rename into place");
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"stepcast: predict step time, memory and the best layout for distributed LLM training"};
+  app.require_subcommand(1);
+  const std::string cmdline = command_line(argc, argv);
+
+  // estimate
+  std::string est_file;
+  bool est_json = false, est_allow_oom = false;
+  auto* est = app.add_subcommand("estimate", "analytical step time, throughput, MFU and memory of a run file");
+  est->add_option("run", est_file, "run file (JSON)")->required();
+  est->add_flag("--json", est_json, "print the output contract as JSON");
+  est->add_flag("--allow-oom", est_allow_oom, "report the estimate even when the layout does not fit");
+
+  // memory
+  std::string mem_file;
+  bool mem_json = false;
+  auto* mem = app.add_subcommand("memory", "per-stage memory ledger of a run file");
+  mem->add_option("run", mem_file, "run file (JSON)")->required();
+  mem->add_flag("--json", mem_json, "print the ledger as JSON");
+
+  // models / hardware
+  auto* models = app.add_subcommand("models", "list the built-in model zoo");
+  bool models_json = false;
+  models->add_flag("--json", models_json, "print as JSON");
+  auto* hardware = app.add_subcommand("hardware", "list built-in hardware profiles, or print one");
+  std::string hw_name;
+  hardware->add_option("name", hw_name, "profile to print as JSON");
+
+  // accuracy
+  stepcast::accuracy::AccuracyOptions acc;
+  acc.data_path = std::string(STEPCAST_SOURCE_DIR) + "/data/published-runs.jsonl";
+  auto* accuracy = app.add_subcommand("accuracy", "predict every published training run and report the error");
+  accuracy->add_option("--data", acc.data_path, "published runs (JSON lines)");
+  accuracy->add_option("--out", acc.report_path, "write the Markdown report here (e.g. reports/accuracy.md)");
+  accuracy->add_option("--emit-runs", acc.runs_dir, "write each row's run file (with its assumptions) into this folder");
+  bool acc_json = false;
+  accuracy->add_flag("--json", acc_json, "print per-row results as JSON");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (est->parsed()) {
+    const auto rc = stepcast::config::load_run_file(est_file);
+    const auto e = stepcast::estimate::estimate_step(rc);
+    if (!e.memory.fits() && !est_allow_oom) {
+      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(e.memory)
+                << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
+      return kExitDoesNotFit;
+    }
+    if (est_json) {
+      std::cout << stepcast::report::estimate_json(rc, e, cmdline).dump(2) << "\n";
+    } else {
+      std::cout << stepcast::report::estimate_table(rc, e);
+    }
+    return 0;
+  }
+  if (mem->parsed()) {
+    const auto rc = stepcast::config::load_run_file(mem_file);
+    const auto l = stepcast::memory::compute_ledger(rc);
+    if (mem_json) {
+      Json j = stepcast::report::ledger_json(l);
+      j["run"] = stepcast::report::run_summary_json(rc);
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << stepcast::report::ledger_table(rc, l);
+    }
+    if (!l.fits()) {
+      std::cerr << "stepcast: " << rc.source_name << ": " << fit_message(l) << "\n";
+      return kExitDoesNotFit;
+    }
+    return 0;
+  }
+  if (models->parsed()) {
+    Json list = Json::array();
+    for (const auto& n : stepcast::model::zoo_names()) {
+      const auto m = stepcast::model::zoo_model(n);
+      list.push_back({{"name", n}, {"params", m.total_params()}, {"active_params", m.active_params()},
+                      {"layers", m.num_layers}, {"hidden", m.hidden}, {"source", m.source}});
+    }
+    if (models_json) {
+      std::cout << list.dump(2) << "\n";
+    } else {
+      for (const auto& j : list) {
+        std::printf("%-18s %8.2fB params (%7.2fB active)  %3lld layers  hidden %6lld  %s\n",
+                    j["name"].get<std::string>().c_str(), j["params"].get<double>() / 1e9,
+                    j["active_params"].get<double>() / 1e9, static_cast<long long>(j["layers"].get<int64_t>()),
+                    static_cast<long long>(j["hidden"].get<int64_t>()), j["source"].get<std::string>().c_str());
+      }
+    }
+    return 0;
+  }
+  if (hardware->parsed()) {
+    if (!hw_name.empty()) {
+      std::cout << stepcast::hw::builtin_hardware_json(hw_name).dump(2) << "\n";
+      return 0;
+    }
+    for (const auto& n : stepcast::hw::builtin_hardware_names()) {
+      const auto h = stepcast::hw::builtin_hardware(n);
+      std::printf("%-22s %s\n", n.c_str(), h.description.c_str());
+    }
+    return 0;
+  }
+  if (accuracy->parsed()) {
+    const auto result = stepcast::accuracy::run_accuracy(acc);
+    if (acc_json) {
+      std::cout << result.to_json().dump(2) << "\n";
+    } else {
+      std::cout << result.summary();
+    }
+    if (!acc.report_path.empty()) write_text(acc.report_path, result.markdown());
+    return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const stepcast::core::UserError& e) {
+    std::cerr << "stepcast: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const stepcast::core::InternalError& e) {
+    std::cerr << "stepcast: internal error (please report): " << e.what() << "\n";
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    std::cerr << "stepcast: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,277 @@
+#include "sim/config/hardware.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "sim/core/embedded.hpp"
+
+namespace stepcast::hw {
+
+using core::Issues;
+using core::Json;
+using core::ObjectReader;
+
+std::string to_string(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32: return "fp32";
+    case Dtype::kTf32: return "tf32";
+    case Dtype::kBf16: return "bf16";
+    case Dtype::kFp16: return "fp16";
+    case Dtype::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+Dtype dtype_from_string(const std::string& s) {
+  if (s == "fp32") return Dtype::kFp32;
+  if (s == "tf32") return Dtype::kTf32;
+  if (s == "bf16") return Dtype::kBf16;
+  if (s == "fp16") return Dtype::kFp16;
+  if (s == "fp8") return Dtype::kFp8;
+  throw std::invalid_argument("unknown dtype '" + s + "'; allowed: fp32, tf32, bf16, fp16, fp8");
+}
+
+double bytes_per_element(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32:
+    case Dtype::kTf32: return 4.0;
+    case Dtype::kBf16:
+    case Dtype::kFp16: return 2.0;
+    case Dtype::kFp8: return 1.0;
+  }
+  return 2.0;
+}
+
+core::FlopRate HardwareProfile::peak_for(Dtype d) const {
+  auto it = peak.find(d);
+  if (it == peak.end()) {
+    throw core::UserError("hardware '" + name + "' has no " + to_string(d) +
+                          " peak rate (hardware.gpu.peak_flops." + to_string(d) + ")");
+  }
+  return it->second;
+}
+
+double HardwareProfile::gemm_max_for(Dtype d) const {
+  auto it = efficiency.gemm_max.find(d);
+  if (it != efficiency.gemm_max.end()) return it->second;
+  auto bf = efficiency.gemm_max.find(Dtype::kBf16);
+  return bf != efficiency.gemm_max.end() ? bf->second : 0.7;
+}
+
+const FabricTier& HardwareProfile::tier_for_span(int lo, int hi) const {
+  for (const auto& t : fabric) {
+    if (lo / t.span == hi / t.span) return t;
+  }
+  return fabric.back();
+}
+
+core::Bandwidth HardwareProfile::nic_bandwidth_per_gpu() const {
+  const double nics = static_cast<double>(std::max(1, network.nics_per_node));
+  return core::Bandwidth(network.nic_bandwidth.value() * network.efficiency * nics /
+                         static_cast<double>(gpus_per_node) /
+                         std::max(1.0, network.oversubscription));
+}
+
+namespace {
+
+const std::vector<std::string> kDtypes = {"fp32", "tf32", "bf16", "fp16", "fp8"};
+
+HardwareProfile parse_profile_object(const Json& j, const std::string& path, Issues& issues) {
+  HardwareProfile hw;
+  ObjectReader r(j, path, issues);
+  hw.name = r.get_string("name").value_or("custom");
+  hw.description = r.get_string("description").value_or("");
+  if (const Json* src = r.get_raw("sources"); src != nullptr) {
+    if (!src->is_array()) {
+      issues.add(r.child_path("sources"), "expected an array of citation strings");
+    } else {
+      for (const auto& s : *src) hw.sources.push_back(s.is_string() ? s.get<std::string>() : s.dump());
+    }
+  }
+  r.ignore({"notes"});
+
+  // --- gpu ---
+  if (const Json* g = r.get_raw("gpu"); g != nullptr) {
+    ObjectReader gr(*g, r.child_path("gpu"), issues);
+    hw.gpu_name = gr.get_string("name").value_or(hw.name);
+    if (const Json* pf = gr.get_raw("peak_flops"); pf != nullptr) {
+      ObjectReader pr(*pf, gr.child_path("peak_flops"), issues);
+      for (const auto& d : kDtypes) {
+        if (auto v = pr.get_flop_rate(d)) hw.peak[dtype_from_string(d)] = *v;
+      }
+      pr.finish();
+    }
+    if (hw.peak.count(Dtype::kBf16) == 0 && hw.peak.count(Dtype::kFp16) == 0) {
+      issues.add(gr.child_path("peak_flops"), "needs at least a bf16 or fp16 dense peak rate");
+    }
+    hw.hbm_capacity = gr.get_bytes("memory").value_or(core::Bytes(0));
+    if (!gr.has("memory")) issues.add(gr.child_path("memory"), "required (e.g. \"80GB\")");
+    hw.hbm_bandwidth = gr.get_bandwidth("memory_bandwidth").value_or(core::Bandwidth(1));
+    if (!gr.has("memory_bandwidth")) {
+      issues.add(gr.child_path("memory_bandwidth"), "required (e.g. \"3.35TB/s\")");
+    }
+    hw.runtime_reserved = gr.get_bytes("runtime_reserved", false).value_or(core::Bytes(0));
+    hw.sm_count = static_cast<int>(gr.get_int("sm_count", 1, 100000, 100));
+    gr.finish();
+  } else {
+    issues.add(r.child_path("gpu"), "required object with peak_flops, memory, memory_bandwidth");
+  }
+
+  // --- efficiency ---
+  if (const Json* e = r.get_raw("efficiency"); e != nullptr) {
+    ObjectReader er(*e, r.child_path("efficiency"), issues);
+    if (const Json* gm = er.get_raw("gemm_max"); gm != nullptr) {
+      ObjectReader gr(*gm, er.child_path("gemm_max"), issues);
+      for (const auto& d : kDtypes) {
+        if (auto v = gr.get_number(d, 0.01, 1.0)) hw.efficiency.gemm_max[dtype_from_string(d)] = *v;
+      }
+      gr.finish();
+    }
+    hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 1e6, 128.0);
+    hw.efficiency.attention_fwd = er.get_number("attention_fwd", 0.01, 1.0, 0.5);
+    hw.efficiency.attention_bwd = er.get_number("attention_bwd", 0.01, 1.0, 0.4);
+    hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
+    hw.efficiency.kernel_overhead =
+        er.get_duration("kernel_overhead", false).value_or(core::micros(3.0));
+    er.finish();
+  }
+
+  // --- node ---
+  if (const Json* n = r.get_raw("node"); n != nullptr) {
+    ObjectReader nr(*n, r.child_path("node"), issues);
+    hw.gpus_per_node = static_cast<int>(nr.get_int("gpus_per_node", 1, 1024, 8));
+    if (const Json* tiers = nr.get_raw("fabric"); tiers != nullptr && tiers->is_array() && !tiers->empty()) {
+      for (size_t i = 0; i < tiers->size(); ++i) {
+        ObjectReader tr((*tiers)[i], nr.child_path("fabric") + "[" + std::to_string(i) + "]", issues);
+        FabricTier t;
+        t.name = tr.get_string("name").value_or("tier" + std::to_string(i));
+        t.span = static_cast<int>(tr.get_int("span", 1, 1024, hw.gpus_per_node));
+        t.busbw = tr.get_bandwidth("busbw").value_or(core::gb_per_s(1));
+        if (!tr.has("busbw")) issues.add(tr.child_path("busbw"), "required (e.g. \"370GB/s\")");
+        t.allreduce_busbw = tr.get_bandwidth("allreduce_busbw").value_or(t.busbw);
+        t.p2p_bandwidth = tr.get_bandwidth("p2p_bandwidth").value_or(t.busbw);
+        t.latency = tr.get_duration("latency", false).value_or(core::micros(5));
+        if (const Json* curve = tr.get_raw("size_curve"); curve != nullptr) {
+          bool ok = curve->is_array() && !curve->empty();
+          double last = 0.0;
+          for (const auto& pt : ok ? *curve : Json::array()) {
+            if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
+                pt[0].get<double>() <= last || pt[1].get<double>() <= 0.0 || pt[1].get<double>() > 1.0) {
+              ok = false;
+              break;
+            }
+            last = pt[0].get<double>();
+            t.size_curve.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+          }
+          if (!ok) {
+            issues.add(tr.child_path("size_curve"),
+                       "expected [[bytes, fraction], ...] with ascending sizes and fractions in (0, 1]");
+          }
+        }
+        if (hw.gpus_per_node % t.span != 0) {
+          issues.add(tr.child_path("span"), "got " + std::to_string(t.span) +
+                                                "; must divide gpus_per_node (" +
+                                                std::to_string(hw.gpus_per_node) + ")");
+        }
+        tr.finish();
+        hw.fabric.push_back(t);
+      }
+      for (size_t i = 1; i < hw.fabric.size(); ++i) {
+        if (hw.fabric[i].span <= hw.fabric[i - 1].span || hw.fabric[i].span % hw.fabric[i - 1].span != 0) {
+          issues.add(nr.child_path("fabric"), "tiers must be nested: each span a multiple of the previous");
+        }
+      }
+      if (!hw.fabric.empty() && hw.fabric.back().span != hw.gpus_per_node) {
+        issues.add(nr.child_path("fabric"), "the widest tier must span the whole node (" +
+                                                std::to_string(hw.gpus_per_node) + " GPUs)");
+      }
+    } else {
+      issues.add(nr.child_path("fabric"), "required non-empty array of fabric tiers");
+    }
+    nr.finish();
+  } else {
+    issues.add(r.child_path("node"), "required object with gpus_per_node and fabric");
+  }
+
+  // --- network ---
+  if (const Json* n = r.get_raw("network"); n != nullptr) {
+    ObjectReader nr(*n, r.child_path("network"), issues);
+    hw.network.name = nr.get_string("name").value_or("network");
+    hw.network.nic_bandwidth = nr.get_bandwidth("nic_bandwidth").value_or(core::gb_per_s(25));
+    hw.network.nics_per_node = static_cast<int>(nr.get_int("nics_per_node", 1, 1024, hw.gpus_per_node));
+    hw.network.efficiency = nr.get_number("efficiency", 0.01, 1.0, 0.9);
+    hw.network.latency = nr.get_duration("latency", false).value_or(core::micros(10));
+    hw.network.oversubscription = nr.get_number("oversubscription", 1.0, 64.0, 1.0);
+    nr.finish();
+  } else {
+    hw.network.nic_bandwidth = core::gb_per_s(25);
+    hw.network.nics_per_node = hw.gpus_per_node;
+  }
+  r.finish();
+  return hw;
+}
+
+// RFC 7386 merge of overrides into a base profile.
+Json merge_patch(Json base, const Json& patch) {
+  base.merge_patch(patch);
+  return base;
+}
+
+}  // namespace
+
+Json builtin_hardware_json(const std::string& name) {
+  for (const auto& e : embedded::hardware_profiles()) {
+    if (e.name == name) return core::parse_json_text(std::string(e.text), "hardware:" + name);
+  }
+  std::string list;
+  for (const auto& n : builtin_hardware_names()) list += (list.empty() ? "" : ", ") + n;
+  throw core::UserError("unknown hardware '" + name + "'; built-in profiles: " + list);
+}
+
+HardwareProfile builtin_hardware(const std::string& name) {
+  Issues issues;
+  HardwareProfile hw = parse_profile_object(builtin_hardware_json(name), "hardware:" + name, issues);
+  issues.throw_if_any();
+  return hw;
+}
+
+std::vector<std::string> builtin_hardware_names() {
+  std::vector<std::string> out;
+  for (const auto& e : embedded::hardware_profiles()) out.emplace_back(e.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& issues) {
+  if (j.is_string()) {
+    try {
+      return builtin_hardware(j.get<std::string>());
+    } catch (const core::UserError& e) {
+      issues.add(path, e.what());
+      return {};
+    }
+  }
+  if (!j.is_object()) {
+    issues.add(path, "got " + core::show(j) + "; expected a profile name or a profile object");
+    return {};
+  }
+  if (j.contains("base")) {
+    if (!j["base"].is_string()) {
+      issues.add(path + ".base", "got " + core::show(j["base"]) + "; expected a built-in profile name");
+      return {};
+    }
+    Json base;
+    try {
+      base = builtin_hardware_json(j["base"].get<std::string>());
+    } catch (const core::UserError& e) {
+      issues.add(path + ".base", e.what());
+      return {};
+    }
+    Json patch = j;
+    patch.erase("base");
+    return parse_profile_object(merge_patch(base, patch), path, issues);
+  }
+  return parse_profile_object(j, path, issues);
+}
+
+}  // namespace stepcast::hw

@@ -1,0 +1,87 @@
+// stepcast hardware profile: one GPU type, its node fabric and its scale-out network.
+//
+// Peak rates and capacities come from datasheets; every efficiency is a measured ratio
+// (achieved / peak) with its measurement cited in configs/hardware/<name>.json. The cost
+// model in sim/cost consumes these fields only; nothing is tuned per training run.
+//
+// Fabric tiers: GPUs in a node are grouped into nested domains (e.g. PCIe switch pairs inside
+// a CPU socket inside the node, or one NVSwitch domain of 8). A ring collective among GPUs of
+// one node runs at the bus bandwidth of the widest tier it must cross; one slow tier caps the
+// whole ring. Rooted one-way transfers use the tier's point-to-point bandwidth.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/core/json_reader.hpp"
+#include "sim/core/units.hpp"
+
+namespace stepcast::hw {
+
+enum class Dtype { kFp32, kTf32, kBf16, kFp16, kFp8 };
+std::string to_string(Dtype d);
+Dtype dtype_from_string(const std::string& s);  // throws std::invalid_argument
+double bytes_per_element(Dtype d);             // 4, 4, 2, 2, 1
+
+struct FabricTier {
+  std::string name;
+  int span = 1;                         // GPUs in one domain of this tier (divides gpus_per_node)
+  core::Bandwidth busbw;                // large-message ring bus bandwidth crossing this tier
+  core::Bandwidth allreduce_busbw;      // all-reduce plateau (NVLS / in-switch reduction); = busbw if unset
+  core::Bandwidth p2p_bandwidth;        // one-way GPU-to-GPU copy bandwidth across this tier
+  core::Duration latency;               // per ring step latency (alpha)
+  // Optional measured curve: (message bytes, achieved fraction of the plateau), ascending.
+  // When present it replaces the alpha-beta model for collectives inside this tier.
+  std::vector<std::pair<double, double>> size_curve;
+};
+
+struct Network {
+  std::string name;
+  core::Bandwidth nic_bandwidth;  // line rate of one NIC
+  int nics_per_node = 0;
+  double efficiency = 0.9;        // achieved fraction of line rate for large collectives
+  core::Duration latency;         // per hop latency (alpha) of an inter-node step
+  double oversubscription = 1.0;  // fat-tree oversubscription ratio above the leaf (>= 1)
+};
+
+struct Efficiency {
+  std::map<Dtype, double> gemm_max;  // best achieved fraction of peak for large GEMMs
+  double gemm_half_dim = 128;        // a GEMM dimension of this size runs at half the large-shape rate
+  double attention_fwd = 0.5;        // fused attention forward: fraction of dense 16-bit peak
+  double attention_bwd = 0.4;        // fused attention backward
+  double memory_bound = 0.8;         // fraction of HBM bandwidth that element-wise kernels reach
+  core::Duration kernel_overhead;    // per-kernel launch and tail cost
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::string description;
+  std::vector<std::string> sources;
+  std::string gpu_name;
+  std::map<Dtype, core::FlopRate> peak;  // dense peak per dtype
+  core::Bytes hbm_capacity;
+  core::Bandwidth hbm_bandwidth;
+  core::Bytes runtime_reserved;  // CUDA context, NCCL and allocator overhead not in the ledger
+  int sm_count = 0;
+  int gpus_per_node = 8;
+  std::vector<FabricTier> fabric;  // ordered from narrowest to widest; last spans the node
+  Network network;
+  Efficiency efficiency;
+
+  [[nodiscard]] core::FlopRate peak_for(Dtype d) const;   // throws UserError if absent
+  [[nodiscard]] bool has_dtype(Dtype d) const { return peak.count(d) != 0; }
+  [[nodiscard]] double gemm_max_for(Dtype d) const;
+  // Tier a group of local GPU indices [lo, hi] must cross (narrowest domain holding both).
+  [[nodiscard]] const FabricTier& tier_for_span(int lo, int hi) const;
+  // Scale-out bandwidth available to one GPU when all GPUs of its node talk at once.
+  [[nodiscard]] core::Bandwidth nic_bandwidth_per_gpu() const;
+};
+
+// Reads a profile: a built-in name, or an object (optionally {"base": NAME, ...overrides}).
+HardwareProfile parse_hardware(const core::Json& j, const std::string& path, core::Issues& issues);
+HardwareProfile builtin_hardware(const std::string& name);  // throws UserError listing choices
+std::vector<std::string> builtin_hardware_names();
+core::Json builtin_hardware_json(const std::string& name);
+
+}  // namespace stepcast::hw

@@ -1,0 +1,290 @@
+#include "sim/config/run_config.hpp"
+
+#include <filesystem>
+#include <numeric>
+
+namespace stepcast::config {
+
+using core::Issues;
+using core::Json;
+using core::ObjectReader;
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+std::string to_string(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::kOneFOneB: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kZbH1: return "zb-h1";
+  }
+  return "?";
+}
+
+std::string to_string(Optimizer o) { return o == Optimizer::kAdam ? "adam" : "sgd"; }
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+
+std::string n(int64_t v) { return std::to_string(v); }
+
+void parse_cluster(ObjectReader r, RunConfig& rc) {
+  auto g = r.get_int("num_gpus", 1, kMaxDim);
+  if (!g && !r.has("num_gpus")) r.issues().add(r.child_path("num_gpus"), "required integer is missing");
+  rc.cluster.num_gpus = g.value_or(0);
+  rc.cluster.gpus_per_node = r.get_int("gpus_per_node", 1, 1024, 0);
+  r.finish();
+}
+
+void parse_training(ObjectReader r, RunConfig& rc) {
+  auto& t = rc.training;
+  t.seq_len = r.require_int("seq_len", 1, kMaxDim);
+  t.global_batch_size = r.require_int("global_batch_size", 1, kMaxDim);
+  t.precision = hw::dtype_from_string(r.get_choice("precision", {"bf16", "fp16", "fp8", "fp32"}, "bf16"));
+  t.optimizer = r.get_choice("optimizer", {"adam", "sgd"}, "adam") == "adam" ? Optimizer::kAdam : Optimizer::kSgd;
+  t.grad_dtype = hw::dtype_from_string(r.get_choice("grad_dtype", {"bf16", "fp16", "fp32"},
+                                                    t.precision == hw::Dtype::kFp32 ? "fp32" : "bf16"));
+  t.master_weights = r.get_bool("master_weights", true);
+  t.attention = r.get_choice("attention", {"flash", "unfused"}, "flash") == "flash" ? AttentionImpl::kFlash
+                                                                                  : AttentionImpl::kUnfused;
+  t.dropout = r.get_bool("dropout", false);
+  t.fp32_logits = r.get_bool("fp32_logits", true);
+  r.finish();
+}
+
+void parse_parallel(ObjectReader r, RunConfig& rc) {
+  auto& p = rc.parallel;
+  p.tp = r.get_int("tp", 1, 1024, 1);
+  p.pp = r.get_int("pp", 1, 4096, 1);
+  p.dp = r.get_int("dp", 1, kMaxDim, 0);  // 0 = derive
+  p.cp = r.get_int("cp", 1, 1024, 1);
+  p.ep = r.get_int("ep", 1, 4096, 1);
+  p.etp = r.get_int("etp", 1, 1024, 0);  // 0 = tp
+  p.vpp = r.get_int("vpp", 1, 1024, 1);
+  p.sp = r.get_bool("sp", false);
+  p.micro_batch_size = r.get_int("micro_batch_size", 1, kMaxDim, 1);
+  p.zero_stage = static_cast<int>(r.get_int("zero_stage", 0, 3, 0));
+  p.fsdp = r.get_bool("fsdp", false);
+  p.reshard_after_forward = r.get_bool("reshard_after_forward", true);
+  const auto rec = r.get_choice("recompute", {"none", "selective", "full"}, "none");
+  p.recompute = rec == "full" ? Recompute::kFull : rec == "selective" ? Recompute::kSelective : Recompute::kNone;
+  const bool has_schedule = r.has("schedule");
+  const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"}, "1f1b");
+  p.schedule = sch == "gpipe" ? Schedule::kGpipe
+               : sch == "interleaved" ? Schedule::kInterleaved
+               : sch == "zb-h1" ? Schedule::kZbH1
+                                : Schedule::kOneFOneB;
+  if (!has_schedule && p.vpp > 1) p.schedule = Schedule::kInterleaved;
+  p.bucket_mb = r.get_number("bucket_mb", 0.001, 1e6, 25.0);
+  p.first_stage_layers = r.get_int("first_stage_layers", 0, 100000, -1);
+  p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
+  const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses"}, "ring");
+  p.cp_comm = cpc == "ulysses" ? CpComm::kUlysses : cpc == "allgather" ? CpComm::kAllGather : CpComm::kRing;
+  p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
+  p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
+  p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
+  r.finish();
+}
+
+}  // namespace
+
+void derive_and_validate(RunConfig& rc, Issues& issues) {
+  auto& p = rc.parallel;
+  const auto& m = rc.model;
+  const auto& t = rc.training;
+  if (rc.cluster.gpus_per_node == 0) rc.cluster.gpus_per_node = rc.hardware.gpus_per_node;
+  if (rc.cluster.num_gpus <= 0 || m.num_layers <= 0 || m.heads <= 0) return;  // already reported
+
+  if (rc.cluster.num_gpus > rc.cluster.gpus_per_node && rc.cluster.num_gpus % rc.cluster.gpus_per_node != 0) {
+    issues.add("$.cluster.num_gpus", "got " + n(rc.cluster.num_gpus) + "; a multi-node cluster needs whole nodes (a multiple of gpus_per_node = " + n(rc.cluster.gpus_per_node) + ")");
+  }
+  if (rc.cluster.gpus_per_node != rc.hardware.gpus_per_node &&
+      rc.hardware.gpus_per_node % rc.cluster.gpus_per_node != 0) {
+    issues.add("$.cluster.gpus_per_node", "got " + n(rc.cluster.gpus_per_node) + "; must divide the hardware node size (" + n(rc.hardware.gpus_per_node) + ")");
+  }
+
+  // World size arithmetic: world = tp * cp * dp * pp.
+  const int64_t model_parallel = p.tp * p.cp * p.pp;
+  if (p.dp == 0) {
+    if (rc.cluster.num_gpus % model_parallel != 0) {
+      issues.add("$.parallel", "num_gpus " + n(rc.cluster.num_gpus) + " is not divisible by tp*cp*pp = " + n(p.tp) + "*" + n(p.cp) + "*" + n(p.pp) + " = " + n(model_parallel) + "; dp cannot be derived");
+      return;
+    }
+    p.dp = rc.cluster.num_gpus / model_parallel;
+  } else if (model_parallel * p.dp != rc.cluster.num_gpus) {
+    issues.add("$.parallel.dp", "tp*cp*dp*pp = " + n(p.tp) + "*" + n(p.cp) + "*" + n(p.dp) + "*" + n(p.pp) + " = " + n(model_parallel * p.dp) + " but cluster.num_gpus = " + n(rc.cluster.num_gpus));
+    return;
+  }
+  if (p.etp == 0) p.etp = p.tp;
+
+  // Tensor parallel divisibility.
+  if (m.heads % p.tp != 0) {
+    issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide num_attention_heads (" + n(m.heads) + ")");
+  }
+  if (!m.mla.enabled() && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
+    issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide num_key_value_heads (" + n(m.kv_heads) + ") or be a multiple of it");
+  }
+  if (m.ffn_hidden % p.tp != 0 && m.num_layers > m.num_moe_layers()) {
+    issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide intermediate_size (" + n(m.ffn_hidden) + ")");
+  }
+  if (p.tp > rc.cluster.gpus_per_node) {
+    issues.add("$.parallel.tp", "got " + n(p.tp) + "; tensor parallelism must stay inside one node (" + n(rc.cluster.gpus_per_node) + " GPUs)");
+  }
+  const int64_t vocab_multiple = 128 * p.tp;
+  rc.padded_vocab = (m.vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+
+  // Context parallel.
+  if (p.cp > 1) {
+    const int64_t chunks = p.cp_comm == CpComm::kUlysses ? p.cp : 2 * p.cp;
+    if (t.seq_len % chunks != 0) {
+      issues.add("$.parallel.cp", "got " + n(p.cp) + "; seq_len " + n(t.seq_len) + " must divide into " + n(chunks) + " equal chunks");
+    }
+    if (p.cp_comm == CpComm::kUlysses && (m.kv_heads / std::max<int64_t>(1, p.tp)) % p.cp != 0 &&
+        (m.heads / p.tp) % p.cp != 0) {
+      issues.add("$.parallel.cp", "got " + n(p.cp) + "; Ulysses needs the heads per TP rank (" + n(m.heads / p.tp) + ") divisible by cp");
+    }
+  }
+
+  // Expert parallel.
+  if (m.moe.enabled()) {
+    if (m.moe.num_experts % p.ep != 0) {
+      issues.add("$.parallel.ep", "got " + n(p.ep) + "; must divide the number of experts (" + n(m.moe.num_experts) + ")");
+    }
+    if ((p.dp * p.cp * p.tp) % (p.ep * p.etp) != 0) {
+      issues.add("$.parallel.ep", "ep*etp = " + n(p.ep) + "*" + n(p.etp) + " must divide tp*dp*cp = " + n(p.tp * p.dp * p.cp));
+    }
+    if (m.moe.expert_ffn % p.etp != 0) {
+      issues.add("$.parallel.etp", "got " + n(p.etp) + "; must divide moe_intermediate_size (" + n(m.moe.expert_ffn) + ")");
+    }
+  } else if (p.ep > 1) {
+    issues.add("$.parallel.ep", "got " + n(p.ep) + "; the model has no experts (dense), so ep must be 1");
+  }
+
+  // Pipeline split.
+  const int64_t L = m.num_layers;
+  rc.stage_layers.assign(static_cast<size_t>(p.pp), 0);
+  const bool uneven = p.first_stage_layers >= 0 || p.last_stage_layers >= 0;
+  if (p.pp == 1) {
+    if (uneven) issues.add("$.parallel.first_stage_layers", "uneven stage sizes need pp > 1");
+    rc.stage_layers[0] = L;
+  } else if (uneven) {
+    if (p.vpp > 1) issues.add("$.parallel.vpp", "uneven first/last stages cannot be combined with vpp > 1");
+    const int64_t first = p.first_stage_layers;
+    const int64_t last = p.last_stage_layers;
+    const int64_t middle_stages = p.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
+    const int64_t rest = L - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
+    if (rest < 0 || (middle_stages == 0 ? rest != 0 : rest % middle_stages != 0)) {
+      issues.add("$.parallel.first_stage_layers",
+                 n(L) + " layers minus first (" + n(std::max<int64_t>(first, 0)) + ") and last (" +
+                     n(std::max<int64_t>(last, 0)) + ") stages leaves " + n(rest) + " layers, which do not split evenly over the other " + n(middle_stages) + " stages");
+    } else {
+      const int64_t per = middle_stages > 0 ? rest / middle_stages : 0;
+      for (int64_t s = 0; s < p.pp; ++s) rc.stage_layers[static_cast<size_t>(s)] = per;
+      if (first >= 0) rc.stage_layers.front() = first;
+      if (last >= 0) rc.stage_layers.back() = last;
+    }
+  } else {
+    if (L % (p.pp * p.vpp) != 0) {
+      issues.add(p.vpp > 1 ? "$.parallel.vpp" : "$.parallel.pp",
+                 "num_layers " + n(L) + " is not divisible by pp*vpp = " + n(p.pp) + "*" + n(p.vpp) + " = " + n(p.pp * p.vpp) + "; use first_stage_layers/last_stage_layers for an uneven split");
+    } else {
+      for (auto& s : rc.stage_layers) s = L / p.pp;
+    }
+  }
+  rc.stage_first_layer.assign(static_cast<size_t>(p.pp), 0);
+  for (size_t s = 1; s < rc.stage_layers.size(); ++s) {
+    rc.stage_first_layer[s] = rc.stage_first_layer[s - 1] + rc.stage_layers[s - 1];
+  }
+
+  // Schedules.
+  if (p.schedule == Schedule::kInterleaved && p.vpp < 2) {
+    issues.add("$.parallel.schedule", "interleaved needs vpp >= 2 (got vpp " + n(p.vpp) + ")");
+  }
+  if (p.vpp > 1 && p.schedule != Schedule::kInterleaved) {
+    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; virtual stages need schedule \"interleaved\"");
+  }
+  if (p.vpp > 1 && p.pp < 2) issues.add("$.parallel.vpp", "virtual pipeline stages need pp > 1");
+
+  // Batch arithmetic.
+  const int64_t per_step = p.dp * p.micro_batch_size;
+  if (t.global_batch_size % per_step != 0) {
+    issues.add("$.training.global_batch_size",
+               "got " + n(t.global_batch_size) + "; must be a multiple of dp*micro_batch_size = " + n(p.dp) + "*" + n(p.micro_batch_size) + " = " + n(per_step));
+  } else {
+    rc.num_microbatches = t.global_batch_size / per_step;
+    if (p.schedule == Schedule::kInterleaved && rc.num_microbatches % p.pp != 0) {
+      issues.add("$.training.global_batch_size", "interleaved 1F1B needs micro-batches per step (" + n(rc.num_microbatches) + ") to be a multiple of pp (" + n(p.pp) + ")");
+    }
+  }
+
+  // Sharding.
+  if (p.fsdp && p.zero_stage != 0 && p.zero_stage != 3) {
+    issues.add("$.parallel.zero_stage", "got " + n(p.zero_stage) + "; fsdp shards parameters, which is ZeRO stage 3 (omit zero_stage or set 3)");
+  }
+
+  // Precision support.
+  if (!rc.hardware.has_dtype(t.precision)) {
+    issues.add("$.training.precision", "got \"" + hw::to_string(t.precision) + "\"; hardware '" + rc.hardware.name + "' has no dense peak for it");
+  }
+  if (t.attention == AttentionImpl::kFlash && rc.hardware.name == "v100-sxm-32gb") {
+    issues.add("$.training.attention", "flash attention kernels need Ampere or newer; use \"unfused\" on V100");
+  }
+}
+
+RunConfig parse_run(const Json& j, const std::string& source_name, const std::string& base_dir) {
+  Issues issues;
+  RunConfig rc;
+  rc.source_name = source_name;
+  ObjectReader r(j, "$", issues);
+  if (const Json* mj = r.get_raw("model"); mj != nullptr) {
+    rc.model = model::parse_model(*mj, "$.model", issues, base_dir);
+  } else {
+    issues.add("$.model", "required: a zoo name, an object of model keys, or {\"path\": FILE}");
+  }
+  if (const Json* hj = r.get_raw("hardware"); hj != nullptr) {
+    rc.hardware = hw::parse_hardware(*hj, "$.hardware", issues);
+  } else {
+    issues.add("$.hardware", "required: a built-in profile name or a profile object");
+  }
+  if (const Json* cj = r.get_raw("cluster"); cj != nullptr) {
+    parse_cluster(ObjectReader(*cj, "$.cluster", issues), rc);
+  } else {
+    issues.add("$.cluster", "required object with num_gpus");
+  }
+  if (const Json* tj = r.get_raw("training"); tj != nullptr) {
+    parse_training(ObjectReader(*tj, "$.training", issues), rc);
+  } else {
+    issues.add("$.training", "required object with seq_len and global_batch_size");
+  }
+  const Json empty = Json::object();
+  const Json* pj = r.get_raw("parallel");
+  parse_parallel(ObjectReader(pj != nullptr ? *pj : empty, "$.parallel", issues), rc);
+  if (const Json* aj = r.get_raw("assumptions"); aj != nullptr) {
+    if (!aj->is_array()) {
+      issues.add("$.assumptions", "expected an array of strings");
+    } else {
+      for (const auto& a : *aj) rc.assumptions.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+    }
+  }
+  r.ignore({"name", "description", "notes", "measured"});
+  r.finish();
+  if (issues.empty()) derive_and_validate(rc, issues);
+  issues.throw_if_any();
+  return rc;
+}
+
+RunConfig load_run_file(const std::string& path) {
+  Json j = core::load_json_file(path);
+  const auto parent = std::filesystem::path(path).parent_path().string();
+  return parse_run(j, path, parent);
+}
+
+}  // namespace stepcast::config

@@ -1,0 +1,93 @@
+// stepcast run file: model + hardware + cluster + training + parallel layout.
+//
+// Parsed once into plain structs and validated as a whole; every problem is reported with its
+// JSON path, the bad value and what is allowed (ConfigError). Derived quantities (dp when
+// omitted, micro-batches per step, layers per pipeline stage, padded vocabulary) are computed
+// here so every consumer sees the same numbers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model_spec.hpp"
+#include "sim/config/hardware.hpp"
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::config {
+
+enum class Optimizer { kAdam, kSgd };
+enum class Recompute { kNone, kSelective, kFull };
+enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
+enum class AttentionImpl { kFlash, kUnfused };
+enum class CpComm { kRing, kAllGather, kUlysses };
+
+std::string to_string(Recompute r);
+std::string to_string(Schedule s);
+std::string to_string(Optimizer o);
+
+struct Cluster {
+  int64_t num_gpus = 0;
+  int64_t gpus_per_node = 0;
+  [[nodiscard]] int64_t num_nodes() const { return (num_gpus + gpus_per_node - 1) / gpus_per_node; }
+};
+
+struct Training {
+  int64_t seq_len = 0;
+  int64_t global_batch_size = 0;  // sequences per optimizer step
+  hw::Dtype precision = hw::Dtype::kBf16;
+  Optimizer optimizer = Optimizer::kAdam;
+  hw::Dtype grad_dtype = hw::Dtype::kBf16;  // gradient buffer / reduction dtype
+  bool master_weights = true;               // fp32 master copy (16-byte vs 12-byte convention)
+  AttentionImpl attention = AttentionImpl::kFlash;
+  bool dropout = false;                     // dropout masks stored for backward
+  bool fp32_logits = true;                  // loss computed on an fp32 copy of the logits
+};
+
+struct Parallel {
+  int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1, vpp = 1;
+  bool sp = false;
+  int64_t micro_batch_size = 1;
+  int zero_stage = 0;
+  bool fsdp = false;
+  bool reshard_after_forward = true;
+  Recompute recompute = Recompute::kNone;
+  Schedule schedule = Schedule::kOneFOneB;
+  double bucket_mb = 25.0;  // DDP gradient bucket size in MB (1e6 bytes)
+  int64_t first_stage_layers = -1;  // -1 = even split
+  int64_t last_stage_layers = -1;
+  CpComm cp_comm = CpComm::kRing;
+  bool tp_comm_overlap = false;
+  bool grad_reduce_overlap = true;
+  bool param_gather_overlap = true;
+  // ZeRO stage as the ledger applies it (fsdp => 3).
+  [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
+};
+
+struct RunConfig {
+  std::string source_name;  // file path or "<inline>"
+  model::ModelSpec model;
+  hw::HardwareProfile hardware;
+  Cluster cluster;
+  Training training;
+  Parallel parallel;
+  std::vector<std::string> assumptions;  // free text carried to reports
+
+  // --- derived (filled by validation) ---
+  int64_t num_microbatches = 0;             // per DP rank per step
+  int64_t padded_vocab = 0;                 // vocab padded to a multiple of 128 * tp
+  std::vector<int64_t> stage_layers;        // transformer layers on each pipeline stage
+  std::vector<int64_t> stage_first_layer;   // global index of each stage's first layer
+
+  [[nodiscard]] int64_t tokens_per_step() const { return training.global_batch_size * training.seq_len; }
+  [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
+};
+
+// Parses and validates a run file object. base_dir resolves relative model paths.
+// Throws core::ConfigError listing every problem.
+RunConfig parse_run(const core::Json& j, const std::string& source_name, const std::string& base_dir);
+RunConfig load_run_file(const std::string& path);
+
+// Fills derived fields and checks the layout against the model; records problems in issues.
+void derive_and_validate(RunConfig& rc, core::Issues& issues);
+
+}  // namespace stepcast::config

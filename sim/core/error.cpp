@@ -1,0 +1,33 @@
+#include "sim/core/error.hpp"
+
+#include <utility>
+
+namespace stepcast::core {
+namespace {
+
+std::string join_issues(const std::vector<std::string>& issues) {
+  if (issues.size() == 1) return issues.front();
+  std::string out = std::to_string(issues.size()) + " problems in the input:";
+  for (const auto& i : issues) out += "\n  - " + i;
+  return out;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<std::string> issues)
+    : UserError(join_issues(issues)), issues_(std::move(issues)) {}
+
+void Issues::add(const std::string& path, const std::string& message) {
+  lines_.push_back(path.empty() ? message : path + ": " + message);
+}
+
+void Issues::throw_if_any() const {
+  if (!lines_.empty()) throw ConfigError(lines_);
+}
+
+void internal_failure(const char* expr, const char* file, int line, const std::string& msg) {
+  throw InternalError(std::string("internal check failed: ") + expr + " (" + msg + ") at " + file +
+                      ":" + std::to_string(line));
+}
+
+}  // namespace stepcast::core

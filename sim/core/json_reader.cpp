@@ -1,0 +1,255 @@
+#include "sim/core/json_reader.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace stepcast::core {
+
+std::string show(const Json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+Json parse_json_text(const std::string& text, const std::string& source_name) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw UserError(source_name + ": malformed JSON at byte " + std::to_string(e.byte) + ": " +
+                    e.what());
+  }
+}
+
+Json load_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_json_text(ss.str(), path);
+}
+
+ObjectReader::ObjectReader(const Json& j, std::string path, Issues& issues)
+    : path_(std::move(path)), issues_(&issues) {
+  if (j.is_object()) {
+    obj_ = &j;
+  } else {
+    issues_->add(path_, "expected a JSON object, got " + show(j));
+  }
+}
+
+bool ObjectReader::has(std::string_view key) const {
+  return obj_ != nullptr && obj_->contains(std::string(key));
+}
+
+std::string ObjectReader::child_path(std::string_view key) const {
+  return path_ + "." + std::string(key);
+}
+
+const Json* ObjectReader::fetch(std::string_view key) {
+  known_.emplace(key);
+  if (obj_ == nullptr) return nullptr;
+  auto it = obj_->find(std::string(key));
+  if (it == obj_->end()) return nullptr;
+  read_.emplace(key);
+  if (it->is_null()) return nullptr;
+  return &*it;
+}
+
+void ObjectReader::bad(std::string_view key, const Json& value, const std::string& expectation) {
+  issues_->add(child_path(key), "got " + show(value) + "; " + expectation);
+}
+
+const Json* ObjectReader::get_raw(std::string_view key) { return fetch(key); }
+
+std::optional<int64_t> ObjectReader::get_int(std::string_view key, int64_t lo, int64_t hi) {
+  const Json* v = fetch(key);
+  if (v == nullptr) return std::nullopt;
+  const std::string range = "expected an integer in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "]";
+  int64_t out = 0;
+  if (v->is_number_integer()) {
+    out = v->get<int64_t>();
+  } else if (v->is_number_unsigned()) {
+    const auto u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      bad(key, *v, range);
+      return std::nullopt;
+    }
+    out = static_cast<int64_t>(u);
+  } else if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9e15) {
+      bad(key, *v, range);
+      return std::nullopt;
+    }
+    out = static_cast<int64_t>(d);
+  } else {
+    bad(key, *v, range);
+    return std::nullopt;
+  }
+  if (out < lo || out > hi) {
+    bad(key, *v, range);
+    return std::nullopt;
+  }
+  return out;
+}
+
+int64_t ObjectReader::get_int(std::string_view key, int64_t lo, int64_t hi, int64_t fallback) {
+  return get_int(key, lo, hi).value_or(fallback);
+}
+
+int64_t ObjectReader::require_int(std::string_view key, int64_t lo, int64_t hi) {
+  if (!has(key)) {
+    known_.emplace(key);
+    issues_->add(child_path(key), "required integer is missing");
+    return lo;
+  }
+  return get_int(key, lo, hi).value_or(lo);
+}
+
+std::optional<double> ObjectReader::get_number(std::string_view key, double lo, double hi) {
+  const Json* v = fetch(key);
+  if (v == nullptr) return std::nullopt;
+  std::ostringstream range;
+  range << "expected a number in [" << lo << ", " << hi << "]";
+  if (!v->is_number()) {
+    bad(key, *v, range.str());
+    return std::nullopt;
+  }
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    bad(key, *v, range.str());
+    return std::nullopt;
+  }
+  return d;
+}
+
+double ObjectReader::get_number(std::string_view key, double lo, double hi, double fallback) {
+  return get_number(key, lo, hi).value_or(fallback);
+}
+
+double ObjectReader::require_number(std::string_view key, double lo, double hi) {
+  if (!has(key)) {
+    known_.emplace(key);
+    issues_->add(child_path(key), "required number is missing");
+    return lo;
+  }
+  return get_number(key, lo, hi).value_or(lo);
+}
+
+std::optional<bool> ObjectReader::get_bool(std::string_view key) {
+  const Json* v = fetch(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) {
+    bad(key, *v, "expected true or false");
+    return std::nullopt;
+  }
+  return v->get<bool>();
+}
+
+bool ObjectReader::get_bool(std::string_view key, bool fallback) {
+  return get_bool(key).value_or(fallback);
+}
+
+std::optional<std::string> ObjectReader::get_string(std::string_view key) {
+  const Json* v = fetch(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) {
+    bad(key, *v, "expected a string");
+    return std::nullopt;
+  }
+  return v->get<std::string>();
+}
+
+std::optional<std::string> ObjectReader::get_choice(std::string_view key,
+                                                    const std::vector<std::string>& allowed) {
+  const Json* v = fetch(key);
+  if (v == nullptr) return std::nullopt;
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  if (v->is_string()) {
+    const auto s = v->get<std::string>();
+    for (const auto& a : allowed) {
+      if (a == s) return s;
+    }
+  }
+  bad(key, *v, "allowed: " + list);
+  return std::nullopt;
+}
+
+std::string ObjectReader::get_choice(std::string_view key, const std::vector<std::string>& allowed,
+                                     const std::string& fallback) {
+  return get_choice(key, allowed).value_or(fallback);
+}
+
+namespace {
+
+template <typename Q, typename Parse>
+std::optional<Q> get_unit(ObjectReader& r, const Json* v, std::string_view key, bool positive,
+                          Parse parse, const char* example, Issues& issues) {
+  if (v == nullptr) return std::nullopt;
+  Q q;
+  try {
+    if (v->is_number()) {
+      q = Q(v->get<double>());
+    } else if (v->is_string()) {
+      q = parse(v->get<std::string>());
+    } else {
+      throw std::invalid_argument("expected a number or a string such as " + std::string(example));
+    }
+  } catch (const std::invalid_argument& e) {
+    issues.add(r.child_path(key), "got " + show(*v) + "; " + e.what());
+    return std::nullopt;
+  }
+  if (!std::isfinite(q.value()) || q.value() < 0.0 || (positive && q.value() == 0.0)) {
+    issues.add(r.child_path(key), "got " + show(*v) + "; must be " +
+                                      (positive ? "greater than zero" : "zero or more"));
+    return std::nullopt;
+  }
+  return q;
+}
+
+}  // namespace
+
+std::optional<Bytes> ObjectReader::get_bytes(std::string_view key, bool positive) {
+  return get_unit<Bytes>(*this, fetch(key), key, positive, parse_bytes, "\"80GiB\"", *issues_);
+}
+std::optional<Duration> ObjectReader::get_duration(std::string_view key, bool positive) {
+  return get_unit<Duration>(*this, fetch(key), key, positive, parse_duration, "\"2us\"", *issues_);
+}
+std::optional<Bandwidth> ObjectReader::get_bandwidth(std::string_view key, bool positive) {
+  return get_unit<Bandwidth>(*this, fetch(key), key, positive, parse_bandwidth, "\"400GB/s\"",
+                             *issues_);
+}
+std::optional<FlopRate> ObjectReader::get_flop_rate(std::string_view key, bool positive) {
+  return get_unit<FlopRate>(*this, fetch(key), key, positive, parse_flop_rate, "\"989TFLOPS\"",
+                            *issues_);
+}
+
+void ObjectReader::ignore(std::initializer_list<std::string_view> keys) {
+  for (auto k : keys) {
+    known_.emplace(k);
+    if (has(k)) read_.emplace(k);
+  }
+}
+
+void ObjectReader::ignore(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) {
+    known_.emplace(k);
+    if (has(k)) read_.emplace(k);
+  }
+}
+
+void ObjectReader::finish() {
+  if (obj_ == nullptr) return;
+  for (auto it = obj_->begin(); it != obj_->end(); ++it) {
+    if (read_.count(it.key()) != 0) continue;
+    std::string list;
+    for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+    issues_->add(child_path(it.key()), "unknown key; known keys here: " + list);
+  }
+}
+
+}  // namespace stepcast::core

@@ -1,0 +1,89 @@
+// Path-aware JSON object reader used by every stepcast input.
+//
+// An ObjectReader wraps one JSON object at a known path ("$.parallel"). Each getter marks its
+// key as read and records a problem (path, bad value, what is allowed) in the shared Issues
+// instead of throwing, so validation reports everything at once. finish() reports every key
+// that no getter read and that is not in the caller's list of accepted-but-ignored keys.
+// Getters return the default when the key is absent or invalid; callers check
+// issues.empty() before trusting the result.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+
+namespace stepcast::core {
+
+using Json = nlohmann::json;
+
+// Renders a JSON value compactly for error messages (truncated when long).
+std::string show(const Json& v);
+
+// Parses text as JSON; throws UserError naming the source and the byte offset on failure.
+Json parse_json_text(const std::string& text, const std::string& source_name);
+// Reads and parses a file; throws UserError when it cannot be read or parsed.
+Json load_json_file(const std::string& path);
+
+class ObjectReader {
+ public:
+  // Records a problem (and behaves as an empty object) when j is not an object.
+  ObjectReader(const Json& j, std::string path, Issues& issues);
+
+  [[nodiscard]] bool has(std::string_view key) const;
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] std::string child_path(std::string_view key) const;
+  Issues& issues() { return *issues_; }
+
+  // Integer in [lo, hi]. Accepts JSON integers and integral floats.
+  std::optional<int64_t> get_int(std::string_view key, int64_t lo, int64_t hi);
+  int64_t get_int(std::string_view key, int64_t lo, int64_t hi, int64_t fallback);
+  int64_t require_int(std::string_view key, int64_t lo, int64_t hi);
+
+  std::optional<double> get_number(std::string_view key, double lo, double hi);
+  double get_number(std::string_view key, double lo, double hi, double fallback);
+  double require_number(std::string_view key, double lo, double hi);
+
+  std::optional<bool> get_bool(std::string_view key);
+  bool get_bool(std::string_view key, bool fallback);
+
+  std::optional<std::string> get_string(std::string_view key);
+  // A string from a fixed set; the error lists the allowed values.
+  std::optional<std::string> get_choice(std::string_view key, const std::vector<std::string>& allowed);
+  std::string get_choice(std::string_view key, const std::vector<std::string>& allowed,
+                         const std::string& fallback);
+
+  // Unit-suffixed strings or bare numbers in base units; must be >= 0 (> 0 when positive).
+  std::optional<Bytes> get_bytes(std::string_view key, bool positive = true);
+  std::optional<Duration> get_duration(std::string_view key, bool positive = true);
+  std::optional<Bandwidth> get_bandwidth(std::string_view key, bool positive = true);
+  std::optional<FlopRate> get_flop_rate(std::string_view key, bool positive = true);
+
+  // Raw access (marks the key read). nullptr when absent.
+  const Json* get_raw(std::string_view key);
+
+  // Marks keys as accepted-and-ignored (they never raise "unknown key").
+  void ignore(std::initializer_list<std::string_view> keys);
+  void ignore(const std::vector<std::string>& keys);
+  // Reports unread keys as "unknown key" with the list of known ones.
+  void finish();
+
+ private:
+  const Json* fetch(std::string_view key);
+  void bad(std::string_view key, const Json& value, const std::string& expectation);
+
+  const Json* obj_ = nullptr;
+  std::string path_;
+  Issues* issues_;
+  std::set<std::string, std::less<>> read_;
+  std::set<std::string, std::less<>> known_;
+};
+
+}  // namespace stepcast::core

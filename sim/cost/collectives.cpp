@@ -1,0 +1,144 @@
+#include "sim/cost/collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stepcast::cost {
+
+using core::Bandwidth;
+using core::Bytes;
+using core::Duration;
+
+const char* to_string(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllToAll: return "all_to_all";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kSendRecv: return "send_recv";
+  }
+  return "?";
+}
+
+double bus_factor(Collective c, int64_t n) {
+  if (n <= 1) return 0.0;
+  const double dn = static_cast<double>(n);
+  switch (c) {
+    case Collective::kAllReduce: return 2.0 * (dn - 1.0) / dn;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return (dn - 1.0) / dn;
+    case Collective::kBroadcast:
+    case Collective::kSendRecv: return 1.0;
+  }
+  return 1.0;
+}
+
+int64_t ring_steps(Collective c, int64_t n) {
+  if (n <= 1) return 0;
+  switch (c) {
+    case Collective::kAllReduce: return 2 * (n - 1);
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+    case Collective::kBroadcast: return n - 1;
+    case Collective::kSendRecv: return 1;
+  }
+  return n - 1;
+}
+
+Duration ring_time(Collective c, Bytes bytes, int64_t n, Bandwidth busbw, Duration alpha) {
+  if (n <= 1 || bytes.value() <= 0.0) return Duration(0);
+  return alpha * static_cast<double>(ring_steps(c, n)) + Bytes(bytes.value() * bus_factor(c, n)) / busbw;
+}
+
+namespace {
+
+// Fraction of the plateau reached at `bytes`, interpolated in log(size).
+double curve_fraction(const std::vector<std::pair<double, double>>& curve, double bytes) {
+  if (bytes <= curve.front().first) {
+    // Below the first point the time stays at the first point's time (latency floor).
+    return curve.front().second * bytes / curve.front().first;
+  }
+  if (bytes >= curve.back().first) return curve.back().second;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (bytes <= curve[i].first) {
+      const double x0 = std::log(curve[i - 1].first);
+      const double x1 = std::log(curve[i].first);
+      const double w = (std::log(bytes) - x0) / (x1 - x0);
+      return curve[i - 1].second + w * (curve[i].second - curve[i - 1].second);
+    }
+  }
+  return curve.back().second;
+}
+
+Bandwidth plateau(Collective c, const hw::FabricTier& tier) {
+  if (c == Collective::kAllReduce) return tier.allreduce_busbw;
+  if (c == Collective::kSendRecv || c == Collective::kBroadcast) return tier.p2p_bandwidth;
+  return tier.busbw;
+}
+
+}  // namespace
+
+Duration tier_time(Collective c, Bytes bytes, int64_t n, const hw::FabricTier& tier) {
+  if (n <= 1 || bytes.value() <= 0.0) return Duration(0);
+  const Bandwidth top = plateau(c, tier);
+  if (c == Collective::kSendRecv) return tier.latency + bytes / top;
+  if (tier.size_curve.empty()) return ring_time(c, bytes, n, top, tier.latency);
+  const double f = curve_fraction(tier.size_curve, bytes.value());
+  return Bytes(bytes.value() * bus_factor(c, n)) / Bandwidth(top.value() * f);
+}
+
+Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where, const hw::HardwareProfile& hw) {
+  const int64_t n = where.size;
+  if (n <= 1 || bytes.value() <= 0.0) return Duration(0);
+  if (where.intra_node()) {
+    return tier_time(c, bytes, n, hw.tier_for_span(where.local_lo, where.local_hi));
+  }
+  const int64_t g = std::max<int64_t>(1, where.ranks_per_node);
+  const int64_t nodes = where.nodes;
+  const hw::FabricTier& intra = hw.tier_for_span(where.local_lo, where.local_hi);
+  const Bandwidth nic = hw.nic_bandwidth_per_gpu();
+  const Duration a_net = hw.network.latency;
+  const Bytes per_rail(bytes.value() / static_cast<double>(g));
+
+  switch (c) {
+    case Collective::kAllReduce: {
+      const Duration ring = ring_time(c, per_rail, nodes, nic, a_net);
+      const double tree_steps = 2.0 * std::ceil(std::log2(static_cast<double>(nodes)));
+      const Duration tree = a_net * tree_steps + Bytes(2.0 * per_rail.value()) / nic;
+      const Duration inter = std::min(ring, tree);
+      if (g == 1) return inter;
+      return tier_time(Collective::kReduceScatter, bytes, g, intra) + inter +
+             tier_time(Collective::kAllGather, bytes, g, intra);
+    }
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: {
+      const Duration inter = ring_time(c, per_rail, nodes, nic, a_net);
+      if (g == 1) return inter;
+      return inter + tier_time(c, bytes, g, intra);
+    }
+    case Collective::kAllToAll: {
+      // Each rank sends S/n to every peer: (n-g)/n of S leaves the node over its NIC while
+      // (g-1)/n stays on the fabric; the two run concurrently.
+      const double dn = static_cast<double>(n);
+      const Bytes off_node(bytes.value() * static_cast<double>(n - g) / dn);
+      const Bytes on_node(bytes.value() * static_cast<double>(g - 1) / dn);
+      const Duration t_net = a_net + off_node / nic;
+      const Duration t_fab = g > 1 ? intra.latency + on_node / intra.busbw : Duration(0);
+      return std::max(t_net, t_fab);
+    }
+    case Collective::kBroadcast:
+      return a_net * static_cast<double>(nodes - 1) + bytes / nic;
+    case Collective::kSendRecv:
+      return a_net + bytes / Bandwidth(hw.network.nic_bandwidth.value() * hw.network.efficiency);
+  }
+  return Duration(0);
+}
+
+double algbw(Bytes bytes, Duration t) { return t.value() > 0 ? bytes.value() / t.value() : 0.0; }
+
+double busbw(Collective c, Bytes bytes, int64_t n, Duration t) { return algbw(bytes, t) * bus_factor(c, n); }
+
+}  // namespace stepcast::cost

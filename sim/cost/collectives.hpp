@@ -1,0 +1,45 @@
+// Collective communication costs (pure functions).
+//
+// Convention (nccl-tests): `bytes` is the full buffer of the operation: all-reduce in = out =
+// S; all-gather S is the gathered output; reduce-scatter S is the input; all-to-all S is what
+// one rank sends in total; broadcast and send/recv S is the payload.
+// Ring algorithm per rank: all-reduce moves 2(n-1)/n*S in 2(n-1) steps, all-gather and
+// reduce-scatter (n-1)/n*S in n-1 steps; time = steps*alpha + factor*S/busbw, where busbw is the
+// bus bandwidth the link sustains (nccl-tests' busbw). A tier with a measured size curve uses
+// busbw(S) = plateau * fraction(S) instead (log-size interpolation).
+// Across nodes, groups with several ranks per node run hierarchically: an intra-node phase on
+// the fabric, the inter-node phase on the NICs with S divided by the ranks per node (every
+// local rank drives its own rail), then the intra-node phase again; inter-node all-reduce takes
+// the faster of a ring and a double binary tree (2*log2(nodes) latency steps).
+#pragma once
+
+#include "sim/config/hardware.hpp"
+#include "sim/core/units.hpp"
+#include "sim/mesh/rank_mesh.hpp"
+
+namespace stepcast::cost {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv };
+const char* to_string(Collective c);
+
+// Bytes each rank moves over its busiest link per byte of buffer (nccl-tests bus factor).
+double bus_factor(Collective c, int64_t n);
+// Latency steps of the ring algorithm.
+int64_t ring_steps(Collective c, int64_t n);
+
+// Alpha-beta ring time for n ranks on a link of bus bandwidth busbw and step latency alpha.
+core::Duration ring_time(Collective c, core::Bytes bytes, int64_t n, core::Bandwidth busbw,
+                         core::Duration alpha);
+
+// Time inside one fabric tier (uses the tier's size curve when it has one).
+core::Duration tier_time(Collective c, core::Bytes bytes, int64_t n, const hw::FabricTier& tier);
+
+// Time of one collective over a group placed as `where` on hardware `hw`.
+core::Duration collective_time(Collective c, core::Bytes bytes, const mesh::Placement& where,
+                               const hw::HardwareProfile& hw);
+
+// Algorithm bandwidth view of a measured or predicted time (bytes / time) and its bus bandwidth.
+double algbw(core::Bytes bytes, core::Duration t);
+double busbw(Collective c, core::Bytes bytes, int64_t n, core::Duration t);
+
+}  // namespace stepcast::cost

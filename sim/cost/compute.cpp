@@ -1,0 +1,69 @@
+#include "sim/cost/compute.hpp"
+
+#include <algorithm>
+
+namespace stepcast::cost {
+
+using core::Bytes;
+using core::Duration;
+
+namespace {
+double ramp(double x, double half) { return half <= 0.0 ? 1.0 : x / (x + half); }
+hw::Dtype sixteen_bit(const hw::HardwareProfile& hw) {
+  return hw.has_dtype(hw::Dtype::kBf16) ? hw::Dtype::kBf16 : hw::Dtype::kFp16;
+}
+}  // namespace
+
+double gemm_efficiency(const GemmShape& g, hw::Dtype dtype, const hw::HardwareProfile& hw) {
+  const double h = hw.efficiency.gemm_half_dim;
+  return hw.gemm_max_for(dtype) * ramp(g.m, h) * ramp(g.n, h) * ramp(g.k, h);
+}
+
+Duration gemm_time(const GemmShape& g, hw::Dtype dtype, const hw::HardwareProfile& hw) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return Duration(0);
+  const double eff = gemm_efficiency(g, dtype, hw);
+  const Duration compute = g.flops() / core::FlopRate(hw.peak_for(dtype).value() * eff);
+  // Operands in the GEMM dtype, output in 16-bit (fp32 for fp32/tf32).
+  const double in_b = hw::bytes_per_element(dtype);
+  const double out_b = dtype == hw::Dtype::kFp8 ? 2.0 : in_b;
+  const Bytes traffic(g.batch * ((g.m * g.k + g.k * g.n) * in_b + g.m * g.n * out_b));
+  return std::max(compute, memory_time(traffic, hw)) + hw.efficiency.kernel_overhead;
+}
+
+core::Flops AttentionShape::forward_flops() const {
+  const double full = 2.0 * batch * heads * sq * sk * (d_qk + d_v);
+  // A causal mask over a square block skips half the tiles.
+  return core::Flops(causal && sk >= sq ? full * 0.5 * (1.0 + 1.0 / std::max(1.0, sq)) : full);
+}
+
+Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw) {
+  const double eff = (backward ? hw.efficiency.attention_bwd : hw.efficiency.attention_fwd) *
+                     ramp(a.sk, hw.efficiency.gemm_half_dim);
+  const core::Flops f = backward ? a.forward_flops() * 2.5 : a.forward_flops();
+  return f / core::FlopRate(hw.peak_for(sixteen_bit(hw)).value() * eff) + hw.efficiency.kernel_overhead;
+}
+
+Duration unfused_attention_time(const AttentionShape& a, bool backward, bool dropout, hw::Dtype dtype,
+                                const hw::HardwareProfile& hw) {
+  const hw::Dtype d = dtype == hw::Dtype::kFp8 ? sixteen_bit(hw) : dtype;
+  const double e = hw::bytes_per_element(d);
+  const GemmShape qk{a.sq, a.sk, a.d_qk, a.batch * a.heads};
+  const GemmShape pv{a.sq, a.d_v, a.sk, a.batch * a.heads};
+  const double scores = a.batch * a.heads * a.sq * a.sk;
+  // Forward: write scores, read them for the fused scale-mask-softmax and write probabilities,
+  // then dropout reads them and writes the result and a 1-byte mask.
+  double passes = 3.0 * e + (dropout ? 2.0 * e + 1.0 : 0.0);
+  Duration t = gemm_time(qk, d, hw) + gemm_time(pv, d, hw);
+  if (backward) {
+    // Two GEMMs per forward GEMM, softmax and dropout backward read and write twice as much.
+    t = t * 2.0;
+    passes *= 2.0;
+  }
+  return t + memory_time(Bytes(scores * passes), hw) + hw.efficiency.kernel_overhead * 2.0;
+}
+
+Duration memory_time(Bytes bytes, const hw::HardwareProfile& hw) {
+  return bytes / core::Bandwidth(hw.hbm_bandwidth.value() * hw.efficiency.memory_bound);
+}
+
+}  // namespace stepcast::cost

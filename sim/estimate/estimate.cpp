@@ -1,0 +1,226 @@
+#include "sim/estimate/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/cost/collectives.hpp"
+#include "sim/cost/compute.hpp"
+#include "sim/estimate/workload.hpp"
+
+namespace stepcast::estimate {
+
+using core::Bytes;
+using core::Duration;
+using cost::Collective;
+
+double model_flops_per_step(const config::RunConfig& rc) {
+  const auto& m = rc.model;
+  const double s = static_cast<double>(rc.training.seq_len);
+  const double tokens = static_cast<double>(rc.tokens_per_step());
+  const double d_qk = m.mla.enabled() ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+                                      : static_cast<double>(m.head_dim);
+  const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
+  double sk = s;
+  if (m.sliding_window > 0 && m.sliding_window < rc.training.seq_len) {
+    // A windowed causal layer sees ~window keys per query instead of ~s/2.
+    sk = s * (1.0 - m.sliding_layer_fraction) + 2.0 * static_cast<double>(m.sliding_window) * m.sliding_layer_fraction;
+  }
+  // Causal attention forward per token and layer: heads * (d_qk + d_v) * sk FLOPs (QK^T + PV
+  // at 2 FLOPs per MAC over sk/2 keys on average); x3 for forward + backward.
+  const double attn = 3.0 * static_cast<double>(m.heads) * (d_qk + d_v) * sk * static_cast<double>(m.num_layers);
+  return tokens * (6.0 * m.flop_params() + attn);
+}
+
+namespace {
+
+// Time to reduce `bytes` of gradients in DDP buckets: the first bucket 1 MB, the rest
+// bucket_mb, each its own collective (so each pays the latency floor).
+struct BucketPlan {
+  Duration total, last;
+};
+
+BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh::Placement& where,
+                    const hw::HardwareProfile& hw) {
+  BucketPlan plan;
+  if (where.size <= 1 || bytes <= 0) return plan;
+  const double first = std::min(bytes, 1e6);
+  plan.total += cost::collective_time(c, Bytes(first), where, hw);
+  double rest = bytes - first;
+  plan.last = plan.total;
+  if (rest > 0) {
+    const double full = std::floor(rest / bucket_bytes);
+    const double rem = rest - full * bucket_bytes;
+    if (full > 0) {
+      const Duration tb = cost::collective_time(c, Bytes(bucket_bytes), where, hw);
+      plan.total += tb * full;
+      plan.last = tb;
+    }
+    if (rem > 0) {
+      const Duration tr = cost::collective_time(c, Bytes(rem), where, hw);
+      plan.total += tr;
+      plan.last = std::max(plan.last, tr);
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+StepEstimate estimate_step(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  const auto& hw = rc.hardware;
+  WorkloadBuilder wb(rc);
+  StepEstimate out;
+  out.memory = memory::compute_ledger(rc);
+  const memory::StateBytes sb = memory::state_bytes(rc.training);
+  const int zero = p.effective_zero();
+  const double m = static_cast<double>(rc.num_microbatches);
+  const int64_t pp = p.pp;
+  const auto& places = wb.placements();
+
+  std::vector<double> t_stage(static_cast<size_t>(pp)), w_stage(static_cast<size_t>(pp));
+  std::vector<double> compute_stage(static_cast<size_t>(pp)), recompute_stage(static_cast<size_t>(pp));
+  std::vector<double> tp_stage(static_cast<size_t>(pp)), cp_stage(static_cast<size_t>(pp)),
+      ep_stage(static_cast<size_t>(pp)), fsdp_stage(static_cast<size_t>(pp));
+  out.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
+  out.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
+  double hardware_flops_mb = 0;
+  for (int64_t s = 0; s < pp; ++s) {
+    const auto& st = out.memory.stages[static_cast<size_t>(s)];
+    const int64_t first = rc.stage_first_layer[static_cast<size_t>(s)];
+    double f = 0, b = 0, w = 0, comp = 0, rec = 0, tp = 0, cpx = 0, epx = 0, fsdp = 0;
+    auto add = [&](const LayerCost& lc, double count) {
+      f += lc.fwd_time().value() * count;
+      b += lc.bwd_time().value() * count;
+      w += lc.bwd_weight_compute.value() * count;
+      comp += (lc.fwd_compute + lc.bwd_compute).value() * count;
+      rec += lc.recompute.value() * count;
+      tp += lc.tp_exposed.value() * count;
+      cpx += lc.cp_exposed.value() * count;
+      epx += lc.ep_exposed.value() * count;
+      hardware_flops_mb += lc.hardware_flops.value() * count;
+    };
+    int64_t moe_layers = 0;
+    for (int64_t l = first; l < first + st.layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
+    add(wb.dense_layer(), static_cast<double>(st.layers - moe_layers));
+    if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
+    if (s == 0) add(wb.embedding(), 1.0);
+    if (s == pp - 1) add(wb.output_layer(), 1.0);
+
+    // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters, every micro-batch,
+    // hidden behind the layer's own compute when shorter.
+    if (zero >= 3 && p.dp * p.cp > 1 && st.layers > 0) {
+      const double layer_params = (st.dense_params + st.expert_params) / static_cast<double>(st.layers);
+      const Duration ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * sb.weights), places.dp_cp, hw);
+      const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * sb.gradients), places.dp_cp, hw);
+      const double per_layer_f = (f / static_cast<double>(st.layers));
+      const double per_layer_b = (b / static_cast<double>(st.layers));
+      const double bwd_comm = (p.reshard_after_forward ? ag.value() : 0.0) + rs.value();
+      const double exp_f = std::max(0.0, ag.value() - per_layer_f) * static_cast<double>(st.layers) + ag.value();
+      const double exp_b = std::max(0.0, bwd_comm - per_layer_b) * static_cast<double>(st.layers) + rs.value();
+      fsdp = exp_f + exp_b;
+      f += exp_f;
+      b += exp_b;
+    }
+    out.stage_fwd_s[static_cast<size_t>(s)] = f;
+    out.stage_bwd_s[static_cast<size_t>(s)] = b;
+    t_stage[static_cast<size_t>(s)] = f + b;
+    w_stage[static_cast<size_t>(s)] = w;
+    compute_stage[static_cast<size_t>(s)] = comp;
+    recompute_stage[static_cast<size_t>(s)] = rec;
+    tp_stage[static_cast<size_t>(s)] = tp;
+    cp_stage[static_cast<size_t>(s)] = cpx;
+    ep_stage[static_cast<size_t>(s)] = epx;
+    fsdp_stage[static_cast<size_t>(s)] = fsdp;
+  }
+
+  // ---- pipeline ----
+  const auto slowest = static_cast<size_t>(std::max_element(t_stage.begin(), t_stage.end()) - t_stage.begin());
+  const double t_max = t_stage[slowest];
+  double sum = 0;
+  for (double x : t_stage) sum += x;
+  double scale = 1.0;
+  if (p.schedule == config::Schedule::kInterleaved) scale = 1.0 / static_cast<double>(p.vpp);
+  if (p.schedule == config::Schedule::kZbH1) {
+    scale = std::max(0.0, (t_max - 2.0 * w_stage[slowest]) / t_max);
+  }
+  const double pipe_compute = m * t_max + (sum - t_max) * scale;
+  double p2p = 0;
+  if (pp > 1) {
+    const double tp2p = wb.p2p_time().value();
+    p2p = p.schedule == config::Schedule::kInterleaved
+              ? 2.0 * tp2p * static_cast<double>(pp - 1) * static_cast<double>(p.vpp)
+              : 2.0 * tp2p * (m + static_cast<double>(pp) - 2.0);
+  }
+  const double t_pipe = pipe_compute + p2p;
+  out.pipeline_time_s = t_pipe;
+  const double bubble = pipe_compute - m * t_max;
+
+  // ---- data-parallel gradient sync ----
+  double dp_exposed = 0;
+  double param_gather = 0;
+  if (zero < 3) {
+    double end_max = t_pipe;
+    double drain = 0;  // backward still to run on earlier stages after stage s finishes
+    for (int64_t s = 0; s < pp; ++s) {
+      const auto& st = out.memory.stages[static_cast<size_t>(s)];
+      const Collective grad_op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
+      const double bucket = p.bucket_mb * 1e6;
+      BucketPlan dense = bucketed(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, hw);
+      BucketPlan expert = bucketed(grad_op, st.expert_params * sb.gradients, bucket, places.edp, hw);
+      const double total = (dense.total + expert.total).value();
+      const double last = std::max(dense.last, expert.last).value();
+      const double window = out.stage_bwd_s[static_cast<size_t>(s)];
+      const double exposed = p.grad_reduce_overlap ? std::max(last, total - window) : total;
+      if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
+      end_max = std::max(end_max, t_pipe - drain + exposed);
+      if (zero >= 1) {
+        BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket, places.dp_cp, hw);
+        BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, bucket, places.edp, hw);
+        const double ag_total = (ag_d.total + ag_e.total).value();
+        const double ag_exposed = p.param_gather_overlap ? std::max(ag_d.last, ag_e.last).value() : ag_total;
+        param_gather = std::max(param_gather, ag_exposed);
+      }
+    }
+    dp_exposed = end_max - t_pipe;
+  }
+
+  // ---- optimizer ----
+  double opt = 0;
+  for (const auto& st : out.memory.stages) {
+    const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.dp * p.cp)) : 1.0;
+    const double n_edp = static_cast<double>(std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp)));
+    const double local = st.dense_params / shard_dense + st.expert_params / (zero >= 1 ? n_edp : 1.0);
+    // Read master, moments and gradient; write master, moments and the 16-bit weights.
+    const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights);
+    opt = std::max(opt, cost::memory_time(Bytes(bytes), hw).value() + 20.0 * hw.efficiency.kernel_overhead.value());
+  }
+
+  out.step_time_s = t_pipe + dp_exposed + param_gather + opt;
+  out.bubble_fraction = t_pipe > 0 ? bubble / t_pipe : 0.0;
+  const double tokens = static_cast<double>(rc.tokens_per_step());
+  const double gpus = static_cast<double>(rc.cluster.num_gpus);
+  out.tokens_per_s = tokens / out.step_time_s;
+  out.tokens_per_s_per_gpu = out.tokens_per_s / gpus;
+  out.model_flops_per_step = model_flops_per_step(rc);
+  const double peak = hw.peak_for(rc.training.precision).value();
+  out.mfu = out.model_flops_per_step / (out.step_time_s * gpus * peak);
+  out.tflops_per_gpu = out.model_flops_per_step / (out.step_time_s * gpus) / 1e12;
+  // Hardware FLOPs: each rank of a stage runs hardware_flops per micro-batch; gpus/pp ranks per stage.
+  const double hw_flops_step = hardware_flops_mb * m * gpus / static_cast<double>(pp);
+  out.hfu = hw_flops_step / (out.step_time_s * gpus * peak);
+
+  auto& br = out.breakdown;
+  br.compute = m * compute_stage[slowest];
+  br.recompute = m * recompute_stage[slowest];
+  br.exposed_comm["tp"] = m * tp_stage[slowest];
+  br.exposed_comm["cp"] = m * cp_stage[slowest];
+  br.exposed_comm["ep"] = m * ep_stage[slowest];
+  br.exposed_comm["pp"] = p2p;
+  br.exposed_comm["dp"] = dp_exposed + param_gather + m * fsdp_stage[slowest];
+  br.bubble = bubble;
+  br.optimizer = opt;
+  return out;
+}
+
+}  // namespace stepcast::estimate

@@ -1,0 +1,56 @@
+// stepcast analytical step estimate: the fast, pure pass the planner ranks layouts with.
+//
+// Per stage and micro-batch, forward and backward times come from the workload (compute plus
+// the TP/CP/EP communication left exposed after overlap). The pipeline then costs
+//   T_pipe = m * t_max + (sum_s t_s - t_max) * bubble_scale + exposed p2p
+// with t_s = forward + backward of stage s for one micro-batch; bubble_scale is 1 for GPipe and
+// 1F1B, 1/v for interleaved, and (F + B - 2W)/(F + B) for ZB-H1 (W = weight-gradient work);
+// uniform stages give the textbook bubble (p-1)/(m+p-1) (divided by v when interleaved).
+// Data-parallel gradient reduction overlaps the last micro-batch's backward in buckets (the first
+// bucket small, then bucket_mb); what does not fit behind it is exposed. ZeRO-1/2 reduce-scatter
+// gradients and all-gather updated parameters (overlapped with the next forward when
+// param_gather_overlap); ZeRO-3/FSDP gather each layer's weights before use and reduce-scatter
+// its gradients every micro-batch, hidden behind that layer's compute when shorter. The
+// optimizer is HBM-bound over the local shard.
+// MFU = model FLOPs (6 * N * tokens + causal attention, no recompute) / (step * GPUs * dense
+// peak of the training precision). HFU counts recomputed forward work too.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::estimate {
+
+struct Breakdown {
+  double compute = 0;         // seconds of compute on the critical path (incl. recompute)
+  double recompute = 0;       // part of compute spent recomputing forward work
+  std::map<std::string, double> exposed_comm;  // tp, cp, ep, pp, dp
+  double bubble = 0;
+  double optimizer = 0;
+};
+
+struct StepEstimate {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;
+  double hfu = 0;
+  double tflops_per_gpu = 0;  // model TFLOP/s per GPU
+  double bubble_fraction = 0; // bubble time / pipeline time
+  double model_flops_per_step = 0;
+  double pipeline_time_s = 0;
+  std::vector<double> stage_fwd_s, stage_bwd_s;  // per micro-batch
+  Breakdown breakdown;
+  memory::MemoryLedger memory;
+};
+
+// Model FLOPs of one optimizer step (6*N*D over the active parameters plus causal attention).
+double model_flops_per_step(const config::RunConfig& rc);
+
+StepEstimate estimate_step(const config::RunConfig& rc);
+
+}  // namespace stepcast::estimate

@@ -1,0 +1,507 @@
+#include "sim/estimate/workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stepcast::estimate {
+
+using core::Bytes;
+using core::Duration;
+using core::Flops;
+using cost::Collective;
+
+const char* to_string(CommKind k) {
+  switch (k) {
+    case CommKind::kNone: return "none";
+    case CommKind::kTp: return "tp";
+    case CommKind::kCp: return "cp";
+    case CommKind::kEp: return "ep";
+    case CommKind::kPp: return "pp";
+    case CommKind::kDp: return "dp";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Ctx {
+  const config::RunConfig& rc;
+  const hw::HardwareProfile& hw;
+  const GroupPlacements& places;
+  hw::Dtype gemm_dtype;   // dtype of linear-layer GEMMs
+  hw::Dtype act_dtype;    // dtype of stored activations and element-wise work
+  double e = 2.0;         // bytes per activation element
+  double T = 0;           // tokens per rank per micro-batch
+  double T_rep = 0;       // tokens per rank for norms and residuals (T / tp under SP)
+  double t = 1;           // tp
+  bool sp = false;
+};
+
+Op gemm_op(const Ctx& c, const std::string& name, double m, double n, double k, double batch = 1.0,
+           bool weight_grad = false) {
+  Op op;
+  op.name = name;
+  op.kind = OpKind::kGemm;
+  const cost::GemmShape g{m, n, k, batch};
+  op.time = cost::gemm_time(g, c.gemm_dtype, c.hw);
+  op.flops = g.flops();
+  op.weight_grad = weight_grad;
+  return op;
+}
+
+Op mem_op(const Ctx& c, const std::string& name, double bytes) {
+  Op op;
+  op.name = name;
+  op.kind = OpKind::kElementwise;
+  op.bytes = Bytes(bytes);
+  op.time = cost::memory_time(op.bytes, c.hw) + c.hw.efficiency.kernel_overhead;
+  return op;
+}
+
+Op comm_op(const Ctx& c, const std::string& name, CommKind kind, Collective coll, double bytes,
+           const mesh::Placement& where, Duration hidden_by = Duration(0)) {
+  Op op;
+  op.name = name;
+  op.kind = OpKind::kComm;
+  op.comm = kind;
+  op.bytes = Bytes(bytes);
+  op.time = cost::collective_time(coll, op.bytes, where, c.hw);
+  op.hidden_by = hidden_by;
+  return op;
+}
+
+// Appends the backward pair (input gradient, weight gradient) of a forward GEMM.
+void add_gemm_backward(const Ctx& c, std::vector<Op>& bwd, const Op& f, double m, double n, double k,
+                       double batch = 1.0) {
+  bwd.push_back(gemm_op(c, f.name + ".dgrad", m, k, n, batch));
+  bwd.push_back(gemm_op(c, f.name + ".wgrad", k, n, m, batch, true));
+}
+
+// FP8 linear layers quantise their inputs (read 16-bit, write 8-bit) and, in backward, the
+// incoming gradient and the transposed copies the wgrad GEMM needs.
+void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
+                   double m, double n, double k) {
+  if (c.gemm_dtype != hw::Dtype::kFp8) return;
+  fwd.push_back(mem_op(c, name + ".cast", 3.0 * m * k));
+  bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + 3.0 * m * k));
+}
+
+// A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts.
+Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
+                double m, double n, double k, double batch = 1.0) {
+  Op f = gemm_op(c, name, m, n, k, batch);
+  const Duration t = f.time;
+  fwd.push_back(f);
+  add_gemm_backward(c, bwd, f, m, n, k, batch);
+  add_fp8_casts(c, fwd, bwd, name, m * batch, n, k);
+  return t;
+}
+
+// TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
+void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
+              Duration gemm_fwd, Duration gemm_bwd) {
+  if (c.t <= 1) return;
+  const double bytes = c.T * static_cast<double>(c.rc.model.hidden) * c.e;
+  const bool overlap = c.rc.parallel.tp_comm_overlap;
+  if (c.sp) {
+    fwd.push_back(comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+                          overlap ? gemm_fwd : Duration(0)));
+    bwd.push_back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
+                          overlap ? gemm_bwd : Duration(0)));
+  } else {
+    bwd.push_back(comm_op(c, name + ".ar_grad", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
+                          overlap ? gemm_bwd : Duration(0)));
+  }
+}
+
+void tp_exit(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
+             Duration gemm_fwd, Duration gemm_bwd) {
+  if (c.t <= 1) return;
+  const double bytes = c.T * static_cast<double>(c.rc.model.hidden) * c.e;
+  const bool overlap = c.rc.parallel.tp_comm_overlap;
+  if (c.sp) {
+    fwd.push_back(comm_op(c, name + ".rs", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
+                          overlap ? gemm_fwd : Duration(0)));
+    bwd.push_back(comm_op(c, name + ".ag_grad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+                          overlap ? gemm_bwd : Duration(0)));
+  } else {
+    fwd.push_back(comm_op(c, name + ".ar", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
+                          overlap ? gemm_fwd : Duration(0)));
+  }
+}
+
+double sum_time(const std::vector<Op>& ops, size_t from) {
+  double s = 0;
+  for (size_t i = from; i < ops.size(); ++i) {
+    if (ops[i].kind != OpKind::kComm) s += ops[i].time.value();
+  }
+  return s;
+}
+
+}  // namespace
+
+WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
+  const auto& p = rc.parallel;
+  tokens_ = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
+            static_cast<double>(p.cp);
+  mesh::RankMesh m(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp);
+  const int64_t gpn = rc.cluster.gpus_per_node;
+  places_.tp = mesh::place(m.group(0, mesh::Dim::kTp), gpn);
+  places_.cp = mesh::place(m.group(0, mesh::Dim::kCp), gpn);
+  places_.ep = mesh::place(m.group(0, mesh::Dim::kEp), gpn);
+  places_.dp = mesh::place(m.group(0, mesh::Dim::kDp), gpn);
+  places_.dp_cp = mesh::place(m.group(0, mesh::Dim::kDpCp), gpn);
+  places_.edp = mesh::place(m.group(0, mesh::Dim::kEdp), gpn);
+  // Pipeline neighbours: rank 0 and the same position on the next stage.
+  if (p.pp > 1) {
+    places_.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);
+  }
+  dense_ = build_layer(false);
+  if (rc.model.moe.enabled()) moe_ = build_layer(true);
+  embedding_ = build_embedding();
+  output_ = build_output();
+}
+
+Bytes WorkloadBuilder::p2p_bytes() const {
+  const double e = rc_.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+  double b = tokens_ * static_cast<double>(rc_.model.hidden) * e;
+  // Megatron sends 1/tp of the activation per TP rank (scatter/gather or SP-sharded).
+  b /= static_cast<double>(rc_.parallel.tp);
+  return Bytes(b);
+}
+
+Duration WorkloadBuilder::p2p_time() const {
+  if (rc_.parallel.pp <= 1) return Duration(0);
+  return cost::collective_time(Collective::kSendRecv, p2p_bytes(), places_.pp_neighbour, rc_.hardware);
+}
+
+void WorkloadBuilder::finish(LayerCost& c) const {
+  auto exposed = [](const Op& o) { return std::max(0.0, o.time.value() - o.hidden_by.value()); };
+  for (const auto& o : c.fwd) {
+    if (o.kind == OpKind::kComm) {
+      const double x = exposed(o);
+      c.fwd_comm_exposed += Duration(x);
+      if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
+      if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
+      if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
+    } else {
+      c.fwd_compute += o.time;
+      c.model_flops += o.flops;
+    }
+  }
+  for (const auto& o : c.bwd) {
+    if (o.kind == OpKind::kComm) {
+      const double x = exposed(o);
+      c.bwd_comm_exposed += Duration(x);
+      if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
+      if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
+      if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
+    } else {
+      c.bwd_compute += o.time;
+      if (o.weight_grad) c.bwd_weight_compute += o.time;
+      c.hardware_flops += o.flops;
+    }
+  }
+  // Backward model FLOPs are exactly twice the forward GEMM/attention FLOPs.
+  c.hardware_flops += c.model_flops;
+  c.model_flops = c.model_flops * 3.0;
+}
+
+LayerCost WorkloadBuilder::build_layer(bool moe) const {
+  const auto& m = rc_.model;
+  const auto& p = rc_.parallel;
+  Ctx c{rc_, rc_.hardware, places_, rc_.training.precision, rc_.training.precision};
+  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
+  c.e = hw::bytes_per_element(c.act_dtype);
+  c.T = tokens_;
+  c.t = static_cast<double>(p.tp);
+  c.sp = p.sp && p.tp > 1;
+  c.T_rep = c.sp ? c.T / c.t : c.T;
+  const double h = static_cast<double>(m.hidden);
+  const double T = c.T;
+  const double e = c.e;
+  LayerCost lc;
+  auto& F = lc.fwd;
+  auto& B = lc.bwd;
+
+  // ---- attention block ----
+  F.push_back(mem_op(c, "norm1", 2.0 * e * h * c.T_rep));
+  B.push_back(mem_op(c, "norm1.bwd", 4.0 * e * h * c.T_rep));
+  const double heads_local = static_cast<double>(m.heads) / c.t;
+  double q_width = 0, kv_width = 0, v_width = 0;
+  Duration qkv_fwd, qkv_bwd;
+  const size_t qkv_start_f = F.size(), qkv_start_b = B.size();
+  if (m.mla.enabled()) {
+    const double d_qk = static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    const double d_v = static_cast<double>(m.mla.v_head_dim);
+    q_width = heads_local * d_qk;
+    kv_width = heads_local * d_qk;
+    v_width = heads_local * d_v;
+    if (m.mla.q_lora_rank > 0) {
+      linear(c, F, B, "q_down", T, static_cast<double>(m.mla.q_lora_rank), h);
+      linear(c, F, B, "q_up", T, q_width, static_cast<double>(m.mla.q_lora_rank));
+    } else {
+      linear(c, F, B, "q_proj", T, q_width, h);
+    }
+    const double kvr = static_cast<double>(m.mla.kv_lora_rank);
+    linear(c, F, B, "kv_down", T, kvr + static_cast<double>(m.mla.qk_rope_head_dim), h);
+    linear(c, F, B, "kv_up", T, heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim), kvr);
+  } else {
+    const double d = static_cast<double>(m.head_dim);
+    const double kv_local = std::max(static_cast<double>(m.kv_heads), c.t) / c.t;  // replicated when tp > kv heads
+    q_width = heads_local * d;
+    kv_width = kv_local * d;
+    v_width = heads_local * d;
+    linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h);
+  }
+  qkv_fwd = Duration(sum_time(F, qkv_start_f));
+  qkv_bwd = Duration(sum_time(B, qkv_start_b));
+  {
+    // The TP entry collective goes before the QKV GEMM.
+    std::vector<Op> f2, b2;
+    tp_entry(c, f2, b2, "attn_in", qkv_fwd, qkv_bwd);
+    F.insert(F.begin() + static_cast<long>(qkv_start_f), f2.begin(), f2.end());
+    B.insert(B.end(), b2.begin(), b2.end());
+  }
+  if (m.position == model::PositionKind::kRotary) {
+    F.push_back(mem_op(c, "rope", 2.0 * e * T * (q_width + kv_width)));
+    B.push_back(mem_op(c, "rope.bwd", 2.0 * e * T * (q_width + kv_width)));
+  }
+
+  // Attention core.
+  const double s = static_cast<double>(rc_.training.seq_len);
+  const double cp = static_cast<double>(p.cp);
+  const double d_qk = m.mla.enabled() ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+                                      : static_cast<double>(m.head_dim);
+  const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
+  auto attention_times = [&](double sk) {
+    cost::AttentionShape a{static_cast<double>(p.micro_batch_size), heads_local, s / cp, sk, d_qk, d_v, true};
+    if (p.cp_comm == config::CpComm::kUlysses && p.cp > 1) {
+      // Ulysses: full sequence, heads split over cp.
+      a.heads = heads_local / cp;
+      a.sq = s;
+    }
+    Duration f, b;
+    if (rc_.training.attention == config::AttentionImpl::kFlash) {
+      f = cost::flash_attention_time(a, false, c.hw);
+      b = cost::flash_attention_time(a, true, c.hw);
+    } else {
+      f = cost::unfused_attention_time(a, false, rc_.training.dropout, c.act_dtype, c.hw);
+      b = cost::unfused_attention_time(a, true, rc_.training.dropout, c.act_dtype, c.hw);
+    }
+    return std::make_tuple(f, b, a.forward_flops());
+  };
+  auto [af_full, ab_full, fl_full] = attention_times(s);
+  Duration attn_f = af_full, attn_b = ab_full;
+  Flops attn_flops = fl_full;
+  if (m.sliding_window > 0 && m.sliding_window < rc_.training.seq_len && m.sliding_layer_fraction > 0) {
+    auto [af_w, ab_w, fl_w] = attention_times(static_cast<double>(m.sliding_window));
+    const double w = m.sliding_layer_fraction;
+    attn_f = af_full * (1.0 - w) + af_w * w;
+    attn_b = ab_full * (1.0 - w) + ab_w * w;
+    attn_flops = fl_full * (1.0 - w) + fl_w * w;
+  }
+  Op af;
+  af.name = "attention";
+  af.kind = OpKind::kAttention;
+  af.time = attn_f;
+  af.flops = attn_flops;
+  Op ab = af;
+  ab.name = "attention.bwd";
+  ab.time = attn_b;
+  ab.flops = attn_flops * 2.0;
+
+  // Context parallel communication around the attention core.
+  if (p.cp > 1) {
+    const double kv_bytes = T * 2.0 * kv_width * e;  // local K and V
+    if (p.cp_comm == config::CpComm::kRing) {
+      // cp-1 hops, each hidden behind one block of the attention computation.
+      for (int64_t hop = 0; hop + 1 < p.cp; ++hop) {
+        F.push_back(comm_op(c, "cp_ring.kv", CommKind::kCp, Collective::kSendRecv, kv_bytes, places_.cp, attn_f / cp));
+        B.push_back(comm_op(c, "cp_ring.kv_dkv", CommKind::kCp, Collective::kSendRecv, 2.0 * kv_bytes, places_.cp, attn_b / cp));
+      }
+    } else if (p.cp_comm == config::CpComm::kAllGather) {
+      F.push_back(comm_op(c, "cp_ag.kv", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp));
+      B.push_back(comm_op(c, "cp_ag.kv", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp));
+      B.push_back(comm_op(c, "cp_rs.dkv", CommKind::kCp, Collective::kReduceScatter, kv_bytes * cp, places_.cp));
+    } else {
+      const double qkv_bytes = T * (q_width + 2.0 * kv_width) * e;
+      const double o_bytes = T * v_width * e;
+      F.push_back(comm_op(c, "ulysses.a2a_qkv", CommKind::kCp, Collective::kAllToAll, qkv_bytes, places_.cp));
+      F.push_back(comm_op(c, "ulysses.a2a_out", CommKind::kCp, Collective::kAllToAll, o_bytes, places_.cp));
+      B.push_back(comm_op(c, "ulysses.a2a_dout", CommKind::kCp, Collective::kAllToAll, o_bytes, places_.cp));
+      B.push_back(comm_op(c, "ulysses.a2a_dqkv", CommKind::kCp, Collective::kAllToAll, qkv_bytes, places_.cp));
+    }
+  }
+  F.push_back(af);
+  B.push_back(ab);
+
+  const size_t o_f = F.size(), o_b = B.size();
+  linear(c, F, B, "o_proj", T, h, v_width);
+  {
+    std::vector<Op> f2, b2;
+    tp_exit(c, f2, b2, "attn_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
+    F.insert(F.end(), f2.begin(), f2.end());
+    B.insert(B.end(), b2.begin(), b2.end());
+  }
+  const double dropout_bytes = rc_.training.dropout ? (2.0 * e + 1.0) * h * c.T_rep : 0.0;
+  F.push_back(mem_op(c, "residual1", 3.0 * e * h * c.T_rep + dropout_bytes));
+  B.push_back(mem_op(c, "residual1.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
+
+  // ---- MLP block ----
+  F.push_back(mem_op(c, "norm2", 2.0 * e * h * c.T_rep));
+  B.push_back(mem_op(c, "norm2.bwd", 4.0 * e * h * c.T_rep));
+  const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
+  const double act_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
+  if (!moe) {
+    const double f_local = static_cast<double>(m.ffn_hidden) / c.t;
+    const size_t s_f = F.size(), s_b = B.size();
+    linear(c, F, B, "fc1", T, gate * f_local, h);
+    std::vector<Op> f2, b2;
+    tp_entry(c, f2, b2, "mlp_in", Duration(sum_time(F, s_f)), Duration(sum_time(B, s_b)));
+    F.insert(F.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
+    B.insert(B.end(), b2.begin(), b2.end());
+    F.push_back(mem_op(c, "activation", act_passes * e * T * f_local));
+    B.push_back(mem_op(c, "activation.bwd", 2.0 * act_passes * e * T * f_local));
+    const size_t d_f = F.size(), d_b = B.size();
+    linear(c, F, B, "fc2", T, h, f_local);
+    std::vector<Op> f3, b3;
+    tp_exit(c, f3, b3, "mlp_out", Duration(sum_time(F, d_f)), Duration(sum_time(B, d_b)));
+    F.insert(F.end(), f3.begin(), f3.end());
+    B.insert(B.end(), b3.begin(), b3.end());
+  } else {
+    const auto& mo = m.moe;
+    const double E = static_cast<double>(mo.num_experts);
+    const double k = static_cast<double>(mo.top_k);
+    const double ep = static_cast<double>(p.ep);
+    const double etp = static_cast<double>(p.etp);
+    const double Tr = c.T_rep;  // tokens this rank routes
+    linear(c, F, B, "router", Tr, E, h);
+    F.push_back(mem_op(c, "permute", 2.0 * e * Tr * k * h));
+    B.push_back(mem_op(c, "unpermute.bwd", 2.0 * e * Tr * k * h));
+    const double a2a_bytes = Tr * k * h * e;
+    if (p.ep > 1) {
+      F.push_back(comm_op(c, "ep.dispatch", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
+      B.push_back(comm_op(c, "ep.combine_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
+    }
+    // Balanced routing: each of the E/ep local experts sees ep*Tr*k*etp/E tokens.
+    const double experts_local = E / ep;
+    const double tokens_per_expert = ep * Tr * k * etp / E;
+    const double fe_local = static_cast<double>(mo.expert_ffn) / etp;
+    linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local);
+    F.push_back(mem_op(c, "experts.activation", act_passes * e * tokens_per_expert * experts_local * fe_local));
+    B.push_back(mem_op(c, "experts.activation.bwd", 2.0 * act_passes * e * tokens_per_expert * experts_local * fe_local));
+    linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local);
+    if (p.ep > 1) {
+      F.push_back(comm_op(c, "ep.combine", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
+      B.push_back(comm_op(c, "ep.dispatch_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
+    }
+    F.push_back(mem_op(c, "unpermute", 2.0 * e * Tr * k * h));
+    B.push_back(mem_op(c, "permute.bwd", 2.0 * e * Tr * k * h));
+    if (mo.shared_experts > 0) {
+      const double fs_local = static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / c.t;
+      linear(c, F, B, "shared.fc1", T, gate * fs_local, h);
+      F.push_back(mem_op(c, "shared.activation", act_passes * e * T * fs_local));
+      B.push_back(mem_op(c, "shared.activation.bwd", 2.0 * act_passes * e * T * fs_local));
+      linear(c, F, B, "shared.fc2", T, h, fs_local);
+    }
+  }
+  F.push_back(mem_op(c, "residual2", 3.0 * e * h * c.T_rep + dropout_bytes));
+  B.push_back(mem_op(c, "residual2.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
+
+  // ---- recomputation ----
+  if (p.recompute == config::Recompute::kFull) {
+    // The whole forward (with its TP collectives) runs again before this layer's backward.
+    std::vector<Op> re;
+    for (const auto& o : F) {
+      Op r = o;
+      r.name = "recompute." + o.name;
+      r.flops = Flops(0);
+      re.push_back(r);
+    }
+    B.insert(B.begin(), re.begin(), re.end());
+    for (const auto& o : F) {
+      if (o.kind != OpKind::kComm) lc.recompute += o.time;
+    }
+    for (const auto& o : F) {
+      if (o.kind != OpKind::kComm) lc.hardware_flops += o.flops;
+    }
+  } else if (p.recompute == config::Recompute::kSelective &&
+             rc_.training.attention == config::AttentionImpl::kUnfused) {
+    // Selective recompute re-runs the core attention (flash attention already recomputes it).
+    Op r = af;
+    r.name = "recompute.attention";
+    r.flops = Flops(0);
+    B.insert(B.begin(), r);
+    lc.recompute += af.time;
+    lc.hardware_flops += af.flops;
+  }
+  finish(lc);
+  return lc;
+}
+
+LayerCost WorkloadBuilder::build_embedding() const {
+  const auto& m = rc_.model;
+  const auto& p = rc_.parallel;
+  Ctx c{rc_, rc_.hardware, places_, rc_.training.precision, rc_.training.precision};
+  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
+  c.e = hw::bytes_per_element(c.act_dtype);
+  c.T = tokens_;
+  c.t = static_cast<double>(p.tp);
+  c.sp = p.sp && p.tp > 1;
+  c.T_rep = c.sp ? c.T / c.t : c.T;
+  const double h = static_cast<double>(m.hidden);
+  LayerCost lc;
+  lc.fwd.push_back(mem_op(c, "embedding.gather", 2.0 * c.e * c.T * h));
+  if (c.t > 1) {
+    // Vocab-parallel embedding: partial lookups are summed across TP (reduce-scatter under SP).
+    lc.fwd.push_back(comm_op(c, "embedding.tp_reduce", CommKind::kTp,
+                             c.sp ? Collective::kReduceScatter : Collective::kAllReduce, c.T * h * c.e, places_.tp));
+  }
+  // Backward: scatter-add of token gradients into the (dense) embedding gradient.
+  const double vocab_local = static_cast<double>(rc_.padded_vocab) / c.t;
+  lc.bwd.push_back(mem_op(c, "embedding.grad", 2.0 * c.e * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
+  finish(lc);
+  return lc;
+}
+
+LayerCost WorkloadBuilder::build_output() const {
+  const auto& m = rc_.model;
+  const auto& p = rc_.parallel;
+  Ctx c{rc_, rc_.hardware, places_, rc_.training.precision, rc_.training.precision};
+  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
+  // The output layer stays in 16-bit under fp8 training (Transformer Engine keeps it out of fp8).
+  if (c.gemm_dtype == hw::Dtype::kFp8) c.gemm_dtype = c.act_dtype;
+  c.e = hw::bytes_per_element(c.act_dtype);
+  c.T = tokens_;
+  c.t = static_cast<double>(p.tp);
+  c.sp = p.sp && p.tp > 1;
+  c.T_rep = c.sp ? c.T / c.t : c.T;
+  const double h = static_cast<double>(m.hidden);
+  const double v_local = static_cast<double>(rc_.padded_vocab) / c.t;
+  LayerCost lc;
+  lc.fwd.push_back(mem_op(c, "final_norm", 2.0 * c.e * h * c.T_rep));
+  lc.bwd.push_back(mem_op(c, "final_norm.bwd", 4.0 * c.e * h * c.T_rep));
+  const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
+  linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h);
+  std::vector<Op> f2, b2;
+  tp_entry(c, f2, b2, "lm_head_in", Duration(sum_time(lc.fwd, s_f)), Duration(sum_time(lc.bwd, s_b)));
+  lc.fwd.insert(lc.fwd.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
+  lc.bwd.insert(lc.bwd.end(), b2.begin(), b2.end());
+  // Cross-entropy over the local vocabulary slice: upcast, softmax statistics, loss; backward
+  // writes the logit gradient. fp32 logits cost 4 bytes per element per pass.
+  const double lb = rc_.training.fp32_logits ? 4.0 : c.e;
+  const double elems = c.T * v_local;
+  lc.fwd.push_back(mem_op(c, "cross_entropy", elems * (c.e + 3.0 * lb)));
+  lc.bwd.push_back(mem_op(c, "cross_entropy.bwd", elems * (lb + c.e)));
+  if (c.t > 1) {
+    lc.fwd.push_back(comm_op(c, "cross_entropy.tp_stats", CommKind::kTp, Collective::kAllReduce, 3.0 * c.T * 4.0, places_.tp));
+  }
+  if (p.recompute == config::Recompute::kFull) {
+    // Megatron does not recompute the output layer; nothing to add.
+  }
+  finish(lc);
+  return lc;
+}
+
+}  // namespace stepcast::estimate

@@ -1,0 +1,81 @@
+// stepcast workload: what one rank runs for one micro-batch, per layer kind, with costs.
+//
+// The builder turns model + layout into operators (GEMMs with exact per-rank shapes, attention,
+// element-wise passes, and the collectives the layout implies: TP all-reduce or AG/RS under SP,
+// CP ring K/V exchange or Ulysses all-to-all, EP dispatch/combine all-to-all). Each operator
+// gets its duration from sim/cost. Layers of one kind cost the same, so a stage is a count of
+// dense layers, MoE layers and, on the ends, the embedding and the output layer + loss.
+//
+// Units: seconds, FLOPs, bytes. Shapes per rank: T = micro_batch * seq_len / cp tokens;
+// heads, ffn, experts and vocab divided by their parallel degree.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/cost/collectives.hpp"
+#include "sim/cost/compute.hpp"
+
+namespace stepcast::estimate {
+
+enum class OpKind { kGemm, kAttention, kElementwise, kComm };
+enum class CommKind { kNone, kTp, kCp, kEp, kPp, kDp };
+const char* to_string(CommKind k);
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::kGemm;
+  CommKind comm = CommKind::kNone;
+  core::Duration time;
+  core::Flops flops;           // useful model FLOPs of this op (0 for comm)
+  core::Bytes bytes;           // comm payload (nccl-tests convention) or HBM traffic
+  core::Duration hidden_by;    // compute it can overlap with (TP overlap, CP ring); 0 = exposed
+  bool weight_grad = false;    // backward weight-gradient GEMM (zero-bubble schedules defer it)
+};
+
+// Costs of one layer kind for one micro-batch on one rank.
+struct LayerCost {
+  std::vector<Op> fwd;
+  std::vector<Op> bwd;  // includes recomputed forward work when recompute is on
+  core::Duration fwd_compute, bwd_compute, bwd_weight_compute, recompute;
+  core::Duration fwd_comm_exposed, bwd_comm_exposed;  // comm on the compute critical path
+  core::Duration tp_exposed, cp_exposed, ep_exposed;  // split of the exposed comm (fwd+bwd)
+  core::Flops model_flops;     // forward + backward, no recompute
+  core::Flops hardware_flops;  // including recomputed forward
+  [[nodiscard]] core::Duration fwd_time() const { return fwd_compute + fwd_comm_exposed; }
+  [[nodiscard]] core::Duration bwd_time() const { return bwd_compute + bwd_comm_exposed; }
+};
+
+struct GroupPlacements {
+  mesh::Placement tp, cp, ep, dp, dp_cp, edp, pp_neighbour;
+};
+
+class WorkloadBuilder {
+ public:
+  explicit WorkloadBuilder(const config::RunConfig& rc);
+
+  [[nodiscard]] const LayerCost& dense_layer() const { return dense_; }
+  [[nodiscard]] const LayerCost& moe_layer() const { return moe_; }
+  [[nodiscard]] const LayerCost& embedding() const { return embedding_; }
+  [[nodiscard]] const LayerCost& output_layer() const { return output_; }
+  [[nodiscard]] const GroupPlacements& placements() const { return places_; }
+  // Tokens one rank processes per micro-batch.
+  [[nodiscard]] double tokens() const { return tokens_; }
+  // Bytes of one pipeline send (activation or its gradient) per micro-batch.
+  [[nodiscard]] core::Bytes p2p_bytes() const;
+  [[nodiscard]] core::Duration p2p_time() const;
+
+ private:
+  LayerCost build_layer(bool moe) const;
+  LayerCost build_embedding() const;
+  LayerCost build_output() const;
+  void finish(LayerCost& c) const;
+
+  const config::RunConfig& rc_;
+  double tokens_ = 0;
+  GroupPlacements places_;
+  LayerCost dense_, moe_, embedding_, output_;
+};
+
+}  // namespace stepcast::estimate

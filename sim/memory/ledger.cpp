@@ -1,0 +1,222 @@
+#include "sim/memory/ledger.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stepcast::memory {
+
+using core::Bytes;
+using config::Recompute;
+using config::Schedule;
+
+StateBytes state_bytes(const config::Training& t) {
+  StateBytes s;
+  const bool fp32 = t.precision == hw::Dtype::kFp32;
+  s.weights = fp32 ? 4.0 : 2.0;
+  s.gradients = hw::bytes_per_element(t.grad_dtype);
+  const double master = (t.master_weights && !fp32) ? 4.0 : 0.0;
+  s.optimizer = (t.optimizer == config::Optimizer::kAdam ? 8.0 : 4.0) + master;
+  return s;
+}
+
+double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n) {
+  const double dn = static_cast<double>(std::max<int64_t>(1, n));
+  switch (zero_stage) {
+    case 0: return s.weights + s.gradients + s.optimizer;
+    case 1: return s.weights + s.gradients + s.optimizer / dn;
+    case 2: return s.weights + (s.gradients + s.optimizer) / dn;
+    default: return (s.weights + s.gradients + s.optimizer) / dn;
+  }
+}
+
+namespace {
+
+double act_bytes_per_element(const config::RunConfig& rc) {
+  return rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+}
+
+}  // namespace
+
+Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double e = act_bytes_per_element(rc);
+  const double t = static_cast<double>(p.tp);
+  const bool sp = p.sp && p.tp > 1;
+  const double s_local = static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
+  const double T = static_cast<double>(p.micro_batch_size) * s_local;  // tokens on this rank
+  const double h = static_cast<double>(m.hidden);
+  const double rep = sp ? t : 1.0;  // divisor of the replicated terms
+
+  if (p.recompute == Recompute::kFull) return Bytes(e * h * T / rep);
+
+  // Replicated terms (per token).
+  double replicated = 2.0 * e * h + e * h + e * h;
+  if (rc.training.dropout) replicated += 2.0 * h;
+  // Terms split across TP.
+  const double heads_local = static_cast<double>(m.heads) / t;
+  double q_w = 0, kv_w = 0, v_w = 0;
+  if (m.mla.enabled()) {
+    q_w = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    kv_w = q_w;
+    v_w = heads_local * static_cast<double>(m.mla.v_head_dim);
+    // Latent inputs of the up-projections (replicated).
+    replicated += e * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
+  } else {
+    const double kv_local = std::max(static_cast<double>(m.kv_heads), t) / t;
+    q_w = heads_local * static_cast<double>(m.head_dim);
+    kv_w = kv_local * static_cast<double>(m.head_dim);
+    v_w = heads_local * static_cast<double>(m.head_dim);
+  }
+  double split = e * (q_w + kv_w + kv_w) + e * v_w;
+  const double mlp_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
+  if (!moe_layer) {
+    split += mlp_passes * e * static_cast<double>(m.ffn_hidden) / t;
+  } else {
+    const auto& mo = m.moe;
+    const double k = static_cast<double>(mo.top_k);
+    const double etp = static_cast<double>(p.etp);
+    // Per routed token copy: the permuted input and the expert's MLP activations; routing
+    // probabilities in fp32 per expert.
+    const double routed = k * (e * h + mlp_passes * e * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
+    split += routed + 4.0 * static_cast<double>(mo.num_experts) / t;
+    if (mo.shared_experts > 0) {
+      split += mlp_passes * e * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
+    }
+  }
+  double scores = 0;
+  const double s_full = static_cast<double>(rc.training.seq_len);
+  if (rc.training.attention == config::AttentionImpl::kUnfused) {
+    if (p.recompute != Recompute::kSelective) {
+      scores = heads_local * s_full * (e + (rc.training.dropout ? 1.0 + e : 0.0));
+    }
+  } else {
+    scores = 4.0 * heads_local;  // fp32 log-sum-exp
+  }
+  return Bytes(T * (replicated / rep + split + scores));
+}
+
+double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
+  const auto& p = rc.parallel;
+  const double m = static_cast<double>(rc.num_microbatches);
+  const double pp = static_cast<double>(p.pp);
+  const double r = static_cast<double>(stage);
+  switch (p.schedule) {
+    case Schedule::kGpipe: return m;
+    case Schedule::kOneFOneB:
+    case Schedule::kZbH1: return std::min(m, pp - r);
+    case Schedule::kInterleaved: {
+      const double v = static_cast<double>(p.vpp);
+      const double chunks = std::min(m * v, 2.0 * (pp - r - 1.0) + (v - 1.0) * pp + 1.0);
+      return chunks / v;
+    }
+  }
+  return m;
+}
+
+MemoryLedger compute_ledger(const config::RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double t = static_cast<double>(p.tp);
+  const StateBytes sb = state_bytes(rc.training);
+  const int zero = p.effective_zero();
+  const int64_t n_dense = p.dp * p.cp;
+  const int64_t n_expert = std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp));
+  const double h = static_cast<double>(m.hidden);
+  const double e = act_bytes_per_element(rc);
+
+  MemoryLedger ledger;
+  ledger.capacity = rc.hardware.hbm_capacity;
+  for (int64_t s = 0; s < p.pp; ++s) {
+    StageMemory st;
+    st.stage = s;
+    st.layers = rc.stage_layers[static_cast<size_t>(s)];
+    const int64_t first = rc.stage_first_layer[static_cast<size_t>(s)];
+    double dense_params = 0, expert_params = 0, largest_layer = 0;
+    int64_t moe_layers = 0;
+    for (int64_t l = first; l < first + st.layers; ++l) {
+      double layer_dense = m.attention_params() / t;
+      double layer_expert = 0;
+      if (m.is_moe_layer(l)) {
+        ++moe_layers;
+        const auto& mo = m.moe;
+        layer_dense += h * static_cast<double>(mo.num_experts) +
+                       static_cast<double>(m.mlp_matrices()) * h *
+                           static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
+        layer_expert = static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() /
+                       static_cast<double>(p.etp);
+      } else {
+        layer_dense += m.dense_mlp_params() / t;
+      }
+      dense_params += layer_dense;
+      expert_params += layer_expert;
+      largest_layer = std::max(largest_layer, layer_dense + layer_expert);
+    }
+    const double vh = static_cast<double>(rc.padded_vocab) * h / t;
+    if (s == 0) {
+      dense_params += vh;
+      if (m.position == model::PositionKind::kLearned) dense_params += static_cast<double>(m.max_positions) * h;
+    }
+    if (s == p.pp - 1) {
+      dense_params += h;  // final norm
+      if (!m.tied_embeddings || p.pp > 1) dense_params += vh;
+    }
+    st.params = dense_params + expert_params;
+    st.dense_params = dense_params;
+    st.expert_params = expert_params;
+    st.largest_layer_params = largest_layer;
+
+    auto shard = [&](double params, int64_t n, double bytes_w, double bytes_g, double bytes_o, Bytes& w, Bytes& g, Bytes& o) {
+      const double dn = static_cast<double>(std::max<int64_t>(1, n));
+      w += Bytes(params * bytes_w / (zero >= 3 ? dn : 1.0));
+      g += Bytes(params * bytes_g / (zero >= 2 ? dn : 1.0));
+      o += Bytes(params * bytes_o / (zero >= 1 ? dn : 1.0));
+    };
+    shard(dense_params, n_dense, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
+    shard(expert_params, n_expert, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
+
+    // Activations.
+    const double inflight = inflight_microbatches(rc, s);
+    st.inflight_microbatches = static_cast<int64_t>(std::ceil(inflight));
+    const Bytes dense_act = layer_activation_bytes(rc, false);
+    const Bytes moe_act = m.moe.enabled() ? layer_activation_bytes(rc, true) : dense_act;
+    st.activation_per_layer = moe_layers > 0 ? moe_act : dense_act;
+    const Bytes per_mb = dense_act * static_cast<double>(st.layers - moe_layers) + moe_act * static_cast<double>(moe_layers);
+    st.activations = per_mb * inflight;
+    // Backward working set: one layer's activation gradients; under full recompute also the
+    // layer being rebuilt.
+    config::RunConfig no_recompute = rc;
+    no_recompute.parallel.recompute = Recompute::kNone;
+    const Bytes full_layer = layer_activation_bytes(no_recompute, moe_layers > 0);
+    st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
+    const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
+                          static_cast<double>(p.cp);
+    if (s == p.pp - 1) {
+      const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
+      st.logits = Bytes(elems * (e + (rc.training.fp32_logits ? 4.0 : 0.0)));
+      st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0));  // final norm input
+    }
+    // Buffers.
+    if (zero >= 3) {
+      const double gathered = largest_layer * sb.weights * 2.0 + largest_layer * sb.gradients;
+      st.buffers += Bytes(gathered);
+      if (p.fsdp && !p.reshard_after_forward) {
+        const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));
+        st.buffers += Bytes(st.params * sb.weights * (1.0 - 1.0 / dn));
+      }
+    } else if (p.dp * p.cp > 1) {
+      st.buffers += Bytes(p.bucket_mb * 1e6);
+    }
+    st.runtime = rc.hardware.runtime_reserved;
+    ledger.stages.push_back(st);
+  }
+  ledger.peak_stage = 0;
+  for (size_t i = 1; i < ledger.stages.size(); ++i) {
+    if (ledger.stages[i].total() > ledger.stages[static_cast<size_t>(ledger.peak_stage)].total()) {
+      ledger.peak_stage = static_cast<int64_t>(i);
+    }
+  }
+  return ledger;
+}
+
+}  // namespace stepcast::memory

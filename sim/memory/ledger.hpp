@@ -1,0 +1,82 @@
+// stepcast memory ledger: bytes per GPU on each pipeline stage.
+//
+// Model state per parameter (mixed precision): weights w (2 bytes bf16/fp16, 4 fp32), gradients
+// g (grad_dtype), optimizer o (Adam: 8 for m and v, + 4 fp32 master when master_weights; SGD
+// momentum 4 + master 4). ZeRO over N data-parallel ranks (dp*cp for dense parameters, the
+// expert-data-parallel group for experts):
+//   stage 0: w + g + o;  1: w + g + o/N;  2: w + (g + o)/N;  3 / FSDP: (w + g + o)/N
+// (Adam, bf16: 16 bytes, stage 1 2+2+12/N, stage 2 2+14/N, stage 3 16/N). ZeRO-3 adds gather
+// buffers (current + prefetched layer unsharded, one layer's unsharded gradient); FSDP without
+// reshard_after_forward keeps every unsharded weight resident through backward.
+//
+// Activations per layer and micro-batch (Korthikanti et al. 2022, generalised to GQA, gated MLPs
+// and MoE): with e bytes per element, per token:
+//   replicated across TP unless SP: 2 norm inputs (2eh), QKV input (eh), MLP input (eh),
+//     dropout masks (2h, 1 byte each, when dropout is on)
+//   split by TP: Q, K, V (e*(q + 2kv)), attention output (e*q), MLP: gated 3ef, plain 2ef
+//   attention scores (unfused only, dropped by selective recompute): heads*s*(e + 1 + e)
+//   flash attention keeps only the fp32 log-sum-exp (4 bytes per head and token)
+// For GPT (f = 4h, kv = heads, plain MLP, dropout, unfused) this is s*b*h*(34 + 5*a*s/h),
+// with TP t: s*b*h*(10 + 24/t + 5*a*s/(h*t)), with SP: s*b*h/t*(34 + 5*a*s/h).
+// Full recompute keeps only each layer's input (2sbh, /t with SP) plus one layer rebuilt at a
+// time. CP divides s. Micro-batches in flight on stage r (0-based) of p: GPipe m; 1F1B and
+// ZB-H1 min(m, p - r); interleaved min(m*v, 2(p - r - 1) + (v - 1)p + 1) chunks of L/(p*v) layers.
+// The last stage also holds one micro-batch's logits (16-bit output + fp32 copy for the loss).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/units.hpp"
+
+namespace stepcast::memory {
+
+struct StageMemory {
+  int64_t stage = 0;
+  int64_t layers = 0;
+  double params = 0;          // parameters held by one rank of this stage (before ZeRO sharding)
+  double dense_params = 0;    // of which sharded over dp*cp (non-expert)
+  double expert_params = 0;   // of which sharded over the expert-data-parallel group
+  double largest_layer_params = 0;
+  core::Bytes weights, gradients, optimizer;
+  core::Bytes activations;    // stored activations for all in-flight micro-batches
+  core::Bytes transient;      // backward working set (one layer's worth) and recompute buffer
+  core::Bytes logits;         // last stage: logits of one micro-batch
+  core::Bytes buffers;        // communication buckets, ZeRO-3 gather buffers
+  core::Bytes runtime;        // CUDA context, NCCL, allocator reserve (from the hardware profile)
+  int64_t inflight_microbatches = 0;  // in layer-stack units for interleaved (chunks / v)
+  core::Bytes activation_per_layer;   // one layer, one micro-batch
+  [[nodiscard]] core::Bytes model_state() const { return weights + gradients + optimizer; }
+  [[nodiscard]] core::Bytes total() const {
+    return weights + gradients + optimizer + activations + transient + logits + buffers + runtime;
+  }
+};
+
+struct MemoryLedger {
+  std::vector<StageMemory> stages;
+  core::Bytes capacity;
+  int64_t peak_stage = 0;
+  [[nodiscard]] core::Bytes peak() const { return stages[static_cast<size_t>(peak_stage)].total(); }
+  [[nodiscard]] bool fits() const { return peak() <= capacity; }
+};
+
+// Bytes per parameter of each state under the run's precision and optimizer (unsharded).
+struct StateBytes {
+  double weights = 2, gradients = 2, optimizer = 12;
+  [[nodiscard]] double total() const { return weights + gradients + optimizer; }
+};
+StateBytes state_bytes(const config::Training& t);
+
+// Per-GPU model-state bytes per parameter under ZeRO stage z over n ranks.
+double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n);
+
+// Activation bytes of one transformer layer for one micro-batch on one rank.
+core::Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer);
+
+// Micro-batches (in units of a full stage's layers) in flight on `stage`.
+double inflight_microbatches(const config::RunConfig& rc, int64_t stage);
+
+MemoryLedger compute_ledger(const config::RunConfig& rc);
+
+}  // namespace stepcast::memory

@@ -1,0 +1,158 @@
+#include "sim/report/output.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace stepcast::report {
+
+using core::Json;
+
+const char* tool_version() { return "0.1.0"; }
+
+std::string content_hash(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+Json ledger_json(const memory::MemoryLedger& l) {
+  Json stages = Json::array();
+  for (const auto& s : l.stages) {
+    stages.push_back({{"stage", s.stage},
+                      {"layers", s.layers},
+                      {"params_per_gpu", s.params},
+                      {"weights_bytes", s.weights.value()},
+                      {"gradients_bytes", s.gradients.value()},
+                      {"optimizer_bytes", s.optimizer.value()},
+                      {"activations_bytes", s.activations.value()},
+                      {"activation_per_layer_bytes", s.activation_per_layer.value()},
+                      {"inflight_microbatches", s.inflight_microbatches},
+                      {"transient_bytes", s.transient.value()},
+                      {"logits_bytes", s.logits.value()},
+                      {"buffers_bytes", s.buffers.value()},
+                      {"runtime_bytes", s.runtime.value()},
+                      {"total_bytes", s.total().value()}});
+  }
+  return {{"stages", stages},
+          {"capacity_bytes", l.capacity.value()},
+          {"peak_stage", l.peak_stage},
+          {"peak_bytes", l.peak().value()},
+          {"fits", l.fits()}};
+}
+
+Json run_summary_json(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  return {{"model", rc.model.name},
+          {"params", rc.model.total_params()},
+          {"active_params", rc.model.active_params()},
+          {"hardware", rc.hardware.name},
+          {"num_gpus", rc.cluster.num_gpus},
+          {"gpus_per_node", rc.cluster.gpus_per_node},
+          {"seq_len", rc.training.seq_len},
+          {"global_batch_size", rc.training.global_batch_size},
+          {"precision", hw::to_string(rc.training.precision)},
+          {"layout",
+           {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp},
+            {"vpp", p.vpp}, {"sp", p.sp}, {"micro_batch_size", p.micro_batch_size},
+            {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
+            {"fsdp", p.fsdp}, {"recompute", config::to_string(p.recompute)},
+            {"schedule", config::to_string(p.schedule)}}},
+          {"assumptions", rc.assumptions}};
+}
+
+Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command) {
+  Json br = {{"compute_s", e.breakdown.compute},
+             {"recompute_s", e.breakdown.recompute},
+             {"exposed_comm_s", e.breakdown.exposed_comm},
+             {"bubble_s", e.breakdown.bubble},
+             {"optimizer_s", e.breakdown.optimizer}};
+  Json out = {{"schema_version", kSchemaVersion},
+              {"tool", "stepcast"},
+              {"tool_version", tool_version()},
+              {"command", command},
+              {"run", run_summary_json(rc)},
+              {"step_time_s", e.step_time_s},
+              {"tokens_per_s", e.tokens_per_s},
+              {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
+              {"mfu", e.mfu},
+              {"hfu", e.hfu},
+              {"tflops_per_gpu", e.tflops_per_gpu},
+              {"model_flops_per_step", e.model_flops_per_step},
+              {"bubble_fraction", e.bubble_fraction},
+              {"pipeline_time_s", e.pipeline_time_s},
+              {"peak_memory_bytes", e.memory.peak().value()},
+              {"fits", e.memory.fits()},
+              {"memory", ledger_json(e.memory)},
+              {"breakdown", br}};
+  out["input_hash"] = content_hash(out["run"].dump());
+  return out;
+}
+
+namespace {
+std::string gib(core::Bytes b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", b.value() / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+}  // namespace
+
+std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger& l) {
+  std::ostringstream o;
+  o << "memory per GPU (GiB) for " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name
+    << " (tp " << rc.parallel.tp << ", pp " << rc.parallel.pp << ", dp " << rc.parallel.dp << ", cp " << rc.parallel.cp
+    << ", zero " << rc.parallel.effective_zero() << ", recompute " << config::to_string(rc.parallel.recompute) << ")\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-6s %6s %9s %9s %9s %11s %8s %9s %8s %8s %8s %9s\n", "stage", "layers", "weights",
+                "grads", "optim", "activations", "in-flt", "transient", "logits", "buffers", "runtime", "total");
+  o << line;
+  for (const auto& s : l.stages) {
+    std::snprintf(line, sizeof line, "%-6lld %6lld %9s %9s %9s %11s %8lld %9s %8s %8s %8s %9s\n",
+                  static_cast<long long>(s.stage), static_cast<long long>(s.layers), gib(s.weights).c_str(),
+                  gib(s.gradients).c_str(), gib(s.optimizer).c_str(), gib(s.activations).c_str(),
+                  static_cast<long long>(s.inflight_microbatches), gib(s.transient).c_str(), gib(s.logits).c_str(),
+                  gib(s.buffers).c_str(), gib(s.runtime).c_str(), gib(s.total()).c_str());
+    o << line;
+  }
+  const double over = l.peak().value() - l.capacity.value();
+  o << "peak " << gib(l.peak()) << " GiB on stage " << l.peak_stage << " of " << gib(l.capacity) << " GiB: ";
+  if (over <= 0) {
+    o << "fits (" << gib(core::Bytes(-over)) << " GiB free)\n";
+  } else {
+    o << "DOES NOT FIT, over by " << gib(core::Bytes(over)) << " GiB\n";
+  }
+  return o.str();
+}
+
+std::string estimate_table(const config::RunConfig& rc, const estimate::StepEstimate& e) {
+  std::ostringstream o;
+  char line[256];
+  o << "analytical estimate: " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name << "\n";
+  std::snprintf(line, sizeof line,
+                "  layout       tp %lld  pp %lld  dp %lld  cp %lld  ep %lld  vpp %lld  mbs %lld  m %lld  %s  zero %d  recompute %s\n",
+                static_cast<long long>(rc.parallel.tp), static_cast<long long>(rc.parallel.pp),
+                static_cast<long long>(rc.parallel.dp), static_cast<long long>(rc.parallel.cp),
+                static_cast<long long>(rc.parallel.ep), static_cast<long long>(rc.parallel.vpp),
+                static_cast<long long>(rc.parallel.micro_batch_size), static_cast<long long>(rc.num_microbatches),
+                config::to_string(rc.parallel.schedule).c_str(), rc.parallel.effective_zero(),
+                config::to_string(rc.parallel.recompute).c_str());
+  o << line;
+  std::snprintf(line, sizeof line, "  step time    %.4f s\n  tokens/s     %.0f (%.1f per GPU)\n  MFU          %.1f%% (HFU %.1f%%), %.1f model TFLOP/s per GPU\n  bubble       %.1f%% of the pipeline\n",
+                e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu, 100 * e.mfu, 100 * e.hfu, e.tflops_per_gpu,
+                100 * e.bubble_fraction);
+  o << line;
+  std::snprintf(line, sizeof line, "  peak memory  %.2f GiB of %.2f GiB (%s)\n", e.memory.peak().value() / 1073741824.0,
+                e.memory.capacity.value() / 1073741824.0, e.memory.fits() ? "fits" : "DOES NOT FIT");
+  o << line;
+  o << "  breakdown (s): compute " << e.breakdown.compute << " (recompute " << e.breakdown.recompute << "), bubble "
+    << e.breakdown.bubble << ", optimizer " << e.breakdown.optimizer << ", exposed comm:";
+  for (const auto& [k, v] : e.breakdown.exposed_comm) o << " " << k << " " << v;
+  o << "\n";
+  return o.str();
+}
+
+}  // namespace stepcast::report

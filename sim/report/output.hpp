@@ -1,0 +1,31 @@
+// stepcast output contract: one JSON object per prediction, with stable keys, plus table views.
+//
+// Keys (all SI units): step_time_s, tokens_per_s, tokens_per_s_per_gpu, mfu, hfu, tflops_per_gpu,
+// bubble_fraction, peak_memory_bytes, fits, memory (per-stage ledger), breakdown (compute,
+// recompute, exposed_comm by kind, bubble, optimizer), and provenance (schema_version, tool
+// version, command, input hash). docs/OUTPUT.md documents every key.
+#pragma once
+
+#include <string>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/estimate/estimate.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::report {
+
+inline constexpr int kSchemaVersion = 1;
+const char* tool_version();
+
+core::Json ledger_json(const memory::MemoryLedger& l);
+core::Json run_summary_json(const config::RunConfig& rc);
+core::Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command);
+
+std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger& l);
+std::string estimate_table(const config::RunConfig& rc, const estimate::StepEstimate& e);
+
+// FNV-1a hash of a canonical JSON dump, for provenance.
+std::string content_hash(const std::string& text);
+
+}  // namespace stepcast::report
