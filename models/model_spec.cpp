@@ -252,8 +252,9 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   if (m.position == PositionKind::kLearned && m.max_positions == 0) {
     issues.add(path, "learned position embeddings need n_positions or max_position_embeddings");
   }
+  const bool layernorm_default = gpt2_like || model_type == "nemotron" || model_type == "gpt_neox";
   const std::string norm =
-      r.get_choice("norm", {"rmsnorm", "layernorm"}, gpt2_like ? "layernorm" : "rmsnorm");
+      r.get_choice("norm", {"rmsnorm", "layernorm"}, layernorm_default ? "layernorm" : "rmsnorm");
   m.norm = norm == "layernorm" ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   m.linear_bias = r.get_bool("linear_bias", gpt2_like);
   const bool attention_bias = r.get_bool("attention_bias", false);

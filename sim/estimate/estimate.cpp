@@ -85,6 +85,7 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
   out.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
   out.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
   double hardware_flops_mb = 0;
+  double model_flops_mb = 0;
   for (int64_t s = 0; s < pp; ++s) {
     const auto& st = out.memory.stages[static_cast<size_t>(s)];
     const int64_t first = rc.stage_first_layer[static_cast<size_t>(s)];
@@ -99,6 +100,7 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
       cpx += lc.cp_exposed.value() * count;
       epx += lc.ep_exposed.value() * count;
       hardware_flops_mb += lc.hardware_flops.value() * count;
+      model_flops_mb += lc.model_flops.value() * count;
     };
     int64_t moe_layers = 0;
     for (int64_t l = first; l < first + st.layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
@@ -206,9 +208,8 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
   const double peak = hw.peak_for(rc.training.precision).value();
   out.mfu = out.model_flops_per_step / (out.step_time_s * gpus * peak);
   out.tflops_per_gpu = out.model_flops_per_step / (out.step_time_s * gpus) / 1e12;
-  // Hardware FLOPs: each rank of a stage runs hardware_flops per micro-batch; gpus/pp ranks per stage.
-  const double hw_flops_step = hardware_flops_mb * m * gpus / static_cast<double>(pp);
-  out.hfu = hw_flops_step / (out.step_time_s * gpus * peak);
+  // HFU: model FLOPs scaled by the executed / useful ratio of the operator FLOPs (recompute).
+  out.hfu = out.mfu * (model_flops_mb > 0 ? hardware_flops_mb / model_flops_mb : 1.0);
 
   auto& br = out.breakdown;
   br.compute = m * compute_stage[slowest];

@@ -158,7 +158,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       if (m.position == model::PositionKind::kLearned) dense_params += static_cast<double>(m.max_positions) * h;
     }
     if (s == p.pp - 1) {
-      dense_params += h;  // final norm
+      // Final norm (h for RMSNorm, 2h for LayerNorm).
+      dense_params += m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h);
       if (!m.tied_embeddings || p.pp > 1) dense_params += vh;
     }
     st.params = dense_params + expert_params;

@@ -1,0 +1,168 @@
+// Bad run files: every mistake is a ConfigError whose message names the JSON path of the
+// offending field and, where there is one, the bad value (and what is allowed), so a user can
+// fix the file without reading the source.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::config {
+namespace {
+
+using core::Json;
+
+// A valid run: Llama-3.1-8B on one 8-GPU H100 node, TP 2, DP 4 (derived).
+const char* kBase = R"({
+  "model": "llama3.1-8b",
+  "hardware": "h100-sxm",
+  "cluster": {"num_gpus": 8},
+  "training": {"seq_len": 4096, "global_batch_size": 16},
+  "parallel": {"tp": 2}
+})";
+
+struct BadCase {
+  std::string name;
+  std::string patch;                   // RFC 7386 merge patch applied to kBase (null deletes)
+  std::vector<std::string> must_have;  // JSON path first, then the bad value / allowed values
+};
+
+std::ostream& operator<<(std::ostream& os, const BadCase& c) { return os << c.name; }
+
+class BadRunFile : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadRunFile, ReportsPathAndValue) {
+  const BadCase& c = GetParam();
+  Json run = Json::parse(kBase);
+  run.merge_patch(Json::parse(c.patch));
+  EXPECT_THROW(parse_run(run, "<test>", ""), core::ConfigError);
+  try {
+    parse_run(run, "<test>", "");
+  } catch (const core::ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(e.issues().empty());
+    for (const auto& frag : c.must_have) {
+      EXPECT_NE(msg.find(frag), std::string::npos) << "message lacks \"" << frag << "\":\n" << msg;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+// clang-format off
+const std::vector<BadCase> kCases = {
+    // A key stepcast does not know at the top level (typo of "parallel").
+    {"UnknownTopLevelKey", R"({"parallelism": {"tp": 2}})", {"$.parallelism", "unknown key"}},
+    // A typo inside the parallel section.
+    {"UnknownParallelKey", R"({"parallel": {"tpp": 2}})", {"$.parallel.tpp", "unknown key"}},
+    // Attention heads (32) must split evenly over TP ranks.
+    {"TpNotDividingHeads", R"({"cluster": {"num_gpus": 6}, "parallel": {"tp": 3}})",
+     {"$.parallel.tp", "got 3", "num_attention_heads (32)"}},
+    // 32 layers cannot be cut into 3 equal pipeline stages.
+    {"LayersNotDividingPp", R"({"cluster": {"num_gpus": 6}, "parallel": {"tp": 2, "pp": 3}})",
+     {"$.parallel.pp", "32", "3*1 = 3"}},
+    // ... nor into pp*vpp = 12 virtual stages.
+    {"LayersNotDividingPpVpp", R"({"parallel": {"tp": 2, "pp": 4, "vpp": 3}})",
+     {"$.parallel.vpp", "32", "4*3 = 12"}},
+    // Global batch 30 is not a multiple of dp*micro_batch_size = 4*2.
+    {"BatchNotDividingDpMbs", R"({"training": {"global_batch_size": 30}, "parallel": {"micro_batch_size": 2}})",
+     {"$.training.global_batch_size", "got 30", "4*2 = 8"}},
+    // A cluster needs at least one GPU.
+    {"ZeroGpus", R"({"cluster": {"num_gpus": 0}})", {"$.cluster.num_gpus", "got 0"}},
+    // Unknown hardware profile: the message lists the built-in ones.
+    {"UnknownHardwareName", R"({"hardware": "h100-pcie-9000"})",
+     {"$.hardware", "h100-pcie-9000", "h100-sxm", "a100-sxm-80gb"}},
+    // Unknown zoo model: the message lists the built-in ones.
+    {"UnknownModelName", R"({"model": "llama5-1t"})", {"$.model", "llama5-1t", "llama3.1-8b"}},
+    // Sequence lengths are positive.
+    {"NegativeSeqLen", R"({"training": {"seq_len": -5}})", {"$.training.seq_len", "got -5"}},
+    // tp*cp*dp*pp must equal the GPU count; the message shows the arithmetic.
+    {"InconsistentWorldSize", R"({"parallel": {"tp": 2, "pp": 2, "dp": 4}})",
+     {"$.parallel.dp", "2*1*4*2 = 16", "num_gpus = 8"}},
+    // A dense model has no experts to shard.
+    {"EpOnDenseModel", R"({"parallel": {"tp": 1, "ep": 2}})", {"$.parallel.ep", "got 2", "dense"}},
+    // EP must split Mixtral's 8 experts evenly.
+    {"EpNotDividingExperts", R"({"model": "mixtral-8x7b", "cluster": {"num_gpus": 6}, "parallel": {"tp": 1, "ep": 3}})",
+     {"$.parallel.ep", "got 3", "(8)"}},
+    // The interleaved schedule needs virtual stages.
+    {"InterleavedWithoutVpp", R"({"parallel": {"tp": 2, "pp": 2, "schedule": "interleaved"}})",
+     {"$.parallel.schedule", "interleaved", "vpp"}},
+    // A100 has no FP8 tensor cores (no fp8 dense peak in its profile).
+    {"Fp8OnA100", R"({"hardware": "a100-sxm-80gb", "training": {"precision": "fp8"}})",
+     {"$.training.precision", "fp8", "a100-sxm-80gb"}},
+    // FSDP is ZeRO stage 3; asking for stage 1 at the same time is contradictory.
+    {"FsdpWithZero1", R"({"parallel": {"fsdp": true, "zero_stage": 1}})", {"$.parallel.zero_stage", "got 1", "fsdp"}},
+    // Unit strings in hardware overrides are checked: parsecs are not bytes.
+    {"BadUnitInHardwareOverride", R"({"hardware": {"base": "h100-sxm", "gpu": {"memory": "80 parsecs"}}})",
+     {"$.hardware.gpu.memory", "80 parsecs", "GiB"}},
+    // Recompute is none, selective or full.
+    {"RecomputeSometimes", R"({"parallel": {"recompute": "sometimes"}})",
+     {"$.parallel.recompute", "sometimes", "selective"}},
+    // Micro-batches hold at least one sequence.
+    {"MicroBatchZero", R"({"parallel": {"micro_batch_size": 0}})", {"$.parallel.micro_batch_size", "got 0"}},
+    // The training block (seq_len, global_batch_size) is required.
+    {"MissingTraining", R"({"training": null})", {"$.training", "required"}},
+    // TP all-reduces every layer; it must stay inside one 8-GPU NVLink node.
+    {"TpLargerThanNode", R"({"model": "llama3.1-70b", "cluster": {"num_gpus": 16}, "parallel": {"tp": 16}})",
+     {"$.parallel.tp", "got 16", "one node"}},
+    // 32 layers - 5 (first) - 4 (last) = 23 do not split over the 2 middle stages.
+    {"UnevenPpSplitDoesNotAddUp", R"({"parallel": {"tp": 2, "pp": 4, "first_stage_layers": 5, "last_stage_layers": 4}})",
+     {"$.parallel.first_stage_layers", "23", "2 stages"}},
+    // Causal ring attention load-balances 2*cp chunks: 4100 tokens do not split into 8.
+    {"CpNotDividingSeqIntoChunks", R"({"training": {"seq_len": 4100}, "parallel": {"tp": 2, "cp": 4}})",
+     {"$.parallel.cp", "got 4", "4100", "8 equal chunks"}},
+    // A string where a number belongs.
+    {"TpAsString", R"({"parallel": {"tp": "two"}})", {"$.parallel.tp", "\"two\""}},
+    // Unknown precision names list the allowed ones.
+    {"UnknownPrecision", R"({"training": {"precision": "fp4"}})", {"$.training.precision", "fp4", "bf16"}},
+};
+// clang-format on
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadRunFile, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+// Sanity: the base run itself is valid, so each case above fails for its own reason.
+TEST(BadInputs, BaseRunIsValid) {
+  EXPECT_NO_THROW(parse_run(Json::parse(kBase), "<test>", ""));
+}
+
+// Malformed JSON is a UserError naming the source and the byte offset of the problem.
+TEST(BadInputs, MalformedJsonNamesByteOffset) {
+  const std::string text = R"({"model": 1,, "x": 2})";  // second comma is byte 13
+  try {
+    core::parse_json_text(text, "run.json");
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("run.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("byte 13"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(core::parse_json_text("{\"model\": \"llama3.1-8b\"", "run.json"), core::UserError);
+}
+
+// All problems in one file are reported together (one ConfigError, one line per problem).
+TEST(BadInputs, ReportsEveryProblemAtOnce) {
+  Json run = Json::parse(kBase);
+  run.merge_patch(Json::parse(R"({"training": {"seq_len": -1}, "parallel": {"recompute": "sometimes", "tpp": 1}})"));
+  try {
+    parse_run(run, "<test>", "");
+    FAIL() << "expected ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_GE(e.issues().size(), 3u) << e.what();
+    const std::string msg = e.what();
+    for (const char* p : {"$.training.seq_len", "$.parallel.recompute", "$.parallel.tpp"}) {
+      EXPECT_NE(msg.find(p), std::string::npos) << msg;
+    }
+  }
+}
+
+// A run file that is not an object at all.
+TEST(BadInputs, TopLevelNotAnObject) {
+  EXPECT_THROW(parse_run(Json::array({1, 2}), "<test>", ""), core::ConfigError);
+}
+
+}  // namespace
+}  // namespace stepcast::config

@@ -1,0 +1,190 @@
+// Model zoo and model parsing: parameter counts match the published / safetensors totals, a real
+// HuggingFace config.json loads unchanged, and typos are reported instead of ignored.
+#include "models/model_spec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::model {
+namespace {
+
+using core::Json;
+
+const std::string kDataDir = STEPCAST_TEST_DATA_DIR;
+
+const Json& expected_params() {
+  static const Json j = core::load_json_file(kDataDir + "/zoo_expected_params.json");
+  return j;
+}
+
+// The zoo models whose counts are pinned in tests/data/zoo_expected_params.json.
+const std::vector<std::string> kZooNames = {
+    "gpt2-124m",     "gpt2-large",    "gpt3-175b",       "llama2-7b",       "llama2-13b",
+    "llama2-70b",    "llama3.1-8b",   "llama3.1-70b",    "llama3.1-405b",   "mixtral-8x7b",
+    "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",   "nemotron4-15b",   "nemotron4-340b",
+    "gpt-oss-120b"};
+
+// Every built-in model has a pinned expectation (a new zoo entry must come with its count).
+TEST(ModelZoo, EveryZooEntryHasAnExpectedCount) {
+  std::set<std::string> expected;
+  for (auto it = expected_params().begin(); it != expected_params().end(); ++it) expected.insert(it.key());
+  const auto names = zoo_names();
+  const std::set<std::string> zoo(names.begin(), names.end());
+  EXPECT_EQ(zoo, expected);
+  EXPECT_EQ(std::set<std::string>(kZooNames.begin(), kZooNames.end()), expected);
+}
+
+class ZooParams : public ::testing::TestWithParam<std::string> {};
+
+// Total parameters follow the architecture exactly (attention, MLP/experts, norms, embeddings);
+// the expected values are safetensors totals or counts from the published hyperparameters.
+TEST_P(ZooParams, TotalParamsMatchPublished) {
+  const std::string name = GetParam();
+  const Json& e = expected_params().at(name);
+  const double want = e.at("total_params").get<double>();
+  const double tol = e.at("tolerance").get<double>();
+  const ModelSpec m = zoo_model(name);
+  const double got = m.total_params();
+  EXPECT_NEAR(got / want, 1.0, tol) << name << ": total_params() = " << got << ", expected " << want
+                                    << " (relative error " << (got - want) / want << ")";
+}
+
+// MoE models: active params = total minus the routed experts a token does not select.
+TEST_P(ZooParams, ActiveParamsMatchPublished) {
+  const std::string name = GetParam();
+  const Json& e = expected_params().at(name);
+  const ModelSpec m = zoo_model(name);
+  if (!e.contains("active_params")) {
+    // Dense model: every parameter is active.
+    EXPECT_FALSE(m.moe.enabled()) << name;
+    EXPECT_DOUBLE_EQ(m.active_params(), m.total_params()) << name;
+    return;
+  }
+  ASSERT_TRUE(m.moe.enabled()) << name;
+  const double want = e.at("active_params").get<double>();
+  const double tol = e.at("tolerance").get<double>();
+  const double got = m.active_params();
+  EXPECT_NEAR(got / want, 1.0, tol) << name << ": active_params() = " << got << ", expected " << want
+                                    << " (relative error " << (got - want) / want << ")";
+  EXPECT_LT(m.active_params(), m.total_params()) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ZooParams, ::testing::ValuesIn(kZooNames),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (auto& c : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return s;
+                         });
+
+// Unknown zoo names are a user error that lists the valid names.
+TEST(ModelZoo, UnknownNameListsChoices) {
+  try {
+    zoo_model("llama9-1t");
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("llama9-1t"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("llama3.1-8b"), std::string::npos) << msg;
+  }
+}
+
+// A real HuggingFace config.json (every key of the published Llama-3.1-8B file, including
+// rope_scaling, token ids, torch_dtype and architectures) loads without edits and describes the
+// same architecture as the zoo entry.
+TEST(ModelParse, RealHfConfigLoadsUnchanged) {
+  core::Issues issues;
+  const Json j = {{"path", kDataDir + "/hf/llama3.1-8b-config.json"}};
+  const ModelSpec m = parse_model(j, "$.model", issues, "");
+  for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+  ASSERT_TRUE(issues.empty());
+  EXPECT_EQ(m.num_layers, 32);
+  EXPECT_EQ(m.hidden, 4096);
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.ffn_hidden, 14336);
+  EXPECT_EQ(m.vocab, 128256);
+  EXPECT_EQ(m.mlp, MlpKind::kGated);
+  EXPECT_EQ(m.norm, NormKind::kRmsNorm);
+  EXPECT_FALSE(m.tied_embeddings);
+  EXPECT_FALSE(m.moe.enabled());
+  // 8,030,261,248 = HF safetensors total for meta-llama/Llama-3.1-8B.
+  EXPECT_DOUBLE_EQ(m.total_params(), 8030261248.0);
+  EXPECT_DOUBLE_EQ(m.total_params(), zoo_model("llama3.1-8b").total_params());
+}
+
+// A relative model path resolves against the run file's directory (base_dir).
+TEST(ModelParse, RelativePathResolvesAgainstBaseDir) {
+  core::Issues issues;
+  const ModelSpec m = parse_model(Json{{"path", "hf/llama3.1-8b-config.json"}}, "$.model", issues, kDataDir);
+  for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+  EXPECT_EQ(m.hidden, 4096);
+}
+
+// A typo in a model key is reported with its JSON path, not silently ignored.
+TEST(ModelParse, UnknownModelKeyIsReported) {
+  core::Issues issues;
+  Json j = {{"num_hidden_layers", 2}, {"hidden_size", 256}, {"num_attention_heads", 4},
+            {"vocab_size", 1000}, {"intermediate_sise", 1024}};
+  parse_model(j, "$.model", issues, "");
+  ASSERT_FALSE(issues.empty());
+  bool found = false;
+  for (const auto& l : issues.lines()) found = found || l.find("$.model.intermediate_sise") != std::string::npos;
+  EXPECT_TRUE(found) << issues.lines().front();
+}
+
+// Stepcast-only sections (training, parallel, cluster) accept no foreign keys: an unknown key is
+// a ConfigError naming its JSON path.
+TEST(ModelParse, UnknownKeyInStepcastSectionErrors) {
+  const Json run = {
+      {"model", "llama3.1-8b"},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 8}}},
+      {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"rope_theta", 500000.0}}},
+  };
+  try {
+    config::parse_run(run, "<test>", "");
+    FAIL() << "expected ConfigError";
+  } catch (const core::ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("$.training.rope_theta"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unknown key"), std::string::npos) << msg;
+  }
+}
+
+// Shape-derived widths: GQA keeps fewer K/V heads than query heads.
+TEST(ModelParse, DerivedShapes) {
+  const ModelSpec m = zoo_model("llama3.1-70b");
+  EXPECT_EQ(m.q_dim(), 64 * 128);
+  EXPECT_EQ(m.kv_dim(), 8 * 128);
+  EXPECT_EQ(m.mlp_matrices(), 3);
+  const ModelSpec g = zoo_model("gpt2-124m");
+  EXPECT_EQ(g.mlp, MlpKind::kPlain);
+  EXPECT_EQ(g.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(g.position, PositionKind::kLearned);
+  EXPECT_EQ(g.ffn_hidden, 4 * 768);  // n_inner absent means 4*n_embd
+}
+
+// DeepSeek-V3: the first 3 layers are dense (first_k_dense_replace), the remaining 58 are MoE.
+TEST(ModelParse, DeepSeekDenseLeadingLayers) {
+  const ModelSpec m = zoo_model("deepseek-v3");
+  EXPECT_FALSE(m.is_moe_layer(0));
+  EXPECT_FALSE(m.is_moe_layer(2));
+  EXPECT_TRUE(m.is_moe_layer(3));
+  EXPECT_EQ(m.num_moe_layers(), 58);
+  EXPECT_TRUE(m.mla.enabled());
+}
+
+}  // namespace
+}  // namespace stepcast::model

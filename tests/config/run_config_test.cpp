@@ -1,0 +1,108 @@
+// Run files: derived quantities (dp, micro-batches, stage split, padded vocabulary) are computed
+// once, the example configs load, and hardware overrides merge onto a built-in profile.
+#include "sim/config/run_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+
+#include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
+
+#ifndef STEPCAST_SOURCE_DIR
+#error "STEPCAST_SOURCE_DIR comes from stepcast::model"
+#endif
+
+namespace stepcast::config {
+namespace {
+
+using core::Json;
+
+RunConfig parse(const std::string& text) { return parse_run(Json::parse(text), "<test>", ""); }
+
+// dp is derived as world / (tp*cp*pp) when omitted; micro-batches per step = B / (dp * mbs).
+TEST(RunConfig, DerivesDpAndMicroBatches) {
+  const RunConfig rc = parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm",
+    "cluster": {"num_gpus": 64},
+    "training": {"seq_len": 4096, "global_batch_size": 256},
+    "parallel": {"tp": 4, "pp": 2, "micro_batch_size": 2}})");
+  EXPECT_EQ(rc.parallel.dp, 8);
+  EXPECT_EQ(rc.num_microbatches, 256 / (8 * 2));
+  EXPECT_EQ(rc.cluster.gpus_per_node, 8);  // from the hardware profile
+  EXPECT_EQ(rc.cluster.num_nodes(), 8);
+  EXPECT_EQ(rc.tokens_per_step(), 256 * 4096);
+  EXPECT_EQ(rc.micro_batch_tokens(), 2 * 4096);
+  ASSERT_EQ(rc.stage_layers.size(), 2u);
+  EXPECT_EQ(rc.stage_layers[0], 16);
+  EXPECT_EQ(rc.stage_layers[1], 16);
+  EXPECT_EQ(rc.stage_first_layer[1], 16);
+  EXPECT_EQ(rc.parallel.etp, rc.parallel.tp);  // etp defaults to tp
+}
+
+// Megatron pads the vocabulary to a multiple of 128*tp so the output layer splits evenly.
+TEST(RunConfig, PadsVocabularyToMultipleOf128Tp) {
+  const RunConfig rc = parse(R"({
+    "model": "gpt2-124m", "hardware": "h100-sxm",
+    "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 1024, "global_batch_size": 8},
+    "parallel": {"tp": 4}})");
+  EXPECT_EQ(rc.padded_vocab % (128 * 4), 0);
+  EXPECT_GE(rc.padded_vocab, 50257);
+  EXPECT_LT(rc.padded_vocab - 50257, 128 * 4);
+  EXPECT_EQ(rc.padded_vocab, 50688);
+}
+
+// An uneven pipeline split gives the named first/last stages their counts and splits the rest.
+TEST(RunConfig, UnevenPipelineSplit) {
+  const RunConfig rc = load_run_file(std::string(STEPCAST_SOURCE_DIR) + "/configs/examples/llama3.1-405b-h100x16384.json");
+  ASSERT_EQ(rc.stage_layers.size(), 16u);
+  EXPECT_EQ(rc.stage_layers.front(), 7);
+  EXPECT_EQ(rc.stage_layers.back(), 7);
+  for (size_t s = 1; s + 1 < rc.stage_layers.size(); ++s) EXPECT_EQ(rc.stage_layers[s], 8) << s;
+  EXPECT_EQ(std::accumulate(rc.stage_layers.begin(), rc.stage_layers.end(), int64_t{0}), 126);
+  EXPECT_EQ(rc.stage_first_layer.back(), 126 - 7);
+}
+
+// Every shipped example run file parses and validates.
+TEST(RunConfig, ExampleConfigsLoad) {
+  for (const char* f : {"gpt3-175b-h100x1024.json", "llama3.1-405b-h100x16384.json", "llama3.1-8b-h100x8.json"}) {
+    SCOPED_TRACE(f);
+    EXPECT_NO_THROW(load_run_file(std::string(STEPCAST_SOURCE_DIR) + "/configs/examples/" + f));
+  }
+}
+
+// vpp > 1 without an explicit schedule selects the interleaved schedule.
+TEST(RunConfig, VppImpliesInterleaved) {
+  const RunConfig rc = load_run_file(std::string(STEPCAST_SOURCE_DIR) + "/configs/examples/gpt3-175b-h100x1024.json");
+  EXPECT_EQ(rc.parallel.schedule, Schedule::kInterleaved);
+  EXPECT_EQ(rc.parallel.vpp, 12);
+}
+
+// A hardware object {"base": NAME, ...} merges its overrides onto the built-in profile.
+TEST(RunConfig, HardwareOverrideMergesOntoBase) {
+  const RunConfig rc = parse(R"({
+    "model": "llama3.1-8b",
+    "hardware": {"base": "h100-sxm", "gpu": {"memory": "94GB"}},
+    "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 8}})");
+  EXPECT_DOUBLE_EQ(rc.hardware.hbm_capacity.value(), 94e9);
+  EXPECT_DOUBLE_EQ(rc.hardware.peak_for(hw::Dtype::kBf16).value(), 989.4e12);  // kept from base
+}
+
+// The 16-byte convention (fp32 master) is the default; master_weights=false gives 12 bytes.
+TEST(RunConfig, TrainingDefaults) {
+  const RunConfig rc = parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm",
+    "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 8}})");
+  EXPECT_EQ(rc.training.precision, hw::Dtype::kBf16);
+  EXPECT_EQ(rc.training.grad_dtype, hw::Dtype::kBf16);
+  EXPECT_TRUE(rc.training.master_weights);
+  EXPECT_EQ(rc.training.attention, AttentionImpl::kFlash);
+  EXPECT_EQ(rc.parallel.schedule, Schedule::kOneFOneB);
+}
+
+}  // namespace
+}  // namespace stepcast::config

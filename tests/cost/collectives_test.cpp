@@ -1,0 +1,172 @@
+// Collective costs: ring bus factors and alpha-beta times (nccl-tests conventions), bus-bandwidth
+// conversions, and which link a group uses (fabric tier inside a node, NIC across nodes).
+#include "sim/cost/collectives.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/config/hardware.hpp"
+#include "sim/mesh/rank_mesh.hpp"
+
+namespace stepcast::cost {
+namespace {
+
+using core::Bandwidth;
+using core::Bytes;
+using core::Duration;
+
+// Relative closeness for exact formulas evaluated in a different order.
+void expect_rel(double got, double want, double rel = 1e-12) {
+  EXPECT_NEAR(got, want, std::abs(want) * rel) << "got " << got << ", want " << want;
+}
+
+// Ring bus factor: all-reduce 2(N-1)/N, all-gather / reduce-scatter (N-1)/N.
+TEST(Collectives, BusFactors) {
+  for (int64_t n : {2, 4, 8, 16, 64}) {
+    const double dn = static_cast<double>(n);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllReduce, n), 2.0 * (dn - 1) / dn) << n;
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllGather, n), (dn - 1) / dn) << n;
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::kReduceScatter, n), (dn - 1) / dn) << n;
+  }
+  // A group of one moves nothing.
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllReduce, 1), 0.0);
+}
+
+// Ring steps: all-reduce 2(N-1) (reduce-scatter then all-gather), AG / RS N-1.
+TEST(Collectives, RingSteps) {
+  EXPECT_EQ(ring_steps(Collective::kAllReduce, 8), 14);
+  EXPECT_EQ(ring_steps(Collective::kAllGather, 8), 7);
+  EXPECT_EQ(ring_steps(Collective::kReduceScatter, 8), 7);
+  EXPECT_EQ(ring_steps(Collective::kAllReduce, 1), 0);
+}
+
+// Ring all-reduce: T = 2(N-1)/N * S/B + 2(N-1) * alpha.
+TEST(Collectives, RingAllReduceTime) {
+  const Bytes s(256e6);
+  const Bandwidth b(100e9);
+  const Duration alpha(5e-6);
+  for (int64_t n : {2, 4, 8, 32}) {
+    const double dn = static_cast<double>(n);
+    const double want = 2.0 * (dn - 1) / dn * s.value() / b.value() + 2.0 * (dn - 1) * alpha.value();
+    expect_rel(ring_time(Collective::kAllReduce, s, n, b, alpha).value(), want);
+  }
+}
+
+// Ring all-gather / reduce-scatter: T = (N-1)/N * S/B + (N-1) * alpha; an all-reduce costs the
+// same as one reduce-scatter plus one all-gather.
+TEST(Collectives, RingAllGatherReduceScatterTime) {
+  const Bytes s(64e6);
+  const Bandwidth b(50e9);
+  const Duration alpha(2e-6);
+  const int64_t n = 8;
+  const double want = 7.0 / 8.0 * s.value() / b.value() + 7.0 * alpha.value();
+  expect_rel(ring_time(Collective::kAllGather, s, n, b, alpha).value(), want);
+  expect_rel(ring_time(Collective::kReduceScatter, s, n, b, alpha).value(), want);
+  expect_rel(ring_time(Collective::kAllReduce, s, n, b, alpha).value(),
+             (ring_time(Collective::kReduceScatter, s, n, b, alpha) + ring_time(Collective::kAllGather, s, n, b, alpha)).value());
+}
+
+// Latency floor: a tiny message costs about the alpha steps; large messages are bandwidth bound.
+TEST(Collectives, SmallMessagesHitLatencyFloor) {
+  const Bandwidth b(100e9);
+  const Duration alpha(5e-6);
+  const double tiny = ring_time(Collective::kAllReduce, Bytes(8), 8, b, alpha).value();
+  EXPECT_NEAR(tiny, 14 * 5e-6, 1e-9);
+  const double big = ring_time(Collective::kAllReduce, Bytes(1e9), 8, b, alpha).value();
+  EXPECT_GT(1.75e9 / 100e9 / big, 0.99);  // > 99% of time is the bandwidth term
+}
+
+// nccl-tests: algbw = S / t; busbw = algbw * bus factor. Inverting ring_time's bandwidth term
+// recovers the link bandwidth.
+TEST(Collectives, BusBandwidthConversions) {
+  const Bytes s(1e9);
+  const Duration t(0.01);
+  EXPECT_DOUBLE_EQ(algbw(s, t), 1e11);
+  EXPECT_DOUBLE_EQ(busbw(Collective::kAllReduce, s, 8, t), 1e11 * 2.0 * 7.0 / 8.0);
+  EXPECT_DOUBLE_EQ(busbw(Collective::kAllGather, s, 8, t), 1e11 * 7.0 / 8.0);
+  EXPECT_DOUBLE_EQ(busbw(Collective::kReduceScatter, s, 4, t), 1e11 * 3.0 / 4.0);
+  // With zero latency, the busbw of a ring_time prediction is the link bandwidth itself.
+  const Bandwidth link(123e9);
+  for (auto c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
+    const Duration pt = ring_time(c, s, 16, link, Duration(0));
+    expect_rel(busbw(c, s, 16, pt), link.value());
+  }
+}
+
+// Intra-node groups run on the fabric tier of the narrowest domain that holds them: on the
+// PCIe box a pair under one switch uses the switch tier, a group crossing sockets uses the
+// socket link (one slow tier caps the whole ring).
+TEST(Collectives, IntraNodeUsesFabricTier) {
+  const auto hw = hw::builtin_hardware("rtx-pro-6000-pcie-8x");
+  ASSERT_EQ(hw.fabric.size(), 3u);
+  const Bytes s(100e6);
+  const auto pair = mesh::place({0, 1}, hw.gpus_per_node);
+  ASSERT_TRUE(pair.intra_node());
+  const auto& sw = hw.fabric[0];
+  expect_rel(collective_time(Collective::kAllReduce, s, pair, hw).value(),
+             ring_time(Collective::kAllReduce, s, 2, sw.allreduce_busbw, sw.latency).value());
+  const auto four = mesh::place({0, 1, 2, 3}, hw.gpus_per_node);
+  const auto& sock = hw.fabric[1];
+  expect_rel(collective_time(Collective::kAllGather, s, four, hw).value(),
+             ring_time(Collective::kAllGather, s, 4, sock.busbw, sock.latency).value());
+  const auto eight = mesh::place({0, 1, 2, 3, 4, 5, 6, 7}, hw.gpus_per_node);
+  const auto& link = hw.fabric[2];
+  expect_rel(collective_time(Collective::kAllReduce, s, eight, hw).value(),
+             ring_time(Collective::kAllReduce, s, 8, link.allreduce_busbw, link.latency).value());
+  // A pair that straddles the socket boundary pays the slow tier.
+  const auto straddle = mesh::place({3, 4}, hw.gpus_per_node);
+  EXPECT_GT(collective_time(Collective::kAllReduce, s, straddle, hw).value(),
+            collective_time(Collective::kAllReduce, s, pair, hw).value());
+  // The node's fabric, not the NIC, carries an H100 all-reduce within a node.
+  const auto h100 = hw::builtin_hardware("h100-sxm");
+  const auto node = mesh::place({0, 1, 2, 3, 4, 5, 6, 7}, 8);
+  expect_rel(collective_time(Collective::kAllReduce, s, node, h100).value(),
+             tier_time(Collective::kAllReduce, s, 8, h100.fabric.back()).value());
+}
+
+// Two ranks on different nodes talk over the NIC: per-GPU scale-out bandwidth (line rate x
+// efficiency x NICs / GPUs) and the network latency; for N=2 the ring (2 steps, S/B) beats the
+// tree.
+TEST(Collectives, CrossNodePairUsesNic) {
+  const auto hw = hw::builtin_hardware("h100-sxm");
+  const auto pair = mesh::place({0, 8}, hw.gpus_per_node);
+  ASSERT_FALSE(pair.intra_node());
+  ASSERT_EQ(pair.nodes, 2);
+  const double nic = hw.nic_bandwidth_per_gpu().value();
+  EXPECT_DOUBLE_EQ(nic, 400e9 / 8 * 0.85);  // one 400 Gb/s NIC per GPU at 85% efficiency
+  const Bytes s(100e6);
+  const double want = 2.0 * hw.network.latency.value() + s.value() / nic;
+  expect_rel(collective_time(Collective::kAllReduce, s, pair, hw).value(), want);
+  expect_rel(collective_time(Collective::kAllGather, s, pair, hw).value(),
+             hw.network.latency.value() + 0.5 * s.value() / nic);
+  // Much slower than the same pair inside one node.
+  const auto local = mesh::place({0, 1}, hw.gpus_per_node);
+  EXPECT_GT(collective_time(Collective::kAllReduce, s, pair, hw).value(),
+            3.0 * collective_time(Collective::kAllReduce, s, local, hw).value());
+}
+
+// Inter-node rings grow slower as they grow (latency steps): a fixed per-GPU message takes
+// longer on 64 nodes than on 4.
+TEST(Collectives, InterNodeTimeGrowsWithRingSize) {
+  const auto hw = hw::builtin_hardware("h100-sxm");
+  auto dp_group = [](int64_t nodes) {
+    std::vector<int64_t> r;
+    for (int64_t i = 0; i < nodes; ++i) r.push_back(i * 8);
+    return r;
+  };
+  const Bytes s(25e6);
+  const double t4 = collective_time(Collective::kAllReduce, s, mesh::place(dp_group(4), 8), hw).value();
+  const double t64 = collective_time(Collective::kAllReduce, s, mesh::place(dp_group(64), 8), hw).value();
+  EXPECT_GT(t64, t4);
+}
+
+// A group of one, or an empty message, costs nothing.
+TEST(Collectives, TrivialCasesAreFree) {
+  const auto hw = hw::builtin_hardware("h100-sxm");
+  EXPECT_DOUBLE_EQ(collective_time(Collective::kAllReduce, Bytes(1e9), mesh::place({3}, 8), hw).value(), 0.0);
+  EXPECT_DOUBLE_EQ(collective_time(Collective::kAllReduce, Bytes(0), mesh::place({0, 1}, 8), hw).value(), 0.0);
+}
+
+}  // namespace
+}  // namespace stepcast::cost

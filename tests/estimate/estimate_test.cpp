@@ -1,0 +1,170 @@
+// Analytical step estimate: properties the domain requires (not golden numbers).
+#include "sim/estimate/estimate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/report/output.hpp"
+
+namespace stepcast::estimate {
+namespace {
+
+using config::RunConfig;
+using core::Json;
+
+// A model whose 32 transformer layers dwarf its embedding and LM head (vocabulary 256), so the
+// four pipeline stages of 8 layers each are (nearly) uniform.
+Json uniform_pp_run(int64_t micro_batches, int64_t vpp = 1) {
+  Json parallel = {{"tp", 1}, {"pp", 4}, {"micro_batch_size", 1}};
+  if (vpp > 1) {
+    parallel["vpp"] = vpp;
+    parallel["schedule"] = "interleaved";
+  } else {
+    parallel["schedule"] = "1f1b";
+  }
+  return {
+      {"model",
+       {{"name", "uniform-layers"},
+        {"hidden_size", 4096},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"num_hidden_layers", 32},
+        {"intermediate_size", 14336},
+        {"vocab_size", 256},
+        {"hidden_act", "silu"},
+        {"tie_word_embeddings", false}}},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 4}}},
+      {"training", {{"seq_len", 4096}, {"global_batch_size", micro_batches}}},
+      {"parallel", parallel},
+  };
+}
+
+RunConfig parse(const Json& j) { return config::parse_run(j, "<estimate-test>", ""); }
+
+// 1F1B bubble = (p-1)/(m+p-1) for uniform stages. Tolerance 1% relative: the first stage also
+// runs the embedding and the last the LM head + loss (tiny here with a 256-token vocabulary, but
+// they make the stages not exactly uniform: ~0.2% apart), and exposed point-to-point sends add
+// a little non-bubble time to the denominator (< 1% of the pipeline time here).
+TEST(Estimate, OneFOneBBubbleMatchesTextbook) {
+  const double p = 4;
+  for (int64_t m : {4, 8, 16, 32}) {
+    SCOPED_TRACE(m);
+    const StepEstimate e = estimate_step(parse(uniform_pp_run(m)));
+    const double dm = static_cast<double>(m);
+    const double textbook = (p - 1) / (dm + p - 1);
+    EXPECT_NEAR(e.bubble_fraction, textbook, 0.01 * textbook)
+        << "bubble_fraction " << e.bubble_fraction << " vs (p-1)/(m+p-1) = " << textbook;
+  }
+}
+
+// More micro-batches amortise the fill/drain: the bubble shrinks monotonically with m.
+TEST(Estimate, BubbleShrinksWithMoreMicroBatches) {
+  double prev = 1.0;
+  for (int64_t m : {4, 8, 16, 32, 64}) {
+    const double b = estimate_step(parse(uniform_pp_run(m))).bubble_fraction;
+    EXPECT_LT(b, prev) << m;
+    prev = b;
+  }
+}
+
+// Interleaving with v virtual stages divides the bubble *time* by v: (p-1)/v stage-times of
+// fill/drain instead of p-1, so the fraction becomes ((p-1)/v) / (m + (p-1)/v). Same 1% relative
+// tolerance as the 1F1B check (near-uniform stages, small exposed point-to-point time).
+TEST(Estimate, InterleavedHasSmallerBubble) {
+  const double p = 4, v = 2;
+  for (int64_t m : {8, 16}) {
+    SCOPED_TRACE(m);
+    const StepEstimate plain = estimate_step(parse(uniform_pp_run(m)));
+    const StepEstimate inter = estimate_step(parse(uniform_pp_run(m, 2)));
+    EXPECT_LT(inter.bubble_fraction, plain.bubble_fraction);
+    const double dm = static_cast<double>(m);
+    const double textbook = ((p - 1) / v) / (dm + (p - 1) / v);
+    EXPECT_NEAR(inter.bubble_fraction, textbook, 0.01 * textbook);
+    // Bubble seconds: half of the 1F1B bubble.
+    EXPECT_NEAR(inter.breakdown.bubble, plain.breakdown.bubble / v, 0.01 * plain.breakdown.bubble / v);
+  }
+}
+
+Json llama8b_node(const std::string& precision) {
+  return {
+      {"model", "llama3.1-8b"},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 8}}},
+      {"training", {{"seq_len", 8192}, {"global_batch_size", 64}, {"precision", precision}}},
+      {"parallel", {{"tp", 2}, {"sp", true}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"recompute", "selective"}}},
+  };
+}
+
+// FP8 speeds up only the GEMMs (not attention, norms, element-wise work or communication), so
+// an fp8 step is faster than bf16 but never twice as fast (published H100 pairs: ~1.4x).
+TEST(Estimate, Fp8FasterButNotTwice) {
+  const double bf16 = estimate_step(parse(llama8b_node("bf16"))).step_time_s;
+  const double fp8 = estimate_step(parse(llama8b_node("fp8"))).step_time_s;
+  EXPECT_LT(fp8, bf16);
+  EXPECT_GT(fp8, bf16 / 2.0);
+}
+
+// Weak scaling with plain DDP (ZeRO 0): adding data-parallel replicas with the same per-GPU
+// batch leaves each GPU's compute and optimizer work unchanged and only adds gradient traffic
+// over a growing inter-node ring, so the step time never goes down.
+TEST(Estimate, MoreDataParallelDoesNotReduceStepTime) {
+  double prev = 0;
+  for (int64_t dp : {1, 2, 4, 8, 16}) {
+    SCOPED_TRACE(dp);
+    Json j = {
+        {"model", "llama3.1-8b"},
+        {"hardware", "h100-sxm"},
+        {"cluster", {{"num_gpus", 8 * dp}}},
+        {"training", {{"seq_len", 4096}, {"global_batch_size", 8 * dp}}},
+        {"parallel", {{"tp", 8}, {"dp", dp}, {"micro_batch_size", 1}, {"zero_stage", 0}}},
+    };
+    const StepEstimate e = estimate_step(parse(j));
+    EXPECT_GE(e.step_time_s, prev * (1.0 - 1e-12));
+    prev = e.step_time_s;
+  }
+}
+
+// The estimate is a pure function: two calls give byte-identical JSON reports.
+TEST(Estimate, Deterministic) {
+  const RunConfig rc = parse(llama8b_node("bf16"));
+  const std::string a = report::estimate_json(rc, estimate_step(rc), "estimate").dump();
+  const std::string b = report::estimate_json(rc, estimate_step(rc), "estimate").dump();
+  EXPECT_EQ(a, b);
+  const RunConfig rc2 = parse(llama8b_node("bf16"));
+  EXPECT_EQ(a, report::estimate_json(rc2, estimate_step(rc2), "estimate").dump());
+}
+
+// Basic accounting: MFU in (0, 1), throughput
+// consistent with the step time, model FLOPs >= 6 * N * tokens.
+TEST(Estimate, AccountingIsConsistent) {
+  const RunConfig rc = parse(llama8b_node("bf16"));
+  const StepEstimate e = estimate_step(rc);
+  EXPECT_GT(e.mfu, 0.0);
+  EXPECT_LT(e.mfu, 1.0);
+  EXPECT_GT(e.step_time_s, 0.0);
+  EXPECT_DOUBLE_EQ(e.tokens_per_s, static_cast<double>(rc.tokens_per_step()) / e.step_time_s);
+  EXPECT_GE(e.model_flops_per_step, 6.0 * rc.model.flop_params() * static_cast<double>(rc.tokens_per_step()));
+  EXPECT_GE(e.step_time_s, e.pipeline_time_s);
+}
+
+// Hardware FLOPs are the model FLOPs plus recomputed work, so HFU is never below MFU (equal
+// when nothing is recomputed; above it under full recompute). Rounding slack 1e-12 relative.
+TEST(Estimate, HfuNotBelowMfu) {
+  for (const char* rec : {"none", "selective", "full"}) {
+    SCOPED_TRACE(rec);
+    Json j = llama8b_node("bf16");
+    j["parallel"]["recompute"] = rec;
+    const StepEstimate e = estimate_step(parse(j));
+    EXPECT_GE(e.hfu, e.mfu * (1.0 - 1e-12)) << "hfu " << e.hfu << " mfu " << e.mfu;
+    if (std::string(rec) == "full") {
+      EXPECT_GT(e.hfu, e.mfu * 1.2);  // full recompute re-runs the whole forward (~4/3 of 3 passes)
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stepcast::estimate

@@ -1,0 +1,352 @@
+// Memory ledger: exact ZeRO model-state bytes per parameter, Megatron's activation formula
+// (Korthikanti et al. 2022) under TP / SP / recompute / CP, in-flight micro-batches per pipeline
+// schedule, and the fits() verdict.
+#include "sim/memory/ledger.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::memory {
+namespace {
+
+using config::RunConfig;
+using core::Json;
+
+// Exact formulas, evaluated in a different order than the library: 1e-9 relative.
+void expect_rel(double got, double want, double rel = 1e-9) {
+  EXPECT_NEAR(got, want, std::abs(want) * rel) << "got " << got << ", want " << want
+                                               << " (ratio " << got / want << ")";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model state per parameter.
+
+StateBytes adam_bf16() {
+  config::Training t;  // defaults: bf16 weights and grads, Adam, fp32 master
+  return state_bytes(t);
+}
+
+// Mixed-precision Adam: 2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master) + 8 (m, v) = 16.
+TEST(ZeroBytes, AdamBf16IsSixteenBytes) {
+  const StateBytes s = adam_bf16();
+  EXPECT_DOUBLE_EQ(s.weights, 2.0);
+  EXPECT_DOUBLE_EQ(s.gradients, 2.0);
+  EXPECT_DOUBLE_EQ(s.optimizer, 12.0);
+  EXPECT_DOUBLE_EQ(s.total(), 16.0);
+}
+
+// ZeRO over N ranks: stage 0 16; stage 1 2+2+12/N; stage 2 2+14/N; stage 3 16/N.
+TEST(ZeroBytes, StagesShardTheRightStates) {
+  const StateBytes s = adam_bf16();
+  for (int64_t n : {1, 2, 8, 64, 1000}) {
+    const double dn = static_cast<double>(n);
+    SCOPED_TRACE(n);
+    EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 0, n), 16.0);
+    EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 1, n), 2.0 + 2.0 + 12.0 / dn);
+    EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 2, n), 2.0 + 14.0 / dn);
+    EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 3, n), 16.0 / dn);
+  }
+}
+
+// fp32 gradients: 2 + 4 + 12 = 18 bytes per parameter.
+TEST(ZeroBytes, Fp32GradsAreEighteenBytes) {
+  config::Training t;
+  t.grad_dtype = hw::Dtype::kFp32;
+  const StateBytes s = state_bytes(t);
+  EXPECT_DOUBLE_EQ(s.total(), 18.0);
+  EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 0, 8), 18.0);
+  EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 2, 8), 2.0 + 16.0 / 8.0);
+}
+
+// Planners' 12-byte convention: no fp32 master copy (bf16 weights + bf16 grads + 8-byte Adam).
+TEST(ZeroBytes, NoMasterIsTwelveBytes) {
+  config::Training t;
+  t.master_weights = false;
+  const StateBytes s = state_bytes(t);
+  EXPECT_DOUBLE_EQ(s.total(), 12.0);
+  EXPECT_DOUBLE_EQ(zero_bytes_per_param(s, 1, 4), 2.0 + 2.0 + 8.0 / 4.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations: GPT layer (f = 4h, kv heads = heads, plain GeLU MLP, dropout on, unfused
+// attention), 16-bit activations.
+
+constexpr int64_t kH = 1024;   // hidden
+constexpr int64_t kA = 16;     // heads (= kv heads)
+constexpr int64_t kS = 2048;   // sequence
+constexpr int64_t kB = 2;      // micro-batch
+constexpr int64_t kL = 8;      // layers
+
+struct Layout {
+  int64_t tp = 1, cp = 1, pp = 1, gpus = 1;
+  bool sp = false;
+  std::string recompute = "none";
+  std::string schedule = "1f1b";
+  int64_t global_batch = kB;
+  std::string attention = "unfused";
+};
+
+RunConfig gpt_run(const Layout& l) {
+  Json j = {
+      {"model",
+       {{"name", "gpt-test"},
+        {"hidden_size", kH},
+        {"num_attention_heads", kA},
+        {"num_key_value_heads", kA},
+        {"num_hidden_layers", kL},
+        {"intermediate_size", 4 * kH},
+        {"vocab_size", 32768},
+        {"max_position_embeddings", kS},
+        {"hidden_act", "gelu"}}},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", l.gpus}}},
+      {"training",
+       {{"seq_len", kS},
+        {"global_batch_size", l.global_batch},
+        {"precision", "bf16"},
+        {"dropout", true},
+        {"attention", l.attention}}},
+      {"parallel",
+       {{"tp", l.tp},
+        {"cp", l.cp},
+        {"pp", l.pp},
+        {"sp", l.sp},
+        {"micro_batch_size", kB},
+        {"recompute", l.recompute},
+        {"schedule", l.schedule}}},
+  };
+  return config::parse_run(j, "<ledger-test>", "");
+}
+
+const double s = kS, b = kB, h = kH, a = kA;
+
+// No parallelism: s*b*h*(34 + 5*a*s/h) bytes per layer.
+TEST(Activations, MegatronNoParallelism) {
+  const RunConfig rc = gpt_run({});
+  expect_rel(layer_activation_bytes(rc, false).value(), s * b * h * (34.0 + 5.0 * a * s / h));
+}
+
+// Tensor parallel t without SP: s*b*h*(10 + 24/t + 5*a*s/(h*t)).
+TEST(Activations, MegatronTensorParallel) {
+  for (int64_t t : {2, 4, 8}) {
+    SCOPED_TRACE(t);
+    Layout l;
+    l.tp = t;
+    l.gpus = t;
+    const RunConfig rc = gpt_run(l);
+    const double dt = static_cast<double>(t);
+    expect_rel(layer_activation_bytes(rc, false).value(),
+               s * b * h * (10.0 + 24.0 / dt + 5.0 * a * s / (h * dt)));
+  }
+}
+
+// TP + sequence parallel: everything splits, s*b*h/t*(34 + 5*a*s/h).
+TEST(Activations, MegatronTensorPlusSequenceParallel) {
+  for (int64_t t : {2, 4, 8}) {
+    SCOPED_TRACE(t);
+    Layout l;
+    l.tp = t;
+    l.gpus = t;
+    l.sp = true;
+    const RunConfig rc = gpt_run(l);
+    const double dt = static_cast<double>(t);
+    expect_rel(layer_activation_bytes(rc, false).value(), s * b * h / dt * (34.0 + 5.0 * a * s / h));
+  }
+}
+
+// Selective recompute drops the 5*a*s/h attention-score term (recomputed in backward).
+TEST(Activations, SelectiveRecomputeDropsScoreTerm) {
+  Layout l;
+  l.recompute = "selective";
+  expect_rel(layer_activation_bytes(gpt_run(l), false).value(), s * b * h * 34.0);
+  l.tp = 4;
+  l.gpus = 4;
+  expect_rel(layer_activation_bytes(gpt_run(l), false).value(), s * b * h * (10.0 + 24.0 / 4.0));
+  l.sp = true;
+  expect_rel(layer_activation_bytes(gpt_run(l), false).value(), s * b * h / 4.0 * 34.0);
+}
+
+// Full recompute keeps only each layer's 16-bit input: 2*s*b*h (2*s*b*h/t with SP).
+TEST(Activations, FullRecomputeKeepsLayerInput) {
+  Layout l;
+  l.recompute = "full";
+  expect_rel(layer_activation_bytes(gpt_run(l), false).value(), 2.0 * s * b * h);
+  l.tp = 4;
+  l.gpus = 4;
+  expect_rel(layer_activation_bytes(gpt_run(l), false).value(), 2.0 * s * b * h);  // no SP: replicated
+  l.sp = true;
+  expect_rel(layer_activation_bytes(gpt_run(l), false).value(), 2.0 * s * b * h / 4.0);
+}
+
+// Context parallelism divides s: each CP rank holds s/cp tokens. Checked where no s x s term
+// is stored (selective recompute, flash attention), so the whole footprint is linear in s.
+TEST(Activations, ContextParallelDividesSequence) {
+  for (int64_t cp : {2, 4}) {
+    SCOPED_TRACE(cp);
+    Layout l;
+    l.recompute = "selective";
+    l.cp = cp;
+    l.gpus = cp;
+    const double dcp = static_cast<double>(cp);
+    expect_rel(layer_activation_bytes(gpt_run(l), false).value(), (s / dcp) * b * h * 34.0);
+    Layout lf = l;
+    lf.recompute = "none";
+    lf.attention = "flash";
+    Layout base = lf;
+    base.cp = 1;
+    base.gpus = 1;
+    expect_rel(layer_activation_bytes(gpt_run(lf), false).value(),
+               layer_activation_bytes(gpt_run(base), false).value() / dcp);
+    Layout full = l;
+    full.recompute = "full";
+    expect_rel(layer_activation_bytes(gpt_run(full), false).value(), 2.0 * (s / dcp) * b * h);
+  }
+}
+
+// Flash attention never stores the s x s scores: far less than the unfused layer at long s.
+TEST(Activations, FlashStoresNoScores) {
+  Layout l;
+  l.attention = "flash";
+  const double flash = layer_activation_bytes(gpt_run(l), false).value();
+  EXPECT_LT(flash, s * b * h * 35.0);
+  EXPECT_GE(flash, s * b * h * 34.0 - 1.0);  // keeps the linear terms (dropout masks included)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline schedules: micro-batches whose activations stage 0 holds at its peak.
+
+// 1F1B: stage 0 holds min(m, p) micro-batches; GPipe holds all m.
+TEST(Inflight, StageZeroOneFOneBAndGpipe) {
+  for (int64_t m : {2, 4, 8, 16}) {
+    SCOPED_TRACE(m);
+    Layout l;
+    l.pp = 4;
+    l.gpus = 4;
+    l.global_batch = kB * m;
+    const RunConfig one = gpt_run(l);
+    ASSERT_EQ(one.num_microbatches, m);
+    EXPECT_DOUBLE_EQ(inflight_microbatches(one, 0), static_cast<double>(std::min<int64_t>(m, 4)));
+    // Later stages hold fewer: stage r of p holds min(m, p - r).
+    EXPECT_DOUBLE_EQ(inflight_microbatches(one, 3), 1.0);
+    l.schedule = "gpipe";
+    const RunConfig gp = gpt_run(l);
+    EXPECT_DOUBLE_EQ(inflight_microbatches(gp, 0), static_cast<double>(m));
+    EXPECT_DOUBLE_EQ(inflight_microbatches(gp, 3), static_cast<double>(m));
+  }
+}
+
+// The ledger multiplies one micro-batch's stage activations by the in-flight count.
+TEST(Inflight, LedgerActivationsScaleWithInflight) {
+  Layout l;
+  l.pp = 4;
+  l.gpus = 4;
+  l.global_batch = kB * 16;
+  const MemoryLedger one = compute_ledger(gpt_run(l));
+  l.schedule = "gpipe";
+  const MemoryLedger gp = compute_ledger(gpt_run(l));
+  EXPECT_EQ(one.stages[0].inflight_microbatches, 4);
+  EXPECT_EQ(gp.stages[0].inflight_microbatches, 16);
+  expect_rel(gp.stages[0].activations.value(), one.stages[0].activations.value() * 4.0);
+  const double per_mb = layer_activation_bytes(gpt_run(l), false).value() * 2.0;  // 2 layers / stage
+  expect_rel(one.stages[0].activations.value(), per_mb * 4.0);
+}
+
+// Interleaved 1F1B holds more on stage 0 than plain 1F1B (in whole-stage units).
+TEST(Inflight, InterleavedHoldsMore) {
+  Layout l;
+  l.pp = 4;
+  l.gpus = 4;
+  l.global_batch = kB * 16;
+  const double plain = inflight_microbatches(gpt_run(l), 0);
+  RunConfig rc = gpt_run(l);
+  rc.parallel.vpp = 2;
+  rc.parallel.schedule = config::Schedule::kInterleaved;
+  EXPECT_GT(inflight_microbatches(rc, 0), plain);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole ledger.
+
+// The ledger holds exactly the model's parameters once (pp = 1, tp = 1, vocab needing no
+// padding): stage params == total_params(), and ZeRO-1 state bytes follow 2+2+12/N.
+TEST(Ledger, ModelStateMatchesZeroFormula) {
+  Json j = {
+      {"model", {{"hidden_size", 1024}, {"num_attention_heads", 16}, {"num_hidden_layers", 4},
+                 {"intermediate_size", 4096}, {"vocab_size", 32768}, {"hidden_act", "silu"}}},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 4}}},
+      {"training", {{"seq_len", 1024}, {"global_batch_size", 4}}},
+      {"parallel", {{"zero_stage", 1}}},
+  };
+  const RunConfig rc = config::parse_run(j, "<test>", "");
+  const MemoryLedger l = compute_ledger(rc);
+  ASSERT_EQ(l.stages.size(), 1u);
+  const double psi = rc.model.total_params();
+  expect_rel(l.stages[0].params, psi);
+  expect_rel(l.stages[0].weights.value(), 2.0 * psi);
+  expect_rel(l.stages[0].gradients.value(), 2.0 * psi);
+  expect_rel(l.stages[0].optimizer.value(), 12.0 * psi / 4.0);
+  expect_rel(l.stages[0].model_state().value(), zero_bytes_per_param(state_bytes(rc.training), 1, 4) * psi);
+}
+
+// Same, for a GPT-2 style model (LayerNorm with bias, learned positions, tied embeddings): the
+// final LayerNorm has 2h parameters.
+TEST(Ledger, StageParamsIncludeWholeFinalLayerNorm) {
+  Json j = {
+      {"model", {{"model_type", "gpt2"}, {"n_embd", 768}, {"n_head", 12}, {"n_layer", 4},
+                 {"n_positions", 1024}, {"vocab_size", 32768}}},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 1}}},
+      {"training", {{"seq_len", 1024}, {"global_batch_size", 1}}},
+  };
+  const RunConfig rc = config::parse_run(j, "<test>", "");
+  const MemoryLedger l = compute_ledger(rc);
+  EXPECT_DOUBLE_EQ(l.stages[0].params, rc.model.total_params())
+      << "ledger params - model params = " << l.stages[0].params - rc.model.total_params();
+}
+
+// A small model on one 80 GB GPU fits; Llama-3.1-70B without sharding on one node does not
+// (16 bytes x 70.6e9 params = 1.13 TB per GPU).
+TEST(Ledger, FitsVerdict) {
+  const Json small = {
+      {"model", "gpt2-124m"},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 1}}},
+      {"training", {{"seq_len", 1024}, {"global_batch_size", 8}}},
+      {"parallel", {{"micro_batch_size", 8}}},
+  };
+  const MemoryLedger ok = compute_ledger(config::parse_run(small, "<test>", ""));
+  EXPECT_TRUE(ok.fits()) << ok.peak().value();
+  const Json big = {
+      {"model", "llama3.1-70b"},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 8}}},
+      {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+      {"parallel", {{"tp", 1}, {"pp", 1}}},
+  };
+  const MemoryLedger no = compute_ledger(config::parse_run(big, "<test>", ""));
+  EXPECT_FALSE(no.fits());
+  EXPECT_GT(no.peak().value(), 16.0 * 70e9);
+  EXPECT_GT(no.peak(), no.capacity);
+}
+
+// The last pipeline stage holds one micro-batch's logits (16-bit + fp32 copy for the loss).
+TEST(Ledger, LastStageHoldsLogits) {
+  Layout l;
+  l.pp = 2;
+  l.gpus = 2;
+  l.global_batch = kB * 4;
+  const RunConfig rc = gpt_run(l);
+  const MemoryLedger led = compute_ledger(rc);
+  EXPECT_DOUBLE_EQ(led.stages[0].logits.value(), 0.0);
+  expect_rel(led.stages[1].logits.value(), s * b * static_cast<double>(rc.padded_vocab) * (2.0 + 4.0));
+}
+
+}  // namespace
+}  // namespace stepcast::memory
