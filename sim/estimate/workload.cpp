@@ -37,6 +37,18 @@ struct Ctx {
   bool sp = false;
 };
 
+// Per-rank context shared by every layer kind: dtypes, tokens, TP degree and SP sharding.
+Ctx make_ctx(const config::RunConfig& rc, const GroupPlacements& places, double tokens) {
+  Ctx c{rc, rc.hardware, places, rc.training.precision, rc.training.precision};
+  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
+  c.e = hw::bytes_per_element(c.act_dtype);
+  c.T = tokens;
+  c.t = static_cast<double>(rc.parallel.tp);
+  c.sp = rc.parallel.sp && rc.parallel.tp > 1;
+  c.T_rep = c.sp ? c.T / c.t : c.T;
+  return c;
+}
+
 Op gemm_op(const Ctx& c, const std::string& name, double m, double n, double k, double batch = 1.0,
            bool weight_grad = false) {
   Op op;
@@ -210,13 +222,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
 LayerCost WorkloadBuilder::build_layer(bool moe) const {
   const auto& m = rc_.model;
   const auto& p = rc_.parallel;
-  Ctx c{rc_, rc_.hardware, places_, rc_.training.precision, rc_.training.precision};
-  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
-  c.e = hw::bytes_per_element(c.act_dtype);
-  c.T = tokens_;
-  c.t = static_cast<double>(p.tp);
-  c.sp = p.sp && p.tp > 1;
-  c.T_rep = c.sp ? c.T / c.t : c.T;
+  Ctx c = make_ctx(rc_, places_, tokens_);
   const double h = static_cast<double>(m.hidden);
   const double T = c.T;
   const double e = c.e;
@@ -442,14 +448,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
 
 LayerCost WorkloadBuilder::build_embedding() const {
   const auto& m = rc_.model;
-  const auto& p = rc_.parallel;
-  Ctx c{rc_, rc_.hardware, places_, rc_.training.precision, rc_.training.precision};
-  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
-  c.e = hw::bytes_per_element(c.act_dtype);
-  c.T = tokens_;
-  c.t = static_cast<double>(p.tp);
-  c.sp = p.sp && p.tp > 1;
-  c.T_rep = c.sp ? c.T / c.t : c.T;
+  Ctx c = make_ctx(rc_, places_, tokens_);
   const double h = static_cast<double>(m.hidden);
   LayerCost lc;
   lc.fwd.push_back(mem_op(c, "embedding.gather", 2.0 * c.e * c.T * h));
@@ -467,16 +466,9 @@ LayerCost WorkloadBuilder::build_embedding() const {
 
 LayerCost WorkloadBuilder::build_output() const {
   const auto& m = rc_.model;
-  const auto& p = rc_.parallel;
-  Ctx c{rc_, rc_.hardware, places_, rc_.training.precision, rc_.training.precision};
-  if (c.act_dtype == hw::Dtype::kFp8) c.act_dtype = hw::Dtype::kBf16;
+  Ctx c = make_ctx(rc_, places_, tokens_);
   // The output layer stays in 16-bit under fp8 training (Transformer Engine keeps it out of fp8).
   if (c.gemm_dtype == hw::Dtype::kFp8) c.gemm_dtype = c.act_dtype;
-  c.e = hw::bytes_per_element(c.act_dtype);
-  c.T = tokens_;
-  c.t = static_cast<double>(p.tp);
-  c.sp = p.sp && p.tp > 1;
-  c.T_rep = c.sp ? c.T / c.t : c.T;
   const double h = static_cast<double>(m.hidden);
   const double v_local = static_cast<double>(rc_.padded_vocab) / c.t;
   LayerCost lc;
@@ -497,9 +489,7 @@ LayerCost WorkloadBuilder::build_output() const {
   if (c.t > 1) {
     lc.fwd.push_back(comm_op(c, "cross_entropy.tp_stats", CommKind::kTp, Collective::kAllReduce, 3.0 * c.T * 4.0, places_.tp));
   }
-  if (p.recompute == config::Recompute::kFull) {
-    // Megatron does not recompute the output layer; nothing to add.
-  }
+  // Megatron does not recompute the output layer, so full recompute adds nothing here.
   finish(lc);
   return lc;
 }
