@@ -203,7 +203,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     notes.push_back("training: fp32 gradient reduction (Megatron-Core default main_grads)");
   } else if (torchtitan || fam == Family::kMpt) {
     training["grad_dtype"] = "fp32";
-    notes.push_back("training: FSDP mixed precision reduces gradients in fp32");
+    training["param_dtype"] = "fp32";
+    notes.push_back("training: FSDP mixed precision: fp32 sharded parameters are the master copy, gradients reduced in fp32");
+  }
+  if (torchtitan) {
+    training["loss"] = "eager";
+    notes.push_back("training: eager PyTorch cross-entropy on fp32-upcast logits (torchtitan loss_fn)");
   }
   if (fam == Family::kMegatronGpt && precision_of(r) == "fp16") {
     training["grad_dtype"] = "fp32";
@@ -276,6 +281,14 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     }
   }
   parallel["recompute"] = recompute_of(r);
+  if (torchtitan && recompute_of(r) == "selective") {
+    parallel["recompute"] = "selective-op";
+    notes.push_back("parallel: torchtitan's selective AC is op-level (selective_ac_option = 'op')");
+  }
+  if (torchtitan && pp > 1 && parallel.contains("fsdp")) {
+    parallel["reshard_after_forward"] = false;
+    notes.push_back("parallel: FSDP does not reshard after forward under pipeline parallelism (torchtitan)");
+  }
   if (fam == Family::kQwenMoe || fam == Family::kGptOss) {
     notes.push_back("moe: balanced routing (the benchmark forces balanced expert load), dropless, all-to-all dispatcher");
   }
@@ -512,6 +525,23 @@ std::string AccuracyResult::markdown() const {
     std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %.1f | %s |\n", r.id.c_str(), r.memory_basis.c_str(), r.measured_mem_gib,
                   r.predicted_mem_gib, pct(r.mem_error).c_str());
     o << buf;
+  }
+  {
+    std::map<std::string, std::vector<double>> mem_by_source;
+    for (const auto& r : rows) {
+      if (r.measured_mem_gib >= 0) mem_by_source[r.source].push_back(std::abs(r.mem_error));
+    }
+    o << "\n| source | memory rows | mean abs error | rows within 10% |\n|---|---:|---:|---:|\n";
+    for (const auto& [src, errs] : mem_by_source) {
+      double sum = 0;
+      int within = 0;
+      for (double e : errs) {
+        sum += e;
+        if (e <= 0.10) ++within;
+      }
+      std::snprintf(buf, sizeof buf, "| %s | %zu | %.1f%% | %d |\n", src.c_str(), errs.size(), 100.0 * sum / static_cast<double>(errs.size()), within);
+      o << buf;
+    }
   }
   o << "\n## Rows not predicted\n\n| row | reason |\n|---|---|\n";
   for (const auto& s : skipped) o << "| " << s.id << " | " << s.reason << " |\n";

@@ -13,6 +13,7 @@ std::string to_string(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";
     case Recompute::kSelective: return "selective";
+    case Recompute::kSelectiveOp: return "selective-op";
     case Recompute::kFull: return "full";
   }
   return "?";
@@ -57,6 +58,10 @@ void parse_training(ObjectReader r, RunConfig& rc) {
                                                                                   : AttentionImpl::kUnfused;
   t.dropout = r.get_bool("dropout", false);
   t.fp32_logits = r.get_bool("fp32_logits", true);
+  t.param_dtype = hw::dtype_from_string(
+      r.get_choice("param_dtype", {"bf16", "fp16", "fp32"},
+                   t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
+  t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
   r.finish();
 }
 
@@ -74,8 +79,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.zero_stage = static_cast<int>(r.get_int("zero_stage", 0, 3, 0));
   p.fsdp = r.get_bool("fsdp", false);
   p.reshard_after_forward = r.get_bool("reshard_after_forward", true);
-  const auto rec = r.get_choice("recompute", {"none", "selective", "full"}, "none");
-  p.recompute = rec == "full" ? Recompute::kFull : rec == "selective" ? Recompute::kSelective : Recompute::kNone;
+  const auto rec = r.get_choice("recompute", {"none", "selective", "selective-op", "full"}, "none");
+  p.recompute = rec == "full"           ? Recompute::kFull
+                : rec == "selective"    ? Recompute::kSelective
+                : rec == "selective-op" ? Recompute::kSelectiveOp
+                                        : Recompute::kNone;
   const bool has_schedule = r.has("schedule");
   const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"}, "1f1b");
   p.schedule = sch == "gpipe" ? Schedule::kGpipe

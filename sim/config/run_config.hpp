@@ -16,7 +16,8 @@
 namespace stepcast::config {
 
 enum class Optimizer { kAdam, kSgd };
-enum class Recompute { kNone, kSelective, kFull };
+enum class Recompute { kNone, kSelective, kSelectiveOp, kFull };
+enum class LossImpl { kFused, kEager };
 enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
 enum class AttentionImpl { kFlash, kUnfused };
 enum class CpComm { kRing, kAllGather, kUlysses };
@@ -41,6 +42,14 @@ struct Training {
   AttentionImpl attention = AttentionImpl::kFlash;
   bool dropout = false;                     // dropout masks stored for backward
   bool fp32_logits = true;                  // loss computed on an fp32 copy of the logits
+  // Stored parameter dtype. Equal to the compute dtype for Megatron-style mixed precision (with
+  // a separate fp32 master copy); fp32 for PyTorch FSDP mixed precision, where the sharded fp32
+  // parameters are the master and the 16-bit copy exists only while gathered.
+  hw::Dtype param_dtype = hw::Dtype::kBf16;
+  // Cross-entropy implementation: fused (vocab-parallel kernel working in place on one fp32
+  // copy) or eager (PyTorch cross_entropy on an upcast copy: log-softmax output and its gradient
+  // are separate fp32 tensors).
+  LossImpl loss = LossImpl::kFused;
 };
 
 struct Parallel {

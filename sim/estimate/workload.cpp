@@ -441,6 +441,36 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     B.insert(B.begin(), r);
     lc.recompute += af.time;
     lc.hardware_flops += af.flops;
+  } else if (p.recompute == config::Recompute::kSelectiveOp) {
+    // Op-level selective checkpointing keeps every other matmul output and the attention output
+    // (see memory::selective_op_bytes_per_token); backward re-runs the element-wise work and the
+    // matmuls whose outputs were dropped: K (and V's twin) of the projections, the output
+    // projection, the up projection of a gated MLP or the second matmul of a plain one.
+    const bool gated = m.mlp == model::MlpKind::kGated;
+    std::vector<Op> re;
+    for (const auto& o : F) {
+      double frac = 0;
+      if (o.kind == OpKind::kElementwise) {
+        frac = 1.0;
+      } else if (o.name == "qkv") {
+        frac = kv_width / (q_width + 2.0 * kv_width);
+      } else if (o.name == "o_proj" || o.name == "q_up" || o.name == "kv_up") {
+        frac = 1.0;
+      } else if (o.name == "fc1" || o.name == "experts.fc1" || o.name == "shared.fc1") {
+        frac = gated ? 0.5 : 0.0;
+      } else if (o.name == "fc2" || o.name == "experts.fc2" || o.name == "shared.fc2") {
+        frac = gated ? 0.0 : 1.0;
+      }
+      if (frac <= 0) continue;
+      Op r = o;
+      r.name = "recompute." + o.name;
+      r.time = o.time * frac;
+      r.flops = Flops(0);
+      re.push_back(r);
+      lc.recompute += r.time;
+      lc.hardware_flops += o.flops * frac;
+    }
+    B.insert(B.begin(), re.begin(), re.end());
   }
   finish(lc);
   return lc;

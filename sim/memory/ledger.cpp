@@ -14,7 +14,10 @@ StateBytes state_bytes(const config::Training& t) {
   const bool fp32 = t.precision == hw::Dtype::kFp32;
   s.weights = fp32 ? 4.0 : 2.0;
   s.gradients = hw::bytes_per_element(t.grad_dtype);
-  const double master = (t.master_weights && !fp32) ? 4.0 : 0.0;
+  // Parameters stored in fp32 under 16-bit compute are their own master copy.
+  const bool fp32_params = t.param_dtype == hw::Dtype::kFp32;
+  if (fp32_params) s.weights = 4.0;
+  const double master = (t.master_weights && !fp32 && !fp32_params) ? 4.0 : 0.0;
   s.optimizer = (t.optimizer == config::Optimizer::kAdam ? 8.0 : 4.0) + master;
   return s;
 }
@@ -37,6 +40,68 @@ double act_bytes_per_element(const config::RunConfig& rc) {
 
 }  // namespace
 
+double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer) {
+  // Op-level selective checkpointing (PyTorch's per-block policy as torchtitan applies it):
+  // the block input is kept, the outputs of the 1st, 3rd, 5th, ... matrix multiplication in
+  // forward order are kept, and so is the attention kernel's output (+ fp32 log-sum-exp);
+  // everything else is rebuilt in backward from those.
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double e = act_bytes_per_element(rc);
+  const double t = static_cast<double>(p.tp);
+  const bool sp = p.sp && p.tp > 1;
+  const double h = static_cast<double>(m.hidden);
+  const double heads_local = static_cast<double>(m.heads) / t;
+  std::vector<double> widths;  // matmul output elements per token on this rank, forward order
+  double attn_out = 0;
+  if (m.mla.enabled()) {
+    const double qk = static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    if (m.mla.q_lora_rank > 0) widths.push_back(static_cast<double>(m.mla.q_lora_rank));
+    widths.push_back(heads_local * qk);
+    widths.push_back(static_cast<double>(m.mla.kv_lora_rank + m.mla.qk_rope_head_dim));
+    widths.push_back(heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim));
+    attn_out = heads_local * static_cast<double>(m.mla.v_head_dim);
+  } else {
+    const double kv_local = std::max(static_cast<double>(m.kv_heads), t) / t * static_cast<double>(m.head_dim);
+    widths.push_back(heads_local * static_cast<double>(m.head_dim));
+    widths.push_back(kv_local);
+    widths.push_back(kv_local);
+    attn_out = heads_local * static_cast<double>(m.head_dim);
+  }
+  widths.push_back(h);  // output projection (partial sums, full width on every TP rank)
+  const bool gated = m.mlp == model::MlpKind::kGated;
+  auto mlp = [&](double f_local, double copies) {
+    if (gated) widths.push_back(f_local * copies);
+    widths.push_back(f_local * copies);
+    widths.push_back(h * copies);
+  };
+  if (!moe_layer) {
+    mlp(static_cast<double>(m.ffn_hidden) / t, 1.0);
+  } else {
+    const auto& mo = m.moe;
+    widths.push_back(static_cast<double>(mo.num_experts));  // router logits
+    mlp(static_cast<double>(mo.expert_ffn) / static_cast<double>(p.etp), static_cast<double>(mo.top_k) *
+                                                                             static_cast<double>(p.etp) / t);
+    if (mo.shared_experts > 0) mlp(static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t, 1.0);
+  }
+  double kept = h / (sp ? t : 1.0);  // block input
+  for (size_t i = 0; i < widths.size(); i += 2) kept += widths[i];
+  return e * (kept + attn_out) + 4.0 * heads_local;
+}
+
+double loss_peak_bytes_per_logit(const config::RunConfig& rc) {
+  const double e = act_bytes_per_element(rc);
+  if (rc.training.loss == config::LossImpl::kEager) {
+    // PyTorch cross_entropy(logits.float()): at the start of its backward the 16-bit logits'
+    // gradient is still to come, while the saved fp32 log-softmax output, the fp32 incoming
+    // gradient and the fp32 input gradient are live, plus the 16-bit logits before they are
+    // released (3 x 4 + e). Under TP the vocab-parallel log-softmax keeps one more fp32 tensor
+    // (the max-shifted logits).
+    return e + 12.0 + (rc.parallel.tp > 1 ? 4.0 : 0.0);
+  }
+  return e + (rc.training.fp32_logits ? 4.0 : 0.0);
+}
+
 Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -49,6 +114,7 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   const double rep = sp ? t : 1.0;  // divisor of the replicated terms
 
   if (p.recompute == Recompute::kFull) return Bytes(e * h * T / rep);
+  if (p.recompute == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
 
   // Replicated terms (per token).
   double replicated = 2.0 * e * h + e * h + e * h;
@@ -194,16 +260,21 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
                           static_cast<double>(p.cp);
     if (s == p.pp - 1) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
-      st.logits = Bytes(elems * (e + (rc.training.fp32_logits ? 4.0 : 0.0)));
+      st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
       st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0));  // final norm input
     }
     // Buffers.
     if (zero >= 3) {
-      const double gathered = largest_layer * sb.weights * 2.0 + largest_layer * sb.gradients;
+      // Gathered weights are in the compute dtype (16-bit unless training in fp32).
+      const double wc = e;
+      const double gathered = largest_layer * wc * 2.0 + largest_layer * sb.gradients;
       st.buffers += Bytes(gathered);
       if (p.fsdp && !p.reshard_after_forward) {
         const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));
-        st.buffers += Bytes(st.params * sb.weights * (1.0 - 1.0 / dn));
+        st.buffers += Bytes(st.params * wc * (1.0 - 1.0 / dn));
+        // Without resharding, gradients of all micro-batches but the last are accumulated
+        // unsharded (no reduce-scatter until the last), in the reduction dtype.
+        if (rc.num_microbatches > 1) st.buffers += Bytes(st.params * sb.gradients * (1.0 - 1.0 / dn));
       }
     } else if (p.dp * p.cp > 1) {
       st.buffers += Bytes(p.bucket_mb * 1e6);

@@ -21,9 +21,12 @@
 // Full recompute keeps only each layer's input (2sbh, /t with SP) plus one layer rebuilt at a
 // time. CP divides s. Micro-batches in flight on stage r (0-based) of p: GPipe m; 1F1B and
 // ZB-H1 min(m, p - r); interleaved min(m*v, 2(p - r - 1) + (v - 1)p + 1) chunks of L/(p*v) layers.
-// The last stage also holds one micro-batch's logits (16-bit output + fp32 copy for the loss).
+// The last stage also holds one micro-batch's logits (16-bit output + fp32 copy for the loss;
+// eager PyTorch cross-entropy keeps three fp32 copies at its peak). Peak = resident state +
+// max(layer backward working set, loss working set): the two are live at different times.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -48,9 +51,13 @@ struct StageMemory {
   int64_t inflight_microbatches = 0;  // in layer-stack units for interleaved (chunks / v)
   core::Bytes activation_per_layer;   // one layer, one micro-batch
   [[nodiscard]] core::Bytes model_state() const { return weights + gradients + optimizer; }
-  [[nodiscard]] core::Bytes total() const {
-    return weights + gradients + optimizer + activations + transient + logits + buffers + runtime;
+  // Peak: the loss (logits and its fp32 copies) and the backward working set of a layer are
+  // live at different times (the loss is released before the last layer's backward starts),
+  // so the larger of the two adds to what is resident throughout.
+  [[nodiscard]] core::Bytes resident() const {
+    return weights + gradients + optimizer + activations + buffers + runtime;
   }
+  [[nodiscard]] core::Bytes total() const { return resident() + std::max(transient, logits); }
 };
 
 struct MemoryLedger {
@@ -73,6 +80,12 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n);
 
 // Activation bytes of one transformer layer for one micro-batch on one rank.
 core::Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer);
+
+// Bytes per token of one layer kept under op-level selective checkpointing.
+double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer);
+
+// Live bytes per logit at the loss's peak (compute-dtype logits plus the loss's fp32 copies).
+double loss_peak_bytes_per_logit(const config::RunConfig& rc);
 
 // Micro-batches (in units of a full stage's layers) in flight on `stage`.
 double inflight_microbatches(const config::RunConfig& rc, int64_t stage);

@@ -348,5 +348,57 @@ TEST(Ledger, LastStageHoldsLogits) {
   expect_rel(led.stages[1].logits.value(), s * b * static_cast<double>(rc.padded_vocab) * (2.0 + 4.0));
 }
 
+// Eager PyTorch cross-entropy: 16-bit logits + three fp32 tensors at its peak (14 bytes per
+// logit in bf16); vocab-parallel adds the shifted fp32 copy (18).
+TEST(Ledger, EagerLossKeepsThreeFp32Copies) {
+  Layout l;
+  RunConfig rc = gpt_run(l);
+  rc.training.loss = config::LossImpl::kEager;
+  EXPECT_DOUBLE_EQ(loss_peak_bytes_per_logit(rc), 14.0);
+  rc.parallel.tp = 2;
+  EXPECT_DOUBLE_EQ(loss_peak_bytes_per_logit(rc), 18.0);
+  rc.training.loss = config::LossImpl::kFused;
+  EXPECT_DOUBLE_EQ(loss_peak_bytes_per_logit(rc), 6.0);
+}
+
+// The peak adds the larger of the loss and the layer backward working set, not both.
+TEST(Ledger, PeakTakesLargerOfLossAndLayerWorkingSet) {
+  Layout l;
+  const MemoryLedger led = compute_ledger(gpt_run(l));
+  const StageMemory& st = led.stages[0];
+  ASSERT_GT(st.logits.value(), 0.0);
+  ASSERT_GT(st.transient.value(), 0.0);
+  EXPECT_DOUBLE_EQ(st.total().value(), st.resident().value() + std::max(st.logits.value(), st.transient.value()));
+  EXPECT_LT(st.total().value(), st.resident().value() + st.logits.value() + st.transient.value());
+}
+
+// FSDP mixed precision with fp32 parameters: 4 (fp32 params, the master) + 4 (fp32 grads) +
+// 8 (Adam m, v) = 16 bytes, all sharded.
+TEST(ZeroBytes, Fp32ParamsAreTheirOwnMaster) {
+  config::Training t;
+  t.param_dtype = hw::Dtype::kFp32;
+  t.grad_dtype = hw::Dtype::kFp32;
+  const StateBytes sb = state_bytes(t);
+  EXPECT_DOUBLE_EQ(sb.weights, 4.0);
+  EXPECT_DOUBLE_EQ(sb.gradients, 4.0);
+  EXPECT_DOUBLE_EQ(sb.optimizer, 8.0);
+  EXPECT_DOUBLE_EQ(zero_bytes_per_param(sb, 3, 8), 2.0);
+}
+
+// Op-level selective checkpointing on Llama-3.1-8B (h 4096, 32 heads, 8 KV heads of 128,
+// gated ffn 14336): kept per token = block input 4096 + outputs of the 1st/3rd/5th/7th matmul
+// (q 4096, v 1024, gate 14336, down 4096) + attention output 4096 = 31744 bf16 elements, plus
+// the fp32 log-sum-exp of 32 heads.
+TEST(Activations, SelectiveOpKeepsEveryOtherMatmul) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}}},
+            {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", "selective-op"}}}};
+  const RunConfig rc = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_DOUBLE_EQ(selective_op_bytes_per_token(rc, false), 31744.0 * 2.0 + 4.0 * 32.0);
+  expect_rel(layer_activation_bytes(rc, false).value(), 16384.0 * (31744.0 * 2.0 + 128.0));
+}
+
 }  // namespace
 }  // namespace stepcast::memory
