@@ -12,8 +12,10 @@
 #include "sim/config/hardware.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
+#include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/report/output.hpp"
+#include "sim/report/sim_output.hpp"
 
 namespace {
 
@@ -60,6 +62,18 @@ int run(int argc, char** argv) {
   est->add_flag("--json", est_json, "print the output contract as JSON");
   est->add_flag("--allow-oom", est_allow_oom, "report the estimate even when the layout does not fit");
 
+  // simulate
+  std::string sim_file, sim_trace;
+  bool sim_json = false, sim_allow_oom = false, sim_full = false;
+  auto* sim = app.add_subcommand("simulate", "discrete-event simulation of one training step of a run file");
+  sim->add_option("run", sim_file, "run file (JSON)")->required();
+  sim->add_flag("--json", sim_json, "print the output contract as JSON");
+  sim->add_option("--trace", sim_trace, "write a Perfetto / Chrome trace of the step here");
+  sim->add_flag("--allow-oom", sim_allow_oom, "simulate even when the layout does not fit");
+  sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
+  bool sim_ideal = false;
+  sim->add_flag("--ideal", sim_ideal, "schedule study: uniform transformer stages, free communication, no optimizer");
+
   // memory
   std::string mem_file;
   bool mem_json = false;
@@ -99,6 +113,27 @@ int run(int argc, char** argv) {
       std::cout << stepcast::report::estimate_json(rc, e, cmdline).dump(2) << "\n";
     } else {
       std::cout << stepcast::report::estimate_table(rc, e);
+    }
+    return 0;
+  }
+  if (sim->parsed()) {
+    const auto rc = stepcast::config::load_run_file(sim_file);
+    const auto ledger = stepcast::memory::compute_ledger(rc);
+    if (!ledger.fits() && !sim_allow_oom) {
+      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(ledger)
+                << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
+      return kExitDoesNotFit;
+    }
+    stepcast::engine::SimOptions opt;
+    opt.full = sim_full;
+    opt.ideal = sim_ideal;
+    opt.keep_timeline = !sim_trace.empty();
+    const auto r = stepcast::engine::simulate_step(rc, opt);
+    if (!sim_trace.empty()) write_text(sim_trace, stepcast::engine::trace_json(rc, r));
+    if (sim_json) {
+      std::cout << stepcast::report::simulate_json(rc, r, cmdline).dump(2) << "\n";
+    } else {
+      std::cout << stepcast::report::simulate_table(rc, r);
     }
     return 0;
   }

@@ -1,5 +1,7 @@
 #include "sim/config/run_config.hpp"
 
+#include <limits>
+
 #include <filesystem>
 #include <numeric>
 
@@ -99,6 +101,57 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
+  p.no_sync = r.get_bool("no_sync", true);
+  r.finish();
+}
+
+std::vector<int64_t> int_list(const Json& j, const std::string& path, Issues& issues) {
+  std::vector<int64_t> out;
+  if (!j.is_array()) {
+    issues.add(path, "expected an array of non-negative integers, got " + j.dump());
+    return out;
+  }
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0) {
+      issues.add(path + "[" + std::to_string(i) + "]", "expected a non-negative integer, got " + j[i].dump());
+    } else {
+      out.push_back(j[i].get<int64_t>());
+    }
+  }
+  return out;
+}
+
+void parse_scenario(ObjectReader r, RunConfig& rc) {
+  auto& sc = rc.scenario;
+  sc.present = true;
+  if (const Json* sj = r.get_raw("slowdown"); sj != nullptr) {
+    const Json list = sj->is_array() ? *sj : Json::array({*sj});
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = r.child_path("slowdown") + (sj->is_array() ? "[" + std::to_string(i) + "]" : "");
+      ObjectReader sr(list[i], path, r.issues());
+      Slowdown sd;
+      sd.factor = sr.require_number("factor", 0.01, 1000.0);
+      if (const Json* rj = sr.get_raw("ranks"); rj != nullptr) sd.ranks = int_list(*rj, sr.child_path("ranks"), r.issues());
+      if (const Json* tj = sr.get_raw("stages"); tj != nullptr) sd.stages = int_list(*tj, sr.child_path("stages"), r.issues());
+      if (sd.ranks.empty() && sd.stages.empty()) r.issues().add(path, "names no ranks and no stages to slow down");
+      sr.finish();
+      sc.slowdowns.push_back(sd);
+    }
+  }
+  if (const Json* jj = r.get_raw("jitter"); jj != nullptr) {
+    ObjectReader jr(*jj, r.child_path("jitter"), r.issues());
+    sc.jitter_cv = jr.require_number("cv", 0.0, 1.0);
+    sc.seed = static_cast<uint64_t>(jr.get_int("seed", 0, std::numeric_limits<int32_t>::max(), 1));
+    jr.finish();
+  }
+  if (const Json* hj = r.get_raw("host_work"); hj != nullptr) {
+    ObjectReader hr(*hj, r.child_path("host_work"), r.issues());
+    sc.host_rank = hr.get_int("rank", 0, kMaxDim, 0);
+    auto d = hr.get_duration("time", false);
+    if (!d) hr.issues().add(hr.child_path("time"), "required duration (\"50ms\" or seconds)");
+    sc.host_seconds = d ? d->value() : 0.0;
+    hr.finish();
+  }
   r.finish();
 }
 
@@ -245,6 +298,22 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (t.attention == AttentionImpl::kFlash && rc.hardware.name == "v100-sxm-32gb") {
     issues.add("$.training.attention", "flash attention kernels need Ampere or newer; use \"unfused\" on V100");
   }
+
+  // Scenario targets must exist.
+  const int64_t world = rc.cluster.num_gpus;
+  for (size_t i = 0; i < rc.scenario.slowdowns.size(); ++i) {
+    const auto& sd = rc.scenario.slowdowns[i];
+    const std::string path = "$.scenario.slowdown[" + std::to_string(i) + "]";
+    for (int64_t r : sd.ranks) {
+      if (r >= world) issues.add(path + ".ranks", "rank " + n(r) + " does not exist (ranks 0.." + n(world - 1) + ")");
+    }
+    for (int64_t s : sd.stages) {
+      if (s >= p.pp) issues.add(path + ".stages", "stage " + n(s) + " does not exist (pp " + n(p.pp) + ")");
+    }
+  }
+  if (rc.scenario.host_rank >= world) {
+    issues.add("$.scenario.host_work.rank", "rank " + n(rc.scenario.host_rank) + " does not exist (ranks 0.." + n(world - 1) + ")");
+  }
 }
 
 RunConfig parse_run(const Json& j, const std::string& source_name, const std::string& base_dir) {
@@ -282,6 +351,7 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
       for (const auto& a : *aj) rc.assumptions.push_back(a.is_string() ? a.get<std::string>() : a.dump());
     }
   }
+  if (const Json* sj = r.get_raw("scenario"); sj != nullptr) parse_scenario(ObjectReader(*sj, "$.scenario", issues), rc);
   r.ignore({"name", "description", "notes", "measured"});
   r.finish();
   if (issues.empty()) derive_and_validate(rc, issues);

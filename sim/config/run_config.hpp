@@ -68,8 +68,27 @@ struct Parallel {
   bool tp_comm_overlap = false;
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;
+  // Gradient accumulation: reduce gradients once after the last micro-batch (no_sync, the
+  // default) or after every micro-batch.
+  bool no_sync = true;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
+};
+
+// What makes ranks differ. Any scenario switches the simulator from one representative rank
+// per pipeline stage to every rank simulated.
+struct Slowdown {
+  std::vector<int64_t> ranks;   // global ranks (Megatron order)
+  std::vector<int64_t> stages;  // or whole pipeline stages
+  double factor = 1.0;          // compute time multiplier (1.25 = 25% slower)
+};
+struct Scenario {
+  bool present = false;
+  std::vector<Slowdown> slowdowns;
+  double jitter_cv = 0;        // per-operator compute time noise, coefficient of variation
+  uint64_t seed = 1;           // jitter seed
+  int64_t host_rank = -1;      // rank doing host-side work before the step's barrier
+  double host_seconds = 0;
 };
 
 struct RunConfig {
@@ -79,6 +98,7 @@ struct RunConfig {
   Cluster cluster;
   Training training;
   Parallel parallel;
+  Scenario scenario;
   std::vector<std::string> assumptions;  // free text carried to reports
 
   // --- derived (filled by validation) ---

@@ -66,6 +66,18 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
 
 }  // namespace
 
+double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st) {
+  const auto& p = rc.parallel;
+  const memory::StateBytes sb = memory::state_bytes(rc.training);
+  const int zero = p.effective_zero();
+  const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.dp * p.cp)) : 1.0;
+  const double n_edp = static_cast<double>(std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp)));
+  const double local = st.dense_params / shard_dense + st.expert_params / (zero >= 1 ? n_edp : 1.0);
+  // Read master, moments and gradient; write master, moments and the 16-bit weights.
+  const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights);
+  return cost::memory_time(Bytes(bytes), rc.hardware).value() + 20.0 * rc.hardware.efficiency.kernel_overhead.value();
+}
+
 StepEstimate estimate_step(const config::RunConfig& rc) {
   const auto& p = rc.parallel;
   const auto& hw = rc.hardware;
@@ -189,14 +201,7 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
 
   // ---- optimizer ----
   double opt = 0;
-  for (const auto& st : out.memory.stages) {
-    const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.dp * p.cp)) : 1.0;
-    const double n_edp = static_cast<double>(std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp)));
-    const double local = st.dense_params / shard_dense + st.expert_params / (zero >= 1 ? n_edp : 1.0);
-    // Read master, moments and gradient; write master, moments and the 16-bit weights.
-    const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights);
-    opt = std::max(opt, cost::memory_time(Bytes(bytes), hw).value() + 20.0 * hw.efficiency.kernel_overhead.value());
-  }
+  for (const auto& st : out.memory.stages) opt = std::max(opt, optimizer_time_s(rc, st));
 
   out.step_time_s = t_pipe + dp_exposed + param_gather + opt;
   out.bubble_fraction = t_pipe > 0 ? bubble / t_pipe : 0.0;

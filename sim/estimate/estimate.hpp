@@ -53,4 +53,7 @@ double model_flops_per_step(const config::RunConfig& rc);
 
 StepEstimate estimate_step(const config::RunConfig& rc);
 
+// Optimizer step time of one stage (HBM-bound over the local shard plus kernel launches).
+double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st);
+
 }  // namespace stepcast::estimate

@@ -1,0 +1,737 @@
+#include "sim/engine/step_sim.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <sstream>
+
+#include "sim/cost/collectives.hpp"
+#include "sim/estimate/workload.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::engine {
+
+using config::Schedule;
+using cost::Collective;
+using estimate::LayerCost;
+
+namespace {
+
+enum class Phase : uint8_t { kF, kB, kW };
+
+struct Action {
+  Phase phase;
+  int32_t mb;
+  int32_t chunk;
+};
+
+// Compute order of one stage under the schedule (Megatron's orders; ZB-H1 after Qi et al. 2023).
+std::vector<Action> stage_order(Schedule sched, int32_t p, int32_t s, int32_t m, int32_t v) {
+  std::vector<Action> out;
+  if (sched == Schedule::kGpipe) {
+    for (int32_t i = 0; i < m; ++i) out.push_back({Phase::kF, i, 0});
+    for (int32_t i = 0; i < m; ++i) out.push_back({Phase::kB, i, 0});
+    return out;
+  }
+  if (sched == Schedule::kInterleaved) {
+    const int32_t total = m * v;
+    auto mb_of = [&](int32_t k) { return (k / (p * v)) * p + k % p; };
+    auto fchunk = [&](int32_t k) { return (k / p) % v; };
+    auto bchunk = [&](int32_t k) { return v - 1 - (k / p) % v; };
+    const int32_t warm = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+    for (int32_t k = 0; k < warm; ++k) out.push_back({Phase::kF, mb_of(k), fchunk(k)});
+    for (int32_t i = 0; i < total - warm; ++i) {
+      out.push_back({Phase::kF, mb_of(warm + i), fchunk(warm + i)});
+      out.push_back({Phase::kB, mb_of(i), bchunk(i)});
+    }
+    for (int32_t k = std::max(0, total - warm); k < total; ++k) out.push_back({Phase::kB, mb_of(k), bchunk(k)});
+    return out;
+  }
+  const int32_t warm = std::min(p - s - 1, m);
+  std::vector<Action> base;
+  for (int32_t i = 0; i < warm; ++i) base.push_back({Phase::kF, i, 0});
+  for (int32_t i = 0; i < m - warm; ++i) {
+    base.push_back({Phase::kF, warm + i, 0});
+    base.push_back({Phase::kB, i, 0});
+  }
+  for (int32_t i = m - warm; i < m; ++i) base.push_back({Phase::kB, i, 0});
+  if (sched != Schedule::kZbH1) return base;
+  // ZB-H1: weight-gradient work W(i) follows B(i), except that stage s keeps up to p - s - 1
+  // of them pending through the steady state and spends them in the cool-down, one before each
+  // backward there, where 1F1B would idle waiting for the next stage's gradients.
+  const size_t defer = static_cast<size_t>(p - s - 1);
+  std::deque<int32_t> pending;
+  int32_t backwards_seen = 0;
+  for (const auto& a : base) {
+    if (a.phase != Phase::kB) {
+      out.push_back(a);
+      continue;
+    }
+    const bool cooldown = ++backwards_seen > m - warm;
+    if (cooldown && !pending.empty()) {
+      out.push_back({Phase::kW, pending.front(), 0});
+      pending.pop_front();
+    }
+    out.push_back(a);
+    pending.push_back(a.mb);
+    while (!cooldown && pending.size() > defer) {
+      out.push_back({Phase::kW, pending.front(), 0});
+      pending.pop_front();
+    }
+  }
+  while (!pending.empty()) {
+    out.push_back({Phase::kW, pending.front(), 0});
+    pending.pop_front();
+  }
+  return out;
+}
+
+// Deterministic per-task noise: splitmix64 of (seed, index) -> two uniforms -> Box-Muller.
+double jitter_factor(uint64_t seed, uint64_t index, double cv) {
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  const uint64_t a = mix(seed * 0x100000001b3ULL ^ index);
+  const uint64_t b = mix(a);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) / 9007199254740992.0;
+  const double u2 = (static_cast<double>(b >> 11) + 0.5) / 9007199254740992.0;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return std::max(0.05, 1.0 + cv * z);
+}
+
+// One layer slot of a chunk: a transformer layer, the embedding or the output layer + loss.
+struct Slot {
+  const LayerCost* cost;
+  int32_t layer;       // global layer index; -1 embedding, num_layers = output
+  double params;       // parameters on one rank (before sharding)
+};
+
+struct Ids {
+  TaskId first = kNone, last = kNone;
+};
+
+class Builder {
+ public:
+  Builder(const config::RunConfig& rc, bool full, bool ideal)
+      : rc_(rc), p_(rc.parallel), wb_(rc), full_(full), ideal_(ideal) {
+    ledger_ = memory::compute_ledger(rc);
+    pp_ = static_cast<int32_t>(p_.pp);
+    v_ = static_cast<int32_t>(p_.vpp);
+    m_ = static_cast<int32_t>(rc.num_microbatches);
+    per_stage_ = full ? p_.tp * p_.cp * p_.dp : 1;
+    ranks_ = per_stage_ * pp_;
+    sb_ = memory::state_bytes(rc.training);
+    e_ = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+    graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
+    build_slots();
+  }
+
+  std::shared_ptr<TaskGraph> graph() const { return graph_; }
+  int64_t ranks() const { return ranks_; }
+  int64_t per_stage() const { return per_stage_; }
+  const memory::MemoryLedger& ledger() const { return ledger_; }
+  int64_t global_rank(int64_t sim_rank) const { return full_ ? sim_rank : sim_rank * p_.tp * p_.cp * p_.dp; }
+  int32_t stage_of(int64_t sim_rank) const { return static_cast<int32_t>(sim_rank / per_stage_); }
+  double chunk_activation_bytes(int32_t s) const {
+    const auto& st = ledger_.stages[static_cast<size_t>(s)];
+    const double inflight = memory::inflight_microbatches(rc_, s);
+    return inflight > 0 ? st.activations.value() / inflight / static_cast<double>(v_) : 0.0;
+  }
+
+  void build() {
+    auto& g = *graph_;
+    const bool has_sync = p_.dp * p_.cp > 1 && !ideal_;
+    const int zero = p_.effective_zero();
+    const bool fsdp = zero >= 3 && has_sync;
+    const bool overlapped_p2p = p_.schedule == Schedule::kInterleaved;
+    const Tick p2p = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());
+    const uint32_t n_fwd = g.intern("fwd"), n_bwd = g.intern("bwd"), n_bw = g.intern("bwd-weight"),
+                   n_tpf = g.intern("tp-comm fwd"), n_tpb = g.intern("tp-comm bwd"), n_sendf = g.intern("send activation"),
+                   n_sendb = g.intern("send gradient"), n_ag = g.intern("all-gather params"),
+                   n_rs = g.intern("reduce-scatter grads"), n_ar = g.intern("all-reduce grads"),
+                   n_opt = g.intern("optimizer"), n_host = g.intern("host work"), n_barrier = g.intern("barrier");
+    const size_t chunks = static_cast<size_t>(v_);
+    const size_t mbs = static_cast<size_t>(m_);
+    // Per simulated rank: first/last task of each (phase, chunk, mb); final backward per slot.
+    fwd_.assign(static_cast<size_t>(ranks_), std::vector<Ids>(chunks * mbs));
+    bwd_.assign(static_cast<size_t>(ranks_), std::vector<Ids>(chunks * mbs));
+    const auto& sc = rc_.scenario;
+
+    // Collective bookkeeping: the j-th collective a rank joins in a group is shared by the group.
+    std::vector<std::vector<uint32_t>> tp_coll, dp_coll;
+    std::vector<uint32_t> barrier(1, kNone);
+    auto tp_group = [&](int64_t r) { return full_ ? (r / (p_.tp * p_.cp)) : r; };       // same stage, dp index
+    auto dp_group = [&](int64_t r) { return full_ ? (stage_of(r) * p_.tp + (r % p_.tp)) : r; };
+    tp_coll.resize(static_cast<size_t>(full_ ? ranks_ / (p_.tp * p_.cp) : ranks_));
+    dp_coll.resize(static_cast<size_t>(full_ ? pp_ * p_.tp : ranks_));
+
+    auto scaled = [&](double seconds, int64_t r, uint64_t index) {
+      double f = 1.0;
+      const int64_t gr = global_rank(r);
+      for (const auto& sd : sc.slowdowns) {
+        const bool hit = std::find(sd.ranks.begin(), sd.ranks.end(), gr) != sd.ranks.end() ||
+                         std::find(sd.stages.begin(), sd.stages.end(), stage_of(r)) != sd.stages.end();
+        if (hit) f *= sd.factor;
+      }
+      if (sc.jitter_cv > 0) f *= jitter_factor(sc.seed, index, sc.jitter_cv);
+      return to_ticks(seconds * f);
+    };
+
+    for (int64_t r = 0; r < ranks_; ++r) {
+      const int32_t s = stage_of(r);
+      size_t tp_j = 0, dp_j = 0;
+      const auto my_tp = static_cast<size_t>(tp_group(r)), my_dp = static_cast<size_t>(dp_group(r));
+      auto group_task = [&](std::vector<std::vector<uint32_t>>& colls, size_t& j, Task t, Tick dur, uint32_t name) {
+        auto& list = colls[&colls == &tp_coll ? my_tp : my_dp];
+        if (j >= list.size()) list.push_back(g.add_collective(dur, name));
+        t.duration = dur;
+        t.name = name;
+        const TaskId id = g.add(t);
+        g.join(list[j++], id);
+        return id;
+      };
+      Task base;
+      base.rank = static_cast<int32_t>(r);
+      // Host work and the step-start barrier.
+      TaskId start_barrier = kNone;
+      if (sc.host_rank >= 0) {
+        if (global_rank(r) == sc.host_rank) {
+          Task h = base;
+          h.stream = Stream::kHost;
+          h.kind = TaskKind::kHost;
+          h.name = n_host;
+          h.duration = to_ticks(sc.host_seconds);
+          const TaskId hid = g.add(h);
+          Task b = base;
+          b.kind = TaskKind::kBarrier;
+          if (barrier[0] == kNone) barrier[0] = g.add_collective(0, n_barrier);
+          b.name = n_barrier;
+          start_barrier = g.add(b);
+          g.join(barrier[0], start_barrier);
+          g.depend(hid, start_barrier);
+        } else {
+          Task b = base;
+          b.kind = TaskKind::kBarrier;
+          if (barrier[0] == kNone) barrier[0] = g.add_collective(0, n_barrier);
+          b.name = n_barrier;
+          start_barrier = g.add(b);
+          g.join(barrier[0], start_barrier);
+        }
+      }
+
+      // FSDP gathers: AG for the k-th layer use waits for the compute of use k-2 (one ahead).
+      std::vector<TaskId> compute_uses;
+      auto fsdp_gather = [&](const Slot& sl, TaskId& gate) {
+        Task t = base;
+        t.stream = Stream::kDp;
+        t.kind = TaskKind::kDpComm;
+        t.layer = sl.layer;
+        const double bytes = sl.params * e_;
+        const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(bytes), wb_.placements().dp_cp, rc_.hardware).value());
+        const TaskId id = group_task(dp_coll, dp_j, t, dur, n_ag);
+        if (compute_uses.size() >= 2) g.depend(compute_uses[compute_uses.size() - 2], id);
+        gate = id;
+      };
+
+      const auto order = stage_order(p_.schedule, pp_, s, m_, v_);
+      const bool split_w = p_.schedule == Schedule::kZbH1;
+      std::vector<TaskId> final_bwd(slots_[static_cast<size_t>(s)].size() * chunks, kNone);
+      std::vector<std::vector<TaskId>> per_mb_bwd;  // without no_sync: [mb][slot]
+      if (!p_.no_sync) per_mb_bwd.assign(mbs, std::vector<TaskId>(final_bwd.size(), kNone));
+      TaskId last_pipeline = start_barrier;
+      uint64_t op_index = static_cast<uint64_t>(r) << 32;
+      for (const auto& a : order) {
+        const auto& chunk_slots = chunk_slots_[static_cast<size_t>(s)][static_cast<size_t>(a.chunk)];
+        Ids ids;
+        auto add_compute = [&](Task t, Tick dur, uint32_t name) {
+          t.duration = dur;
+          t.name = name;
+          const TaskId id = g.add(t);
+          if (ids.first == kNone) ids.first = id;
+          ids.last = id;
+          if (start_barrier != kNone) g.depend(start_barrier, id);
+          return id;
+        };
+        const bool fwd = a.phase == Phase::kF;
+        std::vector<const Slot*> seq;
+        for (size_t k = 0; k < chunk_slots.size(); ++k) seq.push_back(&slots_[static_cast<size_t>(s)][chunk_slots[k]]);
+        if (!fwd) std::reverse(seq.begin(), seq.end());
+        for (const Slot* sl : seq) {
+          const size_t slot_index = static_cast<size_t>(sl - slots_[static_cast<size_t>(s)].data());
+          Task t = base;
+          t.layer = sl->layer;
+          t.microbatch = a.mb;
+          t.chunk = a.chunk;
+          TaskId gate = kNone;
+          const bool gather = fsdp && (fwd ? (p_.reshard_after_forward || m_ == 1 || a.mb == 0)
+                                           : (a.phase == Phase::kB && p_.reshard_after_forward));
+          if (gather) fsdp_gather(*sl, gate);
+          TaskId cid;
+          if (a.phase == Phase::kF) {
+            t.kind = TaskKind::kForward;
+            cid = add_compute(t, scaled(sl->cost->fwd_compute.value(), r, op_index++), n_fwd);
+            g.depend(gate, cid);
+            if (sl->cost->fwd_comm_exposed.value() > 0 && !ideal_) {
+              Task c = base;
+              c.kind = TaskKind::kTpComm;
+              c.layer = sl->layer;
+              c.microbatch = a.mb;
+              c.chunk = a.chunk;
+              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->fwd_comm_exposed.value()), n_tpf);
+              ids.last = tid;
+            }
+          } else if (a.phase == Phase::kB) {
+            t.kind = TaskKind::kBackward;
+            const double dur = split_w ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
+            cid = add_compute(t, scaled(dur, r, op_index++), n_bwd);
+            g.depend(gate, cid);
+            if (sl->cost->bwd_comm_exposed.value() > 0 && !ideal_) {
+              Task c = base;
+              c.kind = TaskKind::kTpComm;
+              c.layer = sl->layer;
+              c.microbatch = a.mb;
+              c.chunk = a.chunk;
+              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->bwd_comm_exposed.value()), n_tpb);
+              ids.last = tid;
+            }
+          } else {
+            t.kind = TaskKind::kBackwardWeight;
+            cid = add_compute(t, scaled(sl->cost->bwd_weight_compute.value(), r, op_index++), n_bw);
+          }
+          if (gather) compute_uses.push_back(cid);
+          const bool grads_done = (a.phase == Phase::kB && !split_w) || a.phase == Phase::kW;
+          if (grads_done) {
+            final_bwd[slot_index] = ids.last;
+            if (!p_.no_sync) per_mb_bwd[static_cast<size_t>(a.mb)][slot_index] = ids.last;
+            // FSDP: reduce-scatter this layer's gradient (every micro-batch, or only the last when
+            // unsharded gradients are accumulated).
+            const bool rs_now = fsdp && (p_.reshard_after_forward || m_ == 1 || a.mb == m_ - 1);
+            if (rs_now) {
+              Task c = base;
+              c.stream = Stream::kDpReduce;
+              c.kind = TaskKind::kDpComm;
+              c.layer = sl->layer;
+              c.microbatch = a.mb;
+              const double bytes = sl->params * sb_.gradients;
+              const Tick dur = to_ticks(cost::collective_time(Collective::kReduceScatter, core::Bytes(bytes), wb_.placements().dp_cp, rc_.hardware).value());
+              const TaskId rid = group_task(dp_coll, dp_j, c, dur, n_rs);
+              g.depend(ids.last, rid);
+              dp_tail_.push_back(rid);
+            }
+          }
+        }
+        // Pipeline transfer to the neighbouring virtual stage.
+        const int32_t vs = a.chunk * pp_ + s;
+        const bool send = (a.phase == Phase::kF && vs < pp_ * v_ - 1) || (a.phase == Phase::kB && vs > 0);
+        if (send && pp_ > 1) {
+          Task t = base;
+          t.kind = TaskKind::kPpSend;
+          t.stream = overlapped_p2p ? Stream::kPpSend : Stream::kCompute;
+          t.microbatch = a.mb;
+          t.chunk = a.chunk;
+          t.duration = p2p;
+          t.name = a.phase == Phase::kF ? n_sendf : n_sendb;
+          const TaskId sid = g.add(t);
+          g.depend(ids.last, sid);
+          ids.last = sid;
+        }
+        if (a.phase == Phase::kF) {
+          fwd_[static_cast<size_t>(r)][static_cast<size_t>(a.chunk) * mbs + static_cast<size_t>(a.mb)] = ids;
+        } else if (a.phase == Phase::kB) {
+          bwd_[static_cast<size_t>(r)][static_cast<size_t>(a.chunk) * mbs + static_cast<size_t>(a.mb)] = ids;
+        }
+        last_pipeline = ids.last;
+      }
+      // Data-parallel gradient reduction (DDP buckets / ZeRO-1/2 reduce-scatter) in reverse
+      // layer order, launched as the gradients become final.
+      std::vector<TaskId> reductions;
+      if (has_sync && zero < 3) {
+        const Collective op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
+        auto emit_buckets = [&](const std::vector<TaskId>& ready_of_slot, int32_t mb) {
+          double filled = 0, cap = 1e6;
+          TaskId gate = kNone;
+          auto flush = [&]() {
+            if (filled <= 0) return;
+            Task c = base;
+            c.stream = Stream::kDpReduce;
+            c.kind = TaskKind::kDpComm;
+            c.microbatch = mb;
+            const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(filled), wb_.placements().dp_cp, rc_.hardware).value());
+            const TaskId id = group_task(dp_coll, dp_j, c, dur, zero >= 1 ? n_rs : n_ar);
+            g.depend(p_.grad_reduce_overlap ? gate : last_pipeline, id);
+            reductions.push_back(id);
+            filled = 0;
+            cap = p_.bucket_mb * 1e6;
+          };
+          // Reverse order of gradient readiness: chunks from last, slots from last.
+          for (int32_t c = v_ - 1; c >= 0; --c) {
+            const auto& cs = chunk_slots_[static_cast<size_t>(s)][static_cast<size_t>(c)];
+            for (auto it = cs.rbegin(); it != cs.rend(); ++it) {
+              const Slot& sl = slots_[static_cast<size_t>(s)][*it];
+              double bytes = sl.params * sb_.gradients;
+              gate = ready_of_slot[*it];
+              while (bytes > 0) {
+                const double take = std::min(bytes, cap - filled);
+                filled += take;
+                bytes -= take;
+                if (filled >= cap) flush();
+              }
+            }
+          }
+          flush();
+        };
+        if (p_.no_sync) {
+          emit_buckets(final_bwd, m_ - 1);
+        } else {
+          for (int32_t mb = 0; mb < m_; ++mb) emit_buckets(per_mb_bwd[static_cast<size_t>(mb)], mb);
+        }
+      }
+      // Optimizer after the stage's gradients are reduced.
+      Task o = base;
+      o.kind = TaskKind::kOptimizer;
+      o.name = n_opt;
+      o.duration = ideal_ ? 0 : scaled(estimate::optimizer_time_s(rc_, ledger_.stages[static_cast<size_t>(s)]), r, op_index++);
+      const TaskId oid = g.add(o);
+      g.depend(last_pipeline, oid);
+      for (TaskId id : reductions) g.depend(id, oid);
+      for (TaskId id : dp_tail_) g.depend(id, oid);
+      dp_tail_.clear();
+      // ZeRO-1/2: all-gather the updated shards (only the first bucket is exposed when the
+      // gathers overlap the next step's forward).
+      if (has_sync && (zero == 1 || zero == 2)) {
+        const auto& st = ledger_.stages[static_cast<size_t>(s)];
+        const double total = st.params * sb_.weights;
+        const double bucket = p_.bucket_mb * 1e6;
+        const double count = p_.param_gather_overlap ? 1.0 : std::ceil(total / bucket);
+        for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+          const double bytes = std::min(bucket, total - static_cast<double>(k) * bucket);
+          Task c = base;
+          c.stream = Stream::kDp;
+          c.kind = TaskKind::kDpComm;
+          const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(std::max(bytes, 0.0)), wb_.placements().dp_cp, rc_.hardware).value());
+          const TaskId id = group_task(dp_coll, dp_j, c, dur, n_ag);
+          g.depend(oid, id);
+        }
+      }
+      last_pipeline_.push_back(last_pipeline);
+    }
+
+    // Cross-stage dependencies: each virtual stage's forward waits for the previous one's send,
+    // each backward for the next one's.
+    if (pp_ > 1) {
+      for (int64_t r = 0; r < ranks_; ++r) {
+        const int32_t s = stage_of(r);
+        const int64_t w = r % per_stage_;
+        for (int32_t c = 0; c < v_; ++c) {
+          const int32_t vs = c * pp_ + s;
+          for (int32_t mb = 0; mb < m_; ++mb) {
+            const size_t k = static_cast<size_t>(c) * mbs + static_cast<size_t>(mb);
+            if (vs > 0) {
+              const int32_t ps = (vs - 1) % pp_, pc = (vs - 1) / pp_;
+              const int64_t pr = static_cast<int64_t>(ps) * per_stage_ + w;
+              g.depend(fwd_[static_cast<size_t>(pr)][static_cast<size_t>(pc) * mbs + static_cast<size_t>(mb)].last,
+                       fwd_[static_cast<size_t>(r)][k].first);
+            }
+            if (vs < pp_ * v_ - 1) {
+              const int32_t ns = (vs + 1) % pp_, nc = (vs + 1) / pp_;
+              const int64_t nr = static_cast<int64_t>(ns) * per_stage_ + w;
+              g.depend(bwd_[static_cast<size_t>(nr)][static_cast<size_t>(nc) * mbs + static_cast<size_t>(mb)].last,
+                       bwd_[static_cast<size_t>(r)][k].first);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  const std::vector<std::vector<Ids>>& fwd_ids() const { return fwd_; }
+  const std::vector<std::vector<Ids>>& bwd_ids() const { return bwd_; }
+  const estimate::WorkloadBuilder& workload() const { return wb_; }
+
+ private:
+  void build_slots() {
+    const auto& m = rc_.model;
+    slots_.resize(static_cast<size_t>(pp_));
+    chunk_slots_.resize(static_cast<size_t>(pp_));
+    for (int32_t s = 0; s < pp_; ++s) {
+      const auto& st = ledger_.stages[static_cast<size_t>(s)];
+      const int64_t first = rc_.stage_first_layer[static_cast<size_t>(s)];
+      const int64_t n = st.layers;
+      auto& sl = slots_[static_cast<size_t>(s)];
+      auto& cs = chunk_slots_[static_cast<size_t>(s)];
+      cs.assign(static_cast<size_t>(v_), {});
+      const double per_layer_params = n > 0 ? (st.dense_params + st.expert_params) / static_cast<double>(n + (s == 0) + (s == pp_ - 1)) : st.params;
+      // Interleaved chunk c of stage s holds layers [(c*p + s) * L/(p*v), ...): with even
+      // splits the stage's layers are split into v equal runs by chunk.
+      const int64_t per_chunk = std::max<int64_t>(1, n / v_);
+      if (s == 0 && !ideal_) {
+        sl.push_back(Slot{&wb_.embedding(), -1, per_layer_params});
+        cs[0].push_back(sl.size() - 1);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t layer = first + i;
+        const LayerCost* lc = m.is_moe_layer(layer) ? &wb_.moe_layer() : &wb_.dense_layer();
+        sl.push_back(Slot{lc, static_cast<int32_t>(layer), per_layer_params});
+        const int64_t c = std::min<int64_t>(v_ - 1, i / per_chunk);
+        cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
+      }
+      if (s == pp_ - 1 && !ideal_) {
+        sl.push_back(Slot{&wb_.output_layer(), static_cast<int32_t>(m.num_layers), per_layer_params});
+        cs[static_cast<size_t>(v_ - 1)].push_back(sl.size() - 1);
+      }
+    }
+  }
+
+  const config::RunConfig& rc_;
+  const config::Parallel& p_;
+  estimate::WorkloadBuilder wb_;
+  bool full_;
+  bool ideal_;
+  memory::MemoryLedger ledger_;
+  memory::StateBytes sb_;
+  double e_ = 2;
+  int32_t pp_ = 1, v_ = 1, m_ = 1;
+  int64_t per_stage_ = 1, ranks_ = 1;
+  std::shared_ptr<TaskGraph> graph_;
+  std::vector<std::vector<Slot>> slots_;
+  std::vector<std::vector<std::vector<size_t>>> chunk_slots_;  // [stage][chunk] -> slot indices
+  std::vector<std::vector<Ids>> fwd_, bwd_;
+  std::vector<TaskId> dp_tail_;
+  std::vector<TaskId> last_pipeline_;
+};
+
+// Metrics read from the timeline as it runs.
+class StepObserver : public Observer {
+ public:
+  StepObserver(const Builder& b, int32_t pp, int32_t m, int32_t chunks) : b_(b), m_(m), chunks_(chunks) {
+    const auto n = static_cast<size_t>(b.ranks());
+    busy_.assign(n, 0);
+    pipe_end_.assign(n, 0);
+    inflight_.assign(n, 0);
+    max_inflight_.assign(n, 0);
+    act_.assign(n, 0);
+    peak_act_.assign(n, 0);
+    wait_.assign(n, 0);
+    chunk_bytes_.resize(static_cast<size_t>(pp));
+    for (int32_t s = 0; s < pp; ++s) chunk_bytes_[static_cast<size_t>(s)] = b.chunk_activation_bytes(s);
+  }
+  void on_start(const TaskGraph& g, TaskId id, Tick ready, Tick start) override {
+    const Task& t = g.task(id);
+    wait_[static_cast<size_t>(t.rank)] += start - ready;
+  }
+  void on_finish(const TaskGraph& g, TaskId id, Tick finish) override {
+    const Task& t = g.task(id);
+    const auto r = static_cast<size_t>(t.rank);
+    const bool pipeline = t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward ||
+                          t.kind == TaskKind::kBackwardWeight || t.kind == TaskKind::kTpComm ||
+                          (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
+    if (pipeline && t.stream == Stream::kCompute) {
+      busy_[r] += t.duration;
+      pipe_end_[r] = std::max(pipe_end_[r], finish);
+    }
+    // Activation accounting per chunk: a chunk's forward stores its activations when its first
+    // layer starts storing; approximated at the chunk's first forward op, released at the end of
+    // its backward (first/last ops identified by the builder).
+    if (t.microbatch < 0) return;
+    const size_t k = static_cast<size_t>(t.chunk) * static_cast<size_t>(m_) + static_cast<size_t>(t.microbatch);
+    if (t.kind == TaskKind::kForward && b_.fwd_ids()[r][k].first == id) {
+      ++inflight_[r];
+      max_inflight_[r] = std::max(max_inflight_[r], inflight_[r]);
+      act_[r] += chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank))];
+      peak_act_[r] = std::max(peak_act_[r], act_[r]);
+    }
+    if ((t.kind == TaskKind::kBackward || t.kind == TaskKind::kTpComm || t.kind == TaskKind::kPpSend) &&
+        !b_.bwd_ids()[r].empty() && b_.bwd_ids()[r][k].last == id) {
+      --inflight_[r];
+      act_[r] -= chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank))];
+    }
+  }
+
+  std::vector<Tick> busy_, pipe_end_, wait_;
+  std::vector<int64_t> inflight_, max_inflight_;
+  std::vector<double> act_, peak_act_;
+
+ private:
+  const Builder& b_;
+  int32_t m_ = 1, chunks_ = 1;
+  std::vector<double> chunk_bytes_;
+};
+
+}  // namespace
+
+SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
+  const bool full = opt.full || rc.scenario.present;
+  Builder b(rc, full, opt.ideal);
+  b.build();
+  auto graph = b.graph();
+  Engine eng(*graph);
+  StepObserver obs(b, static_cast<int32_t>(rc.parallel.pp), static_cast<int32_t>(rc.num_microbatches),
+                   static_cast<int32_t>(rc.parallel.vpp));
+  eng.add_observer(&obs);
+  const RunStats stats = eng.run();
+
+  SimResult out;
+  out.full = full;
+  out.events = stats.events;
+  out.tasks = graph->size();
+  out.ranks_simulated = b.ranks();
+  const int64_t pp = rc.parallel.pp;
+  out.stages.assign(static_cast<size_t>(pp), StageStats{});
+  out.rank_wait_s.resize(static_cast<size_t>(b.ranks()));
+  for (int64_t r = 0; r < b.ranks(); ++r) {
+    const auto ri = static_cast<size_t>(r);
+    const double w = to_seconds(obs.wait_[ri]);
+    out.rank_wait_s[ri] = w;
+    out.collective_wait_s += w;
+    out.max_rank_wait_s = std::max(out.max_rank_wait_s, w);
+    auto& st = out.stages[static_cast<size_t>(b.stage_of(r))];
+    st.busy_s = std::max(st.busy_s, to_seconds(obs.busy_[ri]));
+    st.pipeline_end_s = std::max(st.pipeline_end_s, to_seconds(obs.pipe_end_[ri]));
+    st.max_inflight = std::max<int64_t>(st.max_inflight, obs.max_inflight_[ri]);
+    st.peak_activation_bytes = std::max(st.peak_activation_bytes, obs.peak_act_[ri]);
+  }
+  const auto& ledger = b.ledger();
+  for (int64_t s = 0; s < pp; ++s) {
+    auto& st = out.stages[static_cast<size_t>(s)];
+    const auto& ls = ledger.stages[static_cast<size_t>(s)];
+    st.peak_memory_bytes = (ls.resident() - ls.activations).value() + st.peak_activation_bytes +
+                           std::max(ls.transient, ls.logits).value();
+    if (st.peak_memory_bytes > out.memory_timeline_peak_bytes) {
+      out.memory_timeline_peak_bytes = st.peak_memory_bytes;
+      out.memory_peak_stage = s;
+    }
+  }
+
+  // Output contract from the timeline.
+  auto& e = out.step;
+  e.memory = ledger;
+  e.step_time_s = to_seconds(stats.makespan);
+  double span = 0;
+  size_t crit = 0;
+  for (size_t s = 0; s < out.stages.size(); ++s) {
+    span = std::max(span, out.stages[s].pipeline_end_s);
+    if (out.stages[s].busy_s > out.stages[crit].busy_s) crit = s;
+  }
+  e.pipeline_time_s = span;
+  const double bubble = std::max(0.0, span - out.stages[crit].busy_s);
+  e.bubble_fraction = span > 0 ? bubble / span : 0.0;
+  const double tokens = static_cast<double>(rc.tokens_per_step());
+  const double gpus = static_cast<double>(rc.cluster.num_gpus);
+  e.tokens_per_s = tokens / e.step_time_s;
+  e.tokens_per_s_per_gpu = e.tokens_per_s / gpus;
+  e.model_flops_per_step = estimate::model_flops_per_step(rc);
+  const double peak = rc.hardware.peak_for(rc.training.precision).value();
+  e.mfu = e.model_flops_per_step / (e.step_time_s * gpus * peak);
+  e.tflops_per_gpu = e.model_flops_per_step / (e.step_time_s * gpus) / 1e12;
+
+  // Breakdown on the critical stage: compute and TP comm from the tasks it ran.
+  const auto& wb = b.workload();
+  double hw_flops = 0, model_flops = 0, rec = 0, tp = 0, cp = 0, ep = 0, compute = 0;
+  const double m = static_cast<double>(rc.num_microbatches);
+  const auto& ls = ledger.stages[crit];
+  const int64_t first = rc.stage_first_layer[crit];
+  int64_t moe_layers = 0;
+  for (int64_t l = first; l < first + ls.layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
+  auto add = [&](const estimate::LayerCost& lc, double count) {
+    hw_flops += lc.hardware_flops.value() * count;
+    model_flops += lc.model_flops.value() * count;
+    rec += lc.recompute.value() * count;
+    tp += lc.tp_exposed.value() * count;
+    cp += lc.cp_exposed.value() * count;
+    ep += lc.ep_exposed.value() * count;
+    compute += (lc.fwd_compute + lc.bwd_compute).value() * count;
+  };
+  add(wb.dense_layer(), static_cast<double>(ls.layers - moe_layers));
+  if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
+  if (crit == 0) add(wb.embedding(), 1.0);
+  if (crit == static_cast<size_t>(pp - 1)) add(wb.output_layer(), 1.0);
+  e.hfu = e.mfu * (model_flops > 0 ? hw_flops / model_flops : 1.0);
+  auto& br = e.breakdown;
+  br.compute = m * compute;
+  br.recompute = m * rec;
+  br.exposed_comm["tp"] = m * tp;
+  br.exposed_comm["cp"] = m * cp;
+  br.exposed_comm["ep"] = m * ep;
+  br.exposed_comm["pp"] = std::max(0.0, out.stages[crit].busy_s - m * (compute + tp + cp + ep));
+  br.bubble = bubble;
+  br.optimizer = estimate::optimizer_time_s(rc, ls);
+  br.exposed_comm["dp"] = std::max(0.0, e.step_time_s - span - br.optimizer);
+  e.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
+  e.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
+
+  if (opt.keep_timeline) {
+    out.graph = graph;
+    out.start = eng.start_times();
+    out.finish = eng.finish_times();
+    out.rank_ids.resize(static_cast<size_t>(b.ranks()));
+    for (int64_t r = 0; r < b.ranks(); ++r) out.rank_ids[static_cast<size_t>(r)] = b.global_rank(r);
+  }
+  return out;
+}
+
+namespace {
+
+void append_us(std::string& out, Tick t) {
+  // Microseconds with picosecond resolution, printed exactly.
+  const Tick us = t / 1'000'000, rem = t % 1'000'000;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%lld.%06lld", static_cast<long long>(us), static_cast<long long>(rem));
+  out += buf;
+}
+
+}  // namespace
+
+std::string trace_json(const config::RunConfig& rc, const SimResult& r) {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  if (!r.graph) return out + "]}\n";
+  const TaskGraph& g = *r.graph;
+  const int64_t per_stage = r.full ? rc.parallel.tp * rc.parallel.cp * rc.parallel.dp : 1;
+  bool first = true;
+  auto sep = [&]() {
+    if (!first) out += ",\n";
+    first = false;
+  };
+  for (size_t i = 0; i < r.rank_ids.size(); ++i) {
+    sep();
+    out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(r.rank_ids[i]) +
+           ",\"args\":{\"name\":\"rank " + std::to_string(r.rank_ids[i]) + " (stage " +
+           std::to_string(static_cast<int64_t>(i) / per_stage) + ")\"}}";
+    for (int sidx = 0; sidx < static_cast<int>(Stream::kCount); ++sidx) {
+      sep();
+      out += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(r.rank_ids[i]) +
+             ",\"tid\":" + std::to_string(sidx) + ",\"args\":{\"name\":\"" + to_string(static_cast<Stream>(sidx)) + "\"}}";
+    }
+  }
+  const int64_t L = rc.model.num_layers;
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.duration == 0 && t.kind != TaskKind::kBarrier) continue;
+    std::string name;
+    if (t.layer == -1 && t.microbatch >= 0 && (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward)) {
+      name = "embedding ";
+    } else if (t.layer == L) {
+      name = "output+loss ";
+    } else if (t.layer >= 0) {
+      name = "L" + std::to_string(t.layer) + " ";
+    }
+    name += g.name(t.name);
+    if (t.microbatch >= 0) name += " mb" + std::to_string(t.microbatch);
+    if (rc.parallel.vpp > 1 && t.microbatch >= 0) name += " c" + std::to_string(t.chunk);
+    sep();
+    out += "{\"ph\":\"X\",\"name\":\"" + name + "\",\"cat\":\"" + to_string(t.kind) + "\",\"pid\":" +
+           std::to_string(r.rank_ids[static_cast<size_t>(t.rank)]) + ",\"tid\":" +
+           std::to_string(static_cast<int>(t.stream)) + ",\"ts\":";
+    append_us(out, r.start[id]);
+    out += ",\"dur\":";
+    append_us(out, t.duration);
+    out += "}";
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace stepcast::engine

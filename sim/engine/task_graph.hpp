@@ -1,0 +1,106 @@
+// stepcast task graph: the operators of one training step as tasks on per-rank streams.
+//
+// A task runs on one (rank, stream). Tasks on the same stream run in the order they were added
+// (a CUDA stream is FIFO), so each task implicitly depends on its stream predecessor; explicit
+// dependencies express data flow across streams and ranks (a layer's backward after its
+// forward, a pipeline receive after the neighbour's send). A collective ties one task per
+// participant: it starts when the last participant is ready, on all of them at once, and lasts
+// the collective's duration; the time earlier arrivals spend waiting is recorded.
+//
+// Time is an integer number of picoseconds (Tick) so the simulation is exact and reproducible.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace stepcast::engine {
+
+using Tick = int64_t;  // picoseconds
+inline constexpr Tick kTicksPerSecond = 1'000'000'000'000;
+inline Tick to_ticks(double seconds) { return static_cast<Tick>(seconds * static_cast<double>(kTicksPerSecond) + 0.5); }
+inline double to_seconds(Tick t) { return static_cast<double>(t) / static_cast<double>(kTicksPerSecond); }
+
+enum class Stream : uint8_t { kCompute = 0, kTp, kDp, kDpReduce, kPpSend, kPpRecv, kHost, kCount };
+const char* to_string(Stream s);
+
+enum class TaskKind : uint8_t {
+  kForward,        // forward compute of a layer (or embedding / output)
+  kBackward,       // backward compute (input gradient, and weight gradient unless split)
+  kBackwardWeight, // weight-gradient compute deferred by zero-bubble schedules
+  kTpComm,         // tensor / context / expert parallel communication on the critical path
+  kPpSend,         // pipeline activation or gradient transfer to the neighbour stage
+  kDpComm,         // gradient reduction / parameter gather
+  kOptimizer,
+  kHost,           // host-side work (data loading, logging) before the step's barrier
+  kBarrier,
+};
+const char* to_string(TaskKind k);
+
+using TaskId = uint32_t;
+inline constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+struct Task {
+  Tick duration = 0;
+  int32_t rank = 0;      // simulated rank index (a representative rank under symmetry)
+  int32_t layer = -1;    // layer index on its stage (-1: not a layer op)
+  int32_t microbatch = -1;
+  int32_t chunk = 0;     // virtual pipeline chunk
+  uint32_t name = 0;     // index into TaskGraph::names
+  uint32_t collective = kNone;
+  int64_t mem_delta = 0; // bytes allocated at finish (positive) or freed at start (negative)
+  Stream stream = Stream::kCompute;
+  TaskKind kind = TaskKind::kForward;
+};
+
+struct CollectiveOp {
+  Tick duration = 0;
+  uint32_t participants = 0;
+  uint32_t name = 0;
+};
+
+class TaskGraph {
+ public:
+  explicit TaskGraph(int32_t num_ranks);
+
+  // Adds a task at the end of its (rank, stream) queue.
+  TaskId add(const Task& t);
+  // b runs after a finishes (a and b may be on any ranks and streams).
+  void depend(TaskId a, TaskId b);
+  // Declares a collective; attach participant tasks with join().
+  uint32_t add_collective(Tick duration, uint32_t name);
+  void join(uint32_t collective, TaskId t);
+  uint32_t intern(const std::string& name);
+
+  [[nodiscard]] size_t size() const { return tasks_.size(); }
+  [[nodiscard]] int32_t num_ranks() const { return num_ranks_; }
+  [[nodiscard]] const Task& task(TaskId id) const { return tasks_[id]; }
+  [[nodiscard]] Task& task(TaskId id) { return tasks_[id]; }
+  [[nodiscard]] const CollectiveOp& collective(uint32_t id) const { return collectives_[id]; }
+  [[nodiscard]] const std::string& name(uint32_t id) const { return names_[id]; }
+  [[nodiscard]] const std::vector<Task>& tasks() const { return tasks_; }
+
+  // Compressed successor lists and dependency counts; built once before simulation.
+  void finalize();
+  [[nodiscard]] bool finalized() const { return finalized_; }
+  [[nodiscard]] const std::vector<uint32_t>& succ_offsets() const { return succ_off_; }
+  [[nodiscard]] const std::vector<TaskId>& successors() const { return succ_; }
+  [[nodiscard]] const std::vector<uint32_t>& dep_counts() const { return deps_; }
+
+ private:
+  int32_t num_ranks_;
+  std::vector<Task> tasks_;
+  std::vector<CollectiveOp> collectives_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> name_index_;
+  std::vector<std::pair<TaskId, TaskId>> edges_;
+  std::vector<TaskId> last_on_stream_;  // per rank * stream
+  std::vector<uint32_t> succ_off_;
+  std::vector<TaskId> succ_;
+  std::vector<uint32_t> deps_;
+  bool finalized_ = false;
+};
+
+}  // namespace stepcast::engine

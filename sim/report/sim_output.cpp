@@ -1,0 +1,56 @@
+#include "sim/report/sim_output.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "sim/report/output.hpp"
+
+namespace stepcast::report {
+
+using core::Json;
+
+Json simulate_json(const config::RunConfig& rc, const engine::SimResult& r, const std::string& command) {
+  Json out = estimate_json(rc, r.step, command);
+  out["memory_timeline_peak_bytes"] = r.memory_timeline_peak_bytes;
+  out["memory_timeline_peak_stage"] = r.memory_peak_stage;
+  Json stages = Json::array();
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    const auto& st = r.stages[s];
+    stages.push_back({{"stage", s},
+                      {"busy_s", st.busy_s},
+                      {"pipeline_end_s", st.pipeline_end_s},
+                      {"max_inflight_microbatches", st.max_inflight},
+                      {"peak_activation_bytes", st.peak_activation_bytes},
+                      {"peak_memory_bytes", st.peak_memory_bytes}});
+  }
+  out["simulation"] = {{"mode", r.full ? "all-ranks" : "symmetric"},
+                       {"ranks_simulated", r.ranks_simulated},
+                       {"tasks", r.tasks},
+                       {"events", r.events},
+                       {"collective_wait_s", r.collective_wait_s},
+                       {"max_rank_collective_wait_s", r.max_rank_wait_s},
+                       {"stages", stages}};
+  return out;
+}
+
+std::string simulate_table(const config::RunConfig& rc, const engine::SimResult& r) {
+  std::ostringstream o;
+  std::string body = estimate_table(rc, r.step);
+  const std::string from = "analytical estimate";
+  if (body.compare(0, from.size(), from) == 0) body.replace(0, from.size(), "simulated step");
+  o << body;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "simulation: %s, %lld ranks, %zu tasks, %llu events; memory timeline peak %.2f GiB (stage %lld)\n",
+                r.full ? "all ranks" : "one rank per stage", static_cast<long long>(r.ranks_simulated), r.tasks,
+                static_cast<unsigned long long>(r.events), r.memory_timeline_peak_bytes / 1073741824.0,
+                static_cast<long long>(r.memory_peak_stage));
+  o << buf;
+  if (r.full) {
+    std::snprintf(buf, sizeof buf, "collective wait: %.4f s summed over ranks, %.4f s on the rank that waited most\n",
+                  r.collective_wait_s, r.max_rank_wait_s);
+    o << buf;
+  }
+  return o.str();
+}
+
+}  // namespace stepcast::report
