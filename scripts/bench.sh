@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and writes reports/performance.md (command, machine, date, results).
+# Each benchmark runs in its own process so the all-ranks peak RSS is that run's own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null
+out=reports/performance.md
+tmp=$(mktemp -d)
+for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks; do
+  ./build/stepcast_bench --benchmark_filter="^${f}(/|$)" --benchmark_format=console >"$tmp/$f.txt" 2>&1
+done
+{
+  echo "# stepcast performance"
+  echo
+  echo "Regenerate with \`bash scripts/bench.sh\` (Google Benchmark, bench/engine_bench.cpp)."
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "- machine: $(nproc) CPU cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)"
+  echo "- build: $(grep CMAKE_BUILD_TYPE:STRING build/CMakeCache.txt | cut -d= -f2), $(c++ --version | head -1)"
+  echo
+  echo "Targets (issue 3): llama3.1-405b on 16,384 h100-sxm (tp 8, pp 16 with first and last stages"
+  echo "one layer short, dp 128, seq 8192, global batch 2048, mbs 1, 1F1B) with symmetry < 0.5 s; the"
+  echo "same step with every rank simulated (one-rank slowdown scenario) < 30 s and < 8 GiB."
+  echo
+  for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks; do
+    echo "## $f"
+    echo
+    echo '```'
+    grep -E "^(Benchmark|BM_|-)" "$tmp/$f.txt" || cat "$tmp/$f.txt"
+    echo '```'
+    echo
+  done
+} >"$out.tmp"
+mv "$out.tmp" "$out"
+rm -rf "$tmp"
+cat "$out"
