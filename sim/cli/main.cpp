@@ -14,6 +14,7 @@
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
+#include "sim/lab/pcie_lab.hpp"
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -99,7 +100,21 @@ int run(int argc, char** argv) {
   bool acc_json = false;
   accuracy->add_flag("--json", acc_json, "print per-row results as JSON");
 
+  // pcie-lab
+  std::string lab_data = std::string(STEPCAST_SOURCE_DIR) + "/data/pcie-lab", lab_out;
+  auto* lab = app.add_subcommand("pcie-lab", "reproduce the 8-GPU PCIe lab measurements from the hardware profile");
+  lab->add_option("--data", lab_data, "lab data folder (collectives.csv, ddp_buckets.csv, gpipe_bubble.csv)");
+  lab->add_option("--out", lab_out, "write the Markdown report here (e.g. reports/pcie-lab.md)");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (lab->parsed()) {
+    const auto r = stepcast::lab::run_pcie_lab(lab_data);
+    if (!lab_out.empty()) write_text(lab_out, r.markdown);
+    std::cout << r.markdown;
+    std::cout << "checks passed: " << r.passed << " of " << r.checks << "\n";
+    return 0;
+  }
 
   if (est->parsed()) {
     const auto rc = stepcast::config::load_run_file(est_file);

@@ -149,8 +149,11 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
         t.busbw = tr.get_bandwidth("busbw").value_or(core::gb_per_s(1));
         if (!tr.has("busbw")) issues.add(tr.child_path("busbw"), "required (e.g. \"370GB/s\")");
         t.allreduce_busbw = tr.get_bandwidth("allreduce_busbw").value_or(t.busbw);
+        t.reduce_scatter_busbw = tr.get_bandwidth("reduce_scatter_busbw").value_or(t.busbw);
+        t.broadcast_busbw = tr.get_bandwidth("broadcast_busbw").value_or(t.busbw);
         t.p2p_bandwidth = tr.get_bandwidth("p2p_bandwidth").value_or(t.busbw);
         t.latency = tr.get_duration("latency", false).value_or(core::micros(5));
+        t.base_latency = tr.get_duration("base_latency", false).value_or(core::Duration(0));
         if (const Json* curve = tr.get_raw("size_curve"); curve != nullptr) {
           bool ok = curve->is_array() && !curve->empty();
           double last = 0.0;

@@ -29,8 +29,11 @@ struct FabricTier {
   int span = 1;                         // GPUs in one domain of this tier (divides gpus_per_node)
   core::Bandwidth busbw;                // large-message ring bus bandwidth crossing this tier
   core::Bandwidth allreduce_busbw;      // all-reduce plateau (NVLS / in-switch reduction); = busbw if unset
+  core::Bandwidth reduce_scatter_busbw;  // reduce-scatter plateau; = busbw if unset
+  core::Bandwidth broadcast_busbw;      // pipelined ring broadcast plateau; = busbw if unset
   core::Bandwidth p2p_bandwidth;        // one-way GPU-to-GPU copy bandwidth across this tier
   core::Duration latency;               // per ring step latency (alpha)
+  core::Duration base_latency;          // fixed cost of one collective (launch, handshake); 0 if unset
   // Optional measured curve: (message bytes, achieved fraction of the plateau), ascending.
   // When present it replaces the alpha-beta model for collectives inside this tier.
   std::vector<std::pair<double, double>> size_curve;

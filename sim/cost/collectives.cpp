@@ -17,6 +17,8 @@ const char* to_string(Collective c) {
     case Collective::kAllToAll: return "all_to_all";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kSendRecv: return "send_recv";
+    case Collective::kScatter: return "scatter";
+    case Collective::kGather: return "gather";
   }
   return "?";
 }
@@ -28,7 +30,9 @@ double bus_factor(Collective c, int64_t n) {
     case Collective::kAllReduce: return 2.0 * (dn - 1.0) / dn;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-    case Collective::kAllToAll: return (dn - 1.0) / dn;
+    case Collective::kAllToAll:
+    case Collective::kScatter:
+    case Collective::kGather: return (dn - 1.0) / dn;
     case Collective::kBroadcast:
     case Collective::kSendRecv: return 1.0;
   }
@@ -43,7 +47,9 @@ int64_t ring_steps(Collective c, int64_t n) {
     case Collective::kReduceScatter:
     case Collective::kAllToAll:
     case Collective::kBroadcast: return n - 1;
-    case Collective::kSendRecv: return 1;
+    case Collective::kSendRecv:
+    case Collective::kScatter:
+    case Collective::kGather: return 1;
   }
   return n - 1;
 }
@@ -73,9 +79,14 @@ double curve_fraction(const std::vector<std::pair<double, double>>& curve, doubl
   return curve.back().second;
 }
 
-Bandwidth plateau(Collective c, const hw::FabricTier& tier) {
+Bandwidth plateau(Collective c, const hw::FabricTier& tier, int64_t n) {
   if (c == Collective::kAllReduce) return tier.allreduce_busbw;
-  if (c == Collective::kSendRecv || c == Collective::kBroadcast) return tier.p2p_bandwidth;
+  if (c == Collective::kReduceScatter) return tier.reduce_scatter_busbw;
+  if (c == Collective::kBroadcast && n > 2) return tier.broadcast_busbw;
+  if (c == Collective::kSendRecv || c == Collective::kBroadcast || c == Collective::kScatter ||
+      c == Collective::kGather) {
+    return tier.p2p_bandwidth;
+  }
   return tier.busbw;
 }
 
@@ -83,9 +94,18 @@ Bandwidth plateau(Collective c, const hw::FabricTier& tier) {
 
 Duration tier_time(Collective c, Bytes bytes, int64_t n, const hw::FabricTier& tier) {
   if (n <= 1 || bytes.value() <= 0.0) return Duration(0);
-  const Bandwidth top = plateau(c, tier);
+  const Bandwidth top = plateau(c, tier, n);
   if (c == Collective::kSendRecv) return tier.latency + bytes / top;
-  if (tier.size_curve.empty()) return ring_time(c, bytes, n, top, tier.latency);
+  // Rooted transfers: the root exchanges with every peer at once over its own link.
+  if (c == Collective::kScatter || c == Collective::kGather) {
+    return tier.base_latency + tier.latency + Bytes(bytes.value() * bus_factor(c, n)) / top;
+  }
+  // A ring broadcast over more than two ranks is pipelined in chunks: each hop's latency hides
+  // behind the transfer of other chunks, so the slower of the two sets the time.
+  if (c == Collective::kBroadcast && n > 2 && tier.size_curve.empty()) {
+    return std::max(tier.base_latency + tier.latency * static_cast<double>(n - 1), bytes / top);
+  }
+  if (tier.size_curve.empty()) return tier.base_latency + ring_time(c, bytes, n, top, tier.latency);
   const double f = curve_fraction(tier.size_curve, bytes.value());
   return Bytes(bytes.value() * bus_factor(c, n)) / Bandwidth(top.value() * f);
 }
@@ -133,6 +153,9 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
       return a_net * static_cast<double>(nodes - 1) + bytes / nic;
     case Collective::kSendRecv:
       return a_net + bytes / Bandwidth(hw.network.nic_bandwidth.value() * hw.network.efficiency);
+    case Collective::kScatter:
+    case Collective::kGather:
+      return a_net + Bytes(bytes.value() * bus_factor(c, n)) / nic;
   }
   return Duration(0);
 }

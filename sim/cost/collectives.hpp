@@ -19,7 +19,8 @@
 
 namespace stepcast::cost {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv };
+// kScatter / kGather are rooted one-way transfers: the root's own link carries (n-1)/n of S.
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv, kScatter, kGather };
 const char* to_string(Collective c);
 
 // Bytes each rank moves over its busiest link per byte of buffer (nccl-tests bus factor).

@@ -108,6 +108,8 @@ struct Slot {
   const LayerCost* cost;
   int32_t layer;       // global layer index; -1 embedding, num_layers = output
   double params;       // parameters on one rank (before sharding)
+  // The slot's parameter tensors in registration order (DDP never splits one across buckets).
+  std::vector<double> tensors;
 };
 
 struct Ids {
@@ -116,8 +118,8 @@ struct Ids {
 
 class Builder {
  public:
-  Builder(const config::RunConfig& rc, bool full, bool ideal)
-      : rc_(rc), p_(rc.parallel), wb_(rc), full_(full), ideal_(ideal) {
+  Builder(const config::RunConfig& rc, bool full, bool ideal, double compute_scale)
+      : rc_(rc), p_(rc.parallel), wb_(rc), full_(full), ideal_(ideal), compute_scale_(compute_scale) {
     ledger_ = memory::compute_ledger(rc);
     pp_ = static_cast<int32_t>(p_.pp);
     v_ = static_cast<int32_t>(p_.vpp);
@@ -170,7 +172,7 @@ class Builder {
     dp_coll.resize(static_cast<size_t>(full_ ? pp_ * p_.tp : ranks_));
 
     auto scaled = [&](double seconds, int64_t r, uint64_t index) {
-      double f = 1.0;
+      double f = compute_scale_;
       const int64_t gr = global_rank(r);
       for (const auto& sd : sc.slowdowns) {
         const bool hit = std::find(sd.ranks.begin(), sd.ranks.end(), gr) != sd.ranks.end() ||
@@ -244,6 +246,10 @@ class Builder {
       if (!p_.no_sync) per_mb_bwd.assign(mbs, std::vector<TaskId>(final_bwd.size(), kNone));
       TaskId last_pipeline = start_barrier;
       uint64_t op_index = static_cast<uint64_t>(r) << 32;
+      // Without no_sync, DDP finishes every backward by waiting for its gradient reductions, so
+      // the compute after micro-batch k's last backward waits for k's buckets.
+      std::vector<TaskId> finalize_gate(mbs, kNone);
+      int32_t finalize_pending = -1;
       for (const auto& a : order) {
         const auto& chunk_slots = chunk_slots_[static_cast<size_t>(s)][static_cast<size_t>(a.chunk)];
         Ids ids;
@@ -345,6 +351,11 @@ class Builder {
           bwd_[static_cast<size_t>(r)][static_cast<size_t>(a.chunk) * mbs + static_cast<size_t>(a.mb)] = ids;
         }
         last_pipeline = ids.last;
+        if (finalize_pending >= 0) {
+          finalize_gate[static_cast<size_t>(finalize_pending)] = ids.first;
+          finalize_pending = -1;
+        }
+        if ((a.phase == Phase::kB && !split_w) || a.phase == Phase::kW) finalize_pending = a.mb;
       }
       // Data-parallel gradient reduction (DDP buckets / ZeRO-1/2 reduce-scatter) in reverse
       // layer order, launched as the gradients become final.
@@ -364,6 +375,7 @@ class Builder {
             const TaskId id = group_task(dp_coll, dp_j, c, dur, zero >= 1 ? n_rs : n_ar);
             g.depend(p_.grad_reduce_overlap ? gate : last_pipeline, id);
             reductions.push_back(id);
+            if (!p_.no_sync) g.depend(id, finalize_gate[static_cast<size_t>(mb)]);
             filled = 0;
             cap = p_.bucket_mb * 1e6;
           };
@@ -372,12 +384,10 @@ class Builder {
             const auto& cs = chunk_slots_[static_cast<size_t>(s)][static_cast<size_t>(c)];
             for (auto it = cs.rbegin(); it != cs.rend(); ++it) {
               const Slot& sl = slots_[static_cast<size_t>(s)][*it];
-              double bytes = sl.params * sb_.gradients;
               gate = ready_of_slot[*it];
-              while (bytes > 0) {
-                const double take = std::min(bytes, cap - filled);
-                filled += take;
-                bytes -= take;
+              // Whole tensors, last registered first; a bucket closes once it reaches its cap.
+              for (auto t_it = sl.tensors.rbegin(); t_it != sl.tensors.rend(); ++t_it) {
+                filled += *t_it * sb_.gradients;
                 if (filled >= cap) flush();
               }
             }
@@ -464,23 +474,53 @@ class Builder {
       auto& sl = slots_[static_cast<size_t>(s)];
       auto& cs = chunk_slots_[static_cast<size_t>(s)];
       cs.assign(static_cast<size_t>(v_), {});
-      const double per_layer_params = n > 0 ? (st.dense_params + st.expert_params) / static_cast<double>(n + (s == 0) + (s == pp_ - 1)) : st.params;
       // Interleaved chunk c of stage s holds layers [(c*p + s) * L/(p*v), ...): with even
       // splits the stage's layers are split into v equal runs by chunk.
       const int64_t per_chunk = std::max<int64_t>(1, n / v_);
+      const double t = static_cast<double>(p_.tp);
+      const double h = static_cast<double>(m.hidden);
+      const double vh = static_cast<double>(rc_.padded_vocab) * h / t;
+      auto make = [](const LayerCost* lc, int32_t layer, std::vector<double> tensors) {
+        Slot out{lc, layer, 0.0, std::move(tensors)};
+        for (double x : out.tensors) out.params += x;
+        return out;
+      };
       if (s == 0 && !ideal_) {
-        sl.push_back(Slot{&wb_.embedding(), -1, per_layer_params});
+        // Token embedding (tied to the LM head when the model ties them and pp == 1: its
+        // gradient is complete only after the embedding's backward, the last of the step).
+        std::vector<double> tensors{vh};
+        if (m.position == model::PositionKind::kLearned) tensors.push_back(static_cast<double>(m.max_positions) * h);
+        sl.push_back(make(&wb_.embedding(), -1, tensors));
         cs[0].push_back(sl.size() - 1);
       }
       for (int64_t i = 0; i < n; ++i) {
         const int64_t layer = first + i;
-        const LayerCost* lc = m.is_moe_layer(layer) ? &wb_.moe_layer() : &wb_.dense_layer();
-        sl.push_back(Slot{lc, static_cast<int32_t>(layer), per_layer_params});
+        const bool moe = m.is_moe_layer(layer);
+        const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
+        const double attn = m.attention_params() / t;
+        std::vector<double> tensors{0.75 * attn, 0.25 * attn};  // QKV (+ norm), output projection
+        if (!moe) {
+          const double mlp = m.dense_mlp_params() / t;
+          tensors.push_back(0.5 * mlp);
+          tensors.push_back(0.5 * mlp);
+        } else {
+          const auto& mo = m.moe;
+          const double experts = static_cast<double>(mo.num_experts) / static_cast<double>(p_.ep) * m.expert_params() /
+                                 static_cast<double>(p_.etp);
+          tensors.push_back(h * static_cast<double>(mo.num_experts));  // router
+          if (mo.shared_experts > 0) {
+            tensors.push_back(static_cast<double>(m.mlp_matrices()) * h * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
+          }
+          tensors.push_back(experts);
+        }
+        sl.push_back(make(lc, static_cast<int32_t>(layer), tensors));
         const int64_t c = std::min<int64_t>(v_ - 1, i / per_chunk);
         cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
       }
       if (s == pp_ - 1 && !ideal_) {
-        sl.push_back(Slot{&wb_.output_layer(), static_cast<int32_t>(m.num_layers), per_layer_params});
+        std::vector<double> tensors{m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h)};
+        if (!m.tied_embeddings || pp_ > 1) tensors.push_back(vh);
+        sl.push_back(make(&wb_.output_layer(), static_cast<int32_t>(m.num_layers), tensors));
         cs[static_cast<size_t>(v_ - 1)].push_back(sl.size() - 1);
       }
     }
@@ -491,6 +531,7 @@ class Builder {
   estimate::WorkloadBuilder wb_;
   bool full_;
   bool ideal_;
+  double compute_scale_ = 1.0;
   memory::MemoryLedger ledger_;
   memory::StateBytes sb_;
   double e_ = 2;
@@ -565,7 +606,7 @@ class StepObserver : public Observer {
 
 SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   const bool full = opt.full || rc.scenario.present;
-  Builder b(rc, full, opt.ideal);
+  Builder b(rc, full, opt.ideal, opt.compute_scale);
   b.build();
   auto graph = b.graph();
   Engine eng(*graph);

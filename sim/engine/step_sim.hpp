@@ -38,6 +38,9 @@ struct SimOptions {
   // Schedule study: uniform stages of transformer layers only (no embedding or output layer),
   // free communication and no optimizer, so the timeline shows the schedule's own bubble.
   bool ideal = false;
+  // Multiplies every compute operator's time: a measured-over-predicted calibration of one
+  // workload on one machine (1 = the cost model as is).
+  double compute_scale = 1.0;
 };
 
 struct StageStats {

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "sim/core/json_reader.hpp"
+#include "sim/cost/collectives.hpp"
+#include "sim/mesh/rank_mesh.hpp"
 #include "sim/report/sim_output.hpp"
 
 namespace stepcast::engine {
@@ -135,6 +137,59 @@ TEST(Consistency, SymmetricSimulationAgreesWithEstimate) {
   const SimResult r = simulate_step(rc);
   const auto e = estimate::estimate_step(rc);
   EXPECT_NEAR(r.step.step_time_s / e.step_time_s, 1.0, 0.05);
+}
+
+}  // namespace
+}  // namespace stepcast::engine
+
+namespace stepcast::engine {
+namespace {
+
+config::RunConfig gpt2_ddp(double bucket_mb, int64_t accum, bool no_sync, int64_t world = 8) {
+  core::Json j = {
+      {"model", "gpt2-124m"},
+      {"hardware", "rtx-pro-6000-pcie-8x"},
+      {"cluster", {{"num_gpus", world}}},
+      {"training",
+       {{"seq_len", 1024}, {"global_batch_size", 12 * world * accum}, {"param_dtype", "fp32"}, {"grad_dtype", "fp32"}}},
+      {"parallel", {{"micro_batch_size", 12}, {"bucket_mb", bucket_mb}, {"no_sync", no_sync}}}};
+  return config::parse_run(j, "<ddp-test>", "");
+}
+
+// One bucket holding every gradient cannot overlap backward: the step grows by one
+// all-reduce of all fp32 gradients over the 8 GPUs (as the PCIe lab observed).
+TEST(DataParallel, SingleBucketExposesOneFullAllReduce) {
+  const SimResult one = simulate_step(gpt2_ddp(25, 1, true, 1));
+  const SimResult big = simulate_step(gpt2_ddp(1000, 1, true));
+  const auto rc = gpt2_ddp(1000, 1, true);
+  std::vector<int64_t> ranks{0, 1, 2, 3, 4, 5, 6, 7};
+  const double ar = cost::collective_time(cost::Collective::kAllReduce,
+                                          core::Bytes(big.step.memory.stages[0].params * 4.0),
+                                          mesh::place(ranks, 8), rc.hardware).value();
+  EXPECT_NEAR(big.step.step_time_s - one.step.step_time_s, ar, 0.02 * ar);
+}
+
+// Buckets launched during backward hide most of the reduction; the tied embedding's gradient
+// is complete only at the end, so its bucket stays exposed.
+TEST(DataParallel, BucketsOverlapBackwardExceptTheTiedEmbedding) {
+  const SimResult one = simulate_step(gpt2_ddp(25, 1, true, 1));
+  const SimResult b25 = simulate_step(gpt2_ddp(25, 1, true));
+  const SimResult b1000 = simulate_step(gpt2_ddp(1000, 1, true));
+  const double exposed25 = b25.step.step_time_s - one.step.step_time_s;
+  const double exposed1000 = b1000.step.step_time_s - one.step.step_time_s;
+  EXPECT_LT(exposed25, 0.6 * exposed1000);
+  // The embedding (50257 x 768 fp32 = 154 MB) still has to be reduced after backward.
+  EXPECT_GT(exposed25, 0.25 * exposed1000);
+}
+
+// Without no_sync every micro-batch's backward waits for its reductions.
+TEST(DataParallel, SyncEveryMicrobatchCostsMoreThanNoSync) {
+  const SimResult ns = simulate_step(gpt2_ddp(25, 4, true));
+  const SimResult sync = simulate_step(gpt2_ddp(25, 4, false));
+  const SimResult one = simulate_step(gpt2_ddp(25, 1, true, 1));
+  const SimResult b25 = simulate_step(gpt2_ddp(25, 1, true));
+  const double exposed = b25.step.step_time_s - one.step.step_time_s;
+  EXPECT_NEAR(sync.step.step_time_s - ns.step.step_time_s, 3.0 * exposed, 0.25 * 3.0 * exposed);
 }
 
 }  // namespace
