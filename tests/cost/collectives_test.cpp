@@ -105,15 +105,22 @@ TEST(Collectives, IntraNodeUsesFabricTier) {
   ASSERT_TRUE(pair.intra_node());
   const auto& sw = hw.fabric[0];
   expect_rel(collective_time(Collective::kAllReduce, s, pair, hw).value(),
-             ring_time(Collective::kAllReduce, s, 2, sw.allreduce_busbw, sw.latency).value());
+             sw.base_latency.value() + ring_time(Collective::kAllReduce, s, 2, sw.allreduce_busbw, sw.latency).value());
   const auto four = mesh::place({0, 1, 2, 3}, hw.gpus_per_node);
   const auto& sock = hw.fabric[1];
   expect_rel(collective_time(Collective::kAllGather, s, four, hw).value(),
-             ring_time(Collective::kAllGather, s, 4, sock.busbw, sock.latency).value());
+             sock.base_latency.value() + ring_time(Collective::kAllGather, s, 4, sock.busbw, sock.latency).value());
   const auto eight = mesh::place({0, 1, 2, 3, 4, 5, 6, 7}, hw.gpus_per_node);
   const auto& link = hw.fabric[2];
   expect_rel(collective_time(Collective::kAllReduce, s, eight, hw).value(),
-             ring_time(Collective::kAllReduce, s, 8, link.allreduce_busbw, link.latency).value());
+             link.base_latency.value() + ring_time(Collective::kAllReduce, s, 8, link.allreduce_busbw, link.latency).value());
+  // Per-op plateaus: reduce-scatter has its own; a ring broadcast over more than two ranks is
+  // pipelined (latency hidden behind the transfer); rooted scatter moves (n-1)/n of S at p2p speed.
+  expect_rel(collective_time(Collective::kReduceScatter, s, eight, hw).value(),
+             link.base_latency.value() + ring_time(Collective::kReduceScatter, s, 8, link.reduce_scatter_busbw, link.latency).value());
+  expect_rel(collective_time(Collective::kBroadcast, s, eight, hw).value(), s.value() / link.broadcast_busbw.value());
+  expect_rel(collective_time(Collective::kScatter, s, eight, hw).value(),
+             link.base_latency.value() + link.latency.value() + s.value() * 7.0 / 8.0 / link.p2p_bandwidth.value());
   // A pair that straddles the socket boundary pays the slow tier.
   const auto straddle = mesh::place({3, 4}, hw.gpus_per_node);
   EXPECT_GT(collective_time(Collective::kAllReduce, s, straddle, hw).value(),
