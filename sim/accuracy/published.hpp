@@ -33,6 +33,8 @@ struct RowResult {
   double measured_s = 0;
   double predicted_s = 0;
   double error = 0;           // (predicted - measured) / measured
+  double simulated_s = 0;     // discrete-event simulation (stepcast simulate)
+  double sim_error = 0;
   double measured_mem_gib = -1;
   double predicted_mem_gib = -1;
   double mem_error = 0;
