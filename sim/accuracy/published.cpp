@@ -58,8 +58,10 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   } else if (contains(g, "H100") && contains(g, "96GB")) {
     hw = Json{{"base", "h100-sxm"},
               {"name", "h100-96gb-500w"},
-              {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}}}};
-    notes.push_back("hardware: h100-sxm profile with 94.9 GiB usable memory (the row's 96 GB part; torchtitan prints 82.4 GiB as 86.8%); the 500 W power cap is not modelled");
+              {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}}},
+              {"efficiency", {{"sustained_clock", 0.77}}}};
+    notes.push_back("hardware: h100-sxm profile with 94.9 GiB usable memory (the row's 96 GB part; torchtitan prints 82.4 GiB as 86.8%)");
+    notes.push_back("hardware: 500 W power cap: sustained clock 0.86 x (500/700)^(1/3) = 0.77 of boost (dynamic power ~ f V^2 with V ~ f)");
   } else if (contains(g, "H100")) {
     hw = "h100-sxm";
   } else if (contains(g, "B200")) {
@@ -207,6 +209,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["param_dtype"] = "fp32";
     notes.push_back("training: FSDP mixed precision: fp32 sharded parameters are the master copy, gradients reduced in fp32");
   }
+  if (torchtitan || (fam == Family::kMpt && contains(str(r, "gpu_type"), "H100"))) {
+    training["attention"] = "flash2";
+    notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");
+  }
   if (torchtitan) {
     training["loss"] = "eager";
     notes.push_back("training: eager PyTorch cross-entropy on fp32-upcast logits (torchtitan loss_fn)");
@@ -282,6 +288,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     }
   }
   parallel["recompute"] = recompute_of(r);
+  if (!has(r, "recompute") && !has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && has(r, "tflops_per_gpu") &&
+      contains(lower(str(r, "source")), "2104.04473")) {
+    // The throughput is quoted in Eq. 3 FLOPs, which count activation recomputation: the runs
+    // recomputed activations.
+    parallel["recompute"] = "full";
+    notes.push_back("parallel: full activation recomputation (the paper's TFLOP/s use Eq. 3, which counts it)");
+  }
   if (torchtitan && recompute_of(r) == "selective") {
     parallel["recompute"] = "selective-op";
     notes.push_back("parallel: torchtitan's selective AC is op-level (selective_ac_option = 'op')");

@@ -128,8 +128,11 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       gr.finish();
     }
     hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 1e6, 128.0);
+    hw.efficiency.sustained_clock = er.get_number("sustained_clock", 0.05, 1.0, 1.0);
     hw.efficiency.attention_fwd = er.get_number("attention_fwd", 0.01, 1.0, 0.5);
     hw.efficiency.attention_bwd = er.get_number("attention_bwd", 0.01, 1.0, 0.4);
+    hw.efficiency.attention_flash2_fwd = er.get_number("attention_flash2_fwd", 0.01, 1.0, hw.efficiency.attention_fwd);
+    hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
     hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
     hw.efficiency.kernel_overhead =
         er.get_duration("kernel_overhead", false).value_or(core::micros(3.0));

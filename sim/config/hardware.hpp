@@ -51,8 +51,13 @@ struct Network {
 struct Efficiency {
   std::map<Dtype, double> gemm_max;  // best achieved fraction of peak for large GEMMs
   double gemm_half_dim = 128;        // a GEMM dimension of this size runs at half the large-shape rate
+  // Sustained tensor-core clock under training load over the clock the burst measurements
+  // (gemm_max, attention) ran at: power- and thermally-limited parts settle below boost.
+  double sustained_clock = 1.0;
   double attention_fwd = 0.5;        // fused attention forward: fraction of dense 16-bit peak
   double attention_bwd = 0.4;        // fused attention backward
+  double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)
+  double attention_flash2_bwd = 0.4;
   double memory_bound = 0.8;         // fraction of HBM bandwidth that element-wise kernels reach
   core::Duration kernel_overhead;    // per-kernel launch and tail cost
 };

@@ -56,8 +56,8 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.grad_dtype = hw::dtype_from_string(r.get_choice("grad_dtype", {"bf16", "fp16", "fp32"},
                                                     t.precision == hw::Dtype::kFp32 ? "fp32" : "bf16"));
   t.master_weights = r.get_bool("master_weights", true);
-  t.attention = r.get_choice("attention", {"flash", "unfused"}, "flash") == "flash" ? AttentionImpl::kFlash
-                                                                                  : AttentionImpl::kUnfused;
+  const auto attn = r.get_choice("attention", {"flash", "flash2", "unfused"}, "flash");
+  t.attention = attn == "flash" ? AttentionImpl::kFlash : attn == "flash2" ? AttentionImpl::kFlash2 : AttentionImpl::kUnfused;
   t.dropout = r.get_bool("dropout", false);
   t.fp32_logits = r.get_bool("fp32_logits", true);
   t.param_dtype = hw::dtype_from_string(
@@ -295,7 +295,7 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (!rc.hardware.has_dtype(t.precision)) {
     issues.add("$.training.precision", "got \"" + hw::to_string(t.precision) + "\"; hardware '" + rc.hardware.name + "' has no dense peak for it");
   }
-  if (t.attention == AttentionImpl::kFlash && rc.hardware.name == "v100-sxm-32gb") {
+  if (t.attention != AttentionImpl::kUnfused && rc.hardware.name == "v100-sxm-32gb") {
     issues.add("$.training.attention", "flash attention kernels need Ampere or newer; use \"unfused\" on V100");
   }
 

@@ -19,7 +19,9 @@ enum class Optimizer { kAdam, kSgd };
 enum class Recompute { kNone, kSelective, kSelectiveOp, kFull };
 enum class LossImpl { kFused, kEager };
 enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
-enum class AttentionImpl { kFlash, kUnfused };
+// kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
+// kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
+enum class AttentionImpl { kFlash, kFlash2, kUnfused };
 enum class CpComm { kRing, kAllGather, kUlysses };
 
 std::string to_string(Recompute r);

@@ -16,7 +16,7 @@ hw::Dtype sixteen_bit(const hw::HardwareProfile& hw) {
 
 double gemm_efficiency(const GemmShape& g, hw::Dtype dtype, const hw::HardwareProfile& hw) {
   const double h = hw.efficiency.gemm_half_dim;
-  return hw.gemm_max_for(dtype) * ramp(g.m, h) * ramp(g.n, h) * ramp(g.k, h);
+  return hw.gemm_max_for(dtype) * hw.efficiency.sustained_clock * ramp(g.m, h) * ramp(g.n, h) * ramp(g.k, h);
 }
 
 Duration gemm_time(const GemmShape& g, hw::Dtype dtype, const hw::HardwareProfile& hw) {
@@ -36,9 +36,12 @@ core::Flops AttentionShape::forward_flops() const {
   return core::Flops(causal && sk >= sq ? full * 0.5 * (1.0 + 1.0 / std::max(1.0, sq)) : full);
 }
 
-Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw) {
-  const double eff = (backward ? hw.efficiency.attention_bwd : hw.efficiency.attention_fwd) *
-                     ramp(a.sk, hw.efficiency.gemm_half_dim);
+Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, bool flash2) {
+  const auto& ef = hw.efficiency;
+  const double kernel = flash2 ? (backward ? ef.attention_flash2_bwd : ef.attention_flash2_fwd)
+                               : (backward ? ef.attention_bwd : ef.attention_fwd);
+  const double eff = kernel *
+                     hw.efficiency.sustained_clock * ramp(a.sk, hw.efficiency.gemm_half_dim);
   const core::Flops f = backward ? a.forward_flops() * 2.5 : a.forward_flops();
   return f / core::FlopRate(hw.peak_for(sixteen_bit(hw)).value() * eff) + hw.efficiency.kernel_overhead;
 }

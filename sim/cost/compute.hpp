@@ -39,7 +39,8 @@ struct AttentionShape {
   [[nodiscard]] core::Flops forward_flops() const;
 };
 
-core::Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw);
+// flash2: FlashAttention-2 efficiencies of the profile (attention_flash2_fwd/bwd).
+core::Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, bool flash2 = false);
 core::Duration unfused_attention_time(const AttentionShape& a, bool backward, bool dropout,
                                       hw::Dtype dtype, const hw::HardwareProfile& hw);
 

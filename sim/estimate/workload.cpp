@@ -288,9 +288,10 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
       a.sq = s;
     }
     Duration f, b;
-    if (rc_.training.attention == config::AttentionImpl::kFlash) {
-      f = cost::flash_attention_time(a, false, c.hw);
-      b = cost::flash_attention_time(a, true, c.hw);
+    if (rc_.training.attention != config::AttentionImpl::kUnfused) {
+      const bool fa2 = rc_.training.attention == config::AttentionImpl::kFlash2;
+      f = cost::flash_attention_time(a, false, c.hw, fa2);
+      b = cost::flash_attention_time(a, true, c.hw, fa2);
     } else {
       f = cost::unfused_attention_time(a, false, rc_.training.dropout, c.act_dtype, c.hw);
       b = cost::unfused_attention_time(a, true, rc_.training.dropout, c.act_dtype, c.hw);
