@@ -164,6 +164,22 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   }
   Json hw;
   if (!hardware_for(r, hw, notes, reason)) return false;
+  {
+    // The inter-node network when the row names one that differs from the profile's.
+    const std::string link = lower(str(r, "inter_node_link"));
+    Json net;
+    if (contains(link, "omni-path")) {
+      net = {{"name", "omni-path-100"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 4}, {"latency", "8us"}};
+      notes.push_back("network: Omni-Path, 4 x 100 Gb/s per node (Jean Zay A100 nodes; the row names Omni-Path)");
+    } else if (contains(link, "4x hdr")) {
+      net = {{"nic_bandwidth", "200Gb/s"}, {"nics_per_node", 4}};
+      notes.push_back("network: 4 x HDR 200 Gb/s per node as the row states");
+    }
+    if (!net.is_null()) {
+      if (hw.is_string()) hw = Json{{"base", hw.get<std::string>()}};
+      hw["network"] = net;
+    }
+  }
   Json model = model_for(r, fam, notes, reason);
   if (model.is_null()) return false;
 
@@ -228,6 +244,11 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     reason = "layout product does not match num_gpus";
     return false;
   }
+  if (mbs <= 0 && contains(fw, "megatron-lm (2020)")) {
+    // Megatron-LM 2020 had no gradient accumulation: its --batch-size is the per-replica batch.
+    mbs = gbs / dp;
+    notes.push_back("parallel: micro-batch = per-replica batch " + std::to_string(mbs) + " (Megatron-LM 2020 has no gradient accumulation)");
+  }
   if (mbs <= 0) {
     if (torchtitan && pp > 1) {
       const int64_t local = gbs / dp;
@@ -288,12 +309,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     }
   }
   parallel["recompute"] = recompute_of(r);
-  if (!has(r, "recompute") && !has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && has(r, "tflops_per_gpu") &&
-      contains(lower(str(r, "source")), "2104.04473")) {
-    // The throughput is quoted in Eq. 3 FLOPs, which count activation recomputation: the runs
-    // recomputed activations.
+  if (!has(r, "recompute") && has(r, "tflops_per_gpu") &&
+      (contains(lower(str(r, "source")), "2104.04473") || contains(lower(str(r, "tflops_definition")), "paper formula"))) {
+    // The throughput is quoted in Megatron's formula FLOPs, which count activation
+    // recomputation: the runs recomputed activations.
     parallel["recompute"] = "full";
-    notes.push_back("parallel: full activation recomputation (the paper's TFLOP/s use Eq. 3, which counts it)");
+    notes.push_back("parallel: full activation recomputation (the quoted TFLOP/s use Megatron's formula, which counts it)");
   }
   if (torchtitan && recompute_of(r) == "selective") {
     parallel["recompute"] = "selective-op";
