@@ -144,6 +144,26 @@ void parse_scenario(ObjectReader r, RunConfig& rc) {
     sc.seed = static_cast<uint64_t>(jr.get_int("seed", 0, std::numeric_limits<int32_t>::max(), 1));
     jr.finish();
   }
+  if (const Json* dj = r.get_raw("degraded_link"); dj != nullptr) {
+    ObjectReader dr(*dj, r.child_path("degraded_link"), r.issues());
+    sc.degraded_rank = dr.require_int("rank", 0, kMaxDim);
+    sc.degraded_factor = dr.require_number("bandwidth_factor", 0.001, 1.0);
+    dr.finish();
+  }
+  if (const Json* qj = r.get_raw("seq_len_distribution"); qj != nullptr) {
+    ObjectReader qr(*qj, r.child_path("seq_len_distribution"), r.issues());
+    sc.seq_dist = qr.get_choice("kind", {"uniform", "lognormal"}, "uniform");
+    if (sc.seq_dist == "uniform") {
+      sc.seq_min = static_cast<double>(qr.require_int("min", 1, kMaxDim));
+      sc.seq_max = static_cast<double>(qr.require_int("max", 1, kMaxDim));
+      if (sc.seq_max < sc.seq_min) qr.issues().add(qr.child_path("max"), "must be at least min");
+    } else {
+      sc.seq_median = static_cast<double>(qr.require_int("median", 1, kMaxDim));
+      sc.seq_sigma = qr.require_number("sigma", 0.0, 5.0);
+    }
+    sc.seq_seed = static_cast<uint64_t>(qr.get_int("seed", 0, std::numeric_limits<int32_t>::max(), 1));
+    qr.finish();
+  }
   if (const Json* hj = r.get_raw("host_work"); hj != nullptr) {
     ObjectReader hr(*hj, r.child_path("host_work"), r.issues());
     sc.host_rank = hr.get_int("rank", 0, kMaxDim, 0);
@@ -310,6 +330,13 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     for (int64_t s : sd.stages) {
       if (s >= p.pp) issues.add(path + ".stages", "stage " + n(s) + " does not exist (pp " + n(p.pp) + ")");
     }
+  }
+  if (rc.scenario.degraded_rank >= world) {
+    issues.add("$.scenario.degraded_link.rank", "rank " + n(rc.scenario.degraded_rank) + " does not exist (ranks 0.." + n(world - 1) + ")");
+  }
+  if (rc.scenario.seq_dist == "uniform" && rc.scenario.seq_max > static_cast<double>(t.seq_len)) {
+    issues.add("$.scenario.seq_len_distribution.max", "got " + n(static_cast<int64_t>(rc.scenario.seq_max)) +
+                                                          "; sequences cannot exceed training.seq_len (" + n(t.seq_len) + ")");
   }
   if (rc.scenario.host_rank >= world) {
     issues.add("$.scenario.host_work.rank", "rank " + n(rc.scenario.host_rank) + " does not exist (ranks 0.." + n(world - 1) + ")");

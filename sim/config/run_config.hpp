@@ -91,6 +91,17 @@ struct Scenario {
   uint64_t seed = 1;           // jitter seed
   int64_t host_rank = -1;      // rank doing host-side work before the step's barrier
   double host_seconds = 0;
+  // A degraded link: every collective and transfer this rank takes part in runs at the given
+  // fraction of its bandwidth (bandwidth-bound approximation: time / factor).
+  int64_t degraded_rank = -1;
+  double degraded_factor = 1.0;
+  // Variable sequence lengths: each data-parallel replica's micro-batch gets its own length,
+  // drawn from the distribution (deterministic per seed); compute scales linearly in tokens
+  // and quadratically in the attention part.
+  std::string seq_dist;        // "", "uniform", "lognormal"
+  double seq_min = 0, seq_max = 0;      // uniform bounds (tokens)
+  double seq_median = 0, seq_sigma = 0; // lognormal
+  uint64_t seq_seed = 1;
 };
 
 struct RunConfig {

@@ -103,6 +103,22 @@ double jitter_factor(uint64_t seed, uint64_t index, double cv) {
   return std::max(0.05, 1.0 + cv * z);
 }
 
+double uniform01(uint64_t seed, uint64_t index) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ULL ^ (index + 0x632be59bd9b4e019ULL);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
+}
+
+double attention_seconds(const std::vector<estimate::Op>& ops) {
+  double t = 0;
+  for (const auto& o : ops) {
+    if (o.kind == estimate::OpKind::kAttention) t += o.time.value();
+  }
+  return t;
+}
+
 // One layer slot of a chunk: a transformer layer, the embedding or the output layer + loss.
 struct Slot {
   const LayerCost* cost;
@@ -187,8 +203,14 @@ class Builder {
       const int32_t s = stage_of(r);
       size_t tp_j = 0, dp_j = 0;
       const auto my_tp = static_cast<size_t>(tp_group(r)), my_dp = static_cast<size_t>(dp_group(r));
+      // A degraded link slows every collective of the groups its rank belongs to.
+      const int64_t bad = full_ ? sc.degraded_rank : -1;
+      const bool tp_degraded = bad >= 0 && static_cast<size_t>(tp_group(bad)) == my_tp;
+      const bool dp_degraded = bad >= 0 && static_cast<size_t>(dp_group(bad)) == my_dp;
       auto group_task = [&](std::vector<std::vector<uint32_t>>& colls, size_t& j, Task t, Tick dur, uint32_t name) {
-        auto& list = colls[&colls == &tp_coll ? my_tp : my_dp];
+        const bool is_tp = &colls == &tp_coll;
+        auto& list = colls[is_tp ? my_tp : my_dp];
+        if ((is_tp && tp_degraded) || (!is_tp && dp_degraded)) dur = static_cast<Tick>(static_cast<double>(dur) / sc.degraded_factor);
         if (j >= list.size()) list.push_back(g.add_collective(dur, name));
         t.duration = dur;
         t.name = name;
@@ -250,7 +272,23 @@ class Builder {
       // the compute after micro-batch k's last backward waits for k's buckets.
       std::vector<TaskId> finalize_gate(mbs, kNone);
       int32_t finalize_pending = -1;
+      // Tokens of this replica's micro-batch relative to seq_len (variable-length scenario).
+      const int64_t replica = full_ ? (r % per_stage_) / (p_.tp * p_.cp) : 0;
+      auto length_factor = [&](int32_t mb) {
+        if (sc.seq_dist.empty()) return 1.0;
+        const uint64_t key = static_cast<uint64_t>(replica) * 1000003ULL + static_cast<uint64_t>(mb);
+        const double z = std::sqrt(-2.0 * std::log(uniform01(sc.seq_seed, 2 * key))) *
+                         std::cos(6.283185307179586 * uniform01(sc.seq_seed, 2 * key + 1));
+        const double S = static_cast<double>(rc_.training.seq_len);
+        double len = sc.seq_dist == "uniform" ? sc.seq_min + (sc.seq_max - sc.seq_min) * uniform01(sc.seq_seed, 2 * key)
+                                              : sc.seq_median * std::exp(sc.seq_sigma * z);
+        len = std::clamp(std::round(len), 1.0, S);
+        return len / S;
+      };
+      // Linear work scales with tokens, attention with their square.
+      auto by_length = [](double total, double attention, double a) { return (total - attention) * a + attention * a * a; };
       for (const auto& a : order) {
+        const double lf = length_factor(a.mb);
         const auto& chunk_slots = chunk_slots_[static_cast<size_t>(s)][static_cast<size_t>(a.chunk)];
         Ids ids;
         auto add_compute = [&](Task t, Tick dur, uint32_t name) {
@@ -279,7 +317,7 @@ class Builder {
           TaskId cid;
           if (a.phase == Phase::kF) {
             t.kind = TaskKind::kForward;
-            cid = add_compute(t, scaled(sl->cost->fwd_compute.value(), r, op_index++), n_fwd);
+            cid = add_compute(t, scaled(by_length(sl->cost->fwd_compute.value(), attention_seconds(sl->cost->fwd), lf), r, op_index++), n_fwd);
             g.depend(gate, cid);
             if (sl->cost->fwd_comm_exposed.value() > 0 && !ideal_) {
               Task c = base;
@@ -287,13 +325,13 @@ class Builder {
               c.layer = sl->layer;
               c.microbatch = a.mb;
               c.chunk = a.chunk;
-              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->fwd_comm_exposed.value()), n_tpf);
+              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->fwd_comm_exposed.value() * lf), n_tpf);
               ids.last = tid;
             }
           } else if (a.phase == Phase::kB) {
             t.kind = TaskKind::kBackward;
             const double dur = split_w ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
-            cid = add_compute(t, scaled(dur, r, op_index++), n_bwd);
+            cid = add_compute(t, scaled(by_length(dur, attention_seconds(sl->cost->bwd), lf), r, op_index++), n_bwd);
             g.depend(gate, cid);
             if (sl->cost->bwd_comm_exposed.value() > 0 && !ideal_) {
               Task c = base;
@@ -301,12 +339,12 @@ class Builder {
               c.layer = sl->layer;
               c.microbatch = a.mb;
               c.chunk = a.chunk;
-              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->bwd_comm_exposed.value()), n_tpb);
+              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->bwd_comm_exposed.value() * lf), n_tpb);
               ids.last = tid;
             }
           } else {
             t.kind = TaskKind::kBackwardWeight;
-            cid = add_compute(t, scaled(sl->cost->bwd_weight_compute.value(), r, op_index++), n_bw);
+            cid = add_compute(t, scaled(sl->cost->bwd_weight_compute.value() * lf, r, op_index++), n_bw);
           }
           if (gather) compute_uses.push_back(cid);
           const bool grads_done = (a.phase == Phase::kB && !split_w) || a.phase == Phase::kW;
@@ -339,7 +377,13 @@ class Builder {
           t.stream = overlapped_p2p ? Stream::kPpSend : Stream::kCompute;
           t.microbatch = a.mb;
           t.chunk = a.chunk;
-          t.duration = p2p;
+          t.duration = static_cast<Tick>(static_cast<double>(p2p) * lf);
+          if (bad >= 0) {
+            // The transfer's other end: the same position on the neighbouring stage.
+            const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
+            const int64_t peer = static_cast<int64_t>(vs_next % pp_) * per_stage_ + (r % per_stage_);
+            if (bad == r || bad == peer) t.duration = static_cast<Tick>(static_cast<double>(t.duration) / sc.degraded_factor);
+          }
           t.name = a.phase == Phase::kF ? n_sendf : n_sendb;
           const TaskId sid = g.add(t);
           g.depend(ids.last, sid);

@@ -118,6 +118,16 @@ const std::vector<BadCase> kCases = {
     {"TpAsString", R"({"parallel": {"tp": "two"}})", {"$.parallel.tp", "\"two\""}},
     // Unknown precision names list the allowed ones.
     {"UnknownPrecision", R"({"training": {"precision": "fp4"}})", {"$.training.precision", "fp4", "bf16"}},
+    // Scenarios: a slowdown of a rank that does not exist, an unknown scenario key, a length
+    // distribution longer than the sequence, a degraded link without its factor.
+    {"ScenarioRankOutOfRange", R"({"scenario": {"slowdown": {"ranks": [8], "factor": 1.2}}})",
+     {"$.scenario.slowdown[0].ranks", "rank 8", "0..7"}},
+    {"ScenarioUnknownKey", R"({"scenario": {"slow": {"ranks": [1]}}})", {"$.scenario.slow", "unknown key"}},
+    {"ScenarioSeqLongerThanTraining", R"({"scenario": {"seq_len_distribution": {"min": 100, "max": 9000}}})",
+     {"$.scenario.seq_len_distribution.max", "9000", "4096"}},
+    {"ScenarioDegradedLinkWithoutFactor", R"({"scenario": {"degraded_link": {"rank": 1}}})",
+     {"$.scenario.degraded_link.bandwidth_factor"}},
+    {"UnknownAttentionKernel", R"({"training": {"attention": "flash4"}})", {"$.training.attention", "flash4", "flash2"}},
 };
 // clang-format on
 

@@ -194,3 +194,46 @@ TEST(DataParallel, SyncEveryMicrobatchCostsMoreThanNoSync) {
 
 }  // namespace
 }  // namespace stepcast::engine
+
+namespace stepcast::engine {
+namespace {
+
+config::RunConfig small(Json scenario) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 32}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 32}}},
+            {"parallel", {{"tp", 4}, {"pp", 2}, {"dp", 4}, {"sp", true}, {"micro_batch_size", 1}, {"zero_stage", 1}}}};
+  if (!scenario.is_null()) j["scenario"] = scenario;
+  return config::parse_run(j, "<scenario-test>", "");
+}
+
+// A degraded link on one rank slows the collectives of its groups; its TP peers wait less than
+// ranks of other replicas that then wait at the data-parallel reduction.
+TEST(Scenarios, DegradedLinkSlowsItsGroups) {
+  const SimResult base = simulate_step(small(nullptr), SimOptions{true, false, false});
+  const SimResult bad = simulate_step(small({{"degraded_link", {{"rank", 1}, {"bandwidth_factor", 0.1}}}}));
+  EXPECT_GT(bad.step.step_time_s, base.step.step_time_s * 1.05);
+  // Rank 9 (stage 0, replica 2) is not in rank 1's TP group but shares the step.
+  EXPECT_GT(bad.rank_wait_s[9], base.rank_wait_s[9]);
+}
+
+// Variable sequence lengths: replicas with shorter micro-batches finish early and wait for the
+// longest one at the gradient reduction; the draw is reproducible and changes with the seed.
+TEST(Scenarios, VariableSequenceLengthsMakeReplicasWait) {
+  Json uni = {{"seq_len_distribution", {{"kind", "uniform"}, {"min", 512}, {"max", 4096}, {"seed", 3}}}};
+  const SimResult a = simulate_step(small(uni));
+  const SimResult b = simulate_step(small(uni));
+  EXPECT_EQ(a.step.step_time_s, b.step.step_time_s);
+  const SimResult full = simulate_step(small(nullptr), SimOptions{true, false, false});
+  EXPECT_LT(a.step.step_time_s, full.step.step_time_s);  // no sequence is longer than seq_len
+  EXPECT_GT(a.collective_wait_s, full.collective_wait_s);
+  Json other = uni;
+  other["seq_len_distribution"]["seed"] = 4;
+  EXPECT_NE(simulate_step(small(other)).step.step_time_s, a.step.step_time_s);
+  Json logn = {{"seq_len_distribution", {{"kind", "lognormal"}, {"median", 1024}, {"sigma", 0.8}}}};
+  EXPECT_GT(simulate_step(small(logn)).collective_wait_s, full.collective_wait_s);
+}
+
+}  // namespace
+}  // namespace stepcast::engine
