@@ -216,7 +216,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   }
   if (fam == Family::kBloom || deepspeed) {
     training["grad_dtype"] = "fp32";
-    notes.push_back("training: fp32 gradient accumulation (BF16Optimizer)");
+    training["lp_grads"] = true;
+    notes.push_back("training: DeepSpeed BF16Optimizer: bf16 gradients kept beside the fp32 accumulation buffer");
   } else if (nemo) {
     training["grad_dtype"] = "fp32";
     notes.push_back("training: fp32 gradient reduction (Megatron-Core default main_grads)");
@@ -290,6 +291,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   } else if (nemo) {
     parallel["zero_stage"] = 1;
     notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
+  }
+  if (fam == Family::kBloom || (deepspeed && pp > 1)) {
+    parallel["keep_stage_outputs"] = true;
+    notes.push_back("parallel: DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output in its pipe buffers");
   }
   if (fam == Family::kBloom) {
     parallel["zero_stage"] = 1;

@@ -64,6 +64,7 @@ void parse_training(ObjectReader r, RunConfig& rc) {
       r.get_choice("param_dtype", {"bf16", "fp16", "fp32"},
                    t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
   t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
+  t.lp_grads = r.get_bool("lp_grads", false);
   r.finish();
 }
 
@@ -102,6 +103,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
   p.no_sync = r.get_bool("no_sync", true);
+  p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
   r.finish();
 }
 

@@ -52,6 +52,9 @@ struct Training {
   // copy) or eager (PyTorch cross_entropy on an upcast copy: log-softmax output and its gradient
   // are separate fp32 tensors).
   LossImpl loss = LossImpl::kFused;
+  // 16-bit gradients kept beside the grad_dtype accumulation buffer (DeepSpeed BF16_Optimizer
+  // keeps both); false: the 16-bit gradient is folded into the buffer and freed (Megatron).
+  bool lp_grads = false;
 };
 
 struct Parallel {
@@ -73,6 +76,9 @@ struct Parallel {
   // Gradient accumulation: reduce gradients once after the last micro-batch (no_sync, the
   // default) or after every micro-batch.
   bool no_sync = true;
+  // Pipeline engines that keep each in-flight micro-batch's stage output until its backward
+  // (DeepSpeed's pipe buffers); Megatron frees the output's data once it is sent.
+  bool keep_stage_outputs = false;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
 };

@@ -241,6 +241,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     };
     shard(dense_params, n_dense, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     shard(expert_params, n_expert, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
+    if (rc.training.lp_grads && zero < 3) st.gradients += Bytes((dense_params + expert_params) * e);
 
     // Activations.
     const double inflight = inflight_microbatches(rc, s);
@@ -258,6 +259,10 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
     const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
                           static_cast<double>(p.cp);
+    if (p.keep_stage_outputs && s < p.pp - 1) {
+      // The stage output of every in-flight micro-batch stays in the engine's pipe buffers.
+      st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0) * std::ceil(inflight));
+    }
     if (s == p.pp - 1) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
