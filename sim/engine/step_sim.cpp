@@ -126,6 +126,8 @@ struct Slot {
   double params;       // parameters on one rank (before sharding)
   // The slot's parameter tensors in registration order (DDP never splits one across buckets).
   std::vector<double> tensors;
+  // Routed-expert parameters: reduced over the expert-data-parallel group in their own buckets.
+  std::vector<double> expert_tensors;
 };
 
 struct Ids {
@@ -304,16 +306,21 @@ class Builder {
         std::vector<const Slot*> seq;
         for (size_t k = 0; k < chunk_slots.size(); ++k) seq.push_back(&slots_[static_cast<size_t>(s)][chunk_slots[k]]);
         if (!fwd) std::reverse(seq.begin(), seq.end());
-        for (const Slot* sl : seq) {
+        // FSDP: each layer's gather is issued one layer ahead (after the previous layer's
+        // compute is queued, before its gradient reduce-scatter), on the rank's one DP stream:
+        // gathers and reduce-scatters share the same links, so they queue rather than overlap.
+        const bool gather = fsdp && (fwd ? (p_.reshard_after_forward || m_ == 1 || a.mb == 0)
+                                         : (a.phase == Phase::kB && p_.reshard_after_forward));
+        std::vector<TaskId> gates(seq.size(), kNone);
+        if (gather && !seq.empty()) fsdp_gather(*seq[0], gates[0]);
+        for (size_t si = 0; si < seq.size(); ++si) {
+          const Slot* sl = seq[si];
           const size_t slot_index = static_cast<size_t>(sl - slots_[static_cast<size_t>(s)].data());
           Task t = base;
           t.layer = sl->layer;
           t.microbatch = a.mb;
           t.chunk = a.chunk;
-          TaskId gate = kNone;
-          const bool gather = fsdp && (fwd ? (p_.reshard_after_forward || m_ == 1 || a.mb == 0)
-                                           : (a.phase == Phase::kB && p_.reshard_after_forward));
-          if (gather) fsdp_gather(*sl, gate);
+          const TaskId gate = gates[si];
           TaskId cid;
           if (a.phase == Phase::kF) {
             t.kind = TaskKind::kForward;
@@ -346,7 +353,10 @@ class Builder {
             t.kind = TaskKind::kBackwardWeight;
             cid = add_compute(t, scaled(sl->cost->bwd_weight_compute.value() * lf, r, op_index++), n_bw);
           }
-          if (gather) compute_uses.push_back(cid);
+          if (gather) {
+            compute_uses.push_back(cid);
+            if (si + 1 < seq.size()) fsdp_gather(*seq[si + 1], gates[si + 1]);
+          }
           const bool grads_done = (a.phase == Phase::kB && !split_w) || a.phase == Phase::kW;
           if (grads_done) {
             final_bwd[slot_index] = ids.last;
@@ -356,7 +366,7 @@ class Builder {
             const bool rs_now = fsdp && (p_.reshard_after_forward || m_ == 1 || a.mb == m_ - 1);
             if (rs_now) {
               Task c = base;
-              c.stream = Stream::kDpReduce;
+              c.stream = Stream::kDp;
               c.kind = TaskKind::kDpComm;
               c.layer = sl->layer;
               c.microbatch = a.mb;
@@ -407,21 +417,27 @@ class Builder {
       if (has_sync && zero < 3) {
         const Collective op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
         auto emit_buckets = [&](const std::vector<TaskId>& ready_of_slot, int32_t mb) {
-          double filled = 0, cap = 1e6;
+          // Dense and expert gradients fill separate buckets: dense ones reduce over dp x cp,
+          // expert ones over the expert-data-parallel group.
+          struct Fill {
+            double filled = 0, cap = 1e6;
+            const mesh::Placement* where;
+          };
+          Fill dense{0, 1e6, &wb_.placements().dp_cp}, expert{0, 1e6, &wb_.placements().edp};
           TaskId gate = kNone;
-          auto flush = [&]() {
-            if (filled <= 0) return;
+          auto flush = [&](Fill& f) {
+            if (f.filled <= 0) return;
             Task c = base;
             c.stream = Stream::kDpReduce;
             c.kind = TaskKind::kDpComm;
             c.microbatch = mb;
-            const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(filled), wb_.placements().dp_cp, rc_.hardware).value());
+            const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(f.filled), *f.where, rc_.hardware).value());
             const TaskId id = group_task(dp_coll, dp_j, c, dur, zero >= 1 ? n_rs : n_ar);
             g.depend(p_.grad_reduce_overlap ? gate : last_pipeline, id);
             reductions.push_back(id);
             if (!p_.no_sync) g.depend(id, finalize_gate[static_cast<size_t>(mb)]);
-            filled = 0;
-            cap = p_.bucket_mb * 1e6;
+            f.filled = 0;
+            f.cap = p_.bucket_mb * 1e6;
           };
           // Reverse order of gradient readiness: chunks from last, slots from last.
           for (int32_t c = v_ - 1; c >= 0; --c) {
@@ -430,13 +446,18 @@ class Builder {
               const Slot& sl = slots_[static_cast<size_t>(s)][*it];
               gate = ready_of_slot[*it];
               // Whole tensors, last registered first; a bucket closes once it reaches its cap.
+              for (auto t_it = sl.expert_tensors.rbegin(); t_it != sl.expert_tensors.rend(); ++t_it) {
+                expert.filled += *t_it * sb_.gradients;
+                if (expert.filled >= expert.cap) flush(expert);
+              }
               for (auto t_it = sl.tensors.rbegin(); t_it != sl.tensors.rend(); ++t_it) {
-                filled += *t_it * sb_.gradients;
-                if (filled >= cap) flush();
+                dense.filled += *t_it * sb_.gradients;
+                if (dense.filled >= dense.cap) flush(dense);
               }
             }
           }
-          flush();
+          flush(expert);
+          flush(dense);
         };
         if (p_.no_sync) {
           emit_buckets(final_bwd, m_ - 1);
@@ -524,9 +545,10 @@ class Builder {
       const double t = static_cast<double>(p_.tp);
       const double h = static_cast<double>(m.hidden);
       const double vh = static_cast<double>(rc_.padded_vocab) * h / t;
-      auto make = [](const LayerCost* lc, int32_t layer, std::vector<double> tensors) {
-        Slot out{lc, layer, 0.0, std::move(tensors)};
+      auto make = [](const LayerCost* lc, int32_t layer, std::vector<double> tensors, std::vector<double> experts = {}) {
+        Slot out{lc, layer, 0.0, std::move(tensors), std::move(experts)};
         for (double x : out.tensors) out.params += x;
+        for (double x : out.expert_tensors) out.params += x;
         return out;
       };
       if (s == 0 && !ideal_) {
@@ -543,6 +565,7 @@ class Builder {
         const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
         const double attn = m.attention_params() / t;
         std::vector<double> tensors{0.75 * attn, 0.25 * attn};  // QKV (+ norm), output projection
+        std::vector<double> expert_tensors;
         if (!moe) {
           const double mlp = m.dense_mlp_params() / t;
           tensors.push_back(0.5 * mlp);
@@ -555,9 +578,9 @@ class Builder {
           if (mo.shared_experts > 0) {
             tensors.push_back(static_cast<double>(m.mlp_matrices()) * h * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
           }
-          tensors.push_back(experts);
+          expert_tensors.push_back(experts);
         }
-        sl.push_back(make(lc, static_cast<int32_t>(layer), tensors));
+        sl.push_back(make(lc, static_cast<int32_t>(layer), tensors, expert_tensors));
         const int64_t c = std::min<int64_t>(v_ - 1, i / per_chunk);
         cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
       }
