@@ -181,9 +181,18 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
     for (int64_t s = 0; s < pp; ++s) {
       const auto& st = out.memory.stages[static_cast<size_t>(s)];
       const Collective grad_op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
-      const double bucket = p.bucket_mb * 1e6;
+      // Buckets hold whole tensors: one larger than bucket_mb makes its own bucket, so the
+      // effective size is at least the largest tensor (half a layer's MLP, the QKV block, or an
+      // expert slice).
+      const auto& mdl = rc.model;
+      const double tpd = static_cast<double>(p.tp);
+      const double largest_dense = std::max(0.75 * mdl.attention_params(), 0.5 * mdl.dense_mlp_params()) / tpd;
+      const double bucket = std::max(p.bucket_mb * 1e6, largest_dense * sb.gradients);
       BucketPlan dense = bucketed(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, hw);
-      BucketPlan expert = bucketed(grad_op, st.expert_params * sb.gradients, bucket, places.edp, hw);
+      const double expert_bucket = st.expert_params > 0 && st.layers > 0
+                                       ? std::max(p.bucket_mb * 1e6, st.expert_params / static_cast<double>(st.layers) * sb.gradients)
+                                       : p.bucket_mb * 1e6;
+      BucketPlan expert = bucketed(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, hw);
       const double total = (dense.total + expert.total).value();
       const double last = std::max(dense.last, expert.last).value();
       const double window = out.stage_bwd_s[static_cast<size_t>(s)];
@@ -192,7 +201,7 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
       end_max = std::max(end_max, t_pipe - drain + exposed);
       if (zero >= 1) {
         BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket, places.dp_cp, hw);
-        BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, bucket, places.edp, hw);
+        BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket, places.edp, hw);
         const double ag_total = (ag_d.total + ag_e.total).value();
         const double ag_exposed = p.param_gather_overlap ? std::max(ag_d.last, ag_e.last).value() : ag_total;
         param_gather = std::max(param_gather, ag_exposed);
