@@ -70,8 +70,13 @@ std::vector<Action> stage_order(Schedule sched, int32_t p, int32_t s, int32_t m,
     }
     const bool cooldown = ++backwards_seen > m - warm;
     if (cooldown && !pending.empty()) {
-      out.push_back({Phase::kW, pending.front(), 0});
-      pending.pop_front();
+      // Spread the pending weight-gradient work evenly over the cool-down's backward waits.
+      const auto remaining = static_cast<size_t>(m - backwards_seen + 1);
+      const size_t emit = (pending.size() + remaining - 1) / remaining;
+      for (size_t k = 0; k < emit && !pending.empty(); ++k) {
+        out.push_back({Phase::kW, pending.front(), 0});
+        pending.pop_front();
+      }
     }
     out.push_back(a);
     pending.push_back(a.mb);
