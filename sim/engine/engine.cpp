@@ -1,17 +1,43 @@
 #include "sim/engine/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 namespace stepcast::engine {
 
-void Engine::push(Tick t, EventType type, TaskId id) { queue_.push(Event{t, seq_++, type, id}); }
+void Engine::push(Tick t, EventType type, TaskId id, uint32_t version) {
+  queue_.push(Event{t, seq_++, type, id, version});
+}
 
 void Engine::start(TaskId id, Tick ready, Tick at) {
   start_[id] = at;
   for (auto* o : observers_) o->on_start(g_, id, ready, at);
-  push(at + g_.task(id).duration, EventType::kFinish, id);
+  const uint32_t r = g_.task(id).resource;
+  if (r == kNone) {
+    push(at + g_.task(id).duration, EventType::kFinish, id);
+    return;
+  }
+  reshare(r, at);
+  res_[r].tasks.push_back(id);
+  res_[r].remaining.push_back(static_cast<double>(g_.task(id).duration));
+  reshare(r, at);
+}
+
+void Engine::reshare(uint32_t r, Tick now) {
+  auto& a = res_[r];
+  const double k = static_cast<double>(a.tasks.size());
+  if (k > 0) {
+    const double done = static_cast<double>(now - a.last) / k;
+    for (double& x : a.remaining) x = std::max(0.0, x - done);
+  }
+  a.last = now;
+  for (size_t i = 0; i < a.tasks.size(); ++i) {
+    const TaskId t = a.tasks[i];
+    const auto left = static_cast<Tick>(std::ceil(a.remaining[i] * k - 1e-9));
+    push(now + std::max<Tick>(0, left), EventType::kFinish, t, ++version_[t]);
+  }
 }
 
 RunStats Engine::run() {
@@ -21,6 +47,8 @@ RunStats Engine::run() {
   finish_.assign(n, -1);
   ready_.assign(n, -1);
   pending_ = g_.dep_counts();
+  res_.assign(g_.num_resources(), ActiveResource{});
+  version_.assign(n, 0);
   size_t ncoll = 0;
   for (const auto& t : g_.tasks()) {
     if (t.collective != kNone) ncoll = std::max<size_t>(ncoll, t.collective + 1);
@@ -55,6 +83,17 @@ RunStats Engine::run() {
         waiting_[c].shrink_to_fit();
       }
     } else {
+      if (ev.version != version_[ev.task]) continue;  // superseded by a re-share
+      if (t.resource != kNone) {
+        auto& a = res_[t.resource];
+        reshare(t.resource, ev.time);
+        const auto it = std::find(a.tasks.begin(), a.tasks.end(), ev.task);
+        const auto idx = static_cast<size_t>(it - a.tasks.begin());
+        a.tasks.erase(it);
+        a.remaining.erase(a.remaining.begin() + static_cast<long>(idx));
+        ++version_[ev.task];
+        reshare(t.resource, ev.time);
+      }
       finish_[ev.task] = ev.time;
       stats.makespan = std::max(stats.makespan, ev.time);
       ++stats.tasks_run;

@@ -21,6 +21,7 @@ struct Event {
   uint64_t seq = 0;
   EventType type = EventType::kReady;
   TaskId task = 0;
+  uint32_t version = 0;  // finish events of tasks on shared resources are re-issued on changes
 };
 
 struct EventLater {
@@ -56,8 +57,19 @@ class Engine {
   [[nodiscard]] const std::vector<Tick>& finish_times() const { return finish_; }
 
  private:
-  void push(Tick t, EventType type, TaskId id);
+  void push(Tick t, EventType type, TaskId id, uint32_t version = 0);
   void start(TaskId id, Tick ready, Tick at);
+  // Processor sharing: bring every active task on resource r up to time `now` at the rate it
+  // had, then re-issue their finish events for the new number of sharers.
+  void reshare(uint32_t r, Tick now);
+
+  struct ActiveResource {
+    std::vector<TaskId> tasks;       // active, in start order
+    std::vector<double> remaining;   // ticks of work left at full rate
+    Tick last = 0;
+  };
+  std::vector<ActiveResource> res_;
+  std::vector<uint32_t> version_;
 
   TaskGraph& g_;
   std::vector<Observer*> observers_;

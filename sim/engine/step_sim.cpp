@@ -227,6 +227,11 @@ class Builder {
       };
       Task base;
       base.rank = static_cast<int32_t>(r);
+      // The rank's data-parallel traffic (gradient reductions, parameter gathers) shares one
+      // link: concurrent transfers split its bandwidth.
+      const uint32_t dp_link = g.add_resource("rank " + std::to_string(r) + " dp link");
+      Task dp_base = base;
+      dp_base.resource = dp_link;
       // Host work and the step-start barrier.
       TaskId start_barrier = kNone;
       if (sc.host_rank >= 0) {
@@ -257,7 +262,7 @@ class Builder {
       // FSDP gathers: AG for the k-th layer use waits for the compute of use k-2 (one ahead).
       std::vector<TaskId> compute_uses;
       auto fsdp_gather = [&](const Slot& sl, TaskId& gate) {
-        Task t = base;
+        Task t = dp_base;
         t.stream = Stream::kDp;
         t.kind = TaskKind::kDpComm;
         t.layer = sl.layer;
@@ -312,8 +317,8 @@ class Builder {
         for (size_t k = 0; k < chunk_slots.size(); ++k) seq.push_back(&slots_[static_cast<size_t>(s)][chunk_slots[k]]);
         if (!fwd) std::reverse(seq.begin(), seq.end());
         // FSDP: each layer's gather is issued one layer ahead (after the previous layer's
-        // compute is queued, before its gradient reduce-scatter), on the rank's one DP stream:
-        // gathers and reduce-scatters share the same links, so they queue rather than overlap.
+        // compute is queued, before its gradient reduce-scatter); gathers and reduce-scatters
+        // run on their own streams and share the rank's DP link.
         const bool gather = fsdp && (fwd ? (p_.reshard_after_forward || m_ == 1 || a.mb == 0)
                                          : (a.phase == Phase::kB && p_.reshard_after_forward));
         std::vector<TaskId> gates(seq.size(), kNone);
@@ -370,8 +375,8 @@ class Builder {
             // unsharded gradients are accumulated).
             const bool rs_now = fsdp && (p_.reshard_after_forward || m_ == 1 || a.mb == m_ - 1);
             if (rs_now) {
-              Task c = base;
-              c.stream = Stream::kDp;
+              Task c = dp_base;
+              c.stream = Stream::kDpReduce;
               c.kind = TaskKind::kDpComm;
               c.layer = sl->layer;
               c.microbatch = a.mb;
@@ -432,7 +437,7 @@ class Builder {
           TaskId gate = kNone;
           auto flush = [&](Fill& f) {
             if (f.filled <= 0) return;
-            Task c = base;
+            Task c = dp_base;
             c.stream = Stream::kDpReduce;
             c.kind = TaskKind::kDpComm;
             c.microbatch = mb;
@@ -489,7 +494,7 @@ class Builder {
         const double count = p_.param_gather_overlap ? 1.0 : std::ceil(total / bucket);
         for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
           const double bytes = std::min(bucket, total - static_cast<double>(k) * bucket);
-          Task c = base;
+          Task c = dp_base;
           c.stream = Stream::kDp;
           c.kind = TaskKind::kDpComm;
           const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(std::max(bytes, 0.0)), wb_.placements().dp_cp, rc_.hardware).value());

@@ -47,6 +47,7 @@ TaskId TaskGraph::add(const Task& t) {
   if (finalized_) throw std::logic_error("task graph already finalized");
   if (t.rank < 0 || t.rank >= num_ranks_) throw std::logic_error("task rank out of range");
   if (t.duration < 0) throw std::logic_error("negative task duration");
+  if (t.resource != kNone && t.resource >= resources_.size()) throw std::logic_error("task on an undeclared resource");
   const auto id = static_cast<TaskId>(tasks_.size());
   tasks_.push_back(t);
   auto& last = last_on_stream_[static_cast<size_t>(t.rank) * kStreams + static_cast<size_t>(t.stream)];
@@ -71,6 +72,11 @@ void TaskGraph::join(uint32_t collective, TaskId t) {
   tasks_.at(t).collective = collective;
   tasks_.at(t).duration = c.duration;
   ++c.participants;
+}
+
+uint32_t TaskGraph::add_resource(const std::string& name) {
+  resources_.push_back(name);
+  return static_cast<uint32_t>(resources_.size() - 1);
 }
 
 uint32_t TaskGraph::intern(const std::string& name) {

@@ -5,7 +5,8 @@
 // dependencies express data flow across streams and ranks (a layer's backward after its
 // forward, a pipeline receive after the neighbour's send). A collective ties one task per
 // participant: it starts when the last participant is ready, on all of them at once, and lasts
-// the collective's duration; the time earlier arrivals spend waiting is recorded.
+// the collective's duration; the time earlier arrivals spend waiting is recorded. A task may
+// also run on a shared resource (a link): tasks overlapping on it share its bandwidth equally.
 //
 // Time is an integer number of picoseconds (Tick) so the simulation is exact and reproducible.
 #pragma once
@@ -50,6 +51,9 @@ struct Task {
   int32_t chunk = 0;     // virtual pipeline chunk
   uint32_t name = 0;     // index into TaskGraph::names
   uint32_t collective = kNone;
+  // A shared resource (a link): tasks active on it at the same time share its rate equally
+  // (processor sharing), so `duration` is the time alone on the resource.
+  uint32_t resource = kNone;
   int64_t mem_delta = 0; // bytes allocated at finish (positive) or freed at start (negative)
   Stream stream = Stream::kCompute;
   TaskKind kind = TaskKind::kForward;
@@ -73,6 +77,10 @@ class TaskGraph {
   uint32_t add_collective(Tick duration, uint32_t name);
   void join(uint32_t collective, TaskId t);
   uint32_t intern(const std::string& name);
+  // Declares a resource shared by the tasks that name it (see Task::resource).
+  uint32_t add_resource(const std::string& name);
+  [[nodiscard]] size_t num_resources() const { return resources_.size(); }
+  [[nodiscard]] const std::string& resource_name(uint32_t r) const { return resources_[r]; }
 
   [[nodiscard]] size_t size() const { return tasks_.size(); }
   [[nodiscard]] int32_t num_ranks() const { return num_ranks_; }
@@ -93,6 +101,7 @@ class TaskGraph {
   int32_t num_ranks_;
   std::vector<Task> tasks_;
   std::vector<CollectiveOp> collectives_;
+  std::vector<std::string> resources_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> name_index_;
   std::vector<std::pair<TaskId, TaskId>> edges_;

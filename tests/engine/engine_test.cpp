@@ -118,5 +118,40 @@ TEST(Engine, TicksArePicoseconds) {
   EXPECT_DOUBLE_EQ(to_seconds(to_ticks(0.125)), 0.125);
 }
 
+// Processor sharing: tasks overlapping on one resource share its rate; work is conserved.
+TEST(Engine, SharedResourceSplitsBandwidth) {
+  TaskGraph g(2);
+  const uint32_t link = g.add_resource("link");
+  Task a = on(0, 10, Stream::kDp);
+  a.resource = link;
+  Task b = on(1, 10, Stream::kDp);
+  b.resource = link;
+  const TaskId ia = g.add(a);
+  const TaskId delay = g.add(on(1, 5));
+  const TaskId ib = g.add(b);
+  g.depend(delay, ib);  // b starts at 5
+  Engine e(g);
+  const RunStats st = e.run();
+  // 0-5: a alone (5 done); 5-15: both at half rate (a finishes); 15-20: b alone.
+  EXPECT_EQ(e.finish_times()[ia], 15);
+  EXPECT_EQ(e.start_times()[ib], 5);
+  EXPECT_EQ(e.finish_times()[ib], 20);
+  EXPECT_EQ(st.makespan, 20);
+}
+
+TEST(Engine, SimultaneousSharersFinishTogether) {
+  TaskGraph g(1);
+  const uint32_t link = g.add_resource("nic");
+  Task a = on(0, 10, Stream::kDp);
+  a.resource = link;
+  Task b = on(0, 10, Stream::kDpReduce);
+  b.resource = link;
+  const TaskId ia = g.add(a), ib = g.add(b);
+  Engine e(g);
+  e.run();
+  EXPECT_EQ(e.finish_times()[ia], 20);
+  EXPECT_EQ(e.finish_times()[ib], 20);
+}
+
 }  // namespace
 }  // namespace stepcast::engine
