@@ -73,6 +73,10 @@ int run(int argc, char** argv) {
   sim->add_flag("--allow-oom", sim_allow_oom, "simulate even when the layout does not fit");
   sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
   bool sim_ideal = false;
+  std::vector<int64_t> sim_trace_ranks;
+  sim->add_option("--trace-ranks", sim_trace_ranks,
+                  "global ranks to put in the trace (default: all simulated ranks, or the first rank of each stage when every rank is simulated)")
+      ->delimiter(',');
   sim->add_flag("--ideal", sim_ideal, "schedule study: uniform transformer stages, free communication, no optimizer");
 
   // memory
@@ -143,8 +147,30 @@ int run(int argc, char** argv) {
     opt.full = sim_full;
     opt.ideal = sim_ideal;
     opt.keep_timeline = !sim_trace.empty();
+    if (sim_full || rc.scenario.present) {
+      // Every rank simulated: large clusters take seconds, so report progress on stderr.
+      opt.progress = [](const char* phase, double f) {
+        std::fprintf(stderr, "\rstepcast: %s %3.0f%%", phase, 100.0 * f);
+        std::fflush(stderr);
+      };
+    }
     const auto r = stepcast::engine::simulate_step(rc, opt);
-    if (!sim_trace.empty()) write_text(sim_trace, stepcast::engine::trace_json(rc, r));
+    if (opt.progress) std::fprintf(stderr, "\rstepcast: simulated %lld ranks, %zu tasks\n", static_cast<long long>(r.ranks_simulated), r.tasks);
+    if (!sim_trace.empty()) {
+      std::vector<int64_t> ranks = sim_trace_ranks;
+      if (ranks.empty() && r.full) {
+        // Every rank simulated: keep the trace readable with one rank per stage.
+        const int64_t per_stage = rc.parallel.tp * rc.parallel.cp * rc.parallel.dp;
+        for (int64_t s = 0; s < rc.parallel.pp; ++s) ranks.push_back(s * per_stage);
+      }
+      for (int64_t x : ranks) {
+        if (x < 0 || x >= rc.cluster.num_gpus) {
+          throw stepcast::core::UserError("--trace-ranks: rank " + std::to_string(x) + " does not exist (ranks 0.." +
+                                          std::to_string(rc.cluster.num_gpus - 1) + ")");
+        }
+      }
+      write_text(sim_trace, stepcast::engine::trace_json(rc, r, ranks));
+    }
     if (sim_json) {
       std::cout << stepcast::report::simulate_json(rc, r, cmdline).dump(2) << "\n";
     } else {

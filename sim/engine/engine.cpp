@@ -97,6 +97,7 @@ RunStats Engine::run() {
       finish_[ev.task] = ev.time;
       stats.makespan = std::max(stats.makespan, ev.time);
       ++stats.tasks_run;
+      if (progress_ && stats.tasks_run % progress_every_ == 0) progress_(static_cast<double>(stats.tasks_run) / static_cast<double>(n));
       for (auto* o : observers_) o->on_finish(g_, ev.task, ev.time);
       for (uint32_t k = off[ev.task]; k < off[ev.task + 1]; ++k) {
         const TaskId s = succ[k];

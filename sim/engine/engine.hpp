@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <queue>
 #include <vector>
 
@@ -49,6 +50,11 @@ class Engine {
  public:
   explicit Engine(TaskGraph& graph) : g_(graph) {}
   void add_observer(Observer* o) { observers_.push_back(o); }
+  // Called every `every` finished tasks with the fraction done (long runs show progress).
+  void set_progress(std::function<void(double)> cb, size_t every = size_t{1} << 20) {
+    progress_ = std::move(cb);
+    progress_every_ = every;
+  }
   // Runs every task; throws std::runtime_error naming a stuck task when the graph deadlocks
   // (a dependency cycle or a collective whose participants never all arrive).
   RunStats run();
@@ -73,6 +79,8 @@ class Engine {
 
   TaskGraph& g_;
   std::vector<Observer*> observers_;
+  std::function<void(double)> progress_;
+  size_t progress_every_ = 0;
   std::priority_queue<Event, std::vector<Event>, EventLater> queue_;
   uint64_t seq_ = 0;
   std::vector<Tick> start_, finish_, ready_;

@@ -684,9 +684,14 @@ class StepObserver : public Observer {
 SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   const bool full = opt.full || rc.scenario.present;
   Builder b(rc, full, opt.ideal, opt.compute_scale);
+  if (opt.progress) opt.progress("building", 0.0);
   b.build();
   auto graph = b.graph();
   Engine eng(*graph);
+  if (opt.progress) {
+    opt.progress("simulating", 0.0);
+    eng.set_progress([&](double f) { opt.progress("simulating", f); });
+  }
   StepObserver obs(b, static_cast<int32_t>(rc.parallel.pp), static_cast<int32_t>(rc.num_microbatches),
                    static_cast<int32_t>(rc.parallel.vpp));
   eng.add_observer(&obs);
@@ -803,17 +808,24 @@ void append_us(std::string& out, Tick t) {
 
 }  // namespace
 
-std::string trace_json(const config::RunConfig& rc, const SimResult& r) {
+std::string trace_json(const config::RunConfig& rc, const SimResult& r, const std::vector<int64_t>& only_ranks) {
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   if (!r.graph) return out + "]}\n";
   const TaskGraph& g = *r.graph;
   const int64_t per_stage = r.full ? rc.parallel.tp * rc.parallel.cp * rc.parallel.dp : 1;
+  std::vector<char> keep(r.rank_ids.size(), only_ranks.empty() ? 1 : 0);
+  for (size_t i = 0; i < r.rank_ids.size(); ++i) {
+    for (int64_t want : only_ranks) {
+      if (r.rank_ids[i] == want) keep[i] = 1;
+    }
+  }
   bool first = true;
   auto sep = [&]() {
     if (!first) out += ",\n";
     first = false;
   };
   for (size_t i = 0; i < r.rank_ids.size(); ++i) {
+    if (!keep[i]) continue;
     sep();
     out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(r.rank_ids[i]) +
            ",\"args\":{\"name\":\"rank " + std::to_string(r.rank_ids[i]) + " (stage " +
@@ -827,6 +839,7 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r) {
   const int64_t L = rc.model.num_layers;
   for (TaskId id = 0; id < g.size(); ++id) {
     const Task& t = g.task(id);
+    if (!keep[static_cast<size_t>(t.rank)]) continue;
     if (t.duration == 0 && t.kind != TaskKind::kBarrier) continue;
     std::string name;
     if (t.layer == -1 && t.microbatch >= 0 && (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward)) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@ struct SimOptions {
   // Multiplies every compute operator's time: a measured-over-predicted calibration of one
   // workload on one machine (1 = the cost model as is).
   double compute_scale = 1.0;
+  // Progress of long simulations: (phase, fraction done); null for silence.
+  std::function<void(const char*, double)> progress;
 };
 
 struct StageStats {
@@ -73,6 +76,7 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt = {})
 
 // Chrome / Perfetto trace JSON of a kept timeline: one process per rank, one thread per stream,
 // operators named by layer and micro-batch. Deterministic text.
-std::string trace_json(const config::RunConfig& rc, const SimResult& r);
+// only_ranks: global ranks to include (empty: every simulated rank).
+std::string trace_json(const config::RunConfig& rc, const SimResult& r, const std::vector<int64_t>& only_ranks = {});
 
 }  // namespace stepcast::engine
