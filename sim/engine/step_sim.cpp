@@ -235,28 +235,22 @@ class Builder {
       // Host work and the step-start barrier.
       TaskId start_barrier = kNone;
       if (sc.host_rank >= 0) {
+        TaskId host = kNone;
         if (global_rank(r) == sc.host_rank) {
           Task h = base;
           h.stream = Stream::kHost;
           h.kind = TaskKind::kHost;
           h.name = n_host;
           h.duration = to_ticks(sc.host_seconds);
-          const TaskId hid = g.add(h);
-          Task b = base;
-          b.kind = TaskKind::kBarrier;
-          if (barrier[0] == kNone) barrier[0] = g.add_collective(0, n_barrier);
-          b.name = n_barrier;
-          start_barrier = g.add(b);
-          g.join(barrier[0], start_barrier);
-          g.depend(hid, start_barrier);
-        } else {
-          Task b = base;
-          b.kind = TaskKind::kBarrier;
-          if (barrier[0] == kNone) barrier[0] = g.add_collective(0, n_barrier);
-          b.name = n_barrier;
-          start_barrier = g.add(b);
-          g.join(barrier[0], start_barrier);
+          host = g.add(h);
         }
+        Task b = base;
+        b.kind = TaskKind::kBarrier;
+        if (barrier[0] == kNone) barrier[0] = g.add_collective(0, n_barrier);
+        b.name = n_barrier;
+        start_barrier = g.add(b);
+        g.join(barrier[0], start_barrier);
+        g.depend(host, start_barrier);
       }
 
       // FSDP gathers: AG for the k-th layer use waits for the compute of use k-2 (one ahead).
@@ -313,6 +307,14 @@ class Builder {
           return id;
         };
         const bool fwd = a.phase == Phase::kF;
+        // A layer's exposed TP/CP/EP communication: a collective over the rank's tensor group,
+        // blocking on the compute stream, scaled with the micro-batch's tokens.
+        auto tp_comm = [&](double seconds, uint32_t name, const Task& layer_task) {
+          if (seconds <= 0 || ideal_) return;
+          Task c = layer_task;
+          c.kind = TaskKind::kTpComm;
+          ids.last = group_task(tp_coll, tp_j, c, to_ticks(seconds * lf), name);
+        };
         std::vector<const Slot*> seq;
         for (size_t k = 0; k < chunk_slots.size(); ++k) seq.push_back(&slots_[static_cast<size_t>(s)][chunk_slots[k]]);
         if (!fwd) std::reverse(seq.begin(), seq.end());
@@ -336,29 +338,13 @@ class Builder {
             t.kind = TaskKind::kForward;
             cid = add_compute(t, scaled(by_length(sl->cost->fwd_compute.value(), attention_seconds(sl->cost->fwd), lf), r, op_index++), n_fwd);
             g.depend(gate, cid);
-            if (sl->cost->fwd_comm_exposed.value() > 0 && !ideal_) {
-              Task c = base;
-              c.kind = TaskKind::kTpComm;
-              c.layer = sl->layer;
-              c.microbatch = a.mb;
-              c.chunk = a.chunk;
-              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->fwd_comm_exposed.value() * lf), n_tpf);
-              ids.last = tid;
-            }
+            tp_comm(sl->cost->fwd_comm_exposed.value(), n_tpf, t);
           } else if (a.phase == Phase::kB) {
             t.kind = TaskKind::kBackward;
             const double dur = split_w ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
             cid = add_compute(t, scaled(by_length(dur, attention_seconds(sl->cost->bwd), lf), r, op_index++), n_bwd);
             g.depend(gate, cid);
-            if (sl->cost->bwd_comm_exposed.value() > 0 && !ideal_) {
-              Task c = base;
-              c.kind = TaskKind::kTpComm;
-              c.layer = sl->layer;
-              c.microbatch = a.mb;
-              c.chunk = a.chunk;
-              const TaskId tid = group_task(tp_coll, tp_j, c, to_ticks(sl->cost->bwd_comm_exposed.value() * lf), n_tpb);
-              ids.last = tid;
-            }
+            tp_comm(sl->cost->bwd_comm_exposed.value(), n_tpb, t);
           } else {
             t.kind = TaskKind::kBackwardWeight;
             cid = add_compute(t, scaled(sl->cost->bwd_weight_compute.value() * lf, r, op_index++), n_bw);

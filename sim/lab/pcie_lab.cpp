@@ -197,49 +197,34 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
       const auto back = mesh::place({s - 1, s}, hw.gpus_per_node);
       const double send_f = cost::collective_time(cost::Collective::kSendRecv, core::Bytes(act), where, hw).value();
       const double send_b = s > 0 ? cost::collective_time(cost::Collective::kSendRecv, core::Bytes(act), back, hw).value() : 0.0;
-      for (int64_t k = 0; k < m; ++k) {
-        const auto [h1, h2] = host_gate(s, 2 * layers, engine::kNone, hf[static_cast<size_t>(s)]);
+      // One micro-batch's forward or backward: host issue, GPU work, asynchronous send.
+      auto pass = [&](TaskKind kind, int kernels, double seconds, double send, uint32_t name, int64_t k,
+                      std::vector<engine::TaskId>& hosts, std::vector<engine::TaskId>& work,
+                      std::vector<engine::TaskId>& sends) {
+        const auto [h1, h2] = host_gate(s, kernels, engine::kNone, hosts);
         Task t;
         t.rank = s;
-        t.kind = TaskKind::kForward;
+        t.kind = kind;
         t.microbatch = static_cast<int32_t>(k);
-        t.duration = to_ticks(fwd);
-        t.name = nf;
-        f[static_cast<size_t>(s)].push_back(graph.add(t));
-        graph.depend(h1, f[static_cast<size_t>(s)].back());
+        t.duration = to_ticks(seconds);
+        t.name = name;
+        work.push_back(graph.add(t));
+        graph.depend(h1, work.back());
         Task tail = t;
         tail.duration = 0;
         graph.depend(h2, graph.add(tail));
         Task snd = t;
         snd.kind = TaskKind::kPpSend;
         snd.stream = Stream::kPpSend;
-        snd.duration = s < p - 1 ? to_ticks(send_f) : 0;
+        snd.duration = to_ticks(send);
         snd.name = ns;
-        sf[static_cast<size_t>(s)].push_back(graph.add(snd));
-        graph.depend(f[static_cast<size_t>(s)].back(), sf[static_cast<size_t>(s)].back());
-      }
-      for (int64_t k = 0; k < m; ++k) {
-        // Backward: per layer a data-gradient and a weight-gradient GEMM and the GeLU backward.
-        const auto [h1, h2] = host_gate(s, 3 * layers, engine::kNone, hb[static_cast<size_t>(s)]);
-        Task t;
-        t.rank = s;
-        t.kind = TaskKind::kBackward;
-        t.microbatch = static_cast<int32_t>(k);
-        t.duration = to_ticks(bwd);
-        t.name = nb;
-        b[static_cast<size_t>(s)].push_back(graph.add(t));
-        graph.depend(h1, b[static_cast<size_t>(s)].back());
-        Task tail = t;
-        tail.duration = 0;
-        graph.depend(h2, graph.add(tail));
-        Task snd = t;
-        snd.kind = TaskKind::kPpSend;
-        snd.stream = Stream::kPpSend;
-        snd.duration = to_ticks(send_b);
-        snd.name = ns;
-        sb[static_cast<size_t>(s)].push_back(graph.add(snd));
-        graph.depend(b[static_cast<size_t>(s)].back(), sb[static_cast<size_t>(s)].back());
-      }
+        sends.push_back(graph.add(snd));
+        graph.depend(work.back(), sends.back());
+      };
+      const auto si = static_cast<size_t>(s);
+      for (int64_t k = 0; k < m; ++k) pass(TaskKind::kForward, 2 * layers, fwd, s < p - 1 ? send_f : 0.0, nf, k, hf[si], f[si], sf[si]);
+      // Backward: per layer a data-gradient and a weight-gradient GEMM and the GeLU backward.
+      for (int64_t k = 0; k < m; ++k) pass(TaskKind::kBackward, 3 * layers, bwd, send_b, nb, k, hb[si], b[si], sb[si]);
       Task opt;
       opt.rank = s;
       opt.kind = TaskKind::kOptimizer;
