@@ -230,7 +230,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["attention"] = "flash2";
     notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");
   }
-  if (torchtitan) {
+  if (torchtitan && contains(fw, "2025") && contains(lower(str(r, "precision")), "float8")) {
+    // Float8 training runs under torch.compile, which by 2025 torchtitan applies to the loss
+    // too: the upcast and log-softmax fuse into one kernel (no fp32 logit copies).
+    training["loss"] = "fused";
+    notes.push_back("training: compiled cross-entropy (Float8 runs use torch.compile, which 2025 torchtitan applies to the loss; inferred)");
+  } else if (torchtitan) {
     training["loss"] = "eager";
     notes.push_back("training: eager PyTorch cross-entropy on fp32-upcast logits (torchtitan loss_fn)");
   }
@@ -324,6 +329,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   if (torchtitan && recompute_of(r) == "selective") {
     parallel["recompute"] = "selective-op";
     notes.push_back("parallel: torchtitan's selective AC is op-level (selective_ac_option = 'op')");
+  }
+  if (torchtitan && pp > 1) {
+    parallel["keep_stage_outputs"] = true;
+    notes.push_back("parallel: torch.distributed.pipelining keeps each in-flight micro-batch's stage output until its backward");
   }
   if (torchtitan && pp > 1 && parallel.contains("fsdp")) {
     parallel["reshard_after_forward"] = false;
