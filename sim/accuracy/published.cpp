@@ -284,6 +284,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     parallel["sp"] = true;
     notes.push_back("parallel: sequence parallelism with TP (framework default for these recipes)");
   }
+  if (tp > 1 && torchtitan) {
+    parallel["tp_saves_gathered_input"] = true;
+    notes.push_back("parallel: DTensor TP saves the LM head's all-gathered input for its weight gradient");
+  }
   if (nemo && tp > 1) {
     parallel["tp_comm_overlap"] = true;
     notes.push_back("parallel: TP communication overlapped with GEMMs (NeMo recipe default)");

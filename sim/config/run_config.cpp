@@ -104,6 +104,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
   p.no_sync = r.get_bool("no_sync", true);
   p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
+  p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
   r.finish();
 }
 

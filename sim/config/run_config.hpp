@@ -79,6 +79,11 @@ struct Parallel {
   // Pipeline engines that keep each in-flight micro-batch's stage output until its backward
   // (DeepSpeed's pipe buffers); Megatron frees the output's data once it is sent.
   bool keep_stage_outputs = false;
+  // Tensor parallelism through DTensor (torchtitan): a column-parallel linear saves its
+  // all-gathered (sequence-replicated) input for the weight gradient, where Megatron saves the
+  // sequence-parallel shard and gathers it again in backward. Matters for the output layer,
+  // which is never recomputed.
+  bool tp_saves_gathered_input = false;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
 };

@@ -267,6 +267,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
       st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0));  // final norm input
+      if (p.sp && p.tp > 1 && p.tp_saves_gathered_input) st.activations += Bytes(e * h * tokens);  // LM head input
     }
     // Buffers.
     if (zero >= 3) {

@@ -400,5 +400,39 @@ TEST(Activations, SelectiveOpKeepsEveryOtherMatmul) {
   expect_rel(layer_activation_bytes(rc, false).value(), 16384.0 * (31744.0 * 2.0 + 128.0));
 }
 
+// Framework switches: DeepSpeed's BF16 optimizer keeps bf16 gradients beside the fp32 buffer
+// (+2 bytes per parameter); pipe buffers keep each in-flight stage output (s*b*h*2 per
+// micro-batch, not on the last stage); DTensor TP keeps the LM head's gathered input.
+TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
+  Layout l;
+  l.pp = 2;
+  l.gpus = 4;
+  l.tp = 2;
+  l.sp = true;
+  l.global_batch = kB * 4;
+  const RunConfig base = gpt_run(l);
+  const MemoryLedger led = compute_ledger(base);
+  const auto& b0 = led.stages[0];
+  const auto& b1 = led.stages[1];
+
+  RunConfig lp = base;
+  lp.training.lp_grads = true;
+  const MemoryLedger with_lp = compute_ledger(lp);
+  expect_rel(with_lp.stages[0].gradients.value() - b0.gradients.value(), b0.params * 2.0);
+
+  RunConfig keep = base;
+  keep.parallel.keep_stage_outputs = true;
+  const MemoryLedger with_keep = compute_ledger(keep);
+  const double inflight0 = std::ceil(inflight_microbatches(base, 0));
+  expect_rel(with_keep.stages[0].activations.value() - b0.activations.value(), 2.0 * s * b * h / 2.0 * inflight0);
+  EXPECT_DOUBLE_EQ(with_keep.stages[1].activations.value(), b1.activations.value());
+
+  RunConfig dt = base;
+  dt.parallel.tp_saves_gathered_input = true;
+  const MemoryLedger with_dt = compute_ledger(dt);
+  expect_rel(with_dt.stages[1].activations.value() - b1.activations.value(), 2.0 * s * b * h);
+  EXPECT_DOUBLE_EQ(with_dt.stages[0].activations.value(), b0.activations.value());
+}
+
 }  // namespace
 }  // namespace stepcast::memory
