@@ -291,6 +291,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   if (nemo && tp > 1) {
     parallel["tp_comm_overlap"] = true;
     notes.push_back("parallel: TP communication overlapped with GEMMs (NeMo recipe default)");
+  } else if (torchtitan && tp > 1 && (contains(lower(id), "asynctp") || contains(lower(str(r, "source_ref")), "asynctp"))) {
+    parallel["tp_comm_overlap"] = true;
+    notes.push_back("parallel: async TP overlaps TP communication with the GEMMs");
   }
   const std::string fsdp = lower(str(r, "fsdp"));
   if (!fsdp.empty() && !contains(fsdp, "0")) {

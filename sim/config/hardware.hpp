@@ -54,6 +54,9 @@ struct Efficiency {
   // Sustained tensor-core clock under training load over the clock the burst measurements
   // (gemm_max, attention) ran at: power- and thermally-limited parts settle below boost.
   double sustained_clock = 1.0;
+  // SMs the TP-overlap communication kernels occupy while a GEMM runs beside them
+  // (Transformer Engine's userbuffers default to 16); the GEMM loses that share of the GPU.
+  double tp_overlap_sms = 16;
   double attention_fwd = 0.5;        // fused attention forward: fraction of dense 16-bit peak
   double attention_bwd = 0.4;        // fused attention backward
   double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)

@@ -109,6 +109,16 @@ Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const 
   return t;
 }
 
+// A TP collective overlapped chunk by chunk with its GEMM (ring exchange over the tp ranks).
+Op tp_overlapped(const Ctx& c, Op op) {
+  if (op.hidden_by.value() > 0) {
+    op.overlap_chunks = c.t;
+    const double sms = static_cast<double>(std::max<int64_t>(1, c.hw.sm_count));
+    op.overlap_sm_fraction = std::min(0.9, c.hw.efficiency.tp_overlap_sms / sms);
+  }
+  return op;
+}
+
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
               Duration gemm_fwd, Duration gemm_bwd) {
@@ -116,13 +126,13 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   const double bytes = c.T * static_cast<double>(c.rc.model.hidden) * c.e;
   const bool overlap = c.rc.parallel.tp_comm_overlap;
   if (c.sp) {
-    fwd.push_back(comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
-                          overlap ? gemm_fwd : Duration(0)));
-    bwd.push_back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
-                          overlap ? gemm_bwd : Duration(0)));
+    fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+                          overlap ? gemm_fwd : Duration(0))));
+    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
+                          overlap ? gemm_bwd : Duration(0))));
   } else {
-    bwd.push_back(comm_op(c, name + ".ar_grad", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
-                          overlap ? gemm_bwd : Duration(0)));
+    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar_grad", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
+                          overlap ? gemm_bwd : Duration(0))));
   }
 }
 
@@ -132,13 +142,13 @@ void tp_exit(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std
   const double bytes = c.T * static_cast<double>(c.rc.model.hidden) * c.e;
   const bool overlap = c.rc.parallel.tp_comm_overlap;
   if (c.sp) {
-    fwd.push_back(comm_op(c, name + ".rs", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
-                          overlap ? gemm_fwd : Duration(0)));
-    bwd.push_back(comm_op(c, name + ".ag_grad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
-                          overlap ? gemm_bwd : Duration(0)));
+    fwd.push_back(tp_overlapped(c, comm_op(c, name + ".rs", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
+                          overlap ? gemm_fwd : Duration(0))));
+    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag_grad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+                          overlap ? gemm_bwd : Duration(0))));
   } else {
-    fwd.push_back(comm_op(c, name + ".ar", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
-                          overlap ? gemm_fwd : Duration(0)));
+    fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
+                          overlap ? gemm_fwd : Duration(0))));
   }
 }
 
@@ -188,7 +198,13 @@ Duration WorkloadBuilder::p2p_time() const {
 }
 
 void WorkloadBuilder::finish(LayerCost& c) const {
-  auto exposed = [](const Op& o) { return std::max(0.0, o.time.value() - o.hidden_by.value()); };
+  auto exposed = [](const Op& o) {
+    const double t = o.time.value(), hid = o.hidden_by.value();
+    if (o.overlap_chunks <= 1 || hid <= 0) return std::max(0.0, t - hid);
+    const double first = t / o.overlap_chunks;
+    const double f = o.overlap_sm_fraction;
+    return first + std::max(0.0, t - first - hid) + std::min(t - first, hid) * f / (1.0 - f);
+  };
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {
       const double x = exposed(o);

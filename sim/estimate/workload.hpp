@@ -31,6 +31,10 @@ struct Op {
   core::Flops flops;           // useful model FLOPs of this op (0 for comm)
   core::Bytes bytes;           // comm payload (nccl-tests convention) or HBM traffic
   core::Duration hidden_by;    // compute it can overlap with (TP overlap, CP ring); 0 = exposed
+  // Chunked overlap (TP communication overlap): the first of `overlap_chunks` pieces cannot
+  // hide, and the overlapped GEMM slows by the SM share the communication kernels take.
+  double overlap_chunks = 0;
+  double overlap_sm_fraction = 0;
   bool weight_grad = false;    // backward weight-gradient GEMM (zero-bubble schedules defer it)
 };
 
