@@ -11,6 +11,7 @@
 #include "sim/config/run_config.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
+#include "sim/memory/ledger.hpp"
 
 namespace stepcast::accuracy {
 
@@ -440,6 +441,23 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
     config::RunConfig rc;
     try {
       rc = config::parse_run(run, "published:" + id, "");
+      // The run trained, so it fit: when the row does not state recomputation and the stated
+      // layout does not fit without it, take the lightest recompute mode that fits.
+      if (!has(r, "recompute") && run["parallel"].value("recompute", "none") == "none" &&
+          !memory::compute_ledger(rc).fits()) {
+        for (const char* mode : {"selective", "full"}) {
+          Json trial = run;
+          trial["parallel"]["recompute"] = mode;
+          trial["assumptions"].push_back(std::string("parallel: recompute ") + mode +
+                                         " (not stated; the layout does not fit in memory without it)");
+          config::RunConfig trc = config::parse_run(trial, "published:" + id, "");
+          if (memory::compute_ledger(trc).fits() || std::string(mode) == "full") {
+            run = trial;
+            rc = trc;
+            break;
+          }
+        }
+      }
     } catch (const core::UserError& e) {
       res.skipped.push_back({id, std::string("run file rejected: ") + e.what()});
       continue;
