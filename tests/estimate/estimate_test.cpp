@@ -7,6 +7,7 @@
 
 #include "sim/config/run_config.hpp"
 #include "sim/core/json_reader.hpp"
+#include "sim/estimate/workload.hpp"
 #include "sim/report/output.hpp"
 
 namespace stepcast::estimate {
@@ -164,6 +165,40 @@ TEST(Estimate, HfuNotBelowMfu) {
       EXPECT_GT(e.hfu, e.mfu * 1.2);  // full recompute re-runs the whole forward (~4/3 of 3 passes)
     }
   }
+}
+
+}  // namespace
+}  // namespace stepcast::estimate
+
+namespace stepcast::estimate {
+namespace {
+
+// Chunked TP overlap: of a collective of time c overlapped with a GEMM of time g in tp chunks,
+// the first chunk c/tp is exposed, the rest hides behind the GEMM, and the GEMM loses the SMs
+// the communication kernels take (16 of the GPU's SMs) while they run beside it.
+TEST(Workload, TpOverlapExposesFirstChunkAndSlowsTheGemm) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}, {"tp_comm_overlap", true}}}};
+  const RunConfig rc = config::parse_run(j, "<overlap-test>", "");
+  WorkloadBuilder wb(rc);
+  const double f = 16.0 / 132.0;
+  int checked = 0;
+  double expected = 0;
+  for (const auto& o : wb.dense_layer().fwd) {
+    if (o.kind != OpKind::kComm || o.comm != CommKind::kTp) continue;
+    ASSERT_DOUBLE_EQ(o.overlap_chunks, 8.0);
+    ASSERT_NEAR(o.overlap_sm_fraction, f, 1e-12);
+    const double c = o.time.value(), g = o.hidden_by.value();
+    ASSERT_GT(g, 0.0);
+    expected += c / 8.0 + std::max(0.0, c * 7.0 / 8.0 - g) + std::min(c * 7.0 / 8.0, g) * f / (1.0 - f);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);  // all-gather before QKV and fc1, reduce-scatter after o_proj and fc2
+  // The layer's forward exposed communication is exactly the TP part here (no CP/EP).
+  EXPECT_NEAR(wb.dense_layer().fwd_comm_exposed.value(), expected, 1e-12 * expected);
 }
 
 }  // namespace
