@@ -307,7 +307,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   }
   if (fam == Family::kBloom || (deepspeed && pp > 1)) {
     parallel["keep_stage_outputs"] = true;
-    notes.push_back("parallel: DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output in its pipe buffers");
+    parallel["pp_send_full_activation"] = true;
+    notes.push_back("parallel: DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output in its pipe buffers and sends whole activations from every TP rank");
   }
   if (fam == Family::kBloom) {
     parallel["zero_stage"] = 1;

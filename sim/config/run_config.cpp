@@ -105,6 +105,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.no_sync = r.get_bool("no_sync", true);
   p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
   p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
+  p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
   r.finish();
 }
 

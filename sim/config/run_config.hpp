@@ -84,6 +84,9 @@ struct Parallel {
   // sequence-parallel shard and gathers it again in backward. Matters for the output layer,
   // which is never recomputed.
   bool tp_saves_gathered_input = false;
+  // Every TP rank sends the whole activation to the next stage (DeepSpeed's pipeline engine);
+  // Megatron sends 1/tp of it and all-gathers on the receiver.
+  bool pp_send_full_activation = false;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
 };

@@ -187,8 +187,11 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
 Bytes WorkloadBuilder::p2p_bytes() const {
   const double e = rc_.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
   double b = tokens_ * static_cast<double>(rc_.model.hidden) * e;
-  // Megatron sends 1/tp of the activation per TP rank (scatter/gather or SP-sharded).
-  b /= static_cast<double>(rc_.parallel.tp);
+  // Megatron sends 1/tp of the activation per TP rank (scatter/gather or SP-sharded);
+  // DeepSpeed's pipeline engine sends all of it from every TP rank.
+  if (!rc_.parallel.pp_send_full_activation || (rc_.parallel.sp && rc_.parallel.tp > 1)) {
+    b /= static_cast<double>(rc_.parallel.tp);
+  }
   return Bytes(b);
 }
 
@@ -431,6 +434,22 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   }
   F.push_back(mem_op(c, "residual2", 3.0 * e * h * c.T_rep + dropout_bytes));
   B.push_back(mem_op(c, "residual2.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
+
+  // ---- gradient accumulation ----
+  if (rc_.training.lp_grads) {
+    // 16-bit gradients kept beside an fp32 buffer (DeepSpeed BF16Optimizer) are folded into it
+    // after every micro-batch: read the 16-bit gradient, read and write the buffer.
+    double layer_params = m.attention_params() / c.t;
+    if (!moe) {
+      layer_params += m.dense_mlp_params() / c.t;
+    } else {
+      const auto& mo = m.moe;
+      layer_params += static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() /
+                      static_cast<double>(p.etp);
+    }
+    const double gb = hw::bytes_per_element(rc_.training.grad_dtype);
+    B.push_back(mem_op(c, "grad_accumulate", layer_params * (e + 2.0 * gb)));
+  }
 
   // ---- recomputation ----
   if (p.recompute == config::Recompute::kFull) {

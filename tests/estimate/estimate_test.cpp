@@ -203,3 +203,37 @@ TEST(Workload, TpOverlapExposesFirstChunkAndSlowsTheGemm) {
 
 }  // namespace
 }  // namespace stepcast::estimate
+
+namespace stepcast::estimate {
+namespace {
+
+// DeepSpeed-style pipelines: every TP rank sends the whole activation (tp times Megatron's
+// 1/tp slice), and 16-bit gradients are folded into the fp32 buffer each micro-batch (one
+// extra HBM pass over the layer's parameters: 2 + 4 + 4 bytes each).
+TEST(Workload, DeepSpeedPipelineSendsAndGradientAccumulation) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "a100-sxm-80gb"},
+            {"cluster", {{"num_gpus", 16}}},
+            {"training", {{"seq_len", 2048}, {"global_batch_size", 16}, {"grad_dtype", "fp32"}}},
+            {"parallel", {{"tp", 4}, {"pp", 4}, {"micro_batch_size", 1}}}};
+  const RunConfig base = config::parse_run(j, "<ds-test>", "");
+  j["parallel"]["pp_send_full_activation"] = true;
+  j["training"]["lp_grads"] = true;
+  const RunConfig ds = config::parse_run(j, "<ds-test>", "");
+  const WorkloadBuilder wb(base), wd(ds);
+  EXPECT_DOUBLE_EQ(wd.p2p_bytes().value(), 4.0 * wb.p2p_bytes().value());
+  const auto& m = ds.model;
+  const double layer_params = (m.attention_params() + m.dense_mlp_params()) / 4.0;
+  bool found = false;
+  for (const auto& o : wd.dense_layer().bwd) {
+    if (o.name == "grad_accumulate") {
+      found = true;
+      EXPECT_DOUBLE_EQ(o.bytes.value(), layer_params * (2.0 + 8.0));
+    }
+  }
+  EXPECT_TRUE(found);
+  for (const auto& o : wb.dense_layer().bwd) EXPECT_NE(o.name, "grad_accumulate");
+}
+
+}  // namespace
+}  // namespace stepcast::estimate
