@@ -30,6 +30,18 @@ done
     echo '```'
     echo
   done
+  sym_ms=$(awk '/^BM_Llama405bSymmetric/ {print $2, $3}' "$tmp/BM_Llama405bSymmetric.txt")
+  all_s=$(awk '/^BM_Llama405bAllRanks/ {print $2, $3}' "$tmp/BM_Llama405bAllRanks.txt")
+  all_rss=$(grep -o 'peak_rss_GiB=[0-9.]*' "$tmp/BM_Llama405bAllRanks.txt" | cut -d= -f2)
+  eps=$(grep -o 'events_per_s=[0-9.]*[kMG]*' "$tmp/BM_EngineEvents.txt" | cut -d= -f2)
+  echo "## Summary"
+  echo
+  echo "| measure | result | target |"
+  echo "|---|---|---|"
+  echo "| engine throughput | ${eps} events/s | - |"
+  echo "| 405B step on 16,384 GPUs, symmetric | ${sym_ms} | < 0.5 s |"
+  echo "| same step, every rank simulated (one slow rank) | ${all_s} | < 30 s |"
+  echo "| its peak memory (process RSS) | ${all_rss} GiB | < 8 GiB |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 rm -rf "$tmp"
