@@ -227,11 +227,19 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["param_dtype"] = "fp32";
     notes.push_back("training: FSDP mixed precision: fp32 sharded parameters are the master copy, gradients reduced in fp32");
   }
+  // torchtitan runs are compiled when the row says so; 2025 Float8 runs are compiled (Float8
+  // training in torchtitan runs under torch.compile).
+  const bool tt_float8_2025 = torchtitan && contains(fw, "2025") && contains(lower(str(r, "precision")), "float8");
+  const bool tt_compiled = contains(lower(str(r, "source_ref")) + lower(str(r, "notes")), "compile") || tt_float8_2025;
+  if (torchtitan && !tt_compiled) {
+    training["fused_elementwise"] = false;
+    notes.push_back("training: eager PyTorch element-wise kernels (no torch.compile in this run)");
+  }
   if (torchtitan || (fam == Family::kMpt && contains(str(r, "gpu_type"), "H100"))) {
     training["attention"] = "flash2";
     notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");
   }
-  if (torchtitan && contains(fw, "2025") && contains(lower(str(r, "precision")), "float8")) {
+  if (tt_float8_2025) {
     // Float8 training runs under torch.compile, which by 2025 torchtitan applies to the loss
     // too: the upcast and log-softmax fuse into one kernel (no fp32 logit copies).
     training["loss"] = "fused";

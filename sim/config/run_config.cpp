@@ -65,6 +65,7 @@ void parse_training(ObjectReader r, RunConfig& rc) {
                    t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
   t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
   t.lp_grads = r.get_bool("lp_grads", false);
+  t.fused_elementwise = r.get_bool("fused_elementwise", true);
   r.finish();
 }
 

@@ -55,6 +55,10 @@ struct Training {
   // 16-bit gradients kept beside the grad_dtype accumulation buffer (DeepSpeed BF16_Optimizer
   // keeps both); false: the 16-bit gradient is folded into the buffer and freed (Megatron).
   bool lp_grads = false;
+  // Element-wise work runs as fused kernels (Megatron / Transformer Engine, torch.compile).
+  // false: eager PyTorch, where RMSNorm, rotary embeddings and the gated activation run as
+  // chains of separate kernels, each a full pass over memory.
+  bool fused_elementwise = true;
 };
 
 struct Parallel {

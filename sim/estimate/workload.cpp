@@ -119,6 +119,25 @@ Op tp_overlapped(const Ctx& c, Op op) {
   return op;
 }
 
+// Memory passes of eager (unfused) element-wise work relative to one fused kernel, from the
+// operator chains eager PyTorch runs (bytes moved per element, 16-bit input and output):
+//   RMSNorm x * rsqrt(mean(x^2) + eps) on an fp32 upcast, cast back, times the weight:
+//     upcast 2+4, square 4+4, mean 4, scale 4+4, cast 4+2, weight 2+2 = 36 vs fused 2+2: x9
+//   rotary embedding through complex views of an fp32 upcast: upcast 2+4, complex multiply
+//     4+4 (and the table), cast 4+2 = 20 vs fused 2+2: x5
+//   gated activation silu(a) * b: silu 2+2, multiply 2+2+2 = 10 vs fused 2+2+2: x5/3
+// LayerNorm and plain GeLU are single kernels in eager PyTorch too.
+enum class Eager { kNorm, kRope, kGatedAct };
+double eager_factor(const Ctx& c, Eager k) {
+  if (c.rc.training.fused_elementwise) return 1.0;
+  switch (k) {
+    case Eager::kNorm: return c.rc.model.norm == model::NormKind::kRmsNorm ? 9.0 : 1.0;
+    case Eager::kRope: return 5.0;
+    case Eager::kGatedAct: return c.rc.model.mlp == model::MlpKind::kGated ? 5.0 / 3.0 : 1.0;
+  }
+  return 1.0;
+}
+
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
               Duration gemm_fwd, Duration gemm_bwd) {
@@ -250,8 +269,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   auto& B = lc.bwd;
 
   // ---- attention block ----
-  F.push_back(mem_op(c, "norm1", 2.0 * e * h * c.T_rep));
-  B.push_back(mem_op(c, "norm1.bwd", 4.0 * e * h * c.T_rep));
+  F.push_back(mem_op(c, "norm1", 2.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  B.push_back(mem_op(c, "norm1.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double heads_local = static_cast<double>(m.heads) / c.t;
   double q_width = 0, kv_width = 0, v_width = 0;
   Duration qkv_fwd, qkv_bwd;
@@ -289,8 +308,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     B.insert(B.end(), b2.begin(), b2.end());
   }
   if (m.position == model::PositionKind::kRotary) {
-    F.push_back(mem_op(c, "rope", 2.0 * e * T * (q_width + kv_width)));
-    B.push_back(mem_op(c, "rope.bwd", 2.0 * e * T * (q_width + kv_width)));
+    F.push_back(mem_op(c, "rope", 2.0 * e * T * (q_width + kv_width) * eager_factor(c, Eager::kRope)));
+    B.push_back(mem_op(c, "rope.bwd", 2.0 * e * T * (q_width + kv_width) * eager_factor(c, Eager::kRope)));
   }
 
   // Attention core.
@@ -375,8 +394,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   B.push_back(mem_op(c, "residual1.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
 
   // ---- MLP block ----
-  F.push_back(mem_op(c, "norm2", 2.0 * e * h * c.T_rep));
-  B.push_back(mem_op(c, "norm2.bwd", 4.0 * e * h * c.T_rep));
+  F.push_back(mem_op(c, "norm2", 2.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  B.push_back(mem_op(c, "norm2.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const double act_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
   if (!moe) {
@@ -387,8 +406,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     tp_entry(c, f2, b2, "mlp_in", Duration(sum_time(F, s_f)), Duration(sum_time(B, s_b)));
     F.insert(F.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
     B.insert(B.end(), b2.begin(), b2.end());
-    F.push_back(mem_op(c, "activation", act_passes * e * T * f_local));
-    B.push_back(mem_op(c, "activation.bwd", 2.0 * act_passes * e * T * f_local));
+    F.push_back(mem_op(c, "activation", act_passes * e * T * f_local * eager_factor(c, Eager::kGatedAct)));
+    B.push_back(mem_op(c, "activation.bwd", 2.0 * act_passes * e * T * f_local * eager_factor(c, Eager::kGatedAct)));
     const size_t d_f = F.size(), d_b = B.size();
     linear(c, F, B, "fc2", T, h, f_local);
     std::vector<Op> f3, b3;
@@ -538,7 +557,7 @@ LayerCost WorkloadBuilder::build_output() const {
   const double h = static_cast<double>(m.hidden);
   const double v_local = static_cast<double>(rc_.padded_vocab) / c.t;
   LayerCost lc;
-  lc.fwd.push_back(mem_op(c, "final_norm", 2.0 * c.e * h * c.T_rep));
+  lc.fwd.push_back(mem_op(c, "final_norm", 2.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   lc.bwd.push_back(mem_op(c, "final_norm.bwd", 4.0 * c.e * h * c.T_rep));
   const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
   linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h);

@@ -237,3 +237,40 @@ TEST(Workload, DeepSpeedPipelineSendsAndGradientAccumulation) {
 
 }  // namespace
 }  // namespace stepcast::estimate
+
+namespace stepcast::estimate {
+namespace {
+
+// Eager element-wise work: RMSNorm x9, rotary x5, gated activation x5/3 the fused passes;
+// LayerNorm stays one kernel.
+TEST(Workload, EagerElementwiseMultipliesPasses) {
+  auto bytes_of = [](const LayerCost& lc, const std::string& name) {
+    for (const auto& o : lc.fwd) {
+      if (o.name == name) return o.bytes.value();
+    }
+    return -1.0;
+  };
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+            {"parallel", {{"micro_batch_size", 1}}}};
+  const WorkloadBuilder fused(config::parse_run(j, "<eager-test>", ""));
+  j["training"]["fused_elementwise"] = false;
+  const WorkloadBuilder eager(config::parse_run(j, "<eager-test>", ""));
+  EXPECT_DOUBLE_EQ(bytes_of(eager.dense_layer(), "norm1"), 9.0 * bytes_of(fused.dense_layer(), "norm1"));
+  EXPECT_DOUBLE_EQ(bytes_of(eager.dense_layer(), "rope"), 5.0 * bytes_of(fused.dense_layer(), "rope"));
+  EXPECT_DOUBLE_EQ(bytes_of(eager.dense_layer(), "activation"), 5.0 / 3.0 * bytes_of(fused.dense_layer(), "activation"));
+  Json g = {{"model", "gpt2-124m"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 1}}},
+            {"training", {{"seq_len", 1024}, {"global_batch_size", 8}, {"fused_elementwise", false}}},
+            {"parallel", {{"micro_batch_size", 8}}}};
+  const WorkloadBuilder gpt_eager(config::parse_run(g, "<eager-test>", ""));
+  g["training"]["fused_elementwise"] = true;
+  const WorkloadBuilder gpt_fused(config::parse_run(g, "<eager-test>", ""));
+  EXPECT_DOUBLE_EQ(bytes_of(gpt_eager.dense_layer(), "norm1"), bytes_of(gpt_fused.dense_layer(), "norm1"));
+}
+
+}  // namespace
+}  // namespace stepcast::estimate
