@@ -137,6 +137,7 @@ struct Slot {
 
 struct Ids {
   TaskId first = kNone, last = kNone;
+  TaskId last_compute = kNone;  // last task before the pipeline send (activations freed here)
 };
 
 class Builder {
@@ -374,6 +375,7 @@ class Builder {
             }
           }
         }
+        ids.last_compute = ids.last;
         // Pipeline transfer to the neighbouring virtual stage.
         const int32_t vs = a.chunk * pp_ + s;
         const bool send = (a.phase == Phase::kF && vs < pp_ * v_ - 1) || (a.phase == Phase::kB && vs > 0);
@@ -649,7 +651,7 @@ class StepObserver : public Observer {
       peak_act_[r] = std::max(peak_act_[r], act_[r]);
     }
     if ((t.kind == TaskKind::kBackward || t.kind == TaskKind::kTpComm || t.kind == TaskKind::kPpSend) &&
-        !b_.bwd_ids()[r].empty() && b_.bwd_ids()[r][k].last == id) {
+        !b_.bwd_ids()[r].empty() && b_.bwd_ids()[r][k].last_compute == id) {
       --inflight_[r];
       act_[r] -= chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank))];
     }

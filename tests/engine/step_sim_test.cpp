@@ -81,6 +81,17 @@ TEST(Schedules, OneFOneBHoldsAtMostPMicrobatchesOnStageZero) {
   EXPECT_GT(g.memory_timeline_peak_bytes, a.memory_timeline_peak_bytes);
 }
 
+// The timeline's in-flight chunks agree with the ledger's schedule formula: interleaved stage r
+// holds min(m v, 2 (p - r - 1) + (v - 1) p + 1) chunks at its peak.
+TEST(Schedules, InterleavedInflightMatchesLedger) {
+  const auto rc = run(4, 8, "interleaved", 2);
+  const SimResult r = simulate_step(rc);
+  for (int64_t s = 0; s < 4; ++s) {
+    const double chunks = std::min(8.0 * 2.0, 2.0 * static_cast<double>(4 - s - 1) + 4.0 + 1.0);
+    EXPECT_EQ(r.stages[static_cast<size_t>(s)].max_inflight, static_cast<int64_t>(chunks)) << "stage " << s;
+  }
+}
+
 // A slow rank sets the pace: its delay shows up as collective wait on the others.
 TEST(Scenarios, SlowestRankSetsThePace) {
   const SimResult base = simulate_step(run(2, 4, "1f1b", 1, 2), SimOptions{true, false, false});
