@@ -73,6 +73,8 @@ int run(int argc, char** argv) {
   sim->add_flag("--allow-oom", sim_allow_oom, "simulate even when the layout does not fit");
   sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
   bool sim_ideal = false;
+  int64_t sim_max_tasks = 200'000'000;
+  sim->add_option("--max-tasks", sim_max_tasks, "refuse all-ranks simulations estimated above this many tasks (0: no limit)");
   std::vector<int64_t> sim_trace_ranks;
   sim->add_option("--trace-ranks", sim_trace_ranks,
                   "global ranks to put in the trace (default: all simulated ranks, or the first rank of each stage when every rank is simulated)")
@@ -146,6 +148,7 @@ int run(int argc, char** argv) {
     stepcast::engine::SimOptions opt;
     opt.full = sim_full;
     opt.ideal = sim_ideal;
+    opt.max_tasks = sim_max_tasks;
     opt.keep_timeline = !sim_trace.empty();
     if (sim_full || rc.scenario.present) {
       // Every rank simulated: large clusters take seconds, so report progress on stderr.

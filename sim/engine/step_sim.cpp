@@ -6,6 +6,7 @@
 #include <deque>
 #include <sstream>
 
+#include "sim/core/error.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/estimate/workload.hpp"
 #include "sim/memory/ledger.hpp"
@@ -671,6 +672,22 @@ class StepObserver : public Observer {
 
 SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   const bool full = opt.full || rc.scenario.present;
+  if (full && opt.max_tasks > 0) {
+    // Size the all-ranks graph from the symmetric one before building it (about 100 bytes
+    // of memory per task), and refuse clearly rather than run out of memory.
+    Builder probe(rc, false, opt.ideal, opt.compute_scale);
+    probe.build();
+    const double per_stage = static_cast<double>(rc.parallel.tp * rc.parallel.cp * rc.parallel.dp);
+    const double estimate = static_cast<double>(probe.graph()->size()) * per_stage;
+    if (estimate > static_cast<double>(opt.max_tasks)) {
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "simulating every rank needs about %.0f million tasks (~%.0f GiB), over the limit of %.0f million; "
+                    "drop the scenario to simulate one rank per stage, or raise the limit",
+                    estimate / 1e6, estimate * 100.0 / 1073741824.0, static_cast<double>(opt.max_tasks) / 1e6);
+      throw core::UserError(buf);
+    }
+  }
   Builder b(rc, full, opt.ideal, opt.compute_scale);
   if (opt.progress) opt.progress("building", 0.0);
   b.build();

@@ -44,6 +44,8 @@ struct SimOptions {
   double compute_scale = 1.0;
   // Progress of long simulations: (phase, fraction done); null for silence.
   std::function<void(const char*, double)> progress;
+  // Refuse an all-ranks simulation estimated above this many tasks (0: no limit).
+  int64_t max_tasks = 200'000'000;
 };
 
 struct StageStats {
