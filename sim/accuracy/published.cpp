@@ -50,7 +50,12 @@ Family family_of(const Json& r) {
 // hardware differs from the built-in part).
 bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason) {
   const std::string g = str(r, "gpu_type");
-  if (contains(g, "V100")) {
+  if (contains(g, "V100") && contains(g, "DGX-2H")) {
+    hw = Json{{"base", "v100-sxm-32gb"},
+              {"name", "v100-sxm3-32gb-dgx2h"},
+              {"gpu", {{"name", "V100 SXM3 32GB 450 W (DGX-2H)"}, {"peak_flops", {{"fp16", "131.25TFLOPS"}}}}}};
+    notes.push_back("hardware: DGX-2H parts run faster clocks: 2.1 PFLOP/s over 16 GPUs = 131 TFLOP/s fp16 each (DGX-2H datasheet)");
+  } else if (contains(g, "V100")) {
     hw = "v100-sxm-32gb";
   } else if (contains(g, "A100")) {
     hw = contains(g, "40GB") ? "a100-sxm-40gb" : "a100-sxm-80gb";
