@@ -248,3 +248,36 @@ TEST(Scenarios, VariableSequenceLengthsMakeReplicasWait) {
 
 }  // namespace
 }  // namespace stepcast::engine
+
+namespace stepcast::engine {
+namespace {
+
+// Symmetry is exact: without a scenario, simulating every rank gives the same step as one
+// representative rank per stage (interleaved PP + DP, FSDP, MoE with EP, CP).
+TEST(Symmetry, AllRanksEqualsRepresentativeRanks) {
+  const std::vector<Json> runs = {
+      {{"model", "llama3.1-8b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 32}}},
+       {"training", {{"seq_len", 4096}, {"global_batch_size", 32}}},
+       {"parallel", {{"tp", 2}, {"pp", 4}, {"vpp", 2}, {"micro_batch_size", 1}, {"zero_stage", 1}}}},
+      {{"model", "llama3.1-8b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 16}}},
+       {"training", {{"seq_len", 8192}, {"global_batch_size", 16}}},
+       {"parallel", {{"fsdp", true}, {"cp", 2}, {"micro_batch_size", 1}, {"recompute", "full"}}}},
+      {{"model", "mixtral-8x7b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 32}}},
+       {"training", {{"seq_len", 4096}, {"global_batch_size", 64}}},
+       {"parallel", {{"tp", 2}, {"pp", 2}, {"ep", 4}, {"sp", true}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"recompute", "full"}}}},
+  };
+  for (const auto& j : runs) {
+    const auto rc = config::parse_run(j, "<symmetry-test>", "");
+    const SimResult one = simulate_step(rc);
+    SimOptions all;
+    all.full = true;
+    const SimResult every = simulate_step(rc, all);
+    EXPECT_FALSE(one.full);
+    EXPECT_TRUE(every.full);
+    EXPECT_EQ(one.step.step_time_s, every.step.step_time_s) << j.dump();
+    EXPECT_EQ(every.collective_wait_s, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace stepcast::engine
