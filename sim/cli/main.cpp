@@ -74,6 +74,8 @@ int run(int argc, char** argv) {
   sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
   bool sim_ideal = false;
   int64_t sim_max_tasks = 200'000'000;
+  bool sim_trace_ops = false;
+  sim->add_flag("--trace-ops", sim_trace_ops, "nest each layer's operators (GEMMs, attention, norms) inside its trace slice");
   sim->add_option("--max-tasks", sim_max_tasks, "refuse all-ranks simulations estimated above this many tasks (0: no limit)");
   std::vector<int64_t> sim_trace_ranks;
   sim->add_option("--trace-ranks", sim_trace_ranks,
@@ -172,7 +174,7 @@ int run(int argc, char** argv) {
                                           std::to_string(rc.cluster.num_gpus - 1) + ")");
         }
       }
-      write_text(sim_trace, stepcast::engine::trace_json(rc, r, ranks));
+      write_text(sim_trace, stepcast::engine::trace_json(rc, r, ranks, sim_trace_ops));
     }
     if (sim_json) {
       std::cout << stepcast::report::simulate_json(rc, r, cmdline).dump(2) << "\n";

@@ -813,9 +813,12 @@ void append_us(std::string& out, Tick t) {
 
 }  // namespace
 
-std::string trace_json(const config::RunConfig& rc, const SimResult& r, const std::vector<int64_t>& only_ranks) {
+std::string trace_json(const config::RunConfig& rc, const SimResult& r, const std::vector<int64_t>& only_ranks, bool operators) {
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   if (!r.graph) return out + "]}\n";
+  std::unique_ptr<estimate::WorkloadBuilder> ops_wb;
+  if (operators) ops_wb = std::make_unique<estimate::WorkloadBuilder>(rc);
+  const bool split_w = rc.parallel.schedule == Schedule::kZbH1;
   const TaskGraph& g = *r.graph;
   const int64_t per_stage = r.full ? rc.parallel.tp * rc.parallel.cp * rc.parallel.dp : 1;
   std::vector<char> keep(r.rank_ids.size(), only_ranks.empty() ? 1 : 0);
@@ -865,6 +868,39 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
     out += ",\"dur\":";
     append_us(out, t.duration);
     out += "}";
+    if (ops_wb && (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward || t.kind == TaskKind::kBackwardWeight)) {
+      // Nested operator slices: the layer's compute operators in order, scaled to the task's
+      // simulated duration (which includes slowdowns, jitter and sequence-length scaling).
+      const estimate::LayerCost& lc = t.layer == -1  ? ops_wb->embedding()
+                                      : t.layer == L ? ops_wb->output_layer()
+                                      : rc.model.is_moe_layer(t.layer) ? ops_wb->moe_layer()
+                                                                       : ops_wb->dense_layer();
+      const auto& list = t.kind == TaskKind::kForward ? lc.fwd : lc.bwd;
+      double total = 0;
+      for (const auto& o : list) {
+        const bool in_task = o.kind != estimate::OpKind::kComm &&
+                             (t.kind == TaskKind::kBackwardWeight ? o.weight_grad
+                                                                   : !(split_w && t.kind == TaskKind::kBackward && o.weight_grad));
+        if (in_task) total += o.time.value();
+      }
+      Tick at = r.start[id];
+      for (const auto& o : list) {
+        const bool in_task = o.kind != estimate::OpKind::kComm &&
+                             (t.kind == TaskKind::kBackwardWeight ? o.weight_grad
+                                                                   : !(split_w && t.kind == TaskKind::kBackward && o.weight_grad));
+        if (!in_task || total <= 0) continue;
+        const auto dur = static_cast<Tick>(static_cast<double>(t.duration) * o.time.value() / total);
+        sep();
+        out += "{\"ph\":\"X\",\"name\":\"" + o.name + "\",\"cat\":\"op\",\"pid\":" +
+               std::to_string(r.rank_ids[static_cast<size_t>(t.rank)]) + ",\"tid\":" +
+               std::to_string(static_cast<int>(t.stream)) + ",\"ts\":";
+        append_us(out, at);
+        out += ",\"dur\":";
+        append_us(out, dur);
+        out += "}";
+        at += dur;
+      }
+    }
   }
   out += "\n]}\n";
   return out;

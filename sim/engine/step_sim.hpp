@@ -78,7 +78,9 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt = {})
 
 // Chrome / Perfetto trace JSON of a kept timeline: one process per rank, one thread per stream,
 // operators named by layer and micro-batch. Deterministic text.
-// only_ranks: global ranks to include (empty: every simulated rank).
-std::string trace_json(const config::RunConfig& rc, const SimResult& r, const std::vector<int64_t>& only_ranks = {});
+// only_ranks: global ranks to include (empty: every simulated rank). operators: nest each
+// layer's compute operators (GEMMs, attention, norms, ...) inside its task, scaled to it.
+std::string trace_json(const config::RunConfig& rc, const SimResult& r, const std::vector<int64_t>& only_ranks = {},
+                       bool operators = false);
 
 }  // namespace stepcast::engine

@@ -281,3 +281,34 @@ TEST(Symmetry, AllRanksEqualsRepresentativeRanks) {
 
 }  // namespace
 }  // namespace stepcast::engine
+
+namespace stepcast::engine {
+namespace {
+
+// Operator slices nest inside their layer's task: they start at its start and add up to it.
+TEST(Trace, OperatorSlicesNestInsideLayerTasks) {
+  const auto rc = run(2, 4, "1f1b");
+  SimOptions o;
+  o.keep_timeline = true;
+  const SimResult r = simulate_step(rc, o);
+  const Json t = Json::parse(trace_json(rc, r, {}, true))["traceEvents"];
+  double layer_start = -1, layer_end = -1, ops_sum = 0;
+  int ops = 0;
+  for (const auto& e : t) {
+    if (e["ph"] != "X") continue;
+    if (e["name"] == "L0 fwd mb0") {
+      layer_start = e["ts"].get<double>();
+      layer_end = layer_start + e["dur"].get<double>();
+    } else if (e["cat"] == "op" && layer_start >= 0 && e["ts"].get<double>() >= layer_start && e["ts"].get<double>() < layer_end &&
+               e["pid"] == 0) {
+      ops_sum += e["dur"].get<double>();
+      ++ops;
+    }
+  }
+  ASSERT_GT(layer_start, -1);
+  EXPECT_GE(ops, 8);  // norms, QKV, attention, projections, MLP, residuals
+  EXPECT_NEAR(ops_sum, layer_end - layer_start, 1e-3);  // microseconds, ps rounding per op
+}
+
+}  // namespace
+}  // namespace stepcast::engine
