@@ -684,27 +684,11 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   e.tflops_per_gpu = e.model_flops_per_step / (e.step_time_s * gpus) / 1e12;
 
   // Breakdown on the critical stage: compute and TP comm from the tasks it ran.
-  const auto& wb = b.workload();
-  double hw_flops = 0, model_flops = 0, rec = 0, tp = 0, cp = 0, ep = 0, compute = 0;
   const double m = static_cast<double>(rc.num_microbatches);
   const auto& ls = ledger.stages[crit];
-  const int64_t first = rc.stage_first_layer[crit];
-  int64_t moe_layers = 0;
-  for (int64_t l = first; l < first + ls.layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
-  auto add = [&](const estimate::LayerCost& lc, double count) {
-    hw_flops += lc.hardware_flops.value() * count;
-    model_flops += lc.model_flops.value() * count;
-    rec += lc.recompute.value() * count;
-    tp += lc.tp_exposed.value() * count;
-    cp += lc.cp_exposed.value() * count;
-    ep += lc.ep_exposed.value() * count;
-    compute += (lc.fwd_compute + lc.bwd_compute).value() * count;
-  };
-  add(wb.dense_layer(), static_cast<double>(ls.layers - moe_layers));
-  if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
-  if (crit == 0) add(wb.embedding(), 1.0);
-  if (crit == static_cast<size_t>(pp - 1)) add(wb.output_layer(), 1.0);
-  e.hfu = e.mfu * (model_flops > 0 ? hw_flops / model_flops : 1.0);
+  const estimate::StageCost sc = estimate::stage_cost(rc, b.workload(), static_cast<int64_t>(crit));
+  const double rec = sc.recompute, tp = sc.tp, cp = sc.cp, ep = sc.ep, compute = sc.compute;
+  e.hfu = e.mfu * (sc.model_flops > 0 ? sc.hardware_flops / sc.model_flops : 1.0);
   auto& br = e.breakdown;
   br.compute = m * compute;
   br.recompute = m * rec;

@@ -66,6 +66,32 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
 
 }  // namespace
 
+StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage) {
+  StageCost c;
+  auto add = [&](const LayerCost& lc, double count) {
+    c.fwd += lc.fwd_time().value() * count;
+    c.bwd += lc.bwd_time().value() * count;
+    c.bwd_weight += lc.bwd_weight_compute.value() * count;
+    c.compute += (lc.fwd_compute + lc.bwd_compute).value() * count;
+    c.recompute += lc.recompute.value() * count;
+    c.tp += lc.tp_exposed.value() * count;
+    c.cp += lc.cp_exposed.value() * count;
+    c.ep += lc.ep_exposed.value() * count;
+    c.hardware_flops += lc.hardware_flops.value() * count;
+    c.model_flops += lc.model_flops.value() * count;
+  };
+  const auto s = static_cast<size_t>(stage);
+  const int64_t first = rc.stage_first_layer[s];
+  const int64_t layers = rc.stage_layers[s];
+  int64_t moe_layers = 0;
+  for (int64_t l = first; l < first + layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
+  add(wb.dense_layer(), static_cast<double>(layers - moe_layers));
+  if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
+  if (stage == 0) add(wb.embedding(), 1.0);
+  if (stage == rc.parallel.pp - 1) add(wb.output_layer(), 1.0);
+  return c;
+}
+
 double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st) {
   const auto& p = rc.parallel;
   const memory::StateBytes sb = memory::state_bytes(rc.training);
@@ -100,26 +126,11 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
   double model_flops_mb = 0;
   for (int64_t s = 0; s < pp; ++s) {
     const auto& st = out.memory.stages[static_cast<size_t>(s)];
-    const int64_t first = rc.stage_first_layer[static_cast<size_t>(s)];
-    double f = 0, b = 0, w = 0, comp = 0, rec = 0, tp = 0, cpx = 0, epx = 0, fsdp = 0;
-    auto add = [&](const LayerCost& lc, double count) {
-      f += lc.fwd_time().value() * count;
-      b += lc.bwd_time().value() * count;
-      w += lc.bwd_weight_compute.value() * count;
-      comp += (lc.fwd_compute + lc.bwd_compute).value() * count;
-      rec += lc.recompute.value() * count;
-      tp += lc.tp_exposed.value() * count;
-      cpx += lc.cp_exposed.value() * count;
-      epx += lc.ep_exposed.value() * count;
-      hardware_flops_mb += lc.hardware_flops.value() * count;
-      model_flops_mb += lc.model_flops.value() * count;
-    };
-    int64_t moe_layers = 0;
-    for (int64_t l = first; l < first + st.layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
-    add(wb.dense_layer(), static_cast<double>(st.layers - moe_layers));
-    if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
-    if (s == 0) add(wb.embedding(), 1.0);
-    if (s == pp - 1) add(wb.output_layer(), 1.0);
+    const StageCost sc = stage_cost(rc, wb, s);
+    double f = sc.fwd, b = sc.bwd, fsdp = 0;
+    const double w = sc.bwd_weight, comp = sc.compute, rec = sc.recompute, tp = sc.tp, cpx = sc.cp, epx = sc.ep;
+    hardware_flops_mb += sc.hardware_flops;
+    model_flops_mb += sc.model_flops;
 
     // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters, every micro-batch,
     // hidden behind the layer's own compute when shorter.

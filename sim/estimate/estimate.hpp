@@ -53,6 +53,18 @@ double model_flops_per_step(const config::RunConfig& rc);
 
 StepEstimate estimate_step(const config::RunConfig& rc);
 
+// One micro-batch through one pipeline stage: the layer costs of its transformer layers (dense
+// and MoE) plus the embedding on the first stage and the output layer on the last, summed.
+struct StageCost {
+  double fwd = 0, bwd = 0;           // forward / backward time incl. exposed comm
+  double bwd_weight = 0;             // weight-gradient compute (zero-bubble schedules split it)
+  double compute = 0, recompute = 0; // compute time (incl. recompute) and its recompute part
+  double tp = 0, cp = 0, ep = 0;     // exposed communication by kind
+  double hardware_flops = 0, model_flops = 0;
+};
+class WorkloadBuilder;
+StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage);
+
 // Optimizer step time of one stage (HBM-bound over the local shard plus kernel launches).
 double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st);
 
