@@ -150,11 +150,6 @@ TEST(Consistency, SymmetricSimulationAgreesWithEstimate) {
   EXPECT_NEAR(r.step.step_time_s / e.step_time_s, 1.0, 0.05);
 }
 
-}  // namespace
-}  // namespace stepcast::engine
-
-namespace stepcast::engine {
-namespace {
 
 config::RunConfig gpt2_ddp(double bucket_mb, int64_t accum, bool no_sync, int64_t world = 8) {
   core::Json j = {
@@ -203,11 +198,6 @@ TEST(DataParallel, SyncEveryMicrobatchCostsMoreThanNoSync) {
   EXPECT_NEAR(sync.step.step_time_s - ns.step.step_time_s, 3.0 * exposed, 0.25 * 3.0 * exposed);
 }
 
-}  // namespace
-}  // namespace stepcast::engine
-
-namespace stepcast::engine {
-namespace {
 
 config::RunConfig small(Json scenario) {
   Json j = {{"model", "llama3.1-8b"},
@@ -246,11 +236,6 @@ TEST(Scenarios, VariableSequenceLengthsMakeReplicasWait) {
   EXPECT_GT(simulate_step(small(logn)).collective_wait_s, full.collective_wait_s);
 }
 
-}  // namespace
-}  // namespace stepcast::engine
-
-namespace stepcast::engine {
-namespace {
 
 // Symmetry is exact: without a scenario, simulating every rank gives the same step as one
 // representative rank per stage (interleaved PP + DP, FSDP, MoE with EP, CP).
@@ -279,11 +264,6 @@ TEST(Symmetry, AllRanksEqualsRepresentativeRanks) {
   }
 }
 
-}  // namespace
-}  // namespace stepcast::engine
-
-namespace stepcast::engine {
-namespace {
 
 // Operator slices nest inside their layer's task: they start at its start and add up to it.
 TEST(Trace, OperatorSlicesNestInsideLayerTasks) {

@@ -167,11 +167,6 @@ TEST(Estimate, HfuNotBelowMfu) {
   }
 }
 
-}  // namespace
-}  // namespace stepcast::estimate
-
-namespace stepcast::estimate {
-namespace {
 
 // Chunked TP overlap: of a collective of time c overlapped with a GEMM of time g in tp chunks,
 // the first chunk c/tp is exposed, the rest hides behind the GEMM, and the GEMM loses the SMs
@@ -201,11 +196,6 @@ TEST(Workload, TpOverlapExposesFirstChunkAndSlowsTheGemm) {
   EXPECT_NEAR(wb.dense_layer().fwd_comm_exposed.value(), expected, 1e-12 * expected);
 }
 
-}  // namespace
-}  // namespace stepcast::estimate
-
-namespace stepcast::estimate {
-namespace {
 
 // DeepSpeed-style pipelines: every TP rank sends the whole activation (tp times Megatron's
 // 1/tp slice), and 16-bit gradients are folded into the fp32 buffer each micro-batch (one
@@ -235,11 +225,6 @@ TEST(Workload, DeepSpeedPipelineSendsAndGradientAccumulation) {
   for (const auto& o : wb.dense_layer().bwd) EXPECT_NE(o.name, "grad_accumulate");
 }
 
-}  // namespace
-}  // namespace stepcast::estimate
-
-namespace stepcast::estimate {
-namespace {
 
 // Eager element-wise work: RMSNorm x9, rotary x5, gated activation x5/3 the fused passes;
 // LayerNorm stays one kernel.
