@@ -1,0 +1,552 @@
+#include "sim/engine/step_builder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "sim/cost/collectives.hpp"
+#include "sim/engine/schedule.hpp"
+#include "sim/estimate/estimate.hpp"
+
+namespace stepcast::engine {
+
+using config::Schedule;
+using cost::Collective;
+using estimate::LayerCost;
+
+namespace {
+
+// Deterministic per-task noise: splitmix64 of (seed, index) -> two uniforms -> Box-Muller.
+double jitter_factor(uint64_t seed, uint64_t index, double cv) {
+  auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  const uint64_t a = mix(seed * 0x100000001b3ULL ^ index);
+  const uint64_t b = mix(a);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) / 9007199254740992.0;
+  const double u2 = (static_cast<double>(b >> 11) + 0.5) / 9007199254740992.0;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return std::max(0.05, 1.0 + cv * z);
+}
+
+double uniform01(uint64_t seed, uint64_t index) {
+  uint64_t x = seed * 0x9e3779b97f4a7c15ULL ^ (index + 0x632be59bd9b4e019ULL);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
+}
+
+double attention_seconds(const std::vector<estimate::Op>& ops) {
+  double t = 0;
+  for (const auto& o : ops) {
+    if (o.kind == estimate::OpKind::kAttention) t += o.time.value();
+  }
+  return t;
+}
+
+// Linear work scales with the micro-batch's tokens, attention with their square.
+double by_length(double total, double attention, double a) { return (total - attention) * a + attention * a * a; }
+
+}  // namespace
+
+// The tasks of one simulated rank, in the order its streams run them.
+class RankBuilder {
+ public:
+  RankBuilder(StepBuilder& b, int64_t r)
+      : b_(b),
+        g_(*b.graph_),
+        p_(b.p_),
+        sc_(b.rc_.scenario),
+        r_(r),
+        s_(b.stage_of(r)),
+        my_tp_(static_cast<size_t>(b.tp_group(r))),
+        my_dp_(static_cast<size_t>(b.dp_group(r))),
+        bad_(b.full_ ? sc_.degraded_rank : -1),
+        fsdp_(b.p_.effective_zero() >= 3 && has_sync()),
+        split_w_(b.p_.schedule == Schedule::kZbH1),
+        op_index_(static_cast<uint64_t>(r) << 32),
+        replica_(b.full_ ? (r % b.per_stage_) / (b.p_.tp * b.p_.cp) : 0) {
+    tp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.tp_group(bad_)) == my_tp_;
+    dp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.dp_group(bad_)) == my_dp_;
+    base_.rank = static_cast<int32_t>(r);
+    // The rank's data-parallel traffic (gradient reductions, parameter gathers) shares one
+    // link: concurrent transfers split its bandwidth.
+    dp_base_ = base_;
+    dp_base_.resource = g_.add_resource("rank " + std::to_string(r) + " dp link");
+    const size_t mbs = static_cast<size_t>(b.m_);
+    final_bwd_.assign(b.slots_[static_cast<size_t>(s_)].size() * static_cast<size_t>(b.v_), kNone);
+    if (!p_.no_sync) per_mb_bwd_.assign(mbs, std::vector<TaskId>(final_bwd_.size(), kNone));
+    finalize_gate_.assign(mbs, kNone);
+  }
+
+  void build() {
+    emit_start_barrier();
+    last_pipeline_ = start_barrier_;
+    for (const auto& a : stage_order(p_.schedule, b_.pp_, s_, b_.m_, b_.v_)) emit_pass(a);
+    emit_gradient_reduction();
+    emit_optimizer();
+  }
+
+ private:
+  [[nodiscard]] bool has_sync() const { return b_.p_.dp * b_.p_.cp > 1 && !b_.ideal_; }
+
+  // A task joining the group's next collective (its duration slowed by a degraded link).
+  TaskId group_task(bool tp, Task t, Tick dur, uint32_t name) {
+    auto& list = (tp ? b_.tp_coll_ : b_.dp_coll_)[tp ? my_tp_ : my_dp_];
+    size_t& j = tp ? tp_j_ : dp_j_;
+    if ((tp && tp_degraded_) || (!tp && dp_degraded_)) dur = static_cast<Tick>(static_cast<double>(dur) / sc_.degraded_factor);
+    if (j >= list.size()) list.push_back(g_.add_collective(dur, name));
+    t.duration = dur;
+    t.name = name;
+    const TaskId id = g_.add(t);
+    g_.join(list[j++], id);
+    return id;
+  }
+
+  // Host work on one rank and the barrier every rank waits at before the step.
+  void emit_start_barrier() {
+    if (sc_.host_rank < 0) return;
+    TaskId host = kNone;
+    if (b_.global_rank(r_) == sc_.host_rank) {
+      Task h = base_;
+      h.stream = Stream::kHost;
+      h.kind = TaskKind::kHost;
+      h.name = b_.names_.host;
+      h.duration = to_ticks(sc_.host_seconds);
+      host = g_.add(h);
+    }
+    Task t = base_;
+    t.kind = TaskKind::kBarrier;
+    if (b_.barrier_ == kNone) b_.barrier_ = g_.add_collective(0, b_.names_.barrier);
+    t.name = b_.names_.barrier;
+    start_barrier_ = g_.add(t);
+    g_.join(b_.barrier_, start_barrier_);
+    g_.depend(host, start_barrier_);
+  }
+
+  // FSDP: gather a layer's weights; the gather for the k-th use waits for the compute of use
+  // k - 2 (one layer of prefetch).
+  TaskId fsdp_gather(const Slot& sl) {
+    Task t = dp_base_;
+    t.stream = Stream::kDp;
+    t.kind = TaskKind::kDpComm;
+    t.layer = sl.layer;
+    const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(sl.params * b_.e_),
+                                                    b_.wb_.placements().dp_cp, b_.rc_.hardware)
+                                  .value());
+    const TaskId id = group_task(false, t, dur, b_.names_.gather);
+    if (compute_uses_.size() >= 2) g_.depend(compute_uses_[compute_uses_.size() - 2], id);
+    return id;
+  }
+
+  // Tokens of this replica's micro-batch relative to seq_len (variable-length scenario).
+  [[nodiscard]] double length_factor(int32_t mb) const {
+    if (sc_.seq_dist.empty()) return 1.0;
+    const uint64_t key = static_cast<uint64_t>(replica_) * 1000003ULL + static_cast<uint64_t>(mb);
+    const double z = std::sqrt(-2.0 * std::log(uniform01(sc_.seq_seed, 2 * key))) *
+                     std::cos(6.283185307179586 * uniform01(sc_.seq_seed, 2 * key + 1));
+    const double S = static_cast<double>(b_.rc_.training.seq_len);
+    double len = sc_.seq_dist == "uniform" ? sc_.seq_min + (sc_.seq_max - sc_.seq_min) * uniform01(sc_.seq_seed, 2 * key)
+                                           : sc_.seq_median * std::exp(sc_.seq_sigma * z);
+    len = std::clamp(std::round(len), 1.0, S);
+    return len / S;
+  }
+
+  // One pass (forward, backward or weight-gradient of one micro-batch through one chunk):
+  // its layers in order, their exposed communication, FSDP traffic, then the pipeline send.
+  void emit_pass(const Action& a) {
+    const double lf = length_factor(a.mb);
+    const auto& slots = b_.slots_[static_cast<size_t>(s_)];
+    const auto& chunk_slots = b_.chunk_slots_[static_cast<size_t>(s_)][static_cast<size_t>(a.chunk)];
+    const bool fwd = a.phase == Phase::kF;
+    PassTasks ids;
+    auto add_compute = [&](Task t, Tick dur, uint32_t name) {
+      t.duration = dur;
+      t.name = name;
+      const TaskId id = g_.add(t);
+      if (ids.first == kNone) ids.first = id;
+      ids.last = id;
+      if (start_barrier_ != kNone) g_.depend(start_barrier_, id);
+      return id;
+    };
+    // A layer's exposed TP/CP/EP communication: a collective over the rank's tensor group,
+    // blocking on the compute stream, scaled with the micro-batch's tokens.
+    auto tp_comm = [&](double seconds, uint32_t name, const Task& layer_task) {
+      if (seconds <= 0 || b_.ideal_) return;
+      Task c = layer_task;
+      c.kind = TaskKind::kTpComm;
+      ids.last = group_task(true, c, to_ticks(seconds * lf), name);
+    };
+    std::vector<const Slot*> seq;
+    for (size_t k : chunk_slots) seq.push_back(&slots[k]);
+    if (!fwd) std::reverse(seq.begin(), seq.end());
+    // FSDP: each layer's gather is issued one layer ahead (after the previous layer's compute
+    // is queued, before its gradient reduce-scatter); gathers and reduce-scatters run on their
+    // own streams and share the rank's DP link.
+    const bool gather = fsdp_ && (fwd ? (p_.reshard_after_forward || b_.m_ == 1 || a.mb == 0)
+                                      : (a.phase == Phase::kB && p_.reshard_after_forward));
+    std::vector<TaskId> gates(seq.size(), kNone);
+    if (gather && !seq.empty()) gates[0] = fsdp_gather(*seq[0]);
+    const auto& n = b_.names_;
+    for (size_t si = 0; si < seq.size(); ++si) {
+      const Slot* sl = seq[si];
+      const size_t slot_index = static_cast<size_t>(sl - slots.data());
+      Task t = base_;
+      t.layer = sl->layer;
+      t.microbatch = a.mb;
+      t.chunk = a.chunk;
+      TaskId cid;
+      if (a.phase == Phase::kF) {
+        t.kind = TaskKind::kForward;
+        cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), attention_seconds(sl->cost->fwd), lf), r_, op_index_++), n.fwd);
+        g_.depend(gates[si], cid);
+        tp_comm(sl->cost->fwd_comm_exposed.value(), n.tp_fwd, t);
+      } else if (a.phase == Phase::kB) {
+        t.kind = TaskKind::kBackward;
+        const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
+        cid = add_compute(t, b_.scaled(by_length(dur, attention_seconds(sl->cost->bwd), lf), r_, op_index_++), n.bwd);
+        g_.depend(gates[si], cid);
+        tp_comm(sl->cost->bwd_comm_exposed.value(), n.tp_bwd, t);
+      } else {
+        t.kind = TaskKind::kBackwardWeight;
+        cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight);
+      }
+      if (gather) {
+        compute_uses_.push_back(cid);
+        if (si + 1 < seq.size()) gates[si + 1] = fsdp_gather(*seq[si + 1]);
+      }
+      const bool grads_done = (a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW;
+      if (grads_done) {
+        final_bwd_[slot_index] = ids.last;
+        if (!p_.no_sync) per_mb_bwd_[static_cast<size_t>(a.mb)][slot_index] = ids.last;
+        // FSDP: reduce-scatter this layer's gradient (every micro-batch, or only the last when
+        // unsharded gradients are accumulated).
+        if (fsdp_ && (p_.reshard_after_forward || b_.m_ == 1 || a.mb == b_.m_ - 1)) {
+          Task c = dp_base_;
+          c.stream = Stream::kDpReduce;
+          c.kind = TaskKind::kDpComm;
+          c.layer = sl->layer;
+          c.microbatch = a.mb;
+          const Tick dur = to_ticks(cost::collective_time(Collective::kReduceScatter, core::Bytes(sl->params * b_.sb_.gradients),
+                                                          b_.wb_.placements().dp_cp, b_.rc_.hardware)
+                                        .value());
+          const TaskId rid = group_task(false, c, dur, n.reduce_scatter);
+          g_.depend(ids.last, rid);
+          fsdp_reductions_.push_back(rid);
+        }
+      }
+    }
+    ids.last_compute = ids.last;
+    emit_send(a, lf, ids);
+    const size_t k = static_cast<size_t>(a.chunk) * static_cast<size_t>(b_.m_) + static_cast<size_t>(a.mb);
+    if (a.phase == Phase::kF) {
+      b_.fwd_[static_cast<size_t>(r_)][k] = ids;
+    } else if (a.phase == Phase::kB) {
+      b_.bwd_[static_cast<size_t>(r_)][k] = ids;
+    }
+    last_pipeline_ = ids.last;
+    if (finalize_pending_ >= 0) {
+      finalize_gate_[static_cast<size_t>(finalize_pending_)] = ids.first;
+      finalize_pending_ = -1;
+    }
+    // Without no_sync, DDP finishes every backward by waiting for its gradient reductions, so
+    // the compute after micro-batch k's last backward waits for k's buckets.
+    if ((a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW) finalize_pending_ = a.mb;
+  }
+
+  // Pipeline transfer to the neighbouring virtual stage: blocking on the compute stream, or on
+  // the send stream when the schedule overlaps it (interleaved).
+  void emit_send(const Action& a, double lf, PassTasks& ids) {
+    const int32_t pp = b_.pp_;
+    const int32_t vs = a.chunk * pp + s_;
+    const bool send = (a.phase == Phase::kF && vs < pp * b_.v_ - 1) || (a.phase == Phase::kB && vs > 0);
+    if (!send || pp <= 1) return;
+    Task t = base_;
+    t.kind = TaskKind::kPpSend;
+    t.stream = p_.schedule == Schedule::kInterleaved ? Stream::kPpSend : Stream::kCompute;
+    t.microbatch = a.mb;
+    t.chunk = a.chunk;
+    const Tick p2p = b_.ideal_ ? 0 : to_ticks(b_.wb_.p2p_time().value());
+    t.duration = static_cast<Tick>(static_cast<double>(p2p) * lf);
+    if (bad_ >= 0) {
+      // The transfer's other end: the same position on the neighbouring stage.
+      const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
+      const int64_t peer = static_cast<int64_t>(vs_next % pp) * b_.per_stage_ + (r_ % b_.per_stage_);
+      if (bad_ == r_ || bad_ == peer) t.duration = static_cast<Tick>(static_cast<double>(t.duration) / sc_.degraded_factor);
+    }
+    t.name = a.phase == Phase::kF ? b_.names_.send_act : b_.names_.send_grad;
+    const TaskId sid = g_.add(t);
+    g_.depend(ids.last, sid);
+    ids.last = sid;
+  }
+
+  // Data-parallel gradient reduction (DDP buckets / ZeRO-1/2 reduce-scatter) in reverse layer
+  // order, each bucket launched as its last tensor's gradient becomes final.
+  void emit_gradient_reduction() {
+    const int zero = p_.effective_zero();
+    if (!has_sync() || zero >= 3) return;
+    if (p_.no_sync) {
+      emit_buckets(final_bwd_, b_.m_ - 1);
+    } else {
+      for (int32_t mb = 0; mb < b_.m_; ++mb) emit_buckets(per_mb_bwd_[static_cast<size_t>(mb)], mb);
+    }
+  }
+
+  void emit_buckets(const std::vector<TaskId>& ready_of_slot, int32_t mb) {
+    const int zero = p_.effective_zero();
+    const Collective op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
+    // Dense and expert gradients fill separate buckets: dense ones reduce over dp x cp, expert
+    // ones over the expert-data-parallel group. The first bucket is 1 MB, the rest bucket_mb.
+    struct Fill {
+      double filled = 0, cap = 1e6;
+      const mesh::Placement* where;
+    };
+    Fill dense{0, 1e6, &b_.wb_.placements().dp_cp}, expert{0, 1e6, &b_.wb_.placements().edp};
+    TaskId gate = kNone;
+    auto flush = [&](Fill& f) {
+      if (f.filled <= 0) return;
+      Task c = dp_base_;
+      c.stream = Stream::kDpReduce;
+      c.kind = TaskKind::kDpComm;
+      c.microbatch = mb;
+      const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(f.filled), *f.where, b_.rc_.hardware).value());
+      const TaskId id = group_task(false, c, dur, zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
+      g_.depend(p_.grad_reduce_overlap ? gate : last_pipeline_, id);
+      reductions_.push_back(id);
+      if (!p_.no_sync) g_.depend(id, finalize_gate_[static_cast<size_t>(mb)]);
+      f.filled = 0;
+      f.cap = p_.bucket_mb * 1e6;
+    };
+    const auto& slots = b_.slots_[static_cast<size_t>(s_)];
+    for (int32_t c = b_.v_ - 1; c >= 0; --c) {
+      const auto& cs = b_.chunk_slots_[static_cast<size_t>(s_)][static_cast<size_t>(c)];
+      for (auto it = cs.rbegin(); it != cs.rend(); ++it) {
+        const Slot& sl = slots[*it];
+        gate = ready_of_slot[*it];
+        // Whole tensors, last registered first; a bucket closes once it reaches its cap.
+        for (auto t = sl.expert_tensors.rbegin(); t != sl.expert_tensors.rend(); ++t) {
+          expert.filled += *t * b_.sb_.gradients;
+          if (expert.filled >= expert.cap) flush(expert);
+        }
+        for (auto t = sl.tensors.rbegin(); t != sl.tensors.rend(); ++t) {
+          dense.filled += *t * b_.sb_.gradients;
+          if (dense.filled >= dense.cap) flush(dense);
+        }
+      }
+    }
+    flush(expert);
+    flush(dense);
+  }
+
+  // The optimizer once the stage's gradients are reduced; under ZeRO-1/2 the all-gather of the
+  // updated shards (only the first bucket is exposed when it overlaps the next forward).
+  void emit_optimizer() {
+    const auto& st = b_.ledger_.stages[static_cast<size_t>(s_)];
+    Task o = base_;
+    o.kind = TaskKind::kOptimizer;
+    o.name = b_.names_.optimizer;
+    o.duration = b_.ideal_ ? 0 : b_.scaled(estimate::optimizer_time_s(b_.rc_, st), r_, op_index_++);
+    const TaskId oid = g_.add(o);
+    g_.depend(last_pipeline_, oid);
+    for (TaskId id : reductions_) g_.depend(id, oid);
+    for (TaskId id : fsdp_reductions_) g_.depend(id, oid);
+    const int zero = p_.effective_zero();
+    if (!has_sync() || (zero != 1 && zero != 2)) return;
+    const double total = st.params * b_.sb_.weights;
+    const double bucket = p_.bucket_mb * 1e6;
+    const double count = p_.param_gather_overlap ? 1.0 : std::ceil(total / bucket);
+    for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+      const double bytes = std::min(bucket, total - static_cast<double>(k) * bucket);
+      Task c = dp_base_;
+      c.stream = Stream::kDp;
+      c.kind = TaskKind::kDpComm;
+      const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(std::max(bytes, 0.0)),
+                                                      b_.wb_.placements().dp_cp, b_.rc_.hardware)
+                                    .value());
+      g_.depend(oid, group_task(false, c, dur, b_.names_.gather));
+    }
+  }
+
+  StepBuilder& b_;
+  TaskGraph& g_;
+  const config::Parallel& p_;
+  const config::Scenario& sc_;
+  const int64_t r_;
+  const int32_t s_;
+  const size_t my_tp_, my_dp_;
+  const int64_t bad_;  // degraded rank (all-ranks mode), -1 none
+  bool tp_degraded_ = false, dp_degraded_ = false;
+  const bool fsdp_;
+  const bool split_w_;
+  uint64_t op_index_;
+  const int64_t replica_;
+  size_t tp_j_ = 0, dp_j_ = 0;
+  Task base_, dp_base_;
+  TaskId start_barrier_ = kNone, last_pipeline_ = kNone;
+  std::vector<TaskId> compute_uses_;      // FSDP: compute tasks that used gathered weights
+  std::vector<TaskId> final_bwd_;         // per slot: the task that makes its gradient final
+  std::vector<std::vector<TaskId>> per_mb_bwd_;  // without no_sync: [mb][slot]
+  std::vector<TaskId> finalize_gate_;     // without no_sync: first task after mb's backward
+  int32_t finalize_pending_ = -1;
+  std::vector<TaskId> reductions_, fsdp_reductions_;
+};
+
+StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, double compute_scale)
+    : rc_(rc), p_(rc.parallel), wb_(rc), full_(full), ideal_(ideal), compute_scale_(compute_scale) {
+  ledger_ = memory::compute_ledger(rc);
+  pp_ = static_cast<int32_t>(p_.pp);
+  v_ = static_cast<int32_t>(p_.vpp);
+  m_ = static_cast<int32_t>(rc.num_microbatches);
+  per_stage_ = full ? p_.tp * p_.cp * p_.dp : 1;
+  ranks_ = per_stage_ * pp_;
+  sb_ = memory::state_bytes(rc.training);
+  e_ = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+  graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
+  build_slots();
+}
+
+double StepBuilder::chunk_activation_bytes(int32_t s) const {
+  const auto& st = ledger_.stages[static_cast<size_t>(s)];
+  const double inflight = memory::inflight_microbatches(rc_, s);
+  return inflight > 0 ? st.activations.value() / inflight / static_cast<double>(v_) : 0.0;
+}
+
+Tick StepBuilder::scaled(double seconds, int64_t r, uint64_t index) const {
+  const auto& sc = rc_.scenario;
+  double f = compute_scale_;
+  const int64_t gr = global_rank(r);
+  for (const auto& sd : sc.slowdowns) {
+    const bool hit = std::find(sd.ranks.begin(), sd.ranks.end(), gr) != sd.ranks.end() ||
+                     std::find(sd.stages.begin(), sd.stages.end(), stage_of(r)) != sd.stages.end();
+    if (hit) f *= sd.factor;
+  }
+  if (sc.jitter_cv > 0) f *= jitter_factor(sc.seed, index, sc.jitter_cv);
+  return to_ticks(seconds * f);
+}
+
+void StepBuilder::build() {
+  auto& g = *graph_;
+  names_ = Names{g.intern("fwd"),
+                 g.intern("bwd"),
+                 g.intern("bwd-weight"),
+                 g.intern("tp-comm fwd"),
+                 g.intern("tp-comm bwd"),
+                 g.intern("send activation"),
+                 g.intern("send gradient"),
+                 g.intern("all-gather params"),
+                 g.intern("reduce-scatter grads"),
+                 g.intern("all-reduce grads"),
+                 g.intern("optimizer"),
+                 g.intern("host work"),
+                 g.intern("barrier")};
+  const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
+  fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
+  bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
+  tp_coll_.assign(static_cast<size_t>(full_ ? ranks_ / (p_.tp * p_.cp) : ranks_), {});
+  dp_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp : ranks_), {});
+  for (int64_t r = 0; r < ranks_; ++r) RankBuilder(*this, r).build();
+  link_stages();
+}
+
+// Cross-stage dependencies: each virtual stage's forward waits for the previous one's send,
+// each backward for the next one's.
+void StepBuilder::link_stages() {
+  if (pp_ <= 1) return;
+  auto& g = *graph_;
+  const auto mbs = static_cast<size_t>(m_);
+  for (int64_t r = 0; r < ranks_; ++r) {
+    const int32_t s = stage_of(r);
+    const int64_t w = r % per_stage_;
+    for (int32_t c = 0; c < v_; ++c) {
+      const int32_t vs = c * pp_ + s;
+      for (int32_t mb = 0; mb < m_; ++mb) {
+        const size_t k = static_cast<size_t>(c) * mbs + static_cast<size_t>(mb);
+        if (vs > 0) {
+          const int32_t ps = (vs - 1) % pp_, pc = (vs - 1) / pp_;
+          const int64_t pr = static_cast<int64_t>(ps) * per_stage_ + w;
+          g.depend(fwd_[static_cast<size_t>(pr)][static_cast<size_t>(pc) * mbs + static_cast<size_t>(mb)].last,
+                   fwd_[static_cast<size_t>(r)][k].first);
+        }
+        if (vs < pp_ * v_ - 1) {
+          const int32_t ns = (vs + 1) % pp_, nc = (vs + 1) / pp_;
+          const int64_t nr = static_cast<int64_t>(ns) * per_stage_ + w;
+          g.depend(bwd_[static_cast<size_t>(nr)][static_cast<size_t>(nc) * mbs + static_cast<size_t>(mb)].last,
+                   bwd_[static_cast<size_t>(r)][k].first);
+        }
+      }
+    }
+  }
+}
+
+// Per stage: the layer slots (embedding, transformer layers, output layer) with their parameter
+// tensors, and which slots each virtual-pipeline chunk runs.
+void StepBuilder::build_slots() {
+  const auto& m = rc_.model;
+  slots_.resize(static_cast<size_t>(pp_));
+  chunk_slots_.resize(static_cast<size_t>(pp_));
+  for (int32_t s = 0; s < pp_; ++s) {
+    const auto& st = ledger_.stages[static_cast<size_t>(s)];
+    const int64_t first = rc_.stage_first_layer[static_cast<size_t>(s)];
+    const int64_t n = st.layers;
+    auto& sl = slots_[static_cast<size_t>(s)];
+    auto& cs = chunk_slots_[static_cast<size_t>(s)];
+    cs.assign(static_cast<size_t>(v_), {});
+    // Interleaved chunk c of stage s holds layers [(c*p + s) * L/(p*v), ...): with even
+    // splits the stage's layers are split into v equal runs by chunk.
+    const int64_t per_chunk = std::max<int64_t>(1, n / v_);
+    const double t = static_cast<double>(p_.tp);
+    const double h = static_cast<double>(m.hidden);
+    const double vh = static_cast<double>(rc_.padded_vocab) * h / t;
+    auto make = [](const LayerCost* lc, int32_t layer, std::vector<double> tensors, std::vector<double> experts = {}) {
+      Slot out{lc, layer, 0.0, std::move(tensors), std::move(experts)};
+      for (double x : out.tensors) out.params += x;
+      for (double x : out.expert_tensors) out.params += x;
+      return out;
+    };
+    if (s == 0 && !ideal_) {
+      // Token embedding (tied to the LM head when the model ties them and pp == 1: its
+      // gradient is complete only after the embedding's backward, the last of the step).
+      std::vector<double> tensors{vh};
+      if (m.position == model::PositionKind::kLearned) tensors.push_back(static_cast<double>(m.max_positions) * h);
+      sl.push_back(make(&wb_.embedding(), -1, tensors));
+      cs[0].push_back(sl.size() - 1);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t layer = first + i;
+      const bool moe = m.is_moe_layer(layer);
+      const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
+      const double attn = m.attention_params() / t;
+      std::vector<double> tensors{0.75 * attn, 0.25 * attn};  // QKV (+ norm), output projection
+      std::vector<double> expert_tensors;
+      if (!moe) {
+        const double mlp = m.dense_mlp_params() / t;
+        tensors.push_back(0.5 * mlp);
+        tensors.push_back(0.5 * mlp);
+      } else {
+        const auto& mo = m.moe;
+        const double experts = static_cast<double>(mo.num_experts) / static_cast<double>(p_.ep) * m.expert_params() /
+                               static_cast<double>(p_.etp);
+        tensors.push_back(h * static_cast<double>(mo.num_experts));  // router
+        if (mo.shared_experts > 0) {
+          tensors.push_back(static_cast<double>(m.mlp_matrices()) * h * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
+        }
+        expert_tensors.push_back(experts);
+      }
+      sl.push_back(make(lc, static_cast<int32_t>(layer), tensors, expert_tensors));
+      const int64_t c = std::min<int64_t>(v_ - 1, i / per_chunk);
+      cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
+    }
+    if (s == pp_ - 1 && !ideal_) {
+      std::vector<double> tensors{m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h)};
+      if (!m.tied_embeddings || pp_ > 1) tensors.push_back(vh);
+      sl.push_back(make(&wb_.output_layer(), static_cast<int32_t>(m.num_layers), tensors));
+      cs[static_cast<size_t>(v_ - 1)].push_back(sl.size() - 1);
+    }
+  }
+}
+
+}  // namespace stepcast::engine

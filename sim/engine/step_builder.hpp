@@ -1,0 +1,100 @@
+// stepcast step builder: turns a run into the TaskGraph of one optimizer step.
+//
+// Per simulated rank (one representative rank per pipeline stage, or every rank when a
+// scenario makes ranks differ) the builder emits, in the stage's schedule order, each layer's
+// forward / backward / weight-gradient compute task and its exposed TP/CP/EP communication (a
+// collective over the rank's tensor group), the pipeline sends, the data-parallel traffic (DDP
+// buckets, ZeRO-1/2 reduce-scatter and all-gather, ZeRO-3/FSDP per-layer gathers and
+// reduce-scatters) and the optimizer step; then it links the stages (a forward waits for the
+// previous virtual stage's send, a backward for the next one's). See step_sim.hpp for the
+// mechanisms and docs/MODEL.md for the design.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/engine/task_graph.hpp"
+#include "sim/estimate/workload.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::engine {
+
+// One layer slot of a chunk: a transformer layer, the embedding or the output layer + loss.
+struct Slot {
+  const estimate::LayerCost* cost;
+  int32_t layer;  // global layer index; -1 embedding, num_layers = output
+  double params;  // parameters on one rank (before sharding)
+  // The slot's parameter tensors in registration order (DDP never splits one across buckets).
+  std::vector<double> tensors;
+  // Routed-expert parameters: reduced over the expert-data-parallel group in their own buckets.
+  std::vector<double> expert_tensors;
+};
+
+// The tasks of one (phase, chunk, micro-batch) pass on one rank.
+struct PassTasks {
+  TaskId first = kNone, last = kNone;
+  TaskId last_compute = kNone;  // last task before the pipeline send (activations freed here)
+};
+
+class StepBuilder {
+ public:
+  StepBuilder(const config::RunConfig& rc, bool full, bool ideal, double compute_scale);
+
+  void build();
+
+  [[nodiscard]] std::shared_ptr<TaskGraph> graph() const { return graph_; }
+  [[nodiscard]] int64_t ranks() const { return ranks_; }
+  [[nodiscard]] int64_t per_stage() const { return per_stage_; }
+  [[nodiscard]] const memory::MemoryLedger& ledger() const { return ledger_; }
+  [[nodiscard]] const estimate::WorkloadBuilder& workload() const { return wb_; }
+  // Global rank (Megatron order) of a simulated rank.
+  [[nodiscard]] int64_t global_rank(int64_t sim_rank) const {
+    return full_ ? sim_rank : sim_rank * p_.tp * p_.cp * p_.dp;
+  }
+  [[nodiscard]] int32_t stage_of(int64_t sim_rank) const { return static_cast<int32_t>(sim_rank / per_stage_); }
+  // Activation bytes one micro-batch chunk stores on stage s (from the ledger).
+  [[nodiscard]] double chunk_activation_bytes(int32_t s) const;
+  // Pass tasks per simulated rank, indexed chunk * m + micro-batch.
+  [[nodiscard]] const std::vector<std::vector<PassTasks>>& forward_passes() const { return fwd_; }
+  [[nodiscard]] const std::vector<std::vector<PassTasks>>& backward_passes() const { return bwd_; }
+
+ private:
+  friend class RankBuilder;
+
+  struct Names {
+    uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
+        optimizer, host, barrier;
+  };
+
+  void build_slots();
+  void link_stages();
+  // Compute time on simulated rank r after the compute calibration, slowdowns and jitter.
+  [[nodiscard]] Tick scaled(double seconds, int64_t r, uint64_t index) const;
+  // Collective groups: ranks of one replica's tensor group / one data-parallel group.
+  [[nodiscard]] int64_t tp_group(int64_t r) const { return full_ ? (r / (p_.tp * p_.cp)) : r; }
+  [[nodiscard]] int64_t dp_group(int64_t r) const { return full_ ? (stage_of(r) * p_.tp + (r % p_.tp)) : r; }
+
+  const config::RunConfig& rc_;
+  const config::Parallel& p_;
+  estimate::WorkloadBuilder wb_;
+  bool full_;
+  bool ideal_;
+  double compute_scale_ = 1.0;
+  memory::MemoryLedger ledger_;
+  memory::StateBytes sb_;
+  double e_ = 2;  // bytes per activation / gathered weight element
+  int32_t pp_ = 1, v_ = 1, m_ = 1;
+  int64_t per_stage_ = 1, ranks_ = 1;
+  std::shared_ptr<TaskGraph> graph_;
+  Names names_{};
+  std::vector<std::vector<Slot>> slots_;
+  std::vector<std::vector<std::vector<size_t>>> chunk_slots_;  // [stage][chunk] -> slot indices
+  std::vector<std::vector<PassTasks>> fwd_, bwd_;
+  // The j-th collective a rank joins in its group is the group's j-th collective.
+  std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_;
+  uint32_t barrier_ = kNone;
+};
+
+}  // namespace stepcast::engine
