@@ -20,6 +20,9 @@ class StepObserver : public Observer {
   StepObserver(const StepBuilder& b, int32_t pp, int32_t m, int32_t chunks) : b_(b), m_(m), chunks_(chunks) {
     const auto n = static_cast<size_t>(b.ranks());
     busy_.assign(n, 0);
+    compute_.assign(n, 0);
+    tp_.assign(n, 0);
+    pp_.assign(n, 0);
     pipe_end_.assign(n, 0);
     inflight_.assign(n, 0);
     max_inflight_.assign(n, 0);
@@ -41,6 +44,7 @@ class StepObserver : public Observer {
                           (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
     if (pipeline && t.stream == Stream::kCompute) {
       busy_[r] += t.duration;
+      (t.kind == TaskKind::kTpComm ? tp_ : t.kind == TaskKind::kPpSend ? pp_ : compute_)[r] += t.duration;
       pipe_end_[r] = std::max(pipe_end_[r], finish);
     }
     // Activation accounting per chunk: a chunk's forward stores its activations when its first
@@ -61,7 +65,7 @@ class StepObserver : public Observer {
     }
   }
 
-  std::vector<Tick> busy_, pipe_end_, wait_;
+  std::vector<Tick> busy_, compute_, tp_, pp_, pipe_end_, wait_;
   std::vector<int64_t> inflight_, max_inflight_;
   std::vector<double> act_, peak_act_;
 
@@ -120,6 +124,12 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
     out.collective_wait_s += w;
     out.max_rank_wait_s = std::max(out.max_rank_wait_s, w);
     auto& st = out.stages[static_cast<size_t>(b.stage_of(r))];
+    if (to_seconds(obs.busy_[ri]) >= st.busy_s) {
+      // The stage's busiest rank sets its pace; report its split.
+      st.compute_s = to_seconds(obs.compute_[ri]);
+      st.tp_comm_s = to_seconds(obs.tp_[ri]);
+      st.pp_comm_s = to_seconds(obs.pp_[ri]);
+    }
     st.busy_s = std::max(st.busy_s, to_seconds(obs.busy_[ri]));
     st.pipeline_end_s = std::max(st.pipeline_end_s, to_seconds(obs.pipe_end_[ri]));
     st.max_inflight = std::max<int64_t>(st.max_inflight, obs.max_inflight_[ri]);
@@ -160,18 +170,21 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   e.tflops_per_gpu = e.model_flops_per_step / (e.step_time_s * gpus) / 1e12;
 
   // Breakdown on the critical stage: compute and TP comm from the tasks it ran.
-  const double m = static_cast<double>(rc.num_microbatches);
   const auto& ls = ledger.stages[crit];
   const estimate::StageCost sc = estimate::stage_cost(rc, b.workload(), static_cast<int64_t>(crit));
   const double rec = sc.recompute, tp = sc.tp, cp = sc.cp, ep = sc.ep, compute = sc.compute;
   e.hfu = e.mfu * (sc.model_flops > 0 ? sc.hardware_flops / sc.model_flops : 1.0);
   auto& br = e.breakdown;
-  br.compute = m * compute;
-  br.recompute = m * rec;
-  br.exposed_comm["tp"] = m * tp;
-  br.exposed_comm["cp"] = m * cp;
-  br.exposed_comm["ep"] = m * ep;
-  br.exposed_comm["pp"] = std::max(0.0, out.stages[crit].busy_s - m * (compute + tp + cp + ep));
+  // Compute, exposed TP/CP/EP and pipeline-send time as the critical stage ran them; the
+  // recompute share and the TP/CP/EP split follow the workload's proportions.
+  const auto& cs = out.stages[crit];
+  br.compute = cs.compute_s;
+  br.recompute = compute > 0 ? cs.compute_s * rec / compute : 0.0;
+  const double comm = tp + cp + ep;
+  br.exposed_comm["tp"] = comm > 0 ? cs.tp_comm_s * tp / comm : 0.0;
+  br.exposed_comm["cp"] = comm > 0 ? cs.tp_comm_s * cp / comm : 0.0;
+  br.exposed_comm["ep"] = comm > 0 ? cs.tp_comm_s * ep / comm : 0.0;
+  br.exposed_comm["pp"] = cs.pp_comm_s;
   br.bubble = bubble;
   br.optimizer = estimate::optimizer_time_s(rc, ls);
   br.exposed_comm["dp"] = std::max(0.0, e.step_time_s - span - br.optimizer);

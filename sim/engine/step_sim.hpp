@@ -50,6 +50,9 @@ struct SimOptions {
 
 struct StageStats {
   double busy_s = 0;             // compute-stream time of pipeline work (fwd, bwd, tp comm, p2p)
+  double compute_s = 0;          // of which layer compute (as simulated: slowdowns, jitter)
+  double tp_comm_s = 0;          // of which exposed TP/CP/EP communication
+  double pp_comm_s = 0;          // of which blocking pipeline sends
   double pipeline_end_s = 0;     // last pipeline task on this stage
   int64_t max_inflight = 0;      // micro-batch chunks forwarded and not yet backwarded
   double peak_activation_bytes = 0;

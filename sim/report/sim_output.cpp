@@ -18,6 +18,9 @@ Json simulate_json(const config::RunConfig& rc, const engine::SimResult& r, cons
     const auto& st = r.stages[s];
     stages.push_back({{"stage", s},
                       {"busy_s", st.busy_s},
+                      {"compute_s", st.compute_s},
+                      {"tp_comm_s", st.tp_comm_s},
+                      {"pp_comm_s", st.pp_comm_s},
                       {"pipeline_end_s", st.pipeline_end_s},
                       {"max_inflight_microbatches", st.max_inflight},
                       {"peak_activation_bytes", st.peak_activation_bytes},

@@ -34,6 +34,12 @@ config::RunConfig run(int64_t pp, int64_t m, const std::string& schedule, int64_
   return config::parse_run(j, "<step-sim-test>", "");
 }
 
+SimOptions all_ranks() {
+  SimOptions o;
+  o.full = true;
+  return o;
+}
+
 SimResult ideal(const config::RunConfig& rc) {
   SimOptions o;
   o.ideal = true;
@@ -94,7 +100,7 @@ TEST(Schedules, InterleavedInflightMatchesLedger) {
 
 // A slow rank sets the pace: its delay shows up as collective wait on the others.
 TEST(Scenarios, SlowestRankSetsThePace) {
-  const SimResult base = simulate_step(run(2, 4, "1f1b", 1, 2), SimOptions{true, false, false});
+  const SimResult base = simulate_step(run(2, 4, "1f1b", 1, 2), all_ranks());
   const SimResult slow = simulate_step(run(2, 4, "1f1b", 1, 2, {{"slowdown", {{"ranks", {3}}, {"factor", 1.5}}}}));
   ASSERT_TRUE(slow.full);
   EXPECT_GT(slow.step.step_time_s, base.step.step_time_s * 1.05);
@@ -109,7 +115,7 @@ TEST(Scenarios, SlowestRankSetsThePace) {
 
 // Host work on rank 0 before the step's barrier delays every rank by that much.
 TEST(Scenarios, RankZeroHostWorkSlowsAllRanks) {
-  const SimResult base = simulate_step(run(2, 4, "1f1b", 1, 2), SimOptions{true, false, false});
+  const SimResult base = simulate_step(run(2, 4, "1f1b", 1, 2), all_ranks());
   const SimResult host = simulate_step(run(2, 4, "1f1b", 1, 2, {{"host_work", {{"rank", 0}, {"time", "250ms"}}}}));
   EXPECT_NEAR(host.step.step_time_s - base.step.step_time_s, 0.25, 1e-9);
   EXPECT_GT(host.rank_wait_s[5], 0.249);  // a rank that only waited at the barrier
@@ -212,7 +218,7 @@ config::RunConfig small(Json scenario) {
 // A degraded link on one rank slows the collectives of its groups; its TP peers wait less than
 // ranks of other replicas that then wait at the data-parallel reduction.
 TEST(Scenarios, DegradedLinkSlowsItsGroups) {
-  const SimResult base = simulate_step(small(nullptr), SimOptions{true, false, false});
+  const SimResult base = simulate_step(small(nullptr), all_ranks());
   const SimResult bad = simulate_step(small({{"degraded_link", {{"rank", 1}, {"bandwidth_factor", 0.1}}}}));
   EXPECT_GT(bad.step.step_time_s, base.step.step_time_s * 1.05);
   // Rank 9 (stage 0, replica 2) is not in rank 1's TP group but shares the step.
@@ -226,7 +232,7 @@ TEST(Scenarios, VariableSequenceLengthsMakeReplicasWait) {
   const SimResult a = simulate_step(small(uni));
   const SimResult b = simulate_step(small(uni));
   EXPECT_EQ(a.step.step_time_s, b.step.step_time_s);
-  const SimResult full = simulate_step(small(nullptr), SimOptions{true, false, false});
+  const SimResult full = simulate_step(small(nullptr), all_ranks());
   EXPECT_LT(a.step.step_time_s, full.step.step_time_s);  // no sequence is longer than seq_len
   EXPECT_GT(a.collective_wait_s, full.collective_wait_s);
   Json other = uni;
