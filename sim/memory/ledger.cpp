@@ -159,7 +159,11 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   } else {
     scores = 4.0 * heads_local;  // fp32 log-sum-exp
   }
-  return Bytes(T * (replicated / rep + split + scores));
+  // DTensor TP without micro-pipelining keeps the all-gathered (full-sequence) inputs of the
+  // QKV and MLP projections for their weight gradients instead of the sequence shards.
+  double gathered = 0;
+  if (sp && p.tp_saves_gathered_input && !p.tp_comm_overlap) gathered = 2.0 * e * h * (1.0 - 1.0 / t);
+  return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
 double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {

@@ -26,7 +26,9 @@ void check_valid(Schedule sched, int32_t p, int32_t s, int32_t m, int32_t v) {
     for (int32_t c = 0; c < v; ++c) {
       const auto f = pos.at({0, mb, c}), b = pos.at({1, mb, c});
       EXPECT_LT(f, b) << "mb " << mb << " chunk " << c;
-      if (zb) EXPECT_LT(b, pos.at({2, mb, c}));
+      if (zb) {
+        EXPECT_LT(b, pos.at({2, mb, c}));
+      }
     }
   }
 }
