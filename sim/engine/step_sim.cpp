@@ -17,7 +17,7 @@ namespace {
 // Metrics read from the timeline as it runs.
 class StepObserver : public Observer {
  public:
-  StepObserver(const StepBuilder& b, int32_t pp, int32_t m, int32_t chunks) : b_(b), m_(m), chunks_(chunks) {
+  StepObserver(const StepBuilder& b, int32_t pp, int32_t m) : b_(b), m_(m) {
     const auto n = static_cast<size_t>(b.ranks());
     busy_.assign(n, 0);
     compute_.assign(n, 0);
@@ -71,7 +71,7 @@ class StepObserver : public Observer {
 
  private:
   const StepBuilder& b_;
-  int32_t m_ = 1, chunks_ = 1;
+  int32_t m_ = 1;
   std::vector<double> chunk_bytes_;
 };
 
@@ -104,8 +104,7 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
     opt.progress("simulating", 0.0);
     eng.set_progress([&](double f) { opt.progress("simulating", f); });
   }
-  StepObserver obs(b, static_cast<int32_t>(rc.parallel.pp), static_cast<int32_t>(rc.num_microbatches),
-                   static_cast<int32_t>(rc.parallel.vpp));
+  StepObserver obs(b, static_cast<int32_t>(rc.parallel.pp), static_cast<int32_t>(rc.num_microbatches));
   eng.add_observer(&obs);
   const RunStats stats = eng.run();
 
@@ -276,19 +275,20 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
                                       : rc.model.is_moe_layer(t.layer) ? ops_wb->moe_layer()
                                                                        : ops_wb->dense_layer();
       const auto& list = t.kind == TaskKind::kForward ? lc.fwd : lc.bwd;
+      // The task's own operators: no communication; a deferred weight-gradient task holds the
+      // weight-gradient GEMMs, its backward the rest.
+      auto in_task = [&](const estimate::Op& o) {
+        return o.kind != estimate::OpKind::kComm &&
+               (t.kind == TaskKind::kBackwardWeight ? o.weight_grad
+                                                    : !(split_w && t.kind == TaskKind::kBackward && o.weight_grad));
+      };
       double total = 0;
       for (const auto& o : list) {
-        const bool in_task = o.kind != estimate::OpKind::kComm &&
-                             (t.kind == TaskKind::kBackwardWeight ? o.weight_grad
-                                                                   : !(split_w && t.kind == TaskKind::kBackward && o.weight_grad));
-        if (in_task) total += o.time.value();
+        if (in_task(o)) total += o.time.value();
       }
       Tick at = r.start[id];
       for (const auto& o : list) {
-        const bool in_task = o.kind != estimate::OpKind::kComm &&
-                             (t.kind == TaskKind::kBackwardWeight ? o.weight_grad
-                                                                   : !(split_w && t.kind == TaskKind::kBackward && o.weight_grad));
-        if (!in_task || total <= 0) continue;
+        if (!in_task(o) || total <= 0) continue;
         const auto dur = static_cast<Tick>(static_cast<double>(t.duration) * o.time.value() / total);
         sep();
         out += "{\"ph\":\"X\",\"name\":\"" + o.name + "\",\"cat\":\"op\",\"pid\":" +

@@ -12,7 +12,6 @@ const char* to_string(Stream s) {
     case Stream::kDp: return "dp-gather";
     case Stream::kDpReduce: return "dp-reduce";
     case Stream::kPpSend: return "pp-send";
-    case Stream::kPpRecv: return "pp-recv";
     case Stream::kHost: return "host";
     case Stream::kCount: break;
   }
@@ -41,6 +40,7 @@ constexpr size_t kStreams = static_cast<size_t>(Stream::kCount);
 TaskGraph::TaskGraph(int32_t num_ranks)
     : num_ranks_(num_ranks), last_on_stream_(static_cast<size_t>(num_ranks) * kStreams, kNone) {
   names_.emplace_back("");
+  name_index_.emplace("", 0);
 }
 
 TaskId TaskGraph::add(const Task& t) {
@@ -80,11 +80,6 @@ uint32_t TaskGraph::add_resource(const std::string& name) {
 }
 
 uint32_t TaskGraph::intern(const std::string& name) {
-  // Linear-time lookup would dominate big graphs; names are few, so index them.
-  static_assert(sizeof(uint32_t) == 4);
-  if (name_index_.empty()) {
-    for (uint32_t i = 0; i < names_.size(); ++i) name_index_.emplace(names_[i], i);
-  }
   auto it = name_index_.find(name);
   if (it != name_index_.end()) return it->second;
   const auto id = static_cast<uint32_t>(names_.size());

@@ -24,7 +24,7 @@ inline constexpr Tick kTicksPerSecond = 1'000'000'000'000;
 inline Tick to_ticks(double seconds) { return static_cast<Tick>(seconds * static_cast<double>(kTicksPerSecond) + 0.5); }
 inline double to_seconds(Tick t) { return static_cast<double>(t) / static_cast<double>(kTicksPerSecond); }
 
-enum class Stream : uint8_t { kCompute = 0, kTp, kDp, kDpReduce, kPpSend, kPpRecv, kHost, kCount };
+enum class Stream : uint8_t { kCompute = 0, kTp, kDp, kDpReduce, kPpSend, kHost, kCount };
 const char* to_string(Stream s);
 
 enum class TaskKind : uint8_t {

@@ -178,7 +178,7 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
     // launched after it: the first kernel can start one launch later, and the work cannot end
     // before the host has issued its last kernel.
     const double launch = kHostLaunchS;
-    auto host_gate = [&](int32_t s, int kernels, engine::TaskId after, std::vector<engine::TaskId>& first_out) {
+    auto host_gate = [&](int32_t s, int kernels, std::vector<engine::TaskId>& first_out) {
       Task h;
       h.rank = s;
       h.stream = Stream::kHost;
@@ -186,7 +186,6 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
       h.name = nh;
       h.duration = to_ticks(launch);
       const auto h1 = graph.add(h);
-      graph.depend(after, h1);
       h.duration = to_ticks(launch * (kernels - 1));
       const auto h2 = graph.add(h);
       first_out.push_back(h1);
@@ -201,7 +200,7 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
       auto pass = [&](TaskKind kind, int kernels, double seconds, double send, uint32_t name, int64_t k,
                       std::vector<engine::TaskId>& hosts, std::vector<engine::TaskId>& work,
                       std::vector<engine::TaskId>& sends) {
-        const auto [h1, h2] = host_gate(s, kernels, engine::kNone, hosts);
+        const auto [h1, h2] = host_gate(s, kernels, hosts);
         Task t;
         t.rank = s;
         t.kind = kind;
