@@ -40,14 +40,6 @@ double uniform01(uint64_t seed, uint64_t index) {
   return (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;
 }
 
-double attention_seconds(const std::vector<estimate::Op>& ops) {
-  double t = 0;
-  for (const auto& o : ops) {
-    if (o.kind == estimate::OpKind::kAttention) t += o.time.value();
-  }
-  return t;
-}
-
 // Linear work scales with the micro-batch's tokens, attention with their square.
 double by_length(double total, double attention, double a) { return (total - attention) * a + attention * a * a; }
 
@@ -202,13 +194,13 @@ class RankBuilder {
       TaskId cid;
       if (a.phase == Phase::kF) {
         t.kind = TaskKind::kForward;
-        cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), attention_seconds(sl->cost->fwd), lf), r_, op_index_++), n.fwd);
+        cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd);
         g_.depend(gates[si], cid);
         tp_comm(sl->cost->fwd_comm_exposed.value(), n.tp_fwd, t);
       } else if (a.phase == Phase::kB) {
         t.kind = TaskKind::kBackward;
         const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
-        cid = add_compute(t, b_.scaled(by_length(dur, attention_seconds(sl->cost->bwd), lf), r_, op_index_++), n.bwd);
+        cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd);
         g_.depend(gates[si], cid);
         tp_comm(sl->cost->bwd_comm_exposed.value(), n.tp_bwd, t);
       } else {
@@ -270,8 +262,7 @@ class RankBuilder {
     t.stream = p_.schedule == Schedule::kInterleaved ? Stream::kPpSend : Stream::kCompute;
     t.microbatch = a.mb;
     t.chunk = a.chunk;
-    const Tick p2p = b_.ideal_ ? 0 : to_ticks(b_.wb_.p2p_time().value());
-    t.duration = static_cast<Tick>(static_cast<double>(p2p) * lf);
+    t.duration = static_cast<Tick>(static_cast<double>(b_.p2p_) * lf);
     if (bad_ >= 0) {
       // The transfer's other end: the same position on the neighbouring stage.
       const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
@@ -405,6 +396,7 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   ranks_ = per_stage_ * pp_;
   sb_ = memory::state_bytes(rc.training);
   e_ = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+  p2p_ = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());
   graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
   build_slots();
 }

@@ -85,6 +85,7 @@ class StepBuilder {
   memory::MemoryLedger ledger_;
   memory::StateBytes sb_;
   double e_ = 2;  // bytes per activation / gathered weight element
+  Tick p2p_ = 0;  // one pipeline send of a full-length micro-batch
   int32_t pp_ = 1, v_ = 1, m_ = 1;
   int64_t per_stage_ = 1, ranks_ = 1;
   std::shared_ptr<TaskGraph> graph_;

@@ -236,6 +236,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
     } else {
       c.fwd_compute += o.time;
+      if (o.kind == OpKind::kAttention) c.fwd_attention += o.time;
       c.model_flops += o.flops;
     }
   }
@@ -248,6 +249,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
     } else {
       c.bwd_compute += o.time;
+      if (o.kind == OpKind::kAttention) c.bwd_attention += o.time;
       if (o.weight_grad) c.bwd_weight_compute += o.time;
       c.hardware_flops += o.flops;
     }

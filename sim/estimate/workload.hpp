@@ -43,6 +43,7 @@ struct LayerCost {
   std::vector<Op> fwd;
   std::vector<Op> bwd;  // includes recomputed forward work when recompute is on
   core::Duration fwd_compute, bwd_compute, bwd_weight_compute, recompute;
+  core::Duration fwd_attention, bwd_attention;     // attention-core part of the compute
   core::Duration fwd_comm_exposed, bwd_comm_exposed;  // comm on the compute critical path
   core::Duration tp_exposed, cp_exposed, ep_exposed;  // split of the exposed comm (fwd+bwd)
   core::Flops model_flops;     // forward + backward, no recompute
