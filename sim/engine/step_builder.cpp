@@ -511,24 +511,8 @@ void StepBuilder::build_slots() {
       const int64_t layer = first + i;
       const bool moe = m.is_moe_layer(layer);
       const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
-      const double attn = m.attention_params() / t;
-      std::vector<double> tensors{0.75 * attn, 0.25 * attn};  // QKV (+ norm), output projection
-      std::vector<double> expert_tensors;
-      if (!moe) {
-        const double mlp = m.dense_mlp_params() / t;
-        tensors.push_back(0.5 * mlp);
-        tensors.push_back(0.5 * mlp);
-      } else {
-        const auto& mo = m.moe;
-        const double experts = static_cast<double>(mo.num_experts) / static_cast<double>(p_.ep) * m.expert_params() /
-                               static_cast<double>(p_.etp);
-        tensors.push_back(h * static_cast<double>(mo.num_experts));  // router
-        if (mo.shared_experts > 0) {
-          tensors.push_back(static_cast<double>(m.mlp_matrices()) * h * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
-        }
-        expert_tensors.push_back(experts);
-      }
-      sl.push_back(make(lc, static_cast<int32_t>(layer), tensors, expert_tensors));
+      auto tensors = estimate::layer_tensors(rc_, moe);
+      sl.push_back(make(lc, static_cast<int32_t>(layer), std::move(tensors.dense), std::move(tensors.expert)));
       const int64_t c = std::min<int64_t>(v_ - 1, i / per_chunk);
       cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
     }

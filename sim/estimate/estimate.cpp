@@ -193,11 +193,9 @@ StepEstimate estimate_step(const config::RunConfig& rc) {
       const auto& st = out.memory.stages[static_cast<size_t>(s)];
       const Collective grad_op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
       // Buckets hold whole tensors: one larger than bucket_mb makes its own bucket, so the
-      // effective size is at least the largest tensor (half a layer's MLP, the QKV block, or an
-      // expert slice).
-      const auto& mdl = rc.model;
-      const double tpd = static_cast<double>(p.tp);
-      const double largest_dense = std::max(0.75 * mdl.attention_params(), 0.5 * mdl.dense_mlp_params()) / tpd;
+      // effective size is at least the largest tensor (of a dense layer, or an expert slice).
+      const auto dense_tensors = layer_tensors(rc, false).dense;
+      const double largest_dense = *std::max_element(dense_tensors.begin(), dense_tensors.end());
       const double bucket = std::max(p.bucket_mb * 1e6, largest_dense * sb.gradients);
       BucketPlan dense = bucketed(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, hw);
       const double expert_bucket = st.expert_params > 0 && st.layers > 0

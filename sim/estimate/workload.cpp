@@ -259,6 +259,30 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   c.model_flops = c.model_flops * 3.0;
 }
 
+LayerTensors layer_tensors(const config::RunConfig& rc, bool moe) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double t = static_cast<double>(p.tp);
+  const double h = static_cast<double>(m.hidden);
+  const double attn = m.attention_params() / t;
+  LayerTensors out;
+  out.dense = {0.75 * attn, 0.25 * attn};
+  if (!moe) {
+    const double mlp = m.dense_mlp_params() / t;
+    out.dense.push_back(0.5 * mlp);
+    out.dense.push_back(0.5 * mlp);
+    return out;
+  }
+  const auto& mo = m.moe;
+  out.dense.push_back(h * static_cast<double>(mo.num_experts));  // router
+  if (mo.shared_experts > 0) {
+    out.dense.push_back(static_cast<double>(m.mlp_matrices()) * h * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
+  }
+  out.expert.push_back(static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() /
+                       static_cast<double>(p.etp));
+  return out;
+}
+
 LayerCost WorkloadBuilder::build_layer(bool moe) const {
   const auto& m = rc_.model;
   const auto& p = rc_.parallel;

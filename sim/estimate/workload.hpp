@@ -52,6 +52,15 @@ struct LayerCost {
   [[nodiscard]] core::Duration bwd_time() const { return bwd_compute + bwd_comm_exposed; }
 };
 
+// A transformer layer's parameters on one rank as the tensors a framework registers (gradient
+// buckets hold whole tensors): QKV (+ norm) and output projection, the MLP's two halves, or
+// for an MoE layer the router, shared experts and, separately, the routed experts.
+struct LayerTensors {
+  std::vector<double> dense;
+  std::vector<double> expert;
+};
+LayerTensors layer_tensors(const config::RunConfig& rc, bool moe);
+
 struct GroupPlacements {
   mesh::Placement tp, cp, ep, dp, dp_cp, edp, pp_neighbour;
 };
