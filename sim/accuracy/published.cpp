@@ -355,10 +355,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   if (torchtitan && pp > 1) {
     parallel["keep_stage_outputs"] = true;
     notes.push_back("parallel: torch.distributed.pipelining keeps each in-flight micro-batch's stage output until its backward");
-  }
-  if (torchtitan && pp > 1 && parallel.contains("fsdp")) {
-    parallel["reshard_after_forward"] = false;
-    notes.push_back("parallel: FSDP does not reshard after forward under pipeline parallelism (torchtitan)");
+    if (parallel.contains("fsdp")) {
+      parallel["reshard_after_forward"] = false;
+      notes.push_back("parallel: FSDP does not reshard after forward under pipeline parallelism (torchtitan)");
+    }
   }
   if (fam == Family::kQwenMoe || fam == Family::kGptOss) {
     notes.push_back("moe: balanced routing (the benchmark forces balanced expert load), dropless, all-to-all dispatcher");

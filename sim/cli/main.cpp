@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "models/model_spec.hpp"
@@ -76,7 +77,8 @@ int run(int argc, char** argv) {
   int64_t sim_max_tasks = 200'000'000;
   bool sim_trace_ops = false;
   sim->add_flag("--trace-ops", sim_trace_ops, "nest each layer's operators (GEMMs, attention, norms) inside its trace slice");
-  sim->add_option("--max-tasks", sim_max_tasks, "refuse all-ranks simulations estimated above this many tasks (0: no limit)");
+  sim->add_option("--max-tasks", sim_max_tasks, "refuse all-ranks simulations estimated above this many tasks (0: no limit)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()).description("non-negative"));
   std::vector<int64_t> sim_trace_ranks;
   sim->add_option("--trace-ranks", sim_trace_ranks,
                   "global ranks to put in the trace (default: all simulated ranks, or the first rank of each stage when every rank is simulated)")
@@ -114,7 +116,17 @@ int run(int argc, char** argv) {
   lab->add_option("--data", lab_data, "lab data folder (collectives.csv, ddp_buckets.csv, gpipe_bubble.csv)");
   lab->add_option("--out", lab_out, "write the Markdown report here (e.g. reports/pcie-lab.md)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Bad command lines are bad input like bad run files: one message, exit code 2.
+    std::cerr << "stepcast: error: " << e.what() << " (run with --help for usage)\n";
+    return kExitBadInput;
+  }
 
   if (lab->parsed()) {
     const auto r = stepcast::lab::run_pcie_lab(lab_data);
