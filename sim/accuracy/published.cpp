@@ -361,7 +361,17 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     }
   }
   if (fam == Family::kQwenMoe || fam == Family::kGptOss) {
-    notes.push_back("moe: balanced routing (the benchmark forces balanced expert load), dropless, all-to-all dispatcher");
+    // Megatron-Bridge benchmarks force balanced routing (random router logits: per-expert
+    // counts within a few percent of the mean at these token counts).
+    Json moe = {{"dispatcher", "alltoall"}, {"imbalance", 1.0}};
+    if (contains(lower(str(r, "model")), "tokendrop")) {
+      moe["capacity_factor"] = 1.0;
+      moe["pad_to_capacity"] = true;
+      notes.push_back("moe: balanced routing (forced by the benchmark), token drop at capacity factor 1.0 padded to capacity, all-to-all dispatcher");
+    } else {
+      notes.push_back("moe: balanced routing (forced by the benchmark), dropless, all-to-all dispatcher");
+    }
+    parallel["moe"] = moe;
   }
 
   Json measured = Json::object();

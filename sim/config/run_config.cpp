@@ -69,6 +69,29 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   r.finish();
 }
 
+void parse_moe(ObjectReader r, MoeRouting& m) {
+  m.given = true;
+  m.dispatcher = r.get_choice("dispatcher", {"alltoall", "allgather"}, "alltoall") == "allgather" ? MoeDispatcher::kAllGather
+                                                                                                : MoeDispatcher::kAllToAll;
+  m.capacity_factor = r.get_number("capacity_factor", 0.01, 1000.0, 0.0);
+  m.pad_to_capacity = r.get_bool("pad_to_capacity", false);
+  if (m.pad_to_capacity && m.capacity_factor <= 0) {
+    r.issues().add(r.child_path("pad_to_capacity"), "needs capacity_factor (padding is to the expert capacity; dropless routing has none)");
+  }
+  if (const Json* ij = r.get_raw("imbalance"); ij != nullptr) {
+    if (ij->is_number()) {
+      m.max_over_mean = r.get_number("imbalance", 1.0, 1000.0, 1.0);
+    } else {
+      ObjectReader ir(*ij, r.child_path("imbalance"), r.issues());
+      m.sigma = ir.require_number("sigma", 0.0, 5.0);
+      m.seed = static_cast<uint64_t>(ir.get_int("seed", 0, std::numeric_limits<int32_t>::max(), 1));
+      ir.finish();
+    }
+  }
+  m.shared_expert_overlap = r.get_bool("shared_expert_overlap", false);
+  r.finish();
+}
+
 void parse_parallel(ObjectReader r, RunConfig& rc) {
   auto& p = rc.parallel;
   p.tp = r.get_int("tp", 1, 1024, 1);
@@ -100,6 +123,8 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
   const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses"}, "ring");
   p.cp_comm = cpc == "ulysses" ? CpComm::kUlysses : cpc == "allgather" ? CpComm::kAllGather : CpComm::kRing;
+  p.cp_load_balance = r.get_bool("cp_load_balance", true);
+  if (const Json* mj = r.get_raw("moe"); mj != nullptr) parse_moe(ObjectReader(*mj, r.child_path("moe"), r.issues()), p.moe);
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
@@ -233,9 +258,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     if (t.seq_len % chunks != 0) {
       issues.add("$.parallel.cp", "got " + n(p.cp) + "; seq_len " + n(t.seq_len) + " must divide into " + n(chunks) + " equal chunks");
     }
-    if (p.cp_comm == CpComm::kUlysses && (m.kv_heads / std::max<int64_t>(1, p.tp)) % p.cp != 0 &&
-        (m.heads / p.tp) % p.cp != 0) {
-      issues.add("$.parallel.cp", "got " + n(p.cp) + "; Ulysses needs the heads per TP rank (" + n(m.heads / p.tp) + ") divisible by cp");
+    // Ulysses trades the sequence split for a head split: each CP rank needs whole KV heads.
+    const int64_t kv_local = m.mla.enabled() ? m.heads / p.tp : std::max<int64_t>(1, m.kv_heads / std::max<int64_t>(1, p.tp));
+    if (p.cp_comm == CpComm::kUlysses && kv_local % p.cp != 0) {
+      issues.add("$.parallel.cp", "got " + n(p.cp) + "; Ulysses splits heads over cp, so cp must divide the key/value heads per TP rank (" + n(kv_local) + ")");
     }
   }
 
@@ -252,6 +278,9 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     }
   } else if (p.ep > 1) {
     issues.add("$.parallel.ep", "got " + n(p.ep) + "; the model has no experts (dense), so ep must be 1");
+  }
+  if (!m.moe.enabled() && p.moe.given) {
+    issues.add("$.parallel.moe", "the model has no experts (dense); remove the moe routing block");
   }
 
   // Pipeline split.

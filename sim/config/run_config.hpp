@@ -23,6 +23,26 @@ enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
 // kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
 enum class AttentionImpl { kFlash, kFlash2, kUnfused };
 enum class CpComm { kRing, kAllGather, kUlysses };
+enum class MoeDispatcher { kAllToAll, kAllGather };
+
+// How tokens reach the experts of a MoE layer: the dispatcher, the expert capacity and the
+// routing imbalance. Balanced dropless routing with the all-to-all dispatcher by default.
+struct MoeRouting {
+  bool given = false;  // the run file has a parallel.moe block
+  MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;
+  // Tokens an expert accepts per micro-batch, as a multiple of the balanced mean T*k/E;
+  // 0 = dropless (every routed token is processed). Tokens above capacity are dropped.
+  double capacity_factor = 0;
+  bool pad_to_capacity = false;  // every expert computes exactly its capacity (drop-and-pad)
+  // Imbalance: a given ratio of the busiest expert's tokens to the mean (1 = balanced), or a
+  // seeded lognormal popularity over experts drawn per MoE layer (sigma > 0).
+  double max_over_mean = 1.0;
+  double sigma = 0;
+  uint64_t seed = 1;
+  // The shared experts' computation runs while dispatch and combine are in flight
+  // (Megatron-Core moe_shared_expert_overlap).
+  bool shared_expert_overlap = false;
+};
 
 std::string to_string(Recompute r);
 std::string to_string(Schedule s);
@@ -74,6 +94,11 @@ struct Parallel {
   int64_t first_stage_layers = -1;  // -1 = even split
   int64_t last_stage_layers = -1;
   CpComm cp_comm = CpComm::kRing;
+  // Causal context parallelism splits the sequence into 2*cp chunks and gives rank i chunks i
+  // and 2cp-1-i so every rank does the same attention work; false: contiguous 1/cp slices,
+  // where the last rank's queries see the whole sequence and set the pace.
+  bool cp_load_balance = true;
+  MoeRouting moe;
   bool tp_comm_overlap = false;
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;

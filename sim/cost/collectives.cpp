@@ -164,4 +164,23 @@ double algbw(Bytes bytes, Duration t) { return t.value() > 0 ? bytes.value() / t
 
 double busbw(Collective c, Bytes bytes, int64_t n, Duration t) { return algbw(bytes, t) * bus_factor(c, n); }
 
+double link_bytes(Collective c, Bytes bytes, const mesh::Placement& where) {
+  const int64_t n = where.size;
+  if (n <= 1 || bytes.value() <= 0.0) return 0.0;
+  const double S = bytes.value();
+  if (where.intra_node()) return c == Collective::kSendRecv ? S : S * bus_factor(c, n);
+  const double g = static_cast<double>(std::max<int64_t>(1, where.ranks_per_node));
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: return S / g * bus_factor(c, where.nodes);
+    case Collective::kAllToAll: return S * (static_cast<double>(n) - g) / static_cast<double>(n);
+    case Collective::kScatter:
+    case Collective::kGather: return S * bus_factor(c, n);
+    case Collective::kBroadcast:
+    case Collective::kSendRecv: return S;
+  }
+  return S;
+}
+
 }  // namespace stepcast::cost

@@ -43,4 +43,10 @@ core::Duration collective_time(Collective c, core::Bytes bytes, const mesh::Plac
 double algbw(core::Bytes bytes, core::Duration t);
 double busbw(Collective c, core::Bytes bytes, int64_t n, core::Duration t);
 
+// Bytes one rank moves over its busiest link during the collective: its NIC when the group
+// spans nodes (the hierarchical algorithms send 1/g of the data per rank across nodes, g ranks
+// of the group per node), its intra-node fabric port otherwise. The event engine turns this
+// into a flow that shares the link with concurrent traffic.
+double link_bytes(Collective c, core::Bytes bytes, const mesh::Placement& where);
+
 }  // namespace stepcast::cost

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -14,29 +15,113 @@ void Engine::push(Tick t, EventType type, TaskId id, uint32_t version) {
 void Engine::start(TaskId id, Tick ready, Tick at) {
   start_[id] = at;
   for (auto* o : observers_) o->on_start(g_, id, ready, at);
-  const uint32_t r = g_.task(id).resource;
-  if (r == kNone) {
-    push(at + g_.task(id).duration, EventType::kFinish, id);
+  const Task& t = g_.task(id);
+  if (t.flow == kNone) {
+    push(at + t.duration, EventType::kFinish, id);
     return;
   }
-  reshare(r, at);
-  res_[r].tasks.push_back(id);
-  res_[r].remaining.push_back(static_cast<double>(g_.task(id).duration));
-  reshare(r, at);
+  const Flow& f = g_.flow(t.flow);
+  flows_[t.flow] = ActiveFlow{f.bytes, 0.0, at};
+  for (uint32_t i = 0; i < f.num_links; ++i) link_tasks_[f.links[i]].push_back(id);
+  reshare(f.links, f.num_links, at);
 }
 
-void Engine::reshare(uint32_t r, Tick now) {
-  auto& a = res_[r];
-  const double k = static_cast<double>(a.tasks.size());
-  if (k > 0) {
-    const double done = static_cast<double>(now - a.last) / k;
-    for (double& x : a.remaining) x = std::max(0.0, x - done);
+// Max-min fairness by progressive filling over one connected component of links and flows:
+// raise every unfrozen flow's rate together; a flow freezes at its own maximum rate or when a
+// link it crosses runs out of capacity (then every flow on that link freezes at the level).
+void Engine::reshare(const uint32_t* seed_links, uint32_t count, Tick now) {
+  ++stamp_;
+  auto& links = scratch_links_;
+  auto& comp = scratch_comp_;
+  links.assign(seed_links, seed_links + count);
+  comp.clear();
+  for (size_t i = 0; i < links.size(); ++i) {
+    link_mark_[links[i]] = stamp_;
+    link_slot_[links[i]] = static_cast<uint32_t>(i);
   }
-  a.last = now;
-  for (size_t i = 0; i < a.tasks.size(); ++i) {
-    const TaskId t = a.tasks[i];
-    const auto left = static_cast<Tick>(std::ceil(a.remaining[i] * k - 1e-9));
-    push(now + std::max<Tick>(0, left), EventType::kFinish, t, ++version_[t]);
+  for (size_t i = 0; i < links.size(); ++i) {
+    for (TaskId t : link_tasks_[links[i]]) {
+      const uint32_t fi = g_.task(t).flow;
+      if (flow_mark_[fi] == stamp_) continue;
+      flow_mark_[fi] = stamp_;
+      comp.push_back(t);
+      const Flow& f = g_.flow(fi);
+      for (uint32_t k = 0; k < f.num_links; ++k) {
+        if (link_mark_[f.links[k]] != stamp_) {
+          link_mark_[f.links[k]] = stamp_;
+          link_slot_[f.links[k]] = static_cast<uint32_t>(links.size());
+          links.push_back(f.links[k]);
+        }
+      }
+    }
+  }
+  if (comp.empty()) return;
+  // Bring the component's flows up to now.
+  for (TaskId t : comp) {
+    ActiveFlow& a = flows_[g_.task(t).flow];
+    a.remaining = std::max(0.0, a.remaining - a.rate * static_cast<double>(now - a.last));
+    a.last = now;
+    a.rate = -1.0;  // unfrozen
+  }
+  // Progressive filling. Rates in bytes per tick.
+  const double per_tick = 1.0 / static_cast<double>(kTicksPerSecond);
+  auto& left = scratch_left_;
+  auto& users = scratch_users_;
+  left.resize(links.size());
+  users.assign(links.size(), 0);
+  for (size_t i = 0; i < links.size(); ++i) left[i] = g_.link(links[i]).capacity * per_tick;
+  for (TaskId t : comp) {
+    const Flow& f = g_.flow(g_.task(t).flow);
+    for (uint32_t k = 0; k < f.num_links; ++k) ++users[link_slot_[f.links[k]]];
+  }
+  double level = 0;
+  size_t unfrozen = comp.size();
+  while (unfrozen > 0) {
+    // The next level at which something freezes: a link's remaining capacity spread over its
+    // unfrozen flows, or an unfrozen flow's own maximum.
+    double next = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < links.size(); ++i) {
+      if (users[i] > 0) next = std::min(next, level + left[i] / static_cast<double>(users[i]));
+    }
+    for (size_t j = 0; j < comp.size(); ++j) {
+      if (flows_[g_.task(comp[j]).flow].rate < 0) next = std::min(next, g_.flow(g_.task(comp[j]).flow).max_rate * per_tick);
+    }
+    const double step = next - level;
+    for (size_t i = 0; i < links.size(); ++i) left[i] -= step * static_cast<double>(users[i]);
+    level = next;
+    for (size_t j = 0; j < comp.size(); ++j) {
+      ActiveFlow& a = flows_[g_.task(comp[j]).flow];
+      if (a.rate >= 0) continue;
+      const Flow& f = g_.flow(g_.task(comp[j]).flow);
+      bool freeze = f.max_rate * per_tick <= level * (1.0 + 1e-12);
+      for (uint32_t k = 0; k < f.num_links && !freeze; ++k) {
+        const uint32_t li = link_slot_[f.links[k]];
+        freeze = left[li] <= 1e-12 * g_.link(links[li]).capacity * per_tick;
+      }
+      if (!freeze) continue;
+      a.rate = level;
+      --unfrozen;
+      for (uint32_t k = 0; k < f.num_links; ++k) --users[link_slot_[f.links[k]]];
+    }
+  }
+  for (TaskId t : comp) {
+    const ActiveFlow& a = flows_[g_.task(t).flow];
+    const auto left_ticks = static_cast<Tick>(std::ceil(a.remaining / a.rate - 1e-6));
+    push(now + std::max<Tick>(0, left_ticks), EventType::kFinish, t, ++version_[t]);
+  }
+}
+
+void Engine::complete(TaskId id, Tick now, RunStats& stats) {
+  finish_[id] = now;
+  stats.makespan = std::max(stats.makespan, now);
+  ++stats.tasks_run;
+  if (progress_ && stats.tasks_run % progress_every_ == 0) progress_(static_cast<double>(stats.tasks_run) / static_cast<double>(g_.size()));
+  for (auto* o : observers_) o->on_finish(g_, id, now);
+  const auto& off = g_.succ_offsets();
+  const auto& succ = g_.successors();
+  for (uint32_t k = off[id]; k < off[id + 1]; ++k) {
+    const TaskId s = succ[k];
+    if (--pending_[s] == 0) push(now, EventType::kReady, s);
   }
 }
 
@@ -47,21 +132,31 @@ RunStats Engine::run() {
   finish_.assign(n, -1);
   ready_.assign(n, -1);
   pending_ = g_.dep_counts();
-  res_.assign(g_.num_resources(), ActiveResource{});
   version_.assign(n, 0);
+  size_t nflows = 0;
   size_t ncoll = 0;
   for (const auto& t : g_.tasks()) {
     if (t.collective != kNone) ncoll = std::max<size_t>(ncoll, t.collective + 1);
+    if (t.flow != kNone) nflows = std::max<size_t>(nflows, t.flow + 1);
   }
+  flows_.assign(nflows, ActiveFlow{});
+  flow_mark_.assign(nflows, 0);
+  link_tasks_.assign(g_.num_links(), {});
+  link_mark_.assign(g_.num_links(), 0);
+  link_slot_.assign(g_.num_links(), 0);
   arrived_.assign(ncoll, 0);
   last_arrival_.assign(ncoll, 0);
   waiting_.assign(ncoll, {});
+  coll_done_.assign(ncoll, 0);
+  coll_parked_.assign(ncoll, {});
+  coll_flows_.assign(ncoll, 0);
+  for (const auto& t : g_.tasks()) {
+    if (t.collective != kNone && t.flow != kNone) coll_flows_[t.collective] = 1;
+  }
   for (TaskId i = 0; i < n; ++i) {
     if (pending_[i] == 0) push(0, EventType::kReady, i);
   }
   RunStats stats;
-  const auto& off = g_.succ_offsets();
-  const auto& succ = g_.successors();
   while (!queue_.empty()) {
     const Event ev = queue_.top();
     queue_.pop();
@@ -82,28 +177,31 @@ RunStats Engine::run() {
         waiting_[c].clear();
         waiting_[c].shrink_to_fit();
       }
-    } else {
-      if (ev.version != version_[ev.task]) continue;  // superseded by a re-share
-      if (t.resource != kNone) {
-        auto& a = res_[t.resource];
-        reshare(t.resource, ev.time);
-        const auto it = std::find(a.tasks.begin(), a.tasks.end(), ev.task);
-        const auto idx = static_cast<size_t>(it - a.tasks.begin());
-        a.tasks.erase(it);
-        a.remaining.erase(a.remaining.begin() + static_cast<long>(idx));
-        ++version_[ev.task];
-        reshare(t.resource, ev.time);
-      }
-      finish_[ev.task] = ev.time;
-      stats.makespan = std::max(stats.makespan, ev.time);
-      ++stats.tasks_run;
-      if (progress_ && stats.tasks_run % progress_every_ == 0) progress_(static_cast<double>(stats.tasks_run) / static_cast<double>(n));
-      for (auto* o : observers_) o->on_finish(g_, ev.task, ev.time);
-      for (uint32_t k = off[ev.task]; k < off[ev.task + 1]; ++k) {
-        const TaskId s = succ[k];
-        if (--pending_[s] == 0) push(ev.time, EventType::kReady, s);
-      }
+      continue;
     }
+    if (ev.version != version_[ev.task]) continue;  // superseded by a re-share
+    if (t.flow != kNone) {
+      // The flow has moved its bytes: leave its links and re-share what it used.
+      const Flow& f = g_.flow(t.flow);
+      flows_[t.flow].remaining = 0;
+      for (uint32_t i = 0; i < f.num_links; ++i) {
+        auto& lt = link_tasks_[f.links[i]];
+        lt.erase(std::find(lt.begin(), lt.end(), ev.task));
+      }
+      ++version_[ev.task];
+      reshare(f.links, f.num_links, ev.time);
+    }
+    if (t.collective != kNone && coll_flows_[t.collective] != 0) {
+      // A collective over flows ends for everyone when its slowest participant is done.
+      const uint32_t c = t.collective;
+      coll_parked_[c].push_back(ev.task);
+      if (++coll_done_[c] < g_.collective(c).participants) continue;
+      for (TaskId p : coll_parked_[c]) complete(p, ev.time, stats);
+      coll_parked_[c].clear();
+      coll_parked_[c].shrink_to_fit();
+      continue;
+    }
+    complete(ev.task, ev.time, stats);
   }
   if (stats.tasks_run != n) {
     for (TaskId i = 0; i < n; ++i) {

@@ -65,17 +65,29 @@ class Engine {
  private:
   void push(Tick t, EventType type, TaskId id, uint32_t version = 0);
   void start(TaskId id, Tick ready, Tick at);
-  // Processor sharing: bring every active task on resource r up to time `now` at the rate it
-  // had, then re-issue their finish events for the new number of sharers.
-  void reshare(uint32_t r, Tick now);
+  void complete(TaskId id, Tick now, RunStats& stats);
+  // Flows: gather the flows connected to `seed_links` through shared links, bring them up to
+  // `now` at their old rates, give them max-min fair rates and re-issue their finish events.
+  void reshare(const uint32_t* seed_links, uint32_t count, Tick now);
 
-  struct ActiveResource {
-    std::vector<TaskId> tasks;       // active, in start order
-    std::vector<double> remaining;   // ticks of work left at full rate
-    Tick last = 0;
+  struct ActiveFlow {
+    double remaining = 0;  // bytes
+    double rate = 0;       // bytes per tick
+    Tick last = 0;         // when `remaining` was last brought up to date
   };
-  std::vector<ActiveResource> res_;
+  std::vector<ActiveFlow> flows_;                 // per flow
+  std::vector<std::vector<TaskId>> link_tasks_;   // per link: active flow tasks, in start order
   std::vector<uint32_t> version_;
+  std::vector<uint32_t> link_mark_, flow_mark_;   // component search stamps
+  uint32_t stamp_ = 0;
+  std::vector<uint32_t> link_slot_;               // link -> index in the component being shared
+  std::vector<uint32_t> scratch_links_;
+  std::vector<TaskId> scratch_comp_;
+  std::vector<double> scratch_left_;
+  std::vector<uint32_t> scratch_users_;
+  std::vector<uint32_t> coll_done_;               // per collective: participants done moving bytes
+  std::vector<std::vector<TaskId>> coll_parked_;  // per collective: done, waiting for the rest
+  std::vector<uint8_t> coll_flows_;               // per collective: has flow participants
 
   TaskGraph& g_;
   std::vector<Observer*> observers_;

@@ -65,10 +65,7 @@ class RankBuilder {
     tp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.tp_group(bad_)) == my_tp_;
     dp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.dp_group(bad_)) == my_dp_;
     base_.rank = static_cast<int32_t>(r);
-    // The rank's data-parallel traffic (gradient reductions, parameter gathers) shares one
-    // link: concurrent transfers split its bandwidth.
     dp_base_ = base_;
-    dp_base_.resource = g_.add_resource("rank " + std::to_string(r) + " dp link");
     const size_t mbs = static_cast<size_t>(b.m_);
     final_bwd_.assign(b.slots_[static_cast<size_t>(s_)].size() * static_cast<size_t>(b.v_), kNone);
     if (!p_.no_sync) per_mb_bwd_.assign(mbs, std::vector<TaskId>(final_bwd_.size(), kNone));
@@ -86,17 +83,38 @@ class RankBuilder {
  private:
   [[nodiscard]] bool has_sync() const { return b_.p_.dp * b_.p_.cp > 1 && !b_.ideal_; }
 
-  // A task joining the group's next collective (its duration slowed by a degraded link).
-  TaskId group_task(bool tp, Task t, Tick dur, uint32_t name) {
+  // A task joining the group's next collective. Traffic that crosses a link of the rank's own
+  // (its NIC, or its fabric port for data-parallel groups) is a flow of `link_bytes` there and
+  // shares it with concurrent flows; a degraded link then slows it through the link's
+  // capacity. Other collectives (TP inside the node) take their closed-form time, divided by a
+  // degraded link's factor.
+  TaskId group_task(bool tp, Task t, Tick dur, uint32_t name, double link_bytes = 0, bool cross_node = false) {
     auto& list = (tp ? b_.tp_coll_ : b_.dp_coll_)[tp ? my_tp_ : my_dp_];
     size_t& j = tp ? tp_j_ : dp_j_;
-    if ((tp && tp_degraded_) || (!tp && dp_degraded_)) dur = static_cast<Tick>(static_cast<double>(dur) / sc_.degraded_factor);
+    const bool flow = link_bytes > 0 && !b_.ideal_;
+    if (!flow && ((tp && tp_degraded_) || (!tp && dp_degraded_))) dur = static_cast<Tick>(static_cast<double>(dur) / sc_.degraded_factor);
     if (j >= list.size()) list.push_back(g_.add_collective(dur, name));
     t.duration = dur;
     t.name = name;
     const TaskId id = g_.add(t);
     g_.join(list[j++], id);
+    if (flow) flow_over(id, link_bytes, cross_node);
     return id;
+  }
+
+  // A data-parallel collective of `bytes` over `where` as a flow on the link it loads.
+  TaskId dp_task(Task t, Collective op, double bytes, const mesh::Placement& where, uint32_t name) {
+    const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(bytes), where, b_.rc_.hardware).value());
+    return group_task(false, t, dur, name, cost::link_bytes(op, core::Bytes(bytes), where), !where.intra_node());
+  }
+
+  void flow_over(TaskId id, double bytes, bool cross_node) {
+    const auto r = static_cast<size_t>(r_);
+    if (cross_node) {
+      g_.set_flow(id, bytes, {b_.nic_tx_[r], b_.nic_rx_[r]});
+    } else {
+      g_.set_flow(id, bytes, {b_.fabric_[r]});
+    }
   }
 
   // Host work on one rank and the barrier every rank waits at before the step.
@@ -127,10 +145,7 @@ class RankBuilder {
     t.stream = Stream::kDp;
     t.kind = TaskKind::kDpComm;
     t.layer = sl.layer;
-    const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(sl.params * b_.e_),
-                                                    b_.wb_.placements().dp_cp, b_.rc_.hardware)
-                                  .value());
-    const TaskId id = group_task(false, t, dur, b_.names_.gather);
+    const TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.e_, b_.wb_.placements().dp_cp, b_.names_.gather);
     if (compute_uses_.size() >= 2) g_.depend(compute_uses_[compute_uses_.size() - 2], id);
     return id;
   }
@@ -167,11 +182,11 @@ class RankBuilder {
     };
     // A layer's exposed TP/CP/EP communication: a collective over the rank's tensor group,
     // blocking on the compute stream, scaled with the micro-batch's tokens.
-    auto tp_comm = [&](double seconds, uint32_t name, const Task& layer_task) {
+    auto tp_comm = [&](double seconds, double nic_bytes, uint32_t name, const Task& layer_task) {
       if (seconds <= 0 || b_.ideal_) return;
       Task c = layer_task;
       c.kind = TaskKind::kTpComm;
-      ids.last = group_task(true, c, to_ticks(seconds * lf), name);
+      ids.last = group_task(true, c, to_ticks(seconds * lf), name, nic_bytes * lf, true);
     };
     std::vector<const Slot*> seq;
     for (size_t k : chunk_slots) seq.push_back(&slots[k]);
@@ -196,13 +211,13 @@ class RankBuilder {
         t.kind = TaskKind::kForward;
         cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd);
         g_.depend(gates[si], cid);
-        tp_comm(sl->cost->fwd_comm_exposed.value(), n.tp_fwd, t);
+        tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
       } else if (a.phase == Phase::kB) {
         t.kind = TaskKind::kBackward;
         const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
         cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd);
         g_.depend(gates[si], cid);
-        tp_comm(sl->cost->bwd_comm_exposed.value(), n.tp_bwd, t);
+        tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, n.tp_bwd, t);
       } else {
         t.kind = TaskKind::kBackwardWeight;
         cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight);
@@ -223,10 +238,8 @@ class RankBuilder {
           c.kind = TaskKind::kDpComm;
           c.layer = sl->layer;
           c.microbatch = a.mb;
-          const Tick dur = to_ticks(cost::collective_time(Collective::kReduceScatter, core::Bytes(sl->params * b_.sb_.gradients),
-                                                          b_.wb_.placements().dp_cp, b_.rc_.hardware)
-                                        .value());
-          const TaskId rid = group_task(false, c, dur, n.reduce_scatter);
+          const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.sb_.gradients, b_.wb_.placements().dp_cp,
+                                     n.reduce_scatter);
           g_.depend(ids.last, rid);
           fsdp_reductions_.push_back(rid);
         }
@@ -263,14 +276,20 @@ class RankBuilder {
     t.microbatch = a.mb;
     t.chunk = a.chunk;
     t.duration = static_cast<Tick>(static_cast<double>(b_.p2p_) * lf);
-    if (bad_ >= 0) {
-      // The transfer's other end: the same position on the neighbouring stage.
-      const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
-      const int64_t peer = static_cast<int64_t>(vs_next % pp) * b_.per_stage_ + (r_ % b_.per_stage_);
-      if (bad_ == r_ || bad_ == peer) t.duration = static_cast<Tick>(static_cast<double>(t.duration) / sc_.degraded_factor);
-    }
+    // The transfer's other end: the same position on the neighbouring virtual stage's rank.
+    const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
+    const auto peer = static_cast<size_t>(static_cast<int64_t>(vs_next % pp) * b_.per_stage_ + (r_ % b_.per_stage_));
+    const auto me = static_cast<size_t>(r_);
     t.name = a.phase == Phase::kF ? b_.names_.send_act : b_.names_.send_grad;
     const TaskId sid = g_.add(t);
+    if (!b_.ideal_) {
+      const double bytes = b_.wb_.p2p_bytes().value() * lf;
+      if (b_.wb_.placements().pp_neighbour.intra_node()) {
+        g_.set_flow(sid, bytes, {b_.fabric_[me], b_.fabric_[peer]});
+      } else {
+        g_.set_flow(sid, bytes, {b_.nic_tx_[me], b_.nic_rx_[peer]});
+      }
+    }
     g_.depend(ids.last, sid);
     ids.last = sid;
   }
@@ -304,8 +323,7 @@ class RankBuilder {
       c.stream = Stream::kDpReduce;
       c.kind = TaskKind::kDpComm;
       c.microbatch = mb;
-      const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(f.filled), *f.where, b_.rc_.hardware).value());
-      const TaskId id = group_task(false, c, dur, zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
+      const TaskId id = dp_task(c, op, f.filled, *f.where, zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
       g_.depend(p_.grad_reduce_overlap ? gate : last_pipeline_, id);
       reductions_.push_back(id);
       if (!p_.no_sync) g_.depend(id, finalize_gate_[static_cast<size_t>(mb)]);
@@ -355,10 +373,7 @@ class RankBuilder {
       Task c = dp_base_;
       c.stream = Stream::kDp;
       c.kind = TaskKind::kDpComm;
-      const Tick dur = to_ticks(cost::collective_time(Collective::kAllGather, core::Bytes(std::max(bytes, 0.0)),
-                                                      b_.wb_.placements().dp_cp, b_.rc_.hardware)
-                                    .value());
-      g_.depend(oid, group_task(false, c, dur, b_.names_.gather));
+      g_.depend(oid, dp_task(c, Collective::kAllGather, std::max(bytes, 0.0), b_.wb_.placements().dp_cp, b_.names_.gather));
     }
   }
 
@@ -440,6 +455,20 @@ void StepBuilder::build() {
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   tp_coll_.assign(static_cast<size_t>(full_ ? ranks_ / (p_.tp * p_.cp) : ranks_), {});
   dp_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp : ranks_), {});
+  // Each simulated rank's links: NIC send and receive directions and its port into the node
+  // fabric. A degraded link scenario lowers the named rank's capacities.
+  const auto& hw = rc_.hardware;
+  const double nic = hw.nic_bandwidth_per_gpu().value();
+  const auto& tier = hw.tier_for_span(0, static_cast<int>(rc_.cluster.gpus_per_node) - 1);
+  const double port = std::max({tier.busbw.value(), tier.allreduce_busbw.value(), tier.reduce_scatter_busbw.value(),
+                                tier.broadcast_busbw.value(), tier.p2p_bandwidth.value()});
+  for (int64_t r = 0; r < ranks_; ++r) {
+    const double f = full_ && rc_.scenario.degraded_rank == global_rank(r) ? rc_.scenario.degraded_factor : 1.0;
+    const std::string who = "rank " + std::to_string(global_rank(r));
+    nic_tx_.push_back(g.add_link(who + " nic tx", nic * f));
+    nic_rx_.push_back(g.add_link(who + " nic rx", nic * f));
+    fabric_.push_back(g.add_link(who + " fabric port", port * f));
+  }
   for (int64_t r = 0; r < ranks_; ++r) RankBuilder(*this, r).build();
   link_stages();
 }

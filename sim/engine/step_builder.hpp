@@ -86,6 +86,7 @@ class StepBuilder {
   memory::StateBytes sb_;
   double e_ = 2;  // bytes per activation / gathered weight element
   Tick p2p_ = 0;  // one pipeline send of a full-length micro-batch
+  std::vector<uint32_t> nic_tx_, nic_rx_, fabric_;  // per simulated rank: its links
   int32_t pp_ = 1, v_ = 1, m_ = 1;
   int64_t per_stage_ = 1, ranks_ = 1;
   std::shared_ptr<TaskGraph> graph_;

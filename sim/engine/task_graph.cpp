@@ -1,5 +1,7 @@
 #include "sim/engine/task_graph.hpp"
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <unordered_map>
 
@@ -47,7 +49,7 @@ TaskId TaskGraph::add(const Task& t) {
   if (finalized_) throw std::logic_error("task graph already finalized");
   if (t.rank < 0 || t.rank >= num_ranks_) throw std::logic_error("task rank out of range");
   if (t.duration < 0) throw std::logic_error("negative task duration");
-  if (t.resource != kNone && t.resource >= resources_.size()) throw std::logic_error("task on an undeclared resource");
+  if (t.flow != kNone) throw std::logic_error("flows are attached with set_flow");
   const auto id = static_cast<TaskId>(tasks_.size());
   tasks_.push_back(t);
   auto& last = last_on_stream_[static_cast<size_t>(t.rank) * kStreams + static_cast<size_t>(t.stream)];
@@ -74,9 +76,28 @@ void TaskGraph::join(uint32_t collective, TaskId t) {
   ++c.participants;
 }
 
-uint32_t TaskGraph::add_resource(const std::string& name) {
-  resources_.push_back(name);
-  return static_cast<uint32_t>(resources_.size() - 1);
+uint32_t TaskGraph::add_link(const std::string& name, double bytes_per_second) {
+  if (!(bytes_per_second > 0)) throw std::logic_error("link '" + name + "' needs a positive capacity");
+  links_.push_back(Link{bytes_per_second, intern(name)});
+  return static_cast<uint32_t>(links_.size() - 1);
+}
+
+void TaskGraph::set_flow(TaskId id, double bytes, std::initializer_list<uint32_t> links) {
+  if (finalized_) throw std::logic_error("task graph already finalized");
+  Task& t = tasks_.at(id);
+  if (links.size() == 0 || links.size() > kMaxFlowLinks) throw std::logic_error("a flow crosses 1 to 4 links");
+  if (t.duration <= 0 || !(bytes > 0)) return;
+  Flow f;
+  f.bytes = bytes;
+  double cap = std::numeric_limits<double>::infinity();
+  for (uint32_t l : links) {
+    if (l >= links_.size()) throw std::logic_error("flow over an undeclared link");
+    f.links[f.num_links++] = l;
+    cap = std::min(cap, links_[l].capacity);
+  }
+  f.max_rate = std::min(cap, bytes / to_seconds(t.duration));
+  t.flow = static_cast<uint32_t>(flows_.size());
+  flows_.push_back(f);
 }
 
 uint32_t TaskGraph::intern(const std::string& name) {

@@ -6,12 +6,15 @@
 // forward, a pipeline receive after the neighbour's send). A collective ties one task per
 // participant: it starts when the last participant is ready, on all of them at once, and lasts
 // the collective's duration; the time earlier arrivals spend waiting is recorded. A task may
-// also run on a shared resource (a link): tasks overlapping on it share its bandwidth equally.
+// also be a flow of bytes over links (NIC directions, NVLink ports, a socket interconnect):
+// flows active at the same time share each link max-min fairly, and a collective whose
+// participants are flows ends when the last of them has moved its bytes.
 //
 // Time is an integer number of picoseconds (Tick) so the simulation is exact and reproducible.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <unordered_map>
@@ -51,12 +54,27 @@ struct Task {
   int32_t chunk = 0;     // virtual pipeline chunk
   uint32_t name = 0;     // index into TaskGraph::names
   uint32_t collective = kNone;
-  // A shared resource (a link): tasks active on it at the same time share its rate equally
-  // (processor sharing), so `duration` is the time alone on the resource.
-  uint32_t resource = kNone;
+  // A flow over shared links (TaskGraph::set_flow): `duration` is its time alone.
+  uint32_t flow = kNone;
   int64_t mem_delta = 0; // bytes allocated at finish (positive) or freed at start (negative)
   Stream stream = Stream::kCompute;
   TaskKind kind = TaskKind::kForward;
+};
+
+// A shared channel: capacity in bytes per second.
+struct Link {
+  double capacity = 0;
+  uint32_t name = 0;
+};
+
+// Bytes moved over up to kMaxFlowLinks links. Alone a flow runs at max_rate (bytes/s), the
+// rate that makes it last its task's duration; with others it gets its max-min fair share.
+inline constexpr size_t kMaxFlowLinks = 4;
+struct Flow {
+  double bytes = 0;
+  double max_rate = 0;
+  uint32_t links[kMaxFlowLinks] = {kNone, kNone, kNone, kNone};
+  uint32_t num_links = 0;
 };
 
 struct CollectiveOp {
@@ -77,10 +95,15 @@ class TaskGraph {
   uint32_t add_collective(Tick duration, uint32_t name);
   void join(uint32_t collective, TaskId t);
   uint32_t intern(const std::string& name);
-  // Declares a resource shared by the tasks that name it (see Task::resource).
-  uint32_t add_resource(const std::string& name);
-  [[nodiscard]] size_t num_resources() const { return resources_.size(); }
-  [[nodiscard]] const std::string& resource_name(uint32_t r) const { return resources_[r]; }
+  // Declares a link of the given capacity (bytes per second, > 0).
+  uint32_t add_link(const std::string& name, double bytes_per_second);
+  // Makes task `id` a flow of `bytes` over `links` (1 to kMaxFlowLinks). Its rate alone is
+  // bytes / duration, capped by the slowest link it crosses. A task without duration or bytes
+  // stays a plain task.
+  void set_flow(TaskId id, double bytes, std::initializer_list<uint32_t> links);
+  [[nodiscard]] size_t num_links() const { return links_.size(); }
+  [[nodiscard]] const Link& link(uint32_t l) const { return links_[l]; }
+  [[nodiscard]] const Flow& flow(uint32_t f) const { return flows_[f]; }
 
   [[nodiscard]] size_t size() const { return tasks_.size(); }
   [[nodiscard]] int32_t num_ranks() const { return num_ranks_; }
@@ -101,7 +124,8 @@ class TaskGraph {
   int32_t num_ranks_;
   std::vector<Task> tasks_;
   std::vector<CollectiveOp> collectives_;
-  std::vector<std::string> resources_;
+  std::vector<Link> links_;
+  std::vector<Flow> flows_;
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> name_index_;
   std::vector<std::pair<TaskId, TaskId>> edges_;

@@ -79,6 +79,7 @@ Op comm_op(const Ctx& c, const std::string& name, CommKind kind, Collective coll
   op.bytes = Bytes(bytes);
   op.time = cost::collective_time(coll, op.bytes, where, c.hw);
   op.hidden_by = hidden_by;
+  if (!where.intra_node()) op.nic_bytes = cost::link_bytes(coll, op.bytes, where);
   return op;
 }
 
@@ -231,6 +232,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
     if (o.kind == OpKind::kComm) {
       const double x = exposed(o);
       c.fwd_comm_exposed += Duration(x);
+      if (o.time.value() > 0) c.fwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
       if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
       if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
@@ -244,6 +246,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
     if (o.kind == OpKind::kComm) {
       const double x = exposed(o);
       c.bwd_comm_exposed += Duration(x);
+      if (o.time.value() > 0) c.bwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
       if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
       if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
@@ -363,6 +366,14 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     return std::make_tuple(f, b, a.forward_flops());
   };
   auto [af_full, ab_full, fl_full] = attention_times(s);
+  // Causal CP without load balancing: rank cp-1's queries attend to the whole sequence, cp-1/2
+  // blocks of work against cp/2 on a balanced rank, and every ring hop waits for it.
+  const bool unbalanced_cp = p.cp > 1 && !p.cp_load_balance && p.cp_comm != config::CpComm::kUlysses;
+  if (unbalanced_cp) {
+    const double f = (2.0 * cp - 1.0) / cp;
+    af_full = af_full * f;
+    ab_full = ab_full * f;
+  }
   Duration attn_f = af_full, attn_b = ab_full;
   Flops attn_flops = fl_full;
   if (m.sliding_window > 0 && m.sliding_window < rc_.training.seq_len && m.sliding_layer_fraction > 0) {
@@ -448,34 +459,61 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     const double etp = static_cast<double>(p.etp);
     const double Tr = c.T_rep;  // tokens this rank routes
     linear(c, F, B, "router", Tr, E, h);
+    // Shared experts see every token; with shared_expert_overlap they run while the dispatch
+    // and combine are in flight and hide them.
+    std::vector<Op> SF, SB;
+    if (mo.shared_experts > 0) {
+      const double fs_local = static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / c.t;
+      linear(c, SF, SB, "shared.fc1", T, gate * fs_local, h);
+      SF.push_back(mem_op(c, "shared.activation", act_passes * e * T * fs_local));
+      SB.push_back(mem_op(c, "shared.activation.bwd", 2.0 * act_passes * e * T * fs_local));
+      linear(c, SF, SB, "shared.fc2", T, h, fs_local);
+    }
+    const bool overlap = p.moe.shared_expert_overlap && !SF.empty();
+    const Duration hide_f = overlap ? Duration(sum_time(SF, 0) / 2.0) : Duration(0);
+    const Duration hide_b = overlap ? Duration(sum_time(SB, 0) / 2.0) : Duration(0);
+    // Routing: the busiest expert-parallel rank's tokens set the expert compute and, as the
+    // last receiver to finish, the dispatch and combine.
+    const double experts_local = E / ep;
+    const double mean_tokens = ep * Tr * k * etp / E;
+    const ExpertLoad load = expert_load(p.moe, mo.num_experts, p.ep, mean_tokens, m.num_moe_layers());
+    const double tokens_per_expert = mean_tokens * load.busiest_rank_factor;
+    lc.expert_load = load;
     F.push_back(mem_op(c, "permute", 2.0 * e * Tr * k * h));
     B.push_back(mem_op(c, "unpermute.bwd", 2.0 * e * Tr * k * h));
-    const double a2a_bytes = Tr * k * h * e;
+    const bool a2a = p.moe.dispatcher == config::MoeDispatcher::kAllToAll;
+    // All-to-all: each rank sends T*k token copies (the busiest receiver gets its share times
+    // the load factor). All-gather: every rank gathers the group's T*ep tokens and keeps those
+    // routed to its experts; the combine is the matching reduce-scatter.
+    const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor;
+    const double ag_bytes = Tr * h * e * ep;
     if (p.ep > 1) {
-      F.push_back(comm_op(c, "ep.dispatch", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
-      B.push_back(comm_op(c, "ep.combine_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
+      if (a2a) {
+        F.push_back(comm_op(c, "ep.dispatch", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_f));
+        B.push_back(comm_op(c, "ep.combine_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_b));
+      } else {
+        F.push_back(comm_op(c, "ep.allgather", CommKind::kEp, Collective::kAllGather, ag_bytes, places_.ep, hide_f));
+        B.push_back(comm_op(c, "ep.combine_grad_ag", CommKind::kEp, Collective::kAllGather, ag_bytes, places_.ep, hide_b));
+      }
     }
-    // Balanced routing: each of the E/ep local experts sees ep*Tr*k*etp/E tokens.
-    const double experts_local = E / ep;
-    const double tokens_per_expert = ep * Tr * k * etp / E;
     const double fe_local = static_cast<double>(mo.expert_ffn) / etp;
     linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local);
     F.push_back(mem_op(c, "experts.activation", act_passes * e * tokens_per_expert * experts_local * fe_local));
     B.push_back(mem_op(c, "experts.activation.bwd", 2.0 * act_passes * e * tokens_per_expert * experts_local * fe_local));
     linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local);
     if (p.ep > 1) {
-      F.push_back(comm_op(c, "ep.combine", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
-      B.push_back(comm_op(c, "ep.dispatch_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep));
+      if (a2a) {
+        F.push_back(comm_op(c, "ep.combine", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_f));
+        B.push_back(comm_op(c, "ep.dispatch_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_b));
+      } else {
+        F.push_back(comm_op(c, "ep.reduce_scatter", CommKind::kEp, Collective::kReduceScatter, ag_bytes, places_.ep, hide_f));
+        B.push_back(comm_op(c, "ep.dispatch_grad_rs", CommKind::kEp, Collective::kReduceScatter, ag_bytes, places_.ep, hide_b));
+      }
     }
     F.push_back(mem_op(c, "unpermute", 2.0 * e * Tr * k * h));
     B.push_back(mem_op(c, "permute.bwd", 2.0 * e * Tr * k * h));
-    if (mo.shared_experts > 0) {
-      const double fs_local = static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / c.t;
-      linear(c, F, B, "shared.fc1", T, gate * fs_local, h);
-      F.push_back(mem_op(c, "shared.activation", act_passes * e * T * fs_local));
-      B.push_back(mem_op(c, "shared.activation.bwd", 2.0 * act_passes * e * T * fs_local));
-      linear(c, F, B, "shared.fc2", T, h, fs_local);
-    }
+    F.insert(F.end(), SF.begin(), SF.end());
+    B.insert(B.end(), SB.begin(), SB.end());
   }
   F.push_back(mem_op(c, "residual2", 3.0 * e * h * c.T_rep + dropout_bytes));
   B.push_back(mem_op(c, "residual2.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));

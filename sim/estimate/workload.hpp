@@ -16,6 +16,7 @@
 #include "sim/config/run_config.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
+#include "sim/estimate/moe_routing.hpp"
 
 namespace stepcast::estimate {
 
@@ -31,6 +32,7 @@ struct Op {
   core::Flops flops;           // useful model FLOPs of this op (0 for comm)
   core::Bytes bytes;           // comm payload (nccl-tests convention) or HBM traffic
   core::Duration hidden_by;    // compute it can overlap with (TP overlap, CP ring); 0 = exposed
+  double nic_bytes = 0;        // comm: bytes this rank sends over its NIC (0 inside a node)
   // Chunked overlap (TP communication overlap): the first of `overlap_chunks` pieces cannot
   // hide, and the overlapped GEMM slows by the SM share the communication kernels take.
   double overlap_chunks = 0;
@@ -46,8 +48,12 @@ struct LayerCost {
   core::Duration fwd_attention, bwd_attention;     // attention-core part of the compute
   core::Duration fwd_comm_exposed, bwd_comm_exposed;  // comm on the compute critical path
   core::Duration tp_exposed, cp_exposed, ep_exposed;  // split of the exposed comm (fwd+bwd)
+  // NIC bytes moved during the exposed comm (each op's NIC bytes times its exposed fraction):
+  // the simulator runs the exposed comm as a flow over the rank's NIC when this is non-zero.
+  double fwd_exposed_nic_bytes = 0, bwd_exposed_nic_bytes = 0;
   core::Flops model_flops;     // forward + backward, no recompute
   core::Flops hardware_flops;  // including recomputed forward
+  ExpertLoad expert_load;      // MoE layers: routing statistics of the busiest expert rank
   [[nodiscard]] core::Duration fwd_time() const { return fwd_compute + fwd_comm_exposed; }
   [[nodiscard]] core::Duration bwd_time() const { return bwd_compute + bwd_comm_exposed; }
 };

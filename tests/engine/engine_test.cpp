@@ -118,39 +118,87 @@ TEST(Engine, TicksArePicoseconds) {
   EXPECT_DOUBLE_EQ(to_seconds(to_ticks(0.125)), 0.125);
 }
 
-// Processor sharing: tasks overlapping on one resource share its rate; work is conserved.
-TEST(Engine, SharedResourceSplitsBandwidth) {
+// Link capacities in bytes per second; 1e12 B/s moves one byte per tick (picosecond).
+constexpr double kBytePerTick = 1e12;
+
+// Two flows on one link each get half of it; work is conserved when one starts later.
+TEST(Engine, TwoFlowsOnOneLinkEachGetHalf) {
   TaskGraph g(2);
-  const uint32_t link = g.add_resource("link");
-  Task a = on(0, 10, Stream::kDp);
-  a.resource = link;
-  Task b = on(1, 10, Stream::kDp);
-  b.resource = link;
-  const TaskId ia = g.add(a);
+  const uint32_t link = g.add_link("link", kBytePerTick);
+  const TaskId ia = g.add(on(0, 10, Stream::kDp));
   const TaskId delay = g.add(on(1, 5));
-  const TaskId ib = g.add(b);
+  const TaskId ib = g.add(on(1, 10, Stream::kDp));
+  g.set_flow(ia, 10, {link});
+  g.set_flow(ib, 10, {link});
   g.depend(delay, ib);  // b starts at 5
   Engine e(g);
   const RunStats st = e.run();
-  // 0-5: a alone (5 done); 5-15: both at half rate (a finishes); 15-20: b alone.
+  // 0-5: a alone (5 bytes); 5-15: both at half rate (a finishes); 15-20: b alone.
   EXPECT_EQ(e.finish_times()[ia], 15);
   EXPECT_EQ(e.start_times()[ib], 5);
   EXPECT_EQ(e.finish_times()[ib], 20);
   EXPECT_EQ(st.makespan, 20);
 }
 
-TEST(Engine, SimultaneousSharersFinishTogether) {
+TEST(Engine, SimultaneousFlowsFinishTogether) {
   TaskGraph g(1);
-  const uint32_t link = g.add_resource("nic");
-  Task a = on(0, 10, Stream::kDp);
-  a.resource = link;
-  Task b = on(0, 10, Stream::kDpReduce);
-  b.resource = link;
-  const TaskId ia = g.add(a), ib = g.add(b);
+  const uint32_t link = g.add_link("nic", kBytePerTick);
+  const TaskId ia = g.add(on(0, 10, Stream::kDp)), ib = g.add(on(0, 10, Stream::kDpReduce));
+  g.set_flow(ia, 10, {link});
+  g.set_flow(ib, 10, {link});
   Engine e(g);
   e.run();
   EXPECT_EQ(e.finish_times()[ia], 20);
   EXPECT_EQ(e.finish_times()[ib], 20);
+}
+
+// Max-min fairness across links: B (4 B/tick) is the bottleneck of flows 2 and 3, which get
+// 2 each; flow 1 then takes what flow 2 leaves of A (10 - 2 = 8), not an equal 5.
+TEST(Engine, MaxMinFairnessAcrossLinks) {
+  TaskGraph g(3);
+  const uint32_t a = g.add_link("A", 10 * kBytePerTick), b = g.add_link("B", 4 * kBytePerTick);
+  const TaskId f1 = g.add(on(0, 1, Stream::kDp)), f2 = g.add(on(1, 1, Stream::kDp)), f3 = g.add(on(2, 1, Stream::kDp));
+  g.set_flow(f1, 80, {a});
+  g.set_flow(f2, 20, {a, b});
+  g.set_flow(f3, 20, {b});
+  Engine e(g);
+  e.run();
+  EXPECT_EQ(e.finish_times()[f1], 10);
+  EXPECT_EQ(e.finish_times()[f2], 10);
+  EXPECT_EQ(e.finish_times()[f3], 10);
+}
+
+// A flow never runs faster than its own rate alone (bytes / duration): a latency-bound
+// transfer using a fifth of the link leaves the rest to a bulk flow.
+TEST(Engine, FlowKeepsItsOwnRateCap) {
+  TaskGraph g(2);
+  const uint32_t l = g.add_link("L", 10 * kBytePerTick);
+  const TaskId small = g.add(on(0, 10, Stream::kDp)), bulk = g.add(on(1, 1, Stream::kDp));
+  g.set_flow(small, 20, {l});  // 2 B/tick alone
+  g.set_flow(bulk, 80, {l});   // link-bound
+  Engine e(g);
+  e.run();
+  EXPECT_EQ(e.finish_times()[small], 10);  // unaffected
+  EXPECT_EQ(e.finish_times()[bulk], 10);   // 8 B/tick
+}
+
+// A collective whose participants are flows ends for all of them when the slowest is done.
+TEST(Engine, FlowCollectiveEndsWithSlowestParticipant) {
+  TaskGraph g(2);
+  const uint32_t fast = g.add_link("fast", 2 * kBytePerTick), slow = g.add_link("slow", kBytePerTick);
+  const uint32_t c = g.add_collective(10, g.intern("all-reduce"));
+  const TaskId p0 = g.add(on(0, 0, Stream::kDp)), p1 = g.add(on(1, 0, Stream::kDp));
+  g.join(c, p0);
+  g.join(c, p1);
+  g.set_flow(p0, 20, {fast});  // 10 ticks
+  g.set_flow(p1, 20, {slow});  // capped at 1 B/tick: 20 ticks
+  const TaskId after = g.add(on(0, 1));
+  g.depend(p0, after);
+  Engine e(g);
+  e.run();
+  EXPECT_EQ(e.finish_times()[p0], 20);
+  EXPECT_EQ(e.finish_times()[p1], 20);
+  EXPECT_EQ(e.finish_times()[after], 21);
 }
 
 }  // namespace

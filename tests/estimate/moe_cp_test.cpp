@@ -1,0 +1,211 @@
+// Expert and context parallelism in the workload: routing volume, capacity, imbalance,
+// placement, ring overlap and causal load balancing. Properties from the mechanism, not golden
+// numbers.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/estimate/moe_routing.hpp"
+#include "sim/estimate/workload.hpp"
+
+namespace stepcast::estimate {
+namespace {
+
+using config::RunConfig;
+using core::Json;
+
+// A small fine-grained MoE model (Qwen3-MoE shape class): 16 experts, top-2.
+Json moe_run(int64_t ep, int64_t gpus_per_node = 8, const Json& moe = Json()) {
+  Json parallel = {{"tp", 1}, {"ep", ep}, {"micro_batch_size", 1}};
+  if (!moe.is_null()) parallel["moe"] = moe;
+  return {
+      {"model",
+       {{"name", "moe-test"},
+        {"hidden_size", 2048},
+        {"num_attention_heads", 16},
+        {"num_key_value_heads", 4},
+        {"num_hidden_layers", 4},
+        {"intermediate_size", 8192},
+        {"moe_intermediate_size", 1024},
+        {"num_local_experts", 16},
+        {"num_experts_per_tok", 2},
+        {"vocab_size", 32000},
+        {"hidden_act", "silu"}}},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 8}, {"gpus_per_node", gpus_per_node}}},
+      {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+      {"parallel", parallel},
+  };
+}
+
+Json cp_run(int64_t seq_len, int64_t cp, int64_t gpus_per_node, bool load_balance = true) {
+  return {
+      {"model", "llama3.1-8b"},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 8}, {"gpus_per_node", gpus_per_node}}},
+      {"training", {{"seq_len", seq_len}, {"global_batch_size", 8 / cp}}},
+      {"parallel", {{"tp", 1}, {"cp", cp}, {"cp_load_balance", load_balance}}},
+  };
+}
+
+RunConfig parse(const Json& j) { return config::parse_run(j, "<moe-cp-test>", ""); }
+
+double sum_bytes(const std::vector<Op>& ops, CommKind kind) {
+  double b = 0;
+  for (const auto& o : ops) {
+    if (o.kind == OpKind::kComm && o.comm == kind) b += o.bytes.value();
+  }
+  return b;
+}
+
+double op_time(const std::vector<Op>& ops, const std::string& name) {
+  for (const auto& o : ops) {
+    if (o.name == name) return o.time.value();
+  }
+  ADD_FAILURE() << "no op " << name;
+  return 0;
+}
+
+// Dispatch + combine move every routed token copy out and back: 2 * T * k * h * bytes per MoE
+// layer forward (T tokens on the rank, k experts per token, bf16).
+TEST(Moe, AllToAllVolumePerLayer) {
+  const RunConfig rc = parse(moe_run(8));
+  const WorkloadBuilder wb(rc);
+  const double T = 4096, k = 2, h = 2048, bytes = 2;
+  EXPECT_DOUBLE_EQ(sum_bytes(wb.moe_layer().fwd, CommKind::kEp), 2.0 * T * k * h * bytes);
+  // ... and the same again in backward (the gradients of combine and dispatch).
+  EXPECT_DOUBLE_EQ(sum_bytes(wb.moe_layer().bwd, CommKind::kEp), 2.0 * T * k * h * bytes);
+}
+
+// Capacity = ceil(capacity_factor * T * k / E): 4096 tokens, top-2, 16 experts, factor 1.25.
+TEST(Moe, CapacityFormula) {
+  EXPECT_EQ(expert_capacity(4096, 2, 16, 1.25), 640);
+  EXPECT_EQ(expert_capacity(4096, 2, 16, 1.0), 512);
+  EXPECT_EQ(expert_capacity(1000, 3, 7, 1.0), 429);  // 428.57 rounds up
+}
+
+// With a capacity factor, tokens above capacity are dropped and the busiest expert is capped;
+// with padding every expert computes exactly its capacity.
+TEST(Moe, CapacityDropsAndPads) {
+  config::MoeRouting r;
+  r.max_over_mean = 2.0;
+  r.capacity_factor = 1.5;
+  const ExpertLoad drop = expert_load(r, 16, 16, 512, 1);
+  EXPECT_DOUBLE_EQ(drop.busiest_expert_factor, 1.5);
+  EXPECT_NEAR(drop.dropped_fraction, 0.5 / 16.0, 1e-12);  // half a mean's worth of 16 means
+  r.pad_to_capacity = true;
+  const ExpertLoad pad = expert_load(r, 16, 16, 512, 1);
+  EXPECT_DOUBLE_EQ(pad.busiest_rank_factor, 1.5);
+  // Dropless: nothing is dropped and the busiest expert keeps all its tokens.
+  config::MoeRouting dropless;
+  dropless.max_over_mean = 2.0;
+  EXPECT_DOUBLE_EQ(expert_load(dropless, 16, 16, 512, 1).busiest_expert_factor, 2.0);
+  EXPECT_DOUBLE_EQ(expert_load(dropless, 16, 16, 512, 1).dropped_fraction, 0.0);
+}
+
+// The busiest expert sets the MoE layer's pace: with one expert per rank (ep = E would need 16
+// GPUs; here 2 experts per rank on ep 8) an expert at twice the mean makes its rank's expert
+// GEMMs 1.5x (2 + ~0.93 of the other expert over 2 means) and its dispatch receive-bound.
+TEST(Moe, BusiestExpertSetsLayerTime) {
+  const WorkloadBuilder balanced(parse(moe_run(8)));
+  const WorkloadBuilder skewed(parse(moe_run(8, 8, {{"imbalance", 2.0}})));
+  const auto& lb = skewed.moe_layer().expert_load;
+  EXPECT_NEAR(lb.busiest_rank_factor, (2.0 + 14.0 / 15.0) / 2.0, 1e-12);
+  const double ratio = op_time(skewed.moe_layer().fwd, "experts.fc1") / op_time(balanced.moe_layer().fwd, "experts.fc1");
+  // GEMM time is nearly linear in tokens at 1000+ tokens per expert: within 10% of the load
+  // ratio (the shape-dependent efficiency rises slightly with more tokens).
+  EXPECT_NEAR(ratio, lb.busiest_rank_factor, 0.1 * lb.busiest_rank_factor);
+  EXPECT_GT(skewed.moe_layer().ep_exposed.value(), balanced.moe_layer().ep_exposed.value() * 1.3);
+  EXPECT_GT(skewed.moe_layer().fwd_time().value(), balanced.moe_layer().fwd_time().value());
+}
+
+// A seeded popularity draw is deterministic, and more skew makes the busiest rank busier.
+TEST(Moe, SeededImbalanceIsDeterministicAndMonotone) {
+  config::MoeRouting a, b;
+  a.sigma = 0.3;
+  b.sigma = 1.0;
+  const ExpertLoad la = expert_load(a, 64, 8, 1000, 24), la2 = expert_load(a, 64, 8, 1000, 24);
+  EXPECT_EQ(la.busiest_rank_factor, la2.busiest_rank_factor);
+  EXPECT_GT(la.busiest_rank_factor, 1.0);
+  EXPECT_GT(expert_load(b, 64, 8, 1000, 24).busiest_rank_factor, la.busiest_rank_factor);
+}
+
+// EP inside one NVLink node is faster than the same EP spread over nodes, where the dispatch
+// leaves through the NICs.
+TEST(Moe, ExpertParallelInsideNodeIsFaster) {
+  const WorkloadBuilder inside(parse(moe_run(8, 8)));
+  const WorkloadBuilder across(parse(moe_run(8, 2)));
+  EXPECT_LT(inside.moe_layer().ep_exposed.value() * 2.0, across.moe_layer().ep_exposed.value());
+}
+
+// The all-gather dispatcher moves T*ep tokens per rank instead of T*k copies: cheaper in
+// volume only when k is large against ep (here k = 2 < ep = 8, so it moves more).
+TEST(Moe, AllGatherDispatcherVolume) {
+  const WorkloadBuilder ag(parse(moe_run(8, 8, {{"dispatcher", "allgather"}})));
+  const double T = 4096, h = 2048, bytes = 2, ep = 8;
+  EXPECT_DOUBLE_EQ(sum_bytes(ag.moe_layer().fwd, CommKind::kEp), 2.0 * T * h * bytes * ep);
+}
+
+// Shared-expert overlap hides dispatch/combine behind the shared experts' computation.
+TEST(Moe, SharedExpertOverlapHidesDispatch) {
+  Json plain = moe_run(8, 2);
+  plain["model"]["n_shared_experts"] = 2;
+  Json overlapped = plain;
+  overlapped["parallel"]["moe"] = {{"shared_expert_overlap", true}};
+  const WorkloadBuilder a(parse(plain)), b(parse(overlapped));
+  EXPECT_LT(b.moe_layer().ep_exposed.value(), a.moe_layer().ep_exposed.value());
+}
+
+TEST(Moe, RoutingBlockOnDenseModelIsAnError) {
+  Json j = cp_run(8192, 1, 8);
+  j["parallel"]["moe"] = {{"dispatcher", "alltoall"}};
+  try {
+    parse(j);
+    FAIL() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.parallel.moe"), std::string::npos) << e.what();
+  }
+}
+
+// Ring CP: each hop's K/V transfer hides behind the attention block it overlaps. At 128k
+// tokens a block takes far longer than the send; at 4k tokens over the network it does not.
+TEST(ContextParallel, RingHidesKvWhenBlocksAreLong) {
+  const WorkloadBuilder long_seq(parse(cp_run(131072, 8, 8)));
+  EXPECT_EQ(long_seq.dense_layer().cp_exposed.value(), 0.0);
+  const WorkloadBuilder short_seq(parse(cp_run(4096, 8, 1)));  // every hop crosses nodes
+  EXPECT_GT(short_seq.dense_layer().cp_exposed.value(), 0.0);
+}
+
+// Causal CP without load balancing: the last rank's queries see the whole sequence, so the
+// attention takes (2cp-1)/cp of a balanced rank's time.
+TEST(ContextParallel, CausalWithoutLoadBalancingIsSlower) {
+  const WorkloadBuilder lb(parse(cp_run(131072, 4, 8, true)));
+  const WorkloadBuilder no_lb(parse(cp_run(131072, 4, 8, false)));
+  const double ratio = op_time(no_lb.dense_layer().fwd, "attention") / op_time(lb.dense_layer().fwd, "attention");
+  EXPECT_NEAR(ratio, 7.0 / 4.0, 0.01);
+  EXPECT_GT(no_lb.dense_layer().fwd_time().value(), lb.dense_layer().fwd_time().value());
+}
+
+// Ulysses splits heads over cp, so cp is bounded by the KV heads per TP rank.
+TEST(ContextParallel, UlyssesBoundedByHeads) {
+  Json j = cp_run(8192, 8, 8);
+  j["parallel"]["cp_comm"] = "ulysses";
+  j["parallel"]["tp"] = 1;
+  EXPECT_NO_THROW(parse(j));  // 8 kv heads / cp 8
+  Json bad = cp_run(8192, 8, 8);
+  bad["cluster"]["num_gpus"] = 16;
+  bad["parallel"] = {{"tp", 2}, {"cp", 8}, {"cp_comm", "ulysses"}};
+  // 8 kv heads / tp 2 = 4 per TP rank: cp 8 cannot split them.
+  try {
+    parse(bad);
+    FAIL() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.parallel.cp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("key/value heads"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace stepcast::estimate
