@@ -58,6 +58,33 @@ double HardwareProfile::gemm_max_for(Dtype d) const {
   return bf != efficiency.gemm_max.end() ? bf->second : 0.7;
 }
 
+std::vector<FabricTier> pcie_tiers(const PcieTopology& t, int gpus_per_node) {
+  std::vector<FabricTier> out;
+  auto tier = [&](const char* name, int span, bool crosses_sockets, core::Duration hop) {
+    FabricTier f;
+    f.name = name;
+    f.span = span;
+    const double ring = t.ring_bandwidth.value();
+    const double sock = t.socket_link.value();
+    const double ag = crosses_sockets ? std::min(ring, sock) : ring;
+    const double rs = crosses_sockets ? std::min(ring, sock * t.socket_reduce_efficiency) : ring;
+    f.busbw = core::Bandwidth(ag);
+    f.reduce_scatter_busbw = core::Bandwidth(rs);
+    // An all-reduce is a reduce-scatter then an all-gather of equal bus volume.
+    f.allreduce_busbw = core::Bandwidth(2.0 / (1.0 / rs + 1.0 / ag));
+    f.broadcast_busbw = core::Bandwidth(crosses_sockets ? std::min(t.chain_bandwidth.value(), sock) : t.chain_bandwidth.value());
+    f.p2p_bandwidth = t.gpu_link;
+    f.base_latency = t.launch_latency;
+    f.latency = hop;
+    out.push_back(f);
+  };
+  if (t.gpus_per_switch > 1 && t.gpus_per_switch < t.gpus_per_socket) tier("pcie-switch", t.gpus_per_switch, false, t.switch_hop);
+  if (t.gpus_per_socket < gpus_per_node) tier("socket", t.gpus_per_socket, false, t.socket_hop);
+  tier(t.gpus_per_socket < gpus_per_node ? "socket-link" : "socket", gpus_per_node, t.gpus_per_socket < gpus_per_node,
+       t.gpus_per_socket < gpus_per_node ? t.socket_link_hop : t.socket_hop);
+  return out;
+}
+
 const FabricTier& HardwareProfile::tier_for_span(int lo, int hi) const {
   for (const auto& t : fabric) {
     if (lo / t.span == hi / t.span) return t;
@@ -65,11 +92,11 @@ const FabricTier& HardwareProfile::tier_for_span(int lo, int hi) const {
   return fabric.back();
 }
 
-core::Bandwidth HardwareProfile::nic_bandwidth_per_gpu() const {
+core::Bandwidth HardwareProfile::nic_bandwidth_per_gpu(int64_t nodes) const {
   const double nics = static_cast<double>(std::max(1, network.nics_per_node));
-  return core::Bandwidth(network.nic_bandwidth.value() * network.efficiency * nics /
-                         static_cast<double>(gpus_per_node) /
-                         std::max(1.0, network.oversubscription));
+  const bool above_leaf = network.nodes_per_leaf <= 0 ? nodes > 1 : nodes > network.nodes_per_leaf;
+  const double over = above_leaf ? std::max(1.0, network.oversubscription) : 1.0;
+  return core::Bandwidth(network.nic_bandwidth.value() * network.efficiency * nics / static_cast<double>(gpus_per_node) / over);
 }
 
 namespace {
@@ -144,7 +171,38 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
   if (const Json* n = r.get_raw("node"); n != nullptr) {
     ObjectReader nr(*n, r.child_path("node"), issues);
     hw.gpus_per_node = static_cast<int>(nr.get_int("gpus_per_node", 1, 1024, 8));
-    if (const Json* tiers = nr.get_raw("fabric"); tiers != nullptr && tiers->is_array() && !tiers->empty()) {
+    if (const Json* tj = nr.get_raw("topology"); tj != nullptr) {
+      if (nr.has("fabric")) issues.add(nr.child_path("fabric"), "give either fabric tiers or a topology, not both");
+      ObjectReader tr(*tj, nr.child_path("topology"), issues);
+      auto& t = hw.topology;
+      (void)tr.get_choice("kind", {"pcie"}, "pcie");
+      t.gpus_per_switch = static_cast<int>(tr.get_int("gpus_per_switch", 1, 1024, 2));
+      t.gpus_per_socket = static_cast<int>(tr.get_int("gpus_per_socket", 1, 1024, hw.gpus_per_node / 2));
+      auto need_bw = [&](const char* key) {
+        auto v = tr.get_bandwidth(key);
+        if (!v) issues.add(tr.child_path(key), "required bandwidth (e.g. \"46GB/s\")");
+        return v.value_or(core::gb_per_s(1));
+      };
+      t.gpu_link = need_bw("gpu_link");
+      t.ring_bandwidth = need_bw("ring_bandwidth");
+      t.socket_link = need_bw("socket_link");
+      t.chain_bandwidth = tr.get_bandwidth("chain_bandwidth").value_or(t.ring_bandwidth);
+      t.socket_reduce_efficiency = tr.get_number("socket_reduce_efficiency", 0.01, 1.0, 1.0);
+      t.launch_latency = tr.get_duration("launch_latency", false).value_or(core::Duration(0));
+      t.switch_hop = tr.get_duration("switch_hop", false).value_or(core::micros(1));
+      t.socket_hop = tr.get_duration("socket_hop", false).value_or(t.switch_hop);
+      t.socket_link_hop = tr.get_duration("socket_link_hop", false).value_or(t.socket_hop);
+      if (t.gpus_per_socket % t.gpus_per_switch != 0 || hw.gpus_per_node % t.gpus_per_socket != 0) {
+        issues.add(tr.child_path("gpus_per_socket"), "switches must nest in sockets and sockets in the node (" +
+                                                         std::to_string(t.gpus_per_switch) + " | " +
+                                                         std::to_string(t.gpus_per_socket) + " | " +
+                                                         std::to_string(hw.gpus_per_node) + ")");
+      } else {
+        hw.fabric = pcie_tiers(t, hw.gpus_per_node);
+        hw.has_topology = true;
+      }
+      tr.finish();
+    } else if (const Json* tiers = nr.get_raw("fabric"); tiers != nullptr && tiers->is_array() && !tiers->empty()) {
       for (size_t i = 0; i < tiers->size(); ++i) {
         ObjectReader tr((*tiers)[i], nr.child_path("fabric") + "[" + std::to_string(i) + "]", issues);
         FabricTier t;
@@ -209,6 +267,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.network.efficiency = nr.get_number("efficiency", 0.01, 1.0, 0.9);
     hw.network.latency = nr.get_duration("latency", false).value_or(core::micros(10));
     hw.network.oversubscription = nr.get_number("oversubscription", 1.0, 64.0, 1.0);
+    hw.network.nodes_per_leaf = nr.get_int("nodes_per_leaf", 0, 1000000, 0);
     nr.finish();
   } else {
     hw.network.nic_bandwidth = core::gb_per_s(25);

@@ -45,7 +45,13 @@ struct Network {
   int nics_per_node = 0;
   double efficiency = 0.9;        // achieved fraction of line rate for large collectives
   core::Duration latency;         // per hop latency (alpha) of an inter-node step
-  double oversubscription = 1.0;  // fat-tree oversubscription ratio above the leaf (>= 1)
+  double oversubscription = 1.0;  // oversubscription ratio above the leaf switches (>= 1)
+  // Scale-out network as a two-level tree: nodes_per_leaf nodes under one leaf layer (a
+  // rail-optimised scalable unit, where NCCL keeps ring traffic and PXN-routed all-to-all on
+  // the rails, or a fat-tree leaf), spine above it at 1/oversubscription. Groups spanning at
+  // most nodes_per_leaf nodes run at full NIC bandwidth. 0: oversubscription applies to all
+  // inter-node traffic.
+  int64_t nodes_per_leaf = 0;
 };
 
 struct Efficiency {
@@ -65,6 +71,27 @@ struct Efficiency {
   core::Duration kernel_overhead;    // per-kernel launch and tail cost
 };
 
+// A PCIe node described by its links rather than fitted per tier: GPUs in pairs (or more)
+// under PCIe switches, switches under CPU sockets, sockets joined by one inter-socket link.
+// The fabric tiers (one per switch, socket and node span) are derived from it.
+struct PcieTopology {
+  int gpus_per_switch = 2;
+  int gpus_per_socket = 4;
+  core::Bandwidth gpu_link;         // a GPU's PCIe port, one direction (bounds rooted transfers)
+  core::Bandwidth ring_bandwidth;   // what one NCCL ring step sustains over PCIe peer-to-peer
+  core::Bandwidth chain_bandwidth;  // pipelined broadcast chain (one-way forwarding)
+  core::Bandwidth socket_link;      // inter-socket link, one direction, for GPU peer traffic
+  double socket_reduce_efficiency = 1.0;  // reductions streamed through the socket link
+  core::Duration launch_latency;    // fixed cost of one collective
+  core::Duration switch_hop, socket_hop, socket_link_hop;  // per ring step, by slowest hop
+};
+
+// Tiers of a PCIe node: spans gpus_per_switch, gpus_per_socket and the node. A ring crossing
+// the socket link carries its whole per-rank traffic through it once in each direction, so the
+// link caps the ring; rooted transfers (scatter, gather, 2-rank copies) are bounded by the
+// root's own PCIe port and do not queue on it.
+std::vector<FabricTier> pcie_tiers(const PcieTopology& t, int gpus_per_node);
+
 struct HardwareProfile {
   std::string name;
   std::string description;
@@ -77,6 +104,8 @@ struct HardwareProfile {
   int sm_count = 0;
   int gpus_per_node = 8;
   std::vector<FabricTier> fabric;  // ordered from narrowest to widest; last spans the node
+  bool has_topology = false;       // fabric derived from a PcieTopology
+  PcieTopology topology;
   Network network;
   Efficiency efficiency;
 
@@ -86,7 +115,8 @@ struct HardwareProfile {
   // Tier a group of local GPU indices [lo, hi] must cross (narrowest domain holding both).
   [[nodiscard]] const FabricTier& tier_for_span(int lo, int hi) const;
   // Scale-out bandwidth available to one GPU when all GPUs of its node talk at once.
-  [[nodiscard]] core::Bandwidth nic_bandwidth_per_gpu() const;
+  // nodes: how many nodes the traffic spans (oversubscription applies above the leaf).
+  [[nodiscard]] core::Bandwidth nic_bandwidth_per_gpu(int64_t nodes = 1) const;
 };
 
 // Reads a profile: a built-in name, or an object (optionally {"base": NAME, ...overrides}).

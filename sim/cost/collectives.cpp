@@ -119,7 +119,7 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
   const int64_t g = std::max<int64_t>(1, where.ranks_per_node);
   const int64_t nodes = where.nodes;
   const hw::FabricTier& intra = hw.tier_for_span(where.local_lo, where.local_hi);
-  const Bandwidth nic = hw.nic_bandwidth_per_gpu();
+  const Bandwidth nic = hw.nic_bandwidth_per_gpu(where.nodes);
   const Duration a_net = hw.network.latency;
   const Bytes per_rail(bytes.value() / static_cast<double>(g));
 

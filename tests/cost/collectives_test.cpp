@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "sim/config/hardware.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
 #include "sim/mesh/rank_mesh.hpp"
 
 namespace stepcast::cost {
@@ -173,6 +175,59 @@ TEST(Collectives, TrivialCasesAreFree) {
   const auto hw = hw::builtin_hardware("h100-sxm");
   EXPECT_DOUBLE_EQ(collective_time(Collective::kAllReduce, Bytes(1e9), mesh::place({3}, 8), hw).value(), 0.0);
   EXPECT_DOUBLE_EQ(collective_time(Collective::kAllReduce, Bytes(0), mesh::place({0, 1}, 8), hw).value(), 0.0);
+}
+
+// PCIe topology: a ring spanning both sockets is capped by the socket link; one inside a
+// socket runs at the PCIe ring rate; rooted transfers are bounded by the root's own port.
+TEST(Topology, SocketLinkCapsRingsNotRootedTransfers) {
+  const hw::HardwareProfile hw = hw::builtin_hardware("rtx-pro-6000-pcie-8x");
+  ASSERT_TRUE(hw.has_topology);
+  const auto& t = hw.topology;
+  ASSERT_LT(t.socket_link.value(), t.ring_bandwidth.value());
+  const auto& node = hw.tier_for_span(0, 7);
+  const auto& socket = hw.tier_for_span(0, 3);
+  EXPECT_DOUBLE_EQ(node.busbw.value(), t.socket_link.value());
+  EXPECT_DOUBLE_EQ(socket.busbw.value(), t.ring_bandwidth.value());
+  // Reductions through the socket link run at its reduce efficiency; an all-reduce is the
+  // harmonic mean of its reduce-scatter and all-gather phases.
+  EXPECT_DOUBLE_EQ(node.reduce_scatter_busbw.value(), t.socket_link.value() * t.socket_reduce_efficiency);
+  expect_rel(node.allreduce_busbw.value(), 2.0 / (1.0 / node.reduce_scatter_busbw.value() + 1.0 / node.busbw.value()));
+  // 1 GiB: the 8-rank all-gather takes 7/8 GiB over the socket link; a scatter from rank 0
+  // pushes the same 7/8 GiB through rank 0's PCIe port, more than twice as fast.
+  mesh::Placement eight{8, 1, 8, 0, 7};
+  const Bytes gib(1073741824.0);
+  const double ag = collective_time(Collective::kAllGather, gib, eight, hw).value();
+  const double sc = collective_time(Collective::kScatter, gib, eight, hw).value();
+  expect_rel(ag, gib.value() * 7.0 / 8.0 / t.socket_link.value(), 1e-3);
+  expect_rel(sc, gib.value() * 7.0 / 8.0 / t.gpu_link.value(), 1e-3);
+  EXPECT_GT(ag, 2.0 * sc);
+}
+
+TEST(Topology, FabricAndTopologyTogetherIsAnError) {
+  core::Json j = hw::builtin_hardware_json("rtx-pro-6000-pcie-8x");
+  j["node"]["fabric"] = core::Json::array({{{"name", "x"}, {"span", 8}, {"busbw", "20GB/s"}}});
+  core::Issues issues;
+  (void)hw::parse_hardware(j, "$.hardware", issues);
+  ASSERT_FALSE(issues.empty());
+  std::string all;
+  for (const auto& l : issues.lines()) all += l + "\n";
+  EXPECT_NE(all.find("$.hardware.node.fabric"), std::string::npos) << all;
+}
+
+// Oversubscription applies above the leaf: a ring over 4 nodes under one leaf runs at full NIC
+// bandwidth, one over 8 nodes crosses the spine at 1/oversubscription.
+TEST(Topology, OversubscriptionAboveTheLeaf) {
+  hw::HardwareProfile hw = hw::builtin_hardware("h100-sxm");
+  hw.network.oversubscription = 2.0;
+  hw.network.nodes_per_leaf = 4;
+  EXPECT_DOUBLE_EQ(hw.nic_bandwidth_per_gpu(4).value(), 2.0 * hw.nic_bandwidth_per_gpu(8).value());
+  const Bytes big(4e9);
+  // One rank per node: the ring's bytes grow from 3/4 to 7/8 of the data and the bandwidth
+  // halves, so the time grows 2 * (7/8) / (3/4) = 2.33x (less a little latency).
+  mesh::Placement four{4, 4, 1, 0, 0}, eight{8, 8, 1, 0, 0};
+  const double ratio = collective_time(Collective::kAllGather, big, eight, hw).value() /
+                       collective_time(Collective::kAllGather, big, four, hw).value();
+  EXPECT_NEAR(ratio, 2.0 * (7.0 / 8.0) / (3.0 / 4.0), 0.01);
 }
 
 }  // namespace
