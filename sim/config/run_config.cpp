@@ -88,7 +88,11 @@ void parse_moe(ObjectReader r, MoeRouting& m) {
       ir.finish();
     }
   }
-  m.shared_expert_overlap = r.get_bool("shared_expert_overlap", false);
+  const auto ov = r.get_choice("overlap", {"none", "shared-experts", "micro-batch"}, "none");
+  m.overlap = ov == "shared-experts" ? MoeRouting::Overlap::kSharedExperts
+              : ov == "micro-batch"  ? MoeRouting::Overlap::kMicroBatch
+                                     : MoeRouting::Overlap::kNone;
+  m.max_nodes_per_token = r.get_int("max_nodes_per_token", 0, 1 << 20, 0);
   r.finish();
 }
 

@@ -39,9 +39,16 @@ struct MoeRouting {
   double max_over_mean = 1.0;
   double sigma = 0;
   uint64_t seed = 1;
-  // The shared experts' computation runs while dispatch and combine are in flight
-  // (Megatron-Core moe_shared_expert_overlap).
-  bool shared_expert_overlap = false;
+  // What hides dispatch and combine: nothing; the shared experts' computation (Megatron-Core
+  // moe_shared_expert_overlap); or the computation of another micro-batch running at the same
+  // time (DeepSeek's DualPipe, Megatron's combined 1F1B A2A overlap), which hides up to the
+  // layer's whole attention and expert compute.
+  enum class Overlap { kNone, kSharedExperts, kMicroBatch };
+  Overlap overlap = Overlap::kNone;
+  // Node-limited routing (DeepSeek-V3: at most 4 nodes per token): a token crosses the network
+  // once per destination node and is forwarded to its experts there over the node fabric.
+  // 0 = unlimited, every routed copy travels on its own.
+  int64_t max_nodes_per_token = 0;
 };
 
 std::string to_string(Recompute r);

@@ -459,7 +459,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     const double etp = static_cast<double>(p.etp);
     const double Tr = c.T_rep;  // tokens this rank routes
     linear(c, F, B, "router", Tr, E, h);
-    // Shared experts see every token; with shared_expert_overlap they run while the dispatch
+    // Shared experts see every token; with overlap "shared-experts" they run while the dispatch
     // and combine are in flight and hide them.
     std::vector<Op> SF, SB;
     if (mo.shared_experts > 0) {
@@ -469,7 +469,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
       SB.push_back(mem_op(c, "shared.activation.bwd", 2.0 * act_passes * e * T * fs_local));
       linear(c, SF, SB, "shared.fc2", T, h, fs_local);
     }
-    const bool overlap = p.moe.shared_expert_overlap && !SF.empty();
+    const bool overlap = p.moe.overlap == config::MoeRouting::Overlap::kSharedExperts && !SF.empty();
     const Duration hide_f = overlap ? Duration(sum_time(SF, 0) / 2.0) : Duration(0);
     const Duration hide_b = overlap ? Duration(sum_time(SB, 0) / 2.0) : Duration(0);
     // Routing: the busiest expert-parallel rank's tokens set the expert compute and, as the
@@ -487,10 +487,28 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     // routed to its experts; the combine is the matching reduce-scatter.
     const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor;
     const double ag_bytes = Tr * h * e * ep;
+    // Node-limited routing: a token crosses the network once per remote node it reaches (the
+    // expected number of distinct nodes among its k experts, at most max_nodes_per_token) and
+    // is forwarded to its experts over the node fabric.
+    auto a2a_op = [&](const std::string& name, Duration hide) {
+      const auto& w = places_.ep;
+      const int64_t M = p.moe.max_nodes_per_token;
+      if (M <= 0 || w.intra_node()) return comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
+      const double N = static_cast<double>(w.nodes);
+      const double distinct = std::min(static_cast<double>(M), N * (1.0 - std::pow(1.0 - 1.0 / N, k)));
+      const double per_copy = Tr * h * e * load.busiest_rank_factor;
+      Op op = comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
+      op.nic_bytes = per_copy * distinct * (N - 1.0) / N;
+      const auto& intra = c.hw.tier_for_span(0, static_cast<int>(std::max<int64_t>(1, w.ranks_per_node)) - 1);
+      const Duration t_net = c.hw.network.latency + Bytes(op.nic_bytes) / c.hw.nic_bandwidth_per_gpu(w.nodes);
+      const Duration t_fab = intra.latency + Bytes(per_copy * k) / intra.busbw;
+      op.time = std::max(t_net, t_fab);
+      return op;
+    };
     if (p.ep > 1) {
       if (a2a) {
-        F.push_back(comm_op(c, "ep.dispatch", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_f));
-        B.push_back(comm_op(c, "ep.combine_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_b));
+        F.push_back(a2a_op("ep.dispatch", hide_f));
+        B.push_back(a2a_op("ep.combine_grad", hide_b));
       } else {
         F.push_back(comm_op(c, "ep.allgather", CommKind::kEp, Collective::kAllGather, ag_bytes, places_.ep, hide_f));
         B.push_back(comm_op(c, "ep.combine_grad_ag", CommKind::kEp, Collective::kAllGather, ag_bytes, places_.ep, hide_b));
@@ -503,8 +521,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local);
     if (p.ep > 1) {
       if (a2a) {
-        F.push_back(comm_op(c, "ep.combine", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_f));
-        B.push_back(comm_op(c, "ep.dispatch_grad", CommKind::kEp, Collective::kAllToAll, a2a_bytes, places_.ep, hide_b));
+        F.push_back(a2a_op("ep.combine", hide_f));
+        B.push_back(a2a_op("ep.dispatch_grad", hide_b));
       } else {
         F.push_back(comm_op(c, "ep.reduce_scatter", CommKind::kEp, Collective::kReduceScatter, ag_bytes, places_.ep, hide_f));
         B.push_back(comm_op(c, "ep.dispatch_grad_rs", CommKind::kEp, Collective::kReduceScatter, ag_bytes, places_.ep, hide_b));
@@ -514,6 +532,21 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     B.push_back(mem_op(c, "permute.bwd", 2.0 * e * Tr * k * h));
     F.insert(F.end(), SF.begin(), SF.end());
     B.insert(B.end(), SB.begin(), SB.end());
+  }
+  if (moe && p.moe.overlap == config::MoeRouting::Overlap::kMicroBatch) {
+    // Two micro-batches interleaved (DualPipe-style): each expert-parallel exchange of one
+    // hides behind an equal share of the other's layer compute, attention included.
+    for (auto* ops : {&F, &B}) {
+      double compute = 0;
+      int exchanges = 0;
+      for (const auto& o : *ops) {
+        if (o.kind != OpKind::kComm) compute += o.time.value();
+        if (o.kind == OpKind::kComm && o.comm == CommKind::kEp) ++exchanges;
+      }
+      for (auto& o : *ops) {
+        if (o.kind == OpKind::kComm && o.comm == CommKind::kEp) o.hidden_by = Duration(compute / std::max(1, exchanges));
+      }
+    }
   }
   F.push_back(mem_op(c, "residual2", 3.0 * e * h * c.T_rep + dropout_bytes));
   B.push_back(mem_op(c, "residual2.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));

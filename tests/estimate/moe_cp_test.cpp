@@ -153,9 +153,33 @@ TEST(Moe, SharedExpertOverlapHidesDispatch) {
   Json plain = moe_run(8, 2);
   plain["model"]["n_shared_experts"] = 2;
   Json overlapped = plain;
-  overlapped["parallel"]["moe"] = {{"shared_expert_overlap", true}};
+  overlapped["parallel"]["moe"] = {{"overlap", "shared-experts"}};
   const WorkloadBuilder a(parse(plain)), b(parse(overlapped));
   EXPECT_LT(b.moe_layer().ep_exposed.value(), a.moe_layer().ep_exposed.value());
+}
+
+// Node-limited routing: across 4 nodes (ep 8, 2 GPUs per node) a top-2 token reaches at most
+// 2 nodes; limited to 1 node it crosses the network at most once instead of once per copy.
+TEST(Moe, NodeLimitedRoutingCutsNetworkBytes) {
+  const WorkloadBuilder free_routing(parse(moe_run(8, 2)));
+  const WorkloadBuilder limited(parse(moe_run(8, 2, {{"max_nodes_per_token", 1}})));
+  auto nic = [](const LayerCost& lc) {
+    double b = 0;
+    for (const auto& o : lc.fwd) b += o.nic_bytes;
+    return b;
+  };
+  const double T = 4096, k = 2, h = 2048, bytes = 2, nodes = 4;
+  EXPECT_DOUBLE_EQ(nic(free_routing.moe_layer()), 2.0 * T * k * h * bytes * (8.0 - 2.0) / 8.0);
+  EXPECT_DOUBLE_EQ(nic(limited.moe_layer()), 2.0 * T * 1.0 * h * bytes * (nodes - 1.0) / nodes);
+  EXPECT_LT(limited.moe_layer().ep_exposed.value(), free_routing.moe_layer().ep_exposed.value());
+}
+
+// Micro-batch overlap (DualPipe-style) hides the exchanges behind the other micro-batch's
+// layer compute: exposed EP time drops to what the compute cannot cover.
+TEST(Moe, MicroBatchOverlapHidesExchanges) {
+  const WorkloadBuilder plain(parse(moe_run(8, 2)));
+  const WorkloadBuilder overlapped(parse(moe_run(8, 2, {{"overlap", "micro-batch"}})));
+  EXPECT_LT(overlapped.moe_layer().ep_exposed.value(), 0.5 * plain.moe_layer().ep_exposed.value());
 }
 
 TEST(Moe, RoutingBlockOnDenseModelIsAnError) {
