@@ -9,6 +9,24 @@ tmp=$(mktemp -d)
 for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
   ./build/stepcast_bench --benchmark_filter="^${f}(/|$)" --benchmark_format=console >"$tmp/$f.txt" 2>&1
 done
+# Planner wall time (the CLI end to end, best of 3).
+plan_time() {
+  local best=999999
+  for i in 1 2 3; do
+    local s e
+    s=$(date +%s.%N)
+    "$@" >/dev/null
+    e=$(date +%s.%N)
+    best=$(python3 -c "print(min($best, $e - $s))")
+  done
+  printf '%.2f s' "$best"
+}
+plan70_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 1024 --seq 8192 --batch 1024"
+plan405_cmd="./build/stepcast plan --model llama3.1-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch 2048"
+plan70=$(plan_time $plan70_cmd)
+plan405=$(plan_time $plan405_cmd)
+plan70_head=$($plan70_cmd | head -1)
+plan405_head=$($plan405_cmd | head -1)
 {
   echo "# stepcast performance"
   echo
@@ -22,6 +40,13 @@ done
   echo "one layer short, dp 128, seq 8192, global batch 2048, mbs 1, 1F1B) with symmetry < 0.5 s; the"
   echo "same step with every rank simulated (one-rank slowdown scenario) < 30 s and < 8 GiB."
   echo "Issue 4: deepseek-v3 on 2,048 h800 (pp 16, ep 64, dp 128, tp 1) with symmetry < 2 s."
+  echo "Issue 5: \`stepcast plan\` for llama3.1-70b on 1,024 h100-sxm (seq 8192, batch 1024) < 5 s;"
+  echo "llama3.1-405b on 16,384 h100-sxm searching the full space < 10 s (this machine: $(nproc) cores)."
+  echo
+  echo "## Planner (CLI wall time, best of 3)"
+  echo
+  echo "- \`$plan70_cmd\`: $plan70 ($plan70_head)"
+  echo "- \`$plan405_cmd\`: $plan405 ($plan405_head)"
   echo
   for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
     echo "## $f"
@@ -45,6 +70,8 @@ done
   echo "| same step, every rank simulated (one slow rank) | ${all_s} | < 30 s |"
   echo "| its peak memory (process RSS) | ${all_rss} GiB | < 8 GiB |"
   echo "| deepseek-v3 step on 2,048 h800 (pp 16, ep 64, dp 128), symmetric | ${ds_ms} | < 2 s (issue 4) |"
+  echo "| plan llama3.1-70b on 1,024 GPUs (enumerate, estimate, simulate top 5) | ${plan70} | < 5 s (issue 5) |"
+  echo "| plan llama3.1-405b on 16,384 GPUs (full space) | ${plan405} | < 10 s (issue 5) |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 rm -rf "$tmp"

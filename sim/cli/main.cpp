@@ -3,6 +3,7 @@
 //   70 internal error (a bug: please report), 1 anything else.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/lab/pcie_lab.hpp"
+#include "sim/plan/planner.hpp"
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -116,6 +118,34 @@ int run(int argc, char** argv) {
   lab->add_option("--data", lab_data, "lab data folder (collectives.csv, ddp_buckets.csv, gpipe_bubble.csv)");
   lab->add_option("--out", lab_out, "write the Markdown report here (e.g. reports/pcie-lab.md)");
 
+  // plan
+  std::string plan_file, plan_model, plan_hw, plan_csv_out, plan_precision;
+  int64_t plan_gpus = 0, plan_gpn = 0, plan_seq = 0, plan_batch = 0;
+  size_t plan_rows = 20;
+  bool plan_json = false;
+  std::vector<std::string> plan_fix;
+  stepcast::plan::PlanOptions popt;
+  auto* plan = app.add_subcommand("plan", "search every valid layout for a model on a GPU count and rank them");
+  plan->add_option("run", plan_file, "run file (JSON) whose parallel block is omitted or partly fixed");
+  plan->add_option("--model", plan_model, "model (zoo name) when no run file is given, or to override it");
+  plan->add_option("--hardware", plan_hw, "hardware profile name");
+  plan->add_option("--gpus", plan_gpus, "number of GPUs")->check(CLI::PositiveNumber);
+  plan->add_option("--gpus-per-node", plan_gpn, "GPUs per node (default: the hardware's)")->check(CLI::PositiveNumber);
+  plan->add_option("--seq", plan_seq, "sequence length")->check(CLI::PositiveNumber);
+  plan->add_option("--batch", plan_batch, "global batch size (sequences)")->check(CLI::PositiveNumber);
+  plan->add_option("--precision", plan_precision, "training precision (bf16, fp16, fp8, fp32)");
+  plan->add_option("--top", popt.top_k, "re-simulate this many of the best estimated layouts (0: estimate only)")
+      ->check(CLI::Range(0, 1000));
+  plan->add_option("--rows", plan_rows, "layouts to print")->check(CLI::Range(size_t{1}, size_t{1000000}));
+  plan->add_option("--max-tp", popt.max_tp, "largest tensor-parallel size to consider")->check(CLI::PositiveNumber);
+  plan->add_option("--max-pp", popt.max_pp, "largest pipeline-parallel size to consider")->check(CLI::PositiveNumber);
+  plan->add_option("--max-cp", popt.max_cp, "largest context-parallel size to consider")->check(CLI::PositiveNumber);
+  plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(CLI::PositiveNumber);
+  plan->add_option("--fix", plan_fix, "fix a parallel setting, e.g. --fix pp=4 --fix recompute=full (repeatable)");
+  plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(CLI::NonNegativeNumber);
+  plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
+  plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -128,6 +158,44 @@ int run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (plan->parsed()) {
+    Json run = Json::object();
+    std::string source = "<flags>", base_dir;
+    if (!plan_file.empty()) {
+      run = stepcast::core::load_json_file(plan_file);
+      source = plan_file;
+      base_dir = std::filesystem::path(plan_file).parent_path().string();
+      if (!run.is_object()) throw stepcast::core::UserError(plan_file + ": expected a JSON object");
+    } else if (plan_model.empty() || plan_hw.empty() || plan_gpus == 0 || plan_seq == 0 || plan_batch == 0) {
+      throw stepcast::core::UserError("plan needs a run file, or --model, --hardware, --gpus, --seq and --batch");
+    }
+    if (!plan_model.empty()) run["model"] = plan_model;
+    if (!plan_hw.empty()) run["hardware"] = plan_hw;
+    if (plan_gpus > 0) run["cluster"]["num_gpus"] = plan_gpus;
+    if (plan_gpn > 0) run["cluster"]["gpus_per_node"] = plan_gpn;
+    if (plan_seq > 0) run["training"]["seq_len"] = plan_seq;
+    if (plan_batch > 0) run["training"]["global_batch_size"] = plan_batch;
+    if (!plan_precision.empty()) run["training"]["precision"] = plan_precision;
+    for (const auto& f : plan_fix) {
+      const auto eq = f.find('=');
+      if (eq == std::string::npos || eq == 0) throw stepcast::core::UserError("--fix " + f + ": expected KEY=VALUE, e.g. pp=4");
+      const std::string key = f.substr(0, eq), val = f.substr(eq + 1);
+      Json v = Json::parse(val, nullptr, false);
+      run["parallel"][key] = v.is_discarded() ? Json(val) : v;
+    }
+    const auto r = stepcast::plan::plan(run, source, base_dir, popt);
+    if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
+    if (plan_json) {
+      std::cout << stepcast::plan::plan_json(r, plan_rows).dump(2) << "\n";
+    } else {
+      std::cout << stepcast::plan::plan_table(r, plan_rows);
+    }
+    if (r.ranked.empty()) {
+      std::cerr << "stepcast: error: " << source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs\n";
+      return kExitDoesNotFit;
+    }
+    return 0;
+  }
   if (lab->parsed()) {
     const auto r = stepcast::lab::run_pcie_lab(lab_data);
     if (!lab_out.empty()) write_text(lab_out, r.markdown);

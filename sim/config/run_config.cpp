@@ -381,7 +381,7 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   }
 }
 
-RunConfig parse_run(const Json& j, const std::string& source_name, const std::string& base_dir) {
+RunConfig parse_run(const Json& j, const std::string& source_name, const std::string& base_dir, bool validate_layout) {
   Issues issues;
   RunConfig rc;
   rc.source_name = source_name;
@@ -419,7 +419,7 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
   if (const Json* sj = r.get_raw("scenario"); sj != nullptr) parse_scenario(ObjectReader(*sj, "$.scenario", issues), rc);
   r.ignore({"name", "description", "notes", "measured"});
   r.finish();
-  if (issues.empty()) derive_and_validate(rc, issues);
+  if (issues.empty() && validate_layout) derive_and_validate(rc, issues);
   issues.throw_if_any();
   return rc;
 }

@@ -177,7 +177,10 @@ struct RunConfig {
 
 // Parses and validates a run file object. base_dir resolves relative model paths.
 // Throws core::ConfigError listing every problem.
-RunConfig parse_run(const core::Json& j, const std::string& source_name, const std::string& base_dir);
+// validate_layout = false parses every section but leaves the layout unchecked and underived
+// (the planner fills in and validates each candidate layout itself).
+RunConfig parse_run(const core::Json& j, const std::string& source_name, const std::string& base_dir,
+                    bool validate_layout = true);
 RunConfig load_run_file(const std::string& path);
 
 // Fills derived fields and checks the layout against the model; records problems in issues.

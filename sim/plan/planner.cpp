@@ -1,0 +1,383 @@
+#include "sim/plan/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "sim/core/error.hpp"
+#include "sim/engine/step_sim.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::plan {
+
+using config::Parallel;
+using config::Recompute;
+using config::RunConfig;
+using config::Schedule;
+using core::Json;
+
+namespace {
+
+std::vector<int64_t> powers_of_two_upto(int64_t hi) {
+  std::vector<int64_t> out;
+  for (int64_t x = 1; x <= hi; x *= 2) out.push_back(x);
+  return out;
+}
+
+std::vector<int64_t> divisors(int64_t n, int64_t hi) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= std::min(n, hi); ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+struct Sharding {
+  int zero;
+  bool fsdp;
+};
+
+// Megatron-style uneven split: the middle stages take ceil(L/pp) layers and the first and last
+// share what is left (the first one layer fewer when odd). Returns false when it cannot work.
+bool uneven_split(int64_t L, int64_t pp, int64_t& first, int64_t& last) {
+  if (pp < 3) return false;
+  const int64_t per = (L + pp - 1) / pp;
+  const int64_t ends = L - per * (pp - 2);
+  if (ends < 2 || ends > 2 * per) return false;
+  first = ends / 2;
+  last = ends - first;
+  return true;
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+// Time categories compared in the explanation (seconds per step).
+std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown& b) {
+  std::vector<std::pair<std::string, double>> out{{"compute", b.compute - b.recompute},
+                                                  {"recomputation", b.recompute},
+                                                  {"pipeline bubble", b.bubble},
+                                                  {"optimizer step", b.optimizer}};
+  for (const auto& [k, v] : b.exposed_comm) out.emplace_back("exposed " + k + " communication", v);
+  return out;
+}
+
+std::string layout_diff(const Parallel& a, const Parallel& b) {
+  std::vector<std::string> d;
+  auto num = [&](const char* name, int64_t x, int64_t y) {
+    if (x != y) d.push_back(std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y));
+  };
+  num("tp", a.tp, b.tp);
+  num("pp", a.pp, b.pp);
+  num("dp", a.dp, b.dp);
+  num("cp", a.cp, b.cp);
+  num("ep", a.ep, b.ep);
+  num("vpp", a.vpp, b.vpp);
+  num("micro-batch", a.micro_batch_size, b.micro_batch_size);
+  num("ZeRO stage", a.effective_zero(), b.effective_zero());
+  if (a.recompute != b.recompute) d.push_back("recompute " + config::to_string(a.recompute) + " vs " + config::to_string(b.recompute));
+  if (a.schedule != b.schedule) d.push_back(config::to_string(a.schedule) + " vs " + config::to_string(b.schedule));
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i];
+  return s;
+}
+
+std::string explain(const PlanResult& r) {
+  if (r.ranked.empty()) return "No layout fits: see the rejection counts.";
+  const Candidate& w = r.ranked.front();
+  std::string s = "Best: " + layout_text(w.rc.parallel) + " at " + fmt("%.3f", w.step_s()) + " s per step (" +
+                  fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU).";
+  if (r.ranked.size() < 2) return s + " It is the only layout that fits.";
+  const Candidate& u = r.ranked[1];
+  s += " The runner-up (" + layout_diff(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
+       fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
+  auto wc = categories(w.breakdown()), uc = categories(u.breakdown());
+  std::vector<std::pair<std::string, double>> delta;  // runner-up minus winner
+  for (const auto& [k, v] : uc) {
+    double mine = 0;
+    for (const auto& [k2, v2] : wc) {
+      if (k2 == k) mine = v2;
+    }
+    delta.emplace_back(k, v - mine);
+  }
+  for (const auto& [k, v] : wc) {
+    if (std::none_of(uc.begin(), uc.end(), [&](const auto& x) { return x.first == k; })) delta.emplace_back(k, -v);
+  }
+  std::stable_sort(delta.begin(), delta.end(), [](const auto& a, const auto& b) { return std::abs(a.second) > std::abs(b.second); });
+  std::string saves, pays;
+  int ns = 0, np = 0;
+  for (const auto& [k, v] : delta) {
+    if (std::abs(v) < 1e-3 * w.step_s()) continue;
+    if (v > 0 && ns < 3) saves += std::string(ns++ ? ", " : "") + fmt("%.3f", v) + " s of " + k;
+    if (v < 0 && np < 2) pays += std::string(np++ ? ", " : "") + fmt("%.3f", -v) + " s more " + k;
+  }
+  if (!saves.empty()) s += " Against it the winner avoids " + saves + ".";
+  if (!pays.empty()) s += " It pays " + pays + ".";
+  return s;
+}
+
+}  // namespace
+
+std::string layout_text(const Parallel& p) {
+  std::ostringstream o;
+  o << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp << " cp " << p.cp;
+  if (p.ep > 1) o << " ep " << p.ep;
+  if (p.vpp > 1) o << " vpp " << p.vpp;
+  o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage)) << " rc "
+    << config::to_string(p.recompute);
+  if (p.pp > 1) o << " " << config::to_string(p.schedule);
+  if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers << " last " << p.last_stage_layers;
+  return o.str();
+}
+
+PlanResult plan(const Json& run, const std::string& source_name, const std::string& base_dir, const PlanOptions& opt) {
+  const Json par = run.contains("parallel") && run["parallel"].is_object() ? run["parallel"] : Json::object();
+  const RunConfig base = config::parse_run(run, source_name, base_dir, false);
+  const auto& m = base.model;
+  const int64_t N = base.cluster.num_gpus;
+  const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
+  const int64_t L = m.num_layers;
+  auto fixed = [&](const char* k) { return par.contains(k); };
+  const Parallel& bp = base.parallel;
+
+  const auto tps = fixed("tp") ? std::vector<int64_t>{bp.tp} : powers_of_two_upto(std::min(gpn, opt.max_tp > 0 ? opt.max_tp : gpn));
+  std::vector<int64_t> cps{bp.cp};
+  if (!fixed("cp")) {
+    cps.clear();
+    for (int64_t c : powers_of_two_upto(opt.max_cp)) {
+      if (base.training.seq_len % (2 * c) == 0 || c == 1) cps.push_back(c);
+    }
+  }
+  const auto pps = fixed("pp") ? std::vector<int64_t>{bp.pp} : divisors(N, std::min(L, opt.max_pp > 0 ? opt.max_pp : L));
+  const auto vpps = fixed("vpp") ? std::vector<int64_t>{bp.vpp} : divisors(L, opt.max_vpp);
+  const auto mbss = fixed("micro_batch_size") ? std::vector<int64_t>{bp.micro_batch_size} : powers_of_two_upto(opt.max_mbs);
+  std::vector<int64_t> eps{bp.ep};
+  if (m.moe.enabled() && !fixed("ep")) eps = powers_of_two_upto(m.moe.num_experts);
+  std::vector<Sharding> shards{{0, false}, {1, false}, {3, true}};
+  if (fixed("zero_stage") || fixed("fsdp")) shards = {{bp.zero_stage, bp.fsdp}};
+  // Selective recompute re-runs the attention core, which flash attention recomputes anyway:
+  // with flash kernels it is the same layout as no recompute, so only unfused attention tries it.
+  std::vector<Recompute> recomputes{Recompute::kNone, Recompute::kFull};
+  if (base.training.attention == config::AttentionImpl::kUnfused) recomputes.insert(recomputes.begin() + 1, Recompute::kSelective);
+  if (fixed("recompute")) recomputes = {bp.recompute};
+
+  // Enumerate candidate layouts (cheap arithmetic filters only; the validator decides).
+  std::vector<Parallel> cands;
+  PlanResult res;
+  for (int64_t tp : tps) {
+    for (int64_t cp : cps) {
+      for (int64_t pp : pps) {
+        if (N % (tp * cp * pp) != 0) continue;
+        const int64_t dp = N / (tp * cp * pp);
+        if (fixed("dp") && dp != bp.dp) continue;
+        for (int64_t vpp : vpps) {
+          if (vpp > 1 && pp < 2) continue;
+          std::vector<Schedule> scheds;
+          if (fixed("schedule")) {
+            scheds = {bp.schedule};
+          } else if (pp == 1) {
+            scheds = {Schedule::kOneFOneB};
+          } else if (vpp > 1) {
+            scheds = {Schedule::kInterleaved};
+          } else {
+            scheds = {Schedule::kOneFOneB, Schedule::kZbH1};
+          }
+          int64_t first = -1, last = -1;
+          if (fixed("first_stage_layers") || fixed("last_stage_layers")) {
+            first = bp.first_stage_layers;
+            last = bp.last_stage_layers;
+          } else if (L % (pp * vpp) != 0) {
+            if (vpp > 1 || !uneven_split(L, pp, first, last)) {
+              ++res.enumerated;
+              ++res.rejected["layers do not split over pp*vpp"];
+              continue;
+            }
+          }
+          for (int64_t ep : eps) {
+            for (int64_t mbs : mbss) {
+              for (const auto& sh : shards) {
+                for (Recompute rcm : recomputes) {
+                  for (Schedule sc : scheds) {
+                    Parallel p = bp;
+                    p.tp = tp;
+                    p.cp = cp;
+                    p.pp = pp;
+                    p.dp = dp;
+                    p.vpp = vpp;
+                    p.ep = ep;
+                    if (!fixed("etp")) p.etp = 1;
+                    if (!fixed("sp")) p.sp = tp > 1;
+                    p.micro_batch_size = mbs;
+                    p.zero_stage = sh.zero;
+                    p.fsdp = sh.fsdp;
+                    p.recompute = rcm;
+                    p.schedule = sc;
+                    p.first_stage_layers = first;
+                    p.last_stage_layers = last;
+                    cands.push_back(p);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  res.enumerated += static_cast<int64_t>(cands.size());
+
+  // Validate, check memory and estimate, in parallel; results land by index (deterministic).
+  struct Eval {
+    bool ok = false;
+    std::string reason;
+    Candidate c;
+  };
+  std::vector<Eval> evals(cands.size());
+  auto work = [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      Eval& ev = evals[i];
+      RunConfig rc = base;
+      rc.parallel = cands[i];
+      core::Issues issues;
+      config::derive_and_validate(rc, issues);
+      if (!issues.empty()) {
+        const std::string& line = issues.lines().front();
+        ev.reason = "invalid " + line.substr(0, line.find(": "));
+        continue;
+      }
+      const auto ledger = memory::compute_ledger(rc);
+      if (!ledger.fits()) {
+        ev.reason = "does not fit in memory";
+        continue;
+      }
+      ev.c.est = estimate::estimate_step(rc);
+      ev.c.peak_memory_bytes = ledger.peak().value();
+      ev.c.rc = std::move(rc);
+      ev.ok = true;
+    }
+  };
+  const size_t threads = std::max<size_t>(1, opt.threads > 0 ? static_cast<size_t>(opt.threads) : std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  const size_t chunk = (cands.size() + threads - 1) / threads;
+  for (size_t t = 0; t < threads && t * chunk < cands.size(); ++t) {
+    pool.emplace_back(work, t * chunk, std::min(cands.size(), (t + 1) * chunk));
+  }
+  for (auto& th : pool) th.join();
+
+  std::vector<Candidate> ok;
+  for (auto& ev : evals) {
+    if (ev.ok) {
+      ok.push_back(std::move(ev.c));
+    } else {
+      ++res.rejected[ev.reason];
+    }
+  }
+  res.fit = static_cast<int64_t>(ok.size());
+  auto by_estimate = [](const Candidate& a, const Candidate& b) {
+    if (a.est.step_time_s != b.est.step_time_s) return a.est.step_time_s < b.est.step_time_s;
+    return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
+  };
+  std::sort(ok.begin(), ok.end(), by_estimate);
+
+  // Re-simulate the best K with the event engine and rank them by simulated step time.
+  const size_t k = std::min(ok.size(), static_cast<size_t>(std::max(0, opt.top_k)));
+  for (size_t i = 0; i < k; ++i) {
+    auto& c = ok[i];
+    const auto s = engine::simulate_step(c.rc);
+    c.simulated = true;
+    c.sim_step_s = s.step.step_time_s;
+    c.sim_bubble_fraction = s.step.bubble_fraction;
+    c.sim_breakdown = s.step.breakdown;
+    c.peak_memory_bytes = s.memory_timeline_peak_bytes;
+  }
+  std::sort(ok.begin(), ok.begin() + static_cast<long>(k), [](const Candidate& a, const Candidate& b) {
+    if (a.sim_step_s != b.sim_step_s) return a.sim_step_s < b.sim_step_s;
+    return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
+  });
+  res.ranked = std::move(ok);
+  res.explanation = explain(res);
+  return res;
+}
+
+namespace {
+
+struct Row {
+  std::string layout;
+  double step, est_step, tok_gpu, mfu, peak_gib, bubble, comm;
+  bool simulated;
+};
+
+Row row_of(const Candidate& c) {
+  double comm = 0;
+  for (const auto& [k, v] : c.breakdown().exposed_comm) comm += v;
+  const double scale = c.est.step_time_s / c.step_s();
+  return Row{layout_text(c.rc.parallel), c.step_s(), c.est.step_time_s, c.est.tokens_per_s_per_gpu * scale,
+             c.est.mfu * scale, c.peak_memory_bytes / 1073741824.0, c.bubble_fraction(), comm, c.simulated};
+}
+
+}  // namespace
+
+std::string plan_table(const PlanResult& r, size_t rows) {
+  std::ostringstream o;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%lld layouts enumerated, %lld fit; rejected:", static_cast<long long>(r.enumerated),
+                static_cast<long long>(r.fit));
+  o << buf;
+  if (r.rejected.empty()) o << " none";
+  for (const auto& [why, n] : r.rejected) o << " " << why << " (" << n << ");";
+  o << "\n\n";
+  std::snprintf(buf, sizeof buf, "%4s  %-62s %9s %9s %10s %6s %9s %7s %9s\n", "rank", "layout", "step s", "est s", "tok/s/GPU",
+                "MFU", "peak GiB", "bubble", "comm s");
+  o << buf;
+  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) {
+    const Row x = row_of(r.ranked[i]);
+    std::snprintf(buf, sizeof buf, "%4zu  %-62s %9.3f %9.3f %10.1f %5.1f%% %9.2f %6.1f%% %9.3f%s\n", i + 1, x.layout.c_str(), x.step,
+                  x.est_step, x.tok_gpu, 100.0 * x.mfu, x.peak_gib, 100.0 * x.bubble, x.comm, x.simulated ? "" : "  (estimate)");
+    o << buf;
+  }
+  o << "\n" << r.explanation << "\n";
+  return o.str();
+}
+
+std::string plan_csv(const PlanResult& r, size_t rows) {
+  std::ostringstream o;
+  o << "rank,layout,step_time_s,estimate_step_time_s,simulated,tokens_per_s_per_gpu,mfu,peak_memory_gib,bubble_fraction,exposed_comm_s\n";
+  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) {
+    const Row x = row_of(r.ranked[i]);
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%zu,\"%s\",%.6f,%.6f,%d,%.3f,%.6f,%.4f,%.6f,%.6f\n", i + 1, x.layout.c_str(), x.step, x.est_step,
+                  x.simulated ? 1 : 0, x.tok_gpu, x.mfu, x.peak_gib, x.bubble, x.comm);
+    o << buf;
+  }
+  return o.str();
+}
+
+Json plan_json(const PlanResult& r, size_t rows) {
+  Json list = Json::array();
+  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) {
+    const auto& c = r.ranked[i];
+    const Row x = row_of(c);
+    const auto& p = c.rc.parallel;
+    Json par = {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}, {"sp", p.sp},
+                {"micro_batch_size", p.micro_batch_size}, {"zero_stage", p.zero_stage}, {"fsdp", p.fsdp},
+                {"recompute", config::to_string(p.recompute)}, {"schedule", config::to_string(p.schedule)}};
+    if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
+    if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
+    Json br = {{"compute", c.breakdown().compute}, {"recompute", c.breakdown().recompute}, {"bubble", c.breakdown().bubble},
+               {"optimizer", c.breakdown().optimizer}, {"exposed_comm", c.breakdown().exposed_comm}};
+    list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},
+                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s_per_gpu", x.tok_gpu},
+                    {"mfu", x.mfu}, {"peak_memory_bytes", c.peak_memory_bytes}, {"bubble_fraction", x.bubble},
+                    {"breakdown", br}});
+  }
+  Json rej = Json::object();
+  for (const auto& [k, v] : r.rejected) rej[k] = v;
+  return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej}, {"explanation", r.explanation}, {"layouts", list}};
+}
+
+}  // namespace stepcast::plan

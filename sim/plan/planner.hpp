@@ -1,0 +1,65 @@
+// stepcast planner: every valid layout of a model on a GPU count, ranked.
+//
+// The run file fixes the model, hardware, cluster and training; its parallel block (possibly
+// empty) fixes the dimensions it names. The planner enumerates the others (tp, cp, pp with
+// Megatron-style uneven end stages, vpp, dp, ep, micro-batch, ZeRO stage or FSDP, recompute,
+// schedule), rejects layouts the validator refuses or that do not fit memory (each reason
+// counted), ranks the rest with the analytical estimate, re-simulates the best K with the event
+// engine and ranks those by simulated step time. Deterministic: ties break on the layout text.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/estimate/estimate.hpp"
+
+namespace stepcast::plan {
+
+struct PlanOptions {
+  int top_k = 5;           // layouts re-simulated with the event engine (0: estimate only)
+  int64_t max_tp = 0;      // 0: up to the node size
+  int64_t max_pp = 0;      // 0: up to the layer count
+  int64_t max_cp = 8;
+  int64_t max_mbs = 8;
+  int64_t max_vpp = 8;
+  int threads = 0;         // 0: hardware concurrency
+};
+
+struct Candidate {
+  config::RunConfig rc;
+  estimate::StepEstimate est;
+  bool simulated = false;
+  double sim_step_s = 0;          // simulated step time (when simulated)
+  double sim_bubble_fraction = 0;
+  estimate::Breakdown sim_breakdown;
+  double peak_memory_bytes = 0;   // simulated memory timeline peak, else the ledger peak
+  [[nodiscard]] double step_s() const { return simulated ? sim_step_s : est.step_time_s; }
+  [[nodiscard]] const estimate::Breakdown& breakdown() const { return simulated ? sim_breakdown : est.breakdown; }
+  [[nodiscard]] double bubble_fraction() const { return simulated ? sim_bubble_fraction : est.bubble_fraction; }
+};
+
+struct PlanResult {
+  std::vector<Candidate> ranked;             // best first: simulated ones, then the rest by estimate
+  std::map<std::string, int64_t> rejected;   // reason -> layouts
+  int64_t enumerated = 0;
+  int64_t fit = 0;
+  std::string explanation;                   // why the winner beats the runner-up
+};
+
+// One-line layout, e.g. "tp 8 pp 4 dp 32 cp 1 ep 1 vpp 2 mbs 1 zero 1 rc selective interleaved".
+std::string layout_text(const config::Parallel& p);
+
+// run: a run file object whose parallel block is absent or partial (keys present are fixed).
+PlanResult plan(const core::Json& run, const std::string& source_name, const std::string& base_dir,
+                const PlanOptions& opt);
+
+// Output.
+std::string plan_table(const PlanResult& r, size_t rows);
+std::string plan_csv(const PlanResult& r, size_t rows);
+core::Json plan_json(const PlanResult& r, size_t rows);
+
+}  // namespace stepcast::plan

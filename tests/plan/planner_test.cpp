@@ -1,0 +1,113 @@
+// Planner: enumeration respects fixed settings and constraints, every ranked layout is valid
+// and fits, the simulated best is ranked first, rejections are counted, output is
+// deterministic.
+#include "sim/plan/planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "sim/core/error.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::plan {
+namespace {
+
+using core::Json;
+
+Json run_8b(int64_t gpus = 16) {
+  return {{"model", "llama3.1-8b"},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", gpus}}},
+          {"training", {{"seq_len", 4096}, {"global_batch_size", 64}}}};
+}
+
+PlanOptions small_options() {
+  PlanOptions o;
+  o.top_k = 3;
+  o.threads = 2;
+  return o;
+}
+
+TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
+  const PlanResult r = plan(run_8b(), "<plan-test>", "", small_options());
+  ASSERT_GE(r.ranked.size(), 4u);
+  EXPECT_EQ(r.fit, static_cast<int64_t>(r.ranked.size()));
+  int64_t rejected = 0;
+  for (const auto& [why, n] : r.rejected) rejected += n;
+  EXPECT_EQ(r.enumerated, r.fit + rejected);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const auto& c = r.ranked[i];
+    const auto& p = c.rc.parallel;
+    EXPECT_EQ(p.tp * p.pp * p.dp * p.cp, 16);
+    EXPECT_TRUE(memory::compute_ledger(c.rc).fits());
+    EXPECT_TRUE(seen.insert(layout_text(p)).second) << "duplicate " << layout_text(p);
+    EXPECT_EQ(c.simulated, i < 3);
+  }
+  // Simulated layouts first, ordered by simulated step time; then the rest by estimate.
+  for (size_t i = 1; i < 3; ++i) EXPECT_LE(r.ranked[i - 1].sim_step_s, r.ranked[i].sim_step_s);
+  for (size_t i = 4; i < r.ranked.size(); ++i) EXPECT_LE(r.ranked[i - 1].est.step_time_s, r.ranked[i].est.step_time_s);
+  EXPECT_NE(r.explanation.find("runner-up"), std::string::npos) << r.explanation;
+}
+
+TEST(Planner, FixedSettingsAndConstraintsAreRespected) {
+  Json j = run_8b();
+  j["parallel"] = {{"pp", 2}, {"recompute", "full"}};
+  PlanOptions o = small_options();
+  o.max_tp = 2;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) {
+    EXPECT_EQ(c.rc.parallel.pp, 2);
+    EXPECT_EQ(c.rc.parallel.recompute, config::Recompute::kFull);
+    EXPECT_LE(c.rc.parallel.tp, 2);
+  }
+}
+
+// A model far too large for the GPUs: every layout is rejected for memory, nothing ranks.
+TEST(Planner, LayoutsThatDoNotFitAreCounted) {
+  Json j = run_8b(8);
+  j["model"] = "llama3.1-405b";
+  const PlanResult r = plan(j, "<plan-test>", "", small_options());
+  EXPECT_TRUE(r.ranked.empty());
+  EXPECT_GT(r.rejected.at("does not fit in memory"), 0);
+  EXPECT_NE(r.explanation.find("No layout fits"), std::string::npos);
+}
+
+TEST(Planner, DeterministicOutput) {
+  const PlanResult a = plan(run_8b(), "<plan-test>", "", small_options());
+  PlanOptions one_thread = small_options();
+  one_thread.threads = 1;
+  const PlanResult b = plan(run_8b(), "<plan-test>", "", one_thread);
+  EXPECT_EQ(plan_json(a, 50).dump(), plan_json(b, 50).dump());
+  EXPECT_EQ(plan_csv(a, 50), plan_csv(b, 50));
+}
+
+// Uneven pipeline splits: 126 layers on pp 16 need first/last stages one layer short.
+TEST(Planner, UnevenSplitForLayersNotDividingPp) {
+  Json j = {{"model", "llama3.1-405b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 2048}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 256}}},
+            {"parallel", {{"tp", 8}, {"pp", 16}, {"cp", 1}}}};
+  PlanOptions o = small_options();
+  o.top_k = 1;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) {
+    if (c.rc.parallel.vpp == 1) {
+      EXPECT_EQ(c.rc.parallel.first_stage_layers, 7);
+      EXPECT_EQ(c.rc.parallel.last_stage_layers, 7);
+    }
+  }
+}
+
+TEST(Planner, BadRunFileIsAConfigError) {
+  Json j = run_8b();
+  j["training"]["seq_len"] = -1;
+  EXPECT_THROW(plan(j, "<plan-test>", "", small_options()), core::ConfigError);
+}
+
+}  // namespace
+}  // namespace stepcast::plan
