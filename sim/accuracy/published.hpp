@@ -20,6 +20,9 @@ struct AccuracyOptions {
   std::string data_path;
   std::string report_path;  // Markdown output (optional)
   std::string runs_dir;     // write one run file per usable row (optional)
+  // Also search each row's (model, hardware, GPUs, batch, sequence) with the planner and
+  // compare its best layout with the published one.
+  bool compare_plans = false;
 };
 
 struct RowResult {
@@ -41,6 +44,19 @@ struct RowResult {
   std::string memory_basis;   // what the measured memory includes
   bool fits = true;
   std::vector<std::string> assumptions;
+  core::Json run;             // the row's run file
+};
+
+// The planner's best layout for a published setting against the layout the team chose, both
+// simulated. ids: the rows sharing the setting.
+struct PlanComparison {
+  std::vector<std::string> ids;
+  std::string model, hardware;
+  int64_t num_gpus = 0;
+  std::string theirs, ours;
+  double theirs_s = 0, ours_s = 0;
+  std::string why;  // what the faster one avoids (empty when they tie)
+  std::string note; // e.g. no layout found
 };
 
 struct SkippedRow {
@@ -51,6 +67,7 @@ struct SkippedRow {
 struct AccuracyResult {
   std::vector<RowResult> rows;
   std::vector<SkippedRow> skipped;
+  std::vector<PlanComparison> plans;
   [[nodiscard]] core::Json to_json() const;
   [[nodiscard]] std::string summary() const;
   [[nodiscard]] std::string markdown() const;

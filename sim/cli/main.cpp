@@ -110,6 +110,7 @@ int run(int argc, char** argv) {
   accuracy->add_option("--out", acc.report_path, "write the Markdown report here (e.g. reports/accuracy.md)");
   accuracy->add_option("--emit-runs", acc.runs_dir, "write each row's run file (with its assumptions) into this folder");
   bool acc_json = false;
+  accuracy->add_flag("--plans", acc.compare_plans, "also compare the planner's best layout with each published layout");
   accuracy->add_flag("--json", acc_json, "print per-row results as JSON");
 
   // pcie-lab

@@ -67,7 +67,7 @@ std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown
   return out;
 }
 
-std::string layout_diff(const Parallel& a, const Parallel& b) {
+std::string layout_diff_impl(const Parallel& a, const Parallel& b) {
   std::vector<std::string> d;
   auto num = [&](const char* name, int64_t x, int64_t y) {
     if (x != y) d.push_back(std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y));
@@ -87,17 +87,9 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   return s;
 }
 
-std::string explain(const PlanResult& r) {
-  if (r.ranked.empty()) return "No layout fits: see the rejection counts.";
-  const Candidate& w = r.ranked.front();
-  std::string s = "Best: " + layout_text(w.rc.parallel) + " at " + fmt("%.3f", w.step_s()) + " s per step (" +
-                  fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU).";
-  if (r.ranked.size() < 2) return s + " It is the only layout that fits.";
-  const Candidate& u = r.ranked[1];
-  s += " The runner-up (" + layout_diff(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
-       fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
+std::string compare_text_impl(const Candidate& w, const Candidate& u) {
   auto wc = categories(w.breakdown()), uc = categories(u.breakdown());
-  std::vector<std::pair<std::string, double>> delta;  // runner-up minus winner
+  std::vector<std::pair<std::string, double>> delta;  // u minus w
   for (const auto& [k, v] : uc) {
     double mine = 0;
     for (const auto& [k2, v2] : wc) {
@@ -109,19 +101,35 @@ std::string explain(const PlanResult& r) {
     if (std::none_of(uc.begin(), uc.end(), [&](const auto& x) { return x.first == k; })) delta.emplace_back(k, -v);
   }
   std::stable_sort(delta.begin(), delta.end(), [](const auto& a, const auto& b) { return std::abs(a.second) > std::abs(b.second); });
-  std::string saves, pays;
+  std::string saves, pays, s;
   int ns = 0, np = 0;
   for (const auto& [k, v] : delta) {
     if (std::abs(v) < 1e-3 * w.step_s()) continue;
     if (v > 0 && ns < 3) saves += std::string(ns++ ? ", " : "") + fmt("%.3f", v) + " s of " + k;
     if (v < 0 && np < 2) pays += std::string(np++ ? ", " : "") + fmt("%.3f", -v) + " s more " + k;
   }
-  if (!saves.empty()) s += " Against it the winner avoids " + saves + ".";
-  if (!pays.empty()) s += " It pays " + pays + ".";
+  if (!saves.empty()) s += "Against it the winner avoids " + saves + ".";
+  if (!pays.empty()) s += std::string(s.empty() ? "" : " ") + "It pays " + pays + ".";
+  return s;
+}
+
+std::string explain(const PlanResult& r) {
+  if (r.ranked.empty()) return "No layout fits: see the rejection counts.";
+  const Candidate& w = r.ranked.front();
+  std::string s = "Best: " + layout_text(w.rc.parallel) + " at " + fmt("%.3f", w.step_s()) + " s per step (" +
+                  fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU).";
+  if (r.ranked.size() < 2) return s + " It is the only layout that fits.";
+  const Candidate& u = r.ranked[1];
+  s += " The runner-up (" + layout_diff_impl(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
+       fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
+  s += " " + compare_text_impl(w, u);
   return s;
 }
 
 }  // namespace
+
+std::string compare_text(const Candidate& a, const Candidate& b) { return compare_text_impl(a, b); }
+std::string layout_diff(const Parallel& a, const Parallel& b) { return layout_diff_impl(a, b); }
 
 std::string layout_text(const Parallel& p) {
   std::ostringstream o;

@@ -50,6 +50,11 @@ struct PlanResult {
   std::string explanation;                   // why the winner beats the runner-up
 };
 
+// What `a` avoids and pays against `b` (breakdown differences, largest first).
+std::string compare_text(const Candidate& a, const Candidate& b);
+// Layout differences of a against b, e.g. "pp 4 vs 8, micro-batch 2 vs 1".
+std::string layout_diff(const config::Parallel& a, const config::Parallel& b);
+
 // One-line layout, e.g. "tp 8 pp 4 dp 32 cp 1 ep 1 vpp 2 mbs 1 zero 1 rc selective interleaved".
 std::string layout_text(const config::Parallel& p);
 
