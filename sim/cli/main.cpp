@@ -18,6 +18,7 @@
 #include "sim/estimate/estimate.hpp"
 #include "sim/lab/pcie_lab.hpp"
 #include "sim/plan/planner.hpp"
+#include "sim/plan/sizing.hpp"
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -147,6 +148,29 @@ int run(int argc, char** argv) {
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here");
 
+  // capacity
+  std::string cap_file, cap_model, cap_hw, cap_precision;
+  int64_t cap_seq = 0, cap_batch = 0, cap_gpn = 0;
+  bool cap_json = false;
+  stepcast::plan::SizingOptions sopt;
+  sopt.plan.top_k = 3;
+  auto* cap = app.add_subcommand("capacity", "size the cluster (whole nodes) that trains a token budget before a deadline");
+  cap->add_option("run", cap_file, "run file (JSON): model, hardware, training; cluster size and parallel are chosen");
+  cap->add_option("--model", cap_model, "model (zoo name)");
+  cap->add_option("--hardware", cap_hw, "hardware profile name");
+  cap->add_option("--seq", cap_seq, "sequence length")->check(CLI::PositiveNumber);
+  cap->add_option("--batch", cap_batch, "global batch size (sequences)")->check(CLI::PositiveNumber);
+  cap->add_option("--precision", cap_precision, "training precision (bf16, fp16, fp8, fp32)");
+  cap->add_option("--gpus-per-node", cap_gpn, "GPUs per node (default: the hardware's)")->check(CLI::PositiveNumber);
+  cap->add_option("--tokens", sopt.tokens, "token budget")->check(CLI::PositiveNumber);
+  cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(CLI::PositiveNumber);
+  cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(CLI::PositiveNumber);
+  cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(CLI::NonNegativeNumber);
+  cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
+      ->check(CLI::Range(0.001, 1.0));
+  cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(CLI::PositiveNumber);
+  cap->add_flag("--json", cap_json, "print the result as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -159,6 +183,32 @@ int run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (cap->parsed()) {
+    Json run = Json::object();
+    std::string source = "<flags>", base_dir;
+    if (!cap_file.empty()) {
+      run = stepcast::core::load_json_file(cap_file);
+      source = cap_file;
+      base_dir = std::filesystem::path(cap_file).parent_path().string();
+      if (!run.is_object()) throw stepcast::core::UserError(cap_file + ": expected a JSON object");
+    } else if (cap_model.empty() || cap_hw.empty() || cap_seq == 0 || cap_batch == 0) {
+      throw stepcast::core::UserError("capacity needs a run file, or --model, --hardware, --seq and --batch");
+    }
+    if (!cap_model.empty()) run["model"] = cap_model;
+    if (!cap_hw.empty()) run["hardware"] = cap_hw;
+    if (cap_seq > 0) run["training"]["seq_len"] = cap_seq;
+    if (cap_batch > 0) run["training"]["global_batch_size"] = cap_batch;
+    if (!cap_precision.empty()) run["training"]["precision"] = cap_precision;
+    if (cap_gpn > 0) run["cluster"]["gpus_per_node"] = cap_gpn;
+    if (sopt.tokens > 0 && sopt.tokens_per_param > 0) throw stepcast::core::UserError("capacity: give --tokens or --tokens-per-param, not both");
+    const auto r = stepcast::plan::size_for_deadline(run, source, base_dir, sopt);
+    if (cap_json) {
+      std::cout << stepcast::plan::sizing_json(r).dump(2) << "\n";
+    } else {
+      std::cout << stepcast::plan::sizing_text(r);
+    }
+    return 0;
+  }
   if (plan->parsed()) {
     Json run = Json::object();
     std::string source = "<flags>", base_dir;

@@ -1,0 +1,203 @@
+#include "sim/plan/sizing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "sim/core/error.hpp"
+
+namespace stepcast::plan {
+
+using core::Json;
+
+namespace {
+
+// Whole-node GPU counts up to max_gpus for which some tp (within a node) x pp x cp leaves a
+// data-parallel size dividing the global batch.
+std::vector<int64_t> feasible_counts(const config::RunConfig& base, int64_t max_gpus) {
+  const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
+  const int64_t gbs = base.training.global_batch_size;
+  const int64_t L = base.model.num_layers;
+  std::vector<int64_t> out;
+  for (int64_t g = gpn; g <= max_gpus; g += gpn) {
+    bool ok = false;
+    for (int64_t tp = 1; tp <= gpn && !ok; tp *= 2) {
+      for (int64_t cp = 1; cp <= 8 && !ok; cp *= 2) {
+        for (int64_t pp = 1; pp <= L && !ok; ++pp) {
+          if (g % (tp * cp * pp) != 0) continue;
+          const int64_t dp = g / (tp * cp * pp);
+          ok = gbs % dp == 0;
+        }
+      }
+    }
+    if (ok) out.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace
+
+SizingResult size_for_deadline(const Json& run_in, const std::string& source_name, const std::string& base_dir,
+                               const SizingOptions& opt) {
+  if (!(opt.target_days > 0)) throw core::UserError("capacity: --days must be positive");
+  Json run = run_in;
+  if (!run.contains("cluster")) run["cluster"] = Json::object();
+  if (!run["cluster"].contains("num_gpus")) run["cluster"]["num_gpus"] = 8;  // placeholder, replaced per candidate
+  const config::RunConfig base = config::parse_run(run, source_name, base_dir, false);
+  SizingResult r;
+  r.tokens = opt.tokens > 0 ? opt.tokens : opt.tokens_per_param * base.model.total_params();
+  if (!(r.tokens > 0)) throw core::UserError("capacity: give a token budget (--tokens) or --tokens-per-param");
+  const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
+  r.steps = r.tokens / seq_tokens;
+  const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
+
+  if (opt.fixed_mfu > 0) {
+    capacity::CapacityInput in;
+    in.params = base.model.total_params();
+    in.tokens = r.tokens;
+    in.global_batch_seqs = static_cast<double>(base.training.global_batch_size);
+    in.seq_len = static_cast<double>(base.training.seq_len);
+    in.peak_flops = base.hardware.peak_for(base.training.precision).value();
+    in.mfu = opt.fixed_mfu;
+    in.target_days = opt.target_days;
+    in.usd_per_gpu_hour = opt.usd_per_gpu_hour;
+    in.gpus_per_node = gpn;
+    in.hbm_bytes = base.hardware.hbm_capacity.value();
+    r.fixed = capacity::size_cluster(in);
+    r.mode = "fixed MFU";
+    r.met = true;
+    r.gpus = r.fixed.gpus;
+    r.nodes = r.gpus / gpn;
+    r.mfu = opt.fixed_mfu;
+    r.gpu_hours = r.fixed.gpu_hours;
+    r.wall_days = r.fixed.wall_days;
+    r.cost_usd = r.fixed.cost_usd;
+    r.step_time_s = r.wall_days * 86400.0 / r.steps;
+    r.tokens_per_s = r.tokens / (r.wall_days * 86400.0);
+    r.layout = "tp " + std::to_string(r.fixed.tp) + " dp " + std::to_string(r.fixed.dp);
+    return r;
+  }
+
+  r.mode = "simulated";
+  const auto counts = feasible_counts(base, opt.max_gpus);
+  if (counts.empty()) throw core::UserError("capacity: no whole-node GPU count divides the global batch into data-parallel replicas");
+  struct Eval {
+    bool fits = false;
+    double days = 0;
+    Candidate best;
+  };
+  std::map<int64_t, Eval> cache;
+  auto eval = [&](int64_t g) -> const Eval& {
+    auto it = cache.find(g);
+    if (it != cache.end()) return it->second;
+    Json j = run;
+    j["cluster"]["num_gpus"] = g;
+    const PlanResult pr = plan(j, source_name, base_dir, opt.plan);
+    ++r.plans_run;
+    Eval e;
+    if (!pr.ranked.empty()) {
+      e.fits = true;
+      e.best = pr.ranked.front();
+      e.days = r.steps * e.best.step_s() / 86400.0;
+    }
+    return cache.emplace(g, std::move(e)).first->second;
+  };
+  auto meets = [&](int64_t g) {
+    const Eval& e = eval(g);
+    return e.fits && e.days <= opt.target_days;
+  };
+  // Node counts whose prime factors are all <= 5 admit many layouts, so the best step time
+  // falls (nearly) monotonically along them: bisect over those for the smallest count that
+  // meets the deadline, then try the other feasible counts between it and the smooth count
+  // below it (a few more plans at most).
+  auto smooth = [&](int64_t g) {
+    int64_t n = g / gpn;
+    for (int64_t f : {2, 3, 5}) {
+      while (n % f == 0) n /= f;
+    }
+    return n == 1;
+  };
+  std::vector<int64_t> grid;
+  for (int64_t g : counts) {
+    if (smooth(g)) grid.push_back(g);
+  }
+  if (grid.empty()) grid = counts;
+  // Doubling from the smallest count until one meets the deadline (more GPUs than the batch
+  // can use would stop fitting any layout, so the search never jumps there), then bisection.
+  int64_t chosen = 0;
+  size_t idx = 0;
+  long prev_fail = -1;
+  while (idx < grid.size() && !meets(grid[idx])) {
+    prev_fail = static_cast<long>(idx);
+    const int64_t want = 2 * grid[idx];
+    while (idx < grid.size() && grid[idx] < want) ++idx;
+  }
+  if (idx == grid.size()) {
+    // No count meets the deadline: report the fastest cluster evaluated as the best effort.
+    r.met = false;
+    double best_days = 0;
+    for (const auto& [g, e] : cache) {
+      if (e.fits && (chosen == 0 || e.days < best_days)) chosen = g, best_days = e.days;
+    }
+    if (chosen == 0) throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs");
+  } else {
+    r.met = true;
+    size_t lo = static_cast<size_t>(prev_fail + 1), hi = idx;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (meets(grid[mid])) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    chosen = grid[lo];
+    const int64_t below = lo > 0 ? grid[lo - 1] : 0;
+    int tried = 0;
+    for (int64_t g : counts) {
+      if (g <= below || g >= chosen || tried >= 16) continue;
+      ++tried;
+      if (meets(g)) {
+        chosen = g;
+        break;
+      }
+    }
+  }
+  const int64_t g = chosen;
+  const Eval& e = eval(g);
+  r.gpus = g;
+  r.nodes = g / gpn;
+  r.step_time_s = e.best.step_s();
+  r.tokens_per_s = seq_tokens / r.step_time_s;
+  r.mfu = e.best.est.mfu * e.best.est.step_time_s / r.step_time_s;
+  r.wall_days = e.days;
+  r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
+  r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
+  r.layout = layout_text(e.best.rc.parallel);
+  return r;
+}
+
+std::string sizing_text(const SizingResult& r) {
+  std::ostringstream o;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s: %lld GPUs (%lld nodes), %s\n  tokens %.4g in %.0f steps; step %.3f s, %.0f tokens/s, MFU %.1f%%\n"
+                "  wall clock %.2f days, %.0f GPU-hours, cost %.0f USD\n",
+                r.met ? "deadline met" : "deadline NOT met (largest cluster searched)", static_cast<long long>(r.gpus),
+                static_cast<long long>(r.nodes), r.layout.c_str(), r.tokens, r.steps, r.step_time_s, r.tokens_per_s,
+                100.0 * r.mfu, r.wall_days, r.gpu_hours, r.cost_usd);
+  o << buf << "  MFU source: " << r.mode;
+  if (r.mode == "simulated") o << " (planner's best layout, " << r.plans_run << " GPU counts searched)";
+  o << "\n";
+  return o.str();
+}
+
+Json sizing_json(const SizingResult& r) {
+  return {{"deadline_met", r.met}, {"gpus", r.gpus}, {"nodes", r.nodes}, {"layout", r.layout}, {"tokens", r.tokens},
+          {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
+          {"wall_days", r.wall_days}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
+          {"plans_run", r.plans_run}};
+}
+
+}  // namespace stepcast::plan

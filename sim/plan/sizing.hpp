@@ -1,0 +1,47 @@
+// stepcast capacity sizing: the smallest cluster, in whole nodes, that trains a token budget
+// before a deadline with the planner's best layout.
+//
+// With a fixed MFU the arithmetic of sim/capacity applies (6ND FLOPs, GPU-hours at peak x MFU,
+// GPUs rounded up to whole nodes). By default the MFU comes from the planner instead: for a
+// candidate GPU count the planner's best simulated layout gives the step time, hence the
+// training days. Candidate counts are whole nodes for which some layout divides the global
+// batch; the smallest one meeting the deadline is found by bisection (more GPUs never take
+// longer for the best layout, up to the batch's limit on data parallelism).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sim/capacity/capacity.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/plan/planner.hpp"
+
+namespace stepcast::plan {
+
+struct SizingOptions {
+  double tokens = 0;            // token budget (or tokens_per_param x parameters)
+  double tokens_per_param = 0;
+  double target_days = 0;
+  double usd_per_gpu_hour = 0;
+  double fixed_mfu = 0;         // > 0: capacity-cases arithmetic with this MFU, no planner
+  int64_t max_gpus = 1 << 17;
+  PlanOptions plan;
+};
+
+struct SizingResult {
+  bool met = false;             // a cluster meets the deadline
+  int64_t gpus = 0, nodes = 0;
+  double tokens = 0, steps = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  double wall_days = 0, gpu_hours = 0, cost_usd = 0;
+  std::string layout;           // planner's layout (or "tp T dp D" in fixed-MFU mode)
+  std::string mode;             // "simulated" | "fixed MFU"
+  int plans_run = 0;
+  capacity::CapacityResult fixed;  // fixed-MFU arithmetic (mode "fixed MFU")
+};
+
+SizingResult size_for_deadline(const core::Json& run, const std::string& source_name, const std::string& base_dir,
+                               const SizingOptions& opt);
+std::string sizing_text(const SizingResult& r);
+core::Json sizing_json(const SizingResult& r);
+
+}  // namespace stepcast::plan

@@ -1,0 +1,94 @@
+// Capacity sizing: the chosen cluster meets the deadline and one node fewer (of the counts
+// that admit a layout) does not; fixed-MFU mode is the capacity-cases arithmetic.
+#include "sim/plan/sizing.hpp"
+
+#include <gtest/gtest.h>
+
+#include "sim/capacity/capacity.hpp"
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+
+namespace stepcast::plan {
+namespace {
+
+using core::Json;
+
+Json run_8b() {
+  return {{"model", "llama3.1-8b"}, {"hardware", "h100-sxm"}, {"training", {{"seq_len", 8192}, {"global_batch_size", 512}}}};
+}
+
+SizingOptions options(double days) {
+  SizingOptions o;
+  o.tokens_per_param = 20;
+  o.target_days = days;
+  o.usd_per_gpu_hour = 3;
+  o.plan.top_k = 2;
+  o.plan.threads = 2;
+  o.max_gpus = 4096;
+  return o;
+}
+
+double days_on(int64_t gpus, const SizingOptions& o, double steps) {
+  Json j = run_8b();
+  j["cluster"]["num_gpus"] = gpus;
+  const PlanResult pr = plan(j, "<sizing-test>", "", o.plan);
+  if (pr.ranked.empty()) return 1e30;
+  return steps * pr.ranked.front().step_s() / 86400.0;
+}
+
+TEST(Sizing, SmallestClusterMeetingTheDeadline) {
+  const SizingOptions o = options(7);
+  const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  ASSERT_TRUE(r.met);
+  EXPECT_EQ(r.gpus % 8, 0);
+  EXPECT_LE(r.wall_days, 7.0);
+  EXPECT_NEAR(r.gpu_hours, r.wall_days * 24.0 * static_cast<double>(r.gpus), 1e-6 * r.gpu_hours);
+  EXPECT_NEAR(r.cost_usd, 3.0 * r.gpu_hours, 1e-6 * r.cost_usd);
+  // One node fewer misses the deadline (or admits no layout for this batch).
+  EXPECT_GT(days_on(r.gpus - 8, o, r.steps), 7.0);
+  // A longer deadline needs no more GPUs.
+  EXPECT_LE(size_for_deadline(run_8b(), "<sizing-test>", "", options(21)).gpus, r.gpus);
+}
+
+TEST(Sizing, ImpossibleDeadlineReportsBestEffort) {
+  SizingOptions o = options(0.001);
+  o.max_gpus = 64;
+  const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  EXPECT_FALSE(r.met);
+  EXPECT_GT(r.wall_days, 0.001);
+  EXPECT_LE(r.gpus, 64);
+}
+
+// Fixed MFU: exactly the capacity arithmetic over the model's parameters and the profile's peak.
+TEST(Sizing, FixedMfuIsTheCapacityArithmetic) {
+  SizingOptions o = options(14);
+  o.fixed_mfu = 0.4;
+  const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  const auto rc = config::parse_run(Json{{"model", "llama3.1-8b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 8}}},
+                                         {"training", {{"seq_len", 8192}, {"global_batch_size", 512}}}},
+                                    "<sizing-test>", "");
+  capacity::CapacityInput in;
+  in.params = rc.model.total_params();
+  in.tokens = 20 * in.params;
+  in.global_batch_seqs = 512;
+  in.seq_len = 8192;
+  in.peak_flops = rc.hardware.peak_for(hw::Dtype::kBf16).value();
+  in.mfu = 0.4;
+  in.target_days = 14;
+  in.usd_per_gpu_hour = 3;
+  in.hbm_bytes = rc.hardware.hbm_capacity.value();
+  const auto want = capacity::size_cluster(in);
+  EXPECT_EQ(r.gpus, want.gpus);
+  EXPECT_DOUBLE_EQ(r.gpu_hours, want.gpu_hours);
+  EXPECT_DOUBLE_EQ(r.cost_usd, want.cost_usd);
+  EXPECT_EQ(r.mode, "fixed MFU");
+}
+
+TEST(Sizing, NeedsATokenBudget) {
+  SizingOptions o = options(7);
+  o.tokens_per_param = 0;
+  EXPECT_THROW(size_for_deadline(run_8b(), "<sizing-test>", "", o), core::UserError);
+}
+
+}  // namespace
+}  // namespace stepcast::plan
