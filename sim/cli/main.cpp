@@ -2,7 +2,10 @@
 //   0 ok, 2 bad input (message names the field), 3 layout does not fit in memory,
 //   70 internal error (a bug: please report), 1 anything else.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,12 +22,24 @@
 #include "sim/lab/pcie_lab.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/plan/sizing.hpp"
+#include "sim/sweep/sweep.hpp"
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
+
+#ifdef STEPCAST_HAVE_MPI
+#include <mpi.h>
+#endif
 
 namespace {
 
 using stepcast::core::Json;
+
+// Under mpirun (Open MPI or a PMIx launcher) the sweep splits its points across ranks.
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_SIZE") != nullptr;
+}
+bool g_mpi_active = false;
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
@@ -171,6 +186,14 @@ int run(int argc, char** argv) {
   cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(CLI::PositiveNumber);
   cap->add_flag("--json", cap_json, "print the result as JSON");
 
+  // sweep
+  std::string sweep_file, sweep_out;
+  bool sweep_resume = false;
+  auto* sweep = app.add_subcommand("sweep", "predict every point of a sweep over run-file fields (JSONL out; mpirun splits the points)");
+  sweep->add_option("sweep", sweep_file, "sweep file (JSON: base, axes, mode)")->required();
+  sweep->add_option("--out", sweep_out, "results (JSON lines, one per point, sorted by point)")->required();
+  sweep->add_flag("--resume", sweep_resume, "skip the points already in the results (and part files of a killed run)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -183,6 +206,51 @@ int run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (sweep->parsed()) {
+    const auto spec = stepcast::sweep::load_sweep_file(sweep_file);
+    stepcast::sweep::RunOptions ro;
+    ro.out = sweep_out;
+    ro.resume = sweep_resume;
+#ifdef STEPCAST_HAVE_MPI
+    if (launched_by_mpi()) {
+      MPI_Init(&argc, &argv);
+      g_mpi_active = true;
+      MPI_Comm_rank(MPI_COMM_WORLD, &ro.rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &ro.size);
+      ro.barrier = [] { MPI_Barrier(MPI_COMM_WORLD); };
+    }
+#else
+    if (launched_by_mpi()) std::cerr << "stepcast: warning: built without MPI; every rank would run the whole sweep, so rank-split is off\n";
+#endif
+    const bool tty = ::isatty(2) != 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rank = ro.rank, size = ro.size;
+    ro.progress = [tty, t0, rank, size](size_t done, size_t total) {
+      if (rank != 0) return;
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double rate = el > 0 ? static_cast<double>(done) / el : 0.0;
+      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+      if (tty) {
+        const int width = 30, fill = static_cast<int>(width * static_cast<double>(done) / static_cast<double>(std::max<size_t>(1, total)));
+        std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu points (rank 0 of %d), %.1f/s, ETA %.0f s", fill,
+                     "##############################", width - fill, "", done, total, size, rate, eta);
+        if (done == total) std::fprintf(stderr, "\n");
+      } else if (done == total || done % std::max<size_t>(1, total / 10) == 0) {
+        std::fprintf(stderr, "stepcast sweep: %zu/%zu points (rank 0 of %d), %.1f/s, ETA %.0f s\n", done, total, size, rate, eta);
+      }
+      std::fflush(stderr);
+    };
+    const auto sum = stepcast::sweep::run_sweep(spec, ro);
+    if (ro.rank == 0) {
+      std::printf("sweep: %zu points, %zu already done, %zu evaluated by rank 0 (%zu ok); results in %s\n", sum.points, sum.skipped,
+                  sum.evaluated, sum.ok, sweep_out.c_str());
+    }
+#ifdef STEPCAST_HAVE_MPI
+    if (g_mpi_active) MPI_Finalize();
+    g_mpi_active = false;
+#endif
+    return 0;
+  }
   if (cap->parsed()) {
     Json run = Json::object();
     std::string source = "<flags>", base_dir;
@@ -375,17 +443,25 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
+// Under MPI an error on one rank must not leave the others waiting in a barrier.
+int finish(int code) {
+#ifdef STEPCAST_HAVE_MPI
+  if (g_mpi_active) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  return code;
+}
+
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const stepcast::core::UserError& e) {
     std::cerr << "stepcast: error: " << e.what() << "\n";
-    return kExitBadInput;
+    return finish(kExitBadInput);
   } catch (const stepcast::core::InternalError& e) {
     std::cerr << "stepcast: internal error (please report): " << e.what() << "\n";
-    return kExitInternal;
+    return finish(kExitInternal);
   } catch (const std::exception& e) {
     std::cerr << "stepcast: error: " << e.what() << "\n";
-    return 1;
+    return finish(1);
   }
 }
