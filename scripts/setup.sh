@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR="${1:-build}"
 
 PACKAGES=(cmake g++ make nlohmann-json3-dev libcli11-dev libeigen3-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libopenmpi-dev openmpi-bin python3)
+          libbenchmark-dev libopenmpi-dev openmpi-bin python3 chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,7 @@
 #include "sim/plan/planner.hpp"
 #include "sim/plan/sizing.hpp"
 #include "sim/sweep/sweep.hpp"
+#include "sim/report/html_report.hpp"
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -194,6 +195,14 @@ int run(int argc, char** argv) {
   sweep->add_option("--out", sweep_out, "results (JSON lines, one per point, sorted by point)")->required();
   sweep->add_flag("--resume", sweep_resume, "skip the points already in the results (and part files of a killed run)");
 
+  // report
+  std::string rep_in, rep_html, rep_md, rep_csv;
+  auto* rep = app.add_subcommand("report", "render plan or sweep results as HTML (inline SVG plots), Markdown and CSV");
+  rep->add_option("results", rep_in, "results: the JSON of `stepcast plan --json`, or a sweep's JSONL")->required();
+  rep->add_option("--html", rep_html, "write the self-contained HTML page here");
+  rep->add_option("--md", rep_md, "write a Markdown table here");
+  rep->add_option("--csv", rep_csv, "write a CSV table here");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -206,6 +215,21 @@ int run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (rep->parsed()) {
+    std::ifstream in(rep_in, std::ios::binary);
+    if (!in) throw stepcast::core::UserError(rep_in + ": cannot read");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto data = stepcast::report::load_report_data(text, rep_in);
+    if (rep_html.empty() && rep_md.empty() && rep_csv.empty()) {
+      std::cout << stepcast::report::render_markdown(data);
+      return 0;
+    }
+    if (!rep_html.empty()) write_text(rep_html, stepcast::report::render_html(data));
+    if (!rep_md.empty()) write_text(rep_md, stepcast::report::render_markdown(data));
+    if (!rep_csv.empty()) write_text(rep_csv, stepcast::report::render_csv(data));
+    std::printf("report: %zu layouts from %s\n", data.rows.size(), rep_in.c_str());
+    return 0;
+  }
   if (sweep->parsed()) {
     const auto spec = stepcast::sweep::load_sweep_file(sweep_file);
     stepcast::sweep::RunOptions ro;
@@ -305,7 +329,11 @@ int run(int argc, char** argv) {
     const auto r = stepcast::plan::plan(run, source, base_dir, popt);
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
     if (plan_json) {
-      std::cout << stepcast::plan::plan_json(r, plan_rows).dump(2) << "\n";
+      Json j = stepcast::plan::plan_json(r, plan_rows);
+      j["title"] = run["model"].is_string() ? run["model"].get<std::string>() + " on " + run["cluster"]["num_gpus"].dump() + " GPUs"
+                                            : source;
+      if (!r.ranked.empty()) j["detail"] = stepcast::plan::plan_detail(r.ranked.front());
+      std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::plan::plan_table(r, plan_rows);
     }

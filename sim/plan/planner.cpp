@@ -9,6 +9,7 @@
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/memory/ledger.hpp"
+#include "sim/report/output.hpp"
 
 namespace stepcast::plan {
 
@@ -386,6 +387,38 @@ Json plan_json(const PlanResult& r, size_t rows) {
   Json rej = Json::object();
   for (const auto& [k, v] : r.rejected) rej[k] = v;
   return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej}, {"explanation", r.explanation}, {"layouts", list}};
+}
+
+Json plan_detail(const Candidate& best) {
+  Json d = {{"ledger", report::ledger_json(memory::compute_ledger(best.rc))}};
+  engine::SimOptions opt;
+  opt.keep_timeline = true;
+  const auto sim = engine::simulate_step(best.rc, opt);
+  const engine::Tick span = *std::max_element(sim.finish.begin(), sim.finish.end());
+  const auto cut = static_cast<engine::Tick>(0.35 * static_cast<double>(span));
+  Json tl = Json::array();
+  for (engine::TaskId i = 0; i < sim.graph->size() && tl.size() < 3000; ++i) {
+    const auto& t = sim.graph->task(i);
+    if (sim.finish[i] <= sim.start[i] || sim.start[i] > cut) continue;
+    const char* kind = "other";
+    switch (t.kind) {
+      case engine::TaskKind::kForward: kind = "forward"; break;
+      case engine::TaskKind::kBackward: kind = "backward"; break;
+      case engine::TaskKind::kBackwardWeight: kind = "weight grad"; break;
+      case engine::TaskKind::kTpComm: kind = "tp/cp/ep comm"; break;
+      case engine::TaskKind::kPpSend: kind = "pp send"; break;
+      case engine::TaskKind::kDpComm: kind = "dp comm"; break;
+      case engine::TaskKind::kOptimizer: kind = "optimizer step"; break;
+      default: break;
+    }
+    std::string label = sim.graph->name(t.name);
+    if (t.layer >= 0) label += " L" + std::to_string(t.layer);
+    if (t.microbatch >= 0) label += " mb" + std::to_string(t.microbatch);
+    tl.push_back({{"stage", t.rank}, {"stream", engine::to_string(t.stream)}, {"kind", kind}, {"label", label},
+                  {"start_s", engine::to_seconds(sim.start[i])}, {"end_s", engine::to_seconds(sim.finish[i])}});
+  }
+  d["timeline"] = tl;
+  return d;
 }
 
 }  // namespace stepcast::plan

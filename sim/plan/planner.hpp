@@ -66,5 +66,8 @@ PlanResult plan(const core::Json& run, const std::string& source_name, const std
 std::string plan_table(const PlanResult& r, size_t rows);
 std::string plan_csv(const PlanResult& r, size_t rows);
 core::Json plan_json(const PlanResult& r, size_t rows);
+// The best layout's memory ledger and a timeline excerpt (the first part of its simulated step,
+// one row per stage and stream), for `stepcast report`.
+core::Json plan_detail(const Candidate& best);
 
 }  // namespace stepcast::plan

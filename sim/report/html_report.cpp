@@ -1,0 +1,352 @@
+#include "sim/report/html_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "sim/core/error.hpp"
+
+namespace stepcast::report {
+
+using core::Json;
+
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+std::string num(double x, const char* f = "%.3f") {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+ReportRow row_from(const Json& j, const std::string& label) {
+  ReportRow r;
+  r.label = label;
+  r.step_time_s = j.value("step_time_s", 0.0);
+  r.peak_memory_bytes = j.value("peak_memory_bytes", 0.0);
+  r.mfu = j.value("mfu", 0.0);
+  r.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
+  r.bubble_fraction = j.value("bubble_fraction", 0.0);
+  r.breakdown = j.contains("breakdown") ? j["breakdown"] : Json();
+  return r;
+}
+
+// Breakdown segments in a fixed order with fixed colours.
+std::vector<std::pair<std::string, double>> segments(const Json& b) {
+  std::vector<std::pair<std::string, double>> s;
+  if (!b.is_object()) return s;
+  const double compute = b.value("compute", 0.0), recompute = b.value("recompute", 0.0);
+  s.emplace_back("compute", compute - recompute);
+  s.emplace_back("recompute", recompute);
+  s.emplace_back("bubble", b.value("bubble", 0.0));
+  if (b.contains("exposed_comm")) {
+    for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) s.emplace_back(std::string("comm ") + k, b["exposed_comm"].value(k, 0.0));
+  }
+  s.emplace_back("optimizer", b.value("optimizer", 0.0));
+  return s;
+}
+
+const std::map<std::string, std::string>& palette() {
+  static const std::map<std::string, std::string> p = {
+      {"compute", "#4e79a7"},   {"recompute", "#a0cbe8"}, {"bubble", "#e15759"},    {"comm tp", "#f28e2b"},
+      {"comm cp", "#ffbe7d"},   {"comm ep", "#b07aa1"},   {"comm pp", "#59a14f"},   {"comm dp", "#8cd17d"},
+      {"optimizer", "#79706e"}, {"weights", "#4e79a7"},   {"gradients", "#f28e2b"}, {"optimizer state", "#59a14f"},
+      {"activations", "#e15759"}, {"transient", "#b07aa1"}, {"logits", "#edc948"},  {"buffers", "#9c755f"},
+      {"runtime", "#bab0ac"},   {"forward", "#4e79a7"},   {"backward", "#f28e2b"},  {"weight grad", "#ffbe7d"},
+      {"tp/cp/ep comm", "#b07aa1"}, {"pp send", "#59a14f"}, {"dp comm", "#8cd17d"}, {"optimizer step", "#79706e"},
+      {"other", "#bab0ac"}};
+  return p;
+}
+
+std::string color(const std::string& k) {
+  const auto it = palette().find(k);
+  return it == palette().end() ? "#bab0ac" : it->second;
+}
+
+std::string legend(const std::vector<std::string>& keys, double x, double y) {
+  std::ostringstream o;
+  double cx = x;
+  for (const auto& k : keys) {
+    o << "<rect x=\"" << num(cx, "%.1f") << "\" y=\"" << num(y - 9, "%.1f") << "\" width=\"10\" height=\"10\" fill=\"" << color(k)
+      << "\"/><text x=\"" << num(cx + 14, "%.1f") << "\" y=\"" << num(y, "%.1f") << "\" class=\"small\">" << esc(k) << "</text>";
+    cx += 24 + 7.0 * static_cast<double>(k.size());
+  }
+  return o.str();
+}
+
+std::string ranked_svg(const ReportData& d) {
+  const size_t n = std::min<size_t>(d.rows.size(), 15);
+  const double w = 900, left = 420, bar_h = 18, h = 40 + bar_h * static_cast<double>(n) * 1.3;
+  double mx = 0;
+  for (size_t i = 0; i < n; ++i) mx = std::max(mx, d.rows[i].step_time_s);
+  std::ostringstream o;
+  o << "<svg id=\"ranked\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
+  for (size_t i = 0; i < n; ++i) {
+    const auto& r = d.rows[i];
+    const double y = 20 + static_cast<double>(i) * bar_h * 1.3;
+    const double bw = mx > 0 ? (w - left - 80) * r.step_time_s / mx : 0;
+    o << "<text x=\"" << left - 6 << "\" y=\"" << y + 13 << "\" text-anchor=\"end\" class=\"small\">" << i + 1 << ". " << esc(r.label)
+      << "</text><rect x=\"" << left << "\" y=\"" << y << "\" width=\"" << num(bw, "%.1f") << "\" height=\"" << bar_h
+      << "\" fill=\"" << (i == 0 ? "#59a14f" : "#4e79a7") << "\"/><text x=\"" << num(left + bw + 4, "%.1f") << "\" y=\"" << y + 13
+      << "\" class=\"small\">" << num(r.step_time_s) << " s</text>";
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+std::string pareto_svg(const ReportData& d) {
+  const double w = 700, h = 420, l = 70, b = 50, t = 20, rgt = 20;
+  std::vector<const ReportRow*> pts;
+  for (const auto& r : d.rows) {
+    if (r.step_time_s > 0 && r.peak_memory_bytes > 0) pts.push_back(&r);
+  }
+  std::ostringstream o;
+  o << "<svg id=\"pareto\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
+  if (pts.empty()) return o.str() + "<text x=\"20\" y=\"40\">no points</text></svg>";
+  double x0 = 1e300, x1 = 0, y0 = 1e300, y1 = 0;
+  for (const auto* p : pts) {
+    x0 = std::min(x0, p->step_time_s), x1 = std::max(x1, p->step_time_s);
+    y0 = std::min(y0, p->peak_memory_bytes / kGiB), y1 = std::max(y1, p->peak_memory_bytes / kGiB);
+  }
+  if (x1 <= x0) x1 = x0 * 1.1 + 1e-9;
+  if (y1 <= y0) y1 = y0 * 1.1 + 1e-9;
+  auto X = [&](double v) { return l + (w - l - rgt) * (v - x0) / (x1 - x0); };
+  auto Y = [&](double v) { return h - b - (h - b - t) * (v - y0) / (y1 - y0); };
+  o << "<line x1=\"" << l << "\" y1=\"" << h - b << "\" x2=\"" << w - rgt << "\" y2=\"" << h - b << "\" stroke=\"#333\"/>"
+    << "<line x1=\"" << l << "\" y1=\"" << t << "\" x2=\"" << l << "\" y2=\"" << h - b << "\" stroke=\"#333\"/>"
+    << "<text x=\"" << (l + w) / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">step time (s)</text>"
+    << "<text x=\"16\" y=\"" << (h - b) / 2 << "\" transform=\"rotate(-90 16 " << (h - b) / 2
+    << ")\" text-anchor=\"middle\">peak memory (GiB)</text>";
+  for (int k = 0; k <= 4; ++k) {
+    const double xv = x0 + (x1 - x0) * k / 4.0, yv = y0 + (y1 - y0) * k / 4.0;
+    o << "<text x=\"" << num(X(xv), "%.1f") << "\" y=\"" << h - b + 16 << "\" text-anchor=\"middle\" class=\"small\">" << num(xv)
+      << "</text><text x=\"" << l - 6 << "\" y=\"" << num(Y(yv) + 4, "%.1f") << "\" text-anchor=\"end\" class=\"small\">"
+      << num(yv, "%.1f") << "</text>";
+  }
+  // Pareto front: sorted by step time, keep points with lower memory than every faster one.
+  std::vector<const ReportRow*> sorted = pts;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const ReportRow* a, const ReportRow* c) {
+    return a->step_time_s != c->step_time_s ? a->step_time_s < c->step_time_s : a->peak_memory_bytes < c->peak_memory_bytes;
+  });
+  std::vector<const ReportRow*> front;
+  double best_mem = 1e300;
+  for (const auto* p : sorted) {
+    if (p->peak_memory_bytes < best_mem) {
+      front.push_back(p);
+      best_mem = p->peak_memory_bytes;
+    }
+  }
+  for (const auto* p : pts) {
+    o << "<circle cx=\"" << num(X(p->step_time_s), "%.1f") << "\" cy=\"" << num(Y(p->peak_memory_bytes / kGiB), "%.1f")
+      << "\" r=\"3\" fill=\"#4e79a7\" fill-opacity=\"0.5\"><title>" << esc(p->label) << "</title></circle>";
+  }
+  std::string path;
+  for (size_t i = 0; i < front.size(); ++i) {
+    path += (i ? " L " : "M ") + num(X(front[i]->step_time_s), "%.1f") + " " + num(Y(front[i]->peak_memory_bytes / kGiB), "%.1f");
+  }
+  o << "<path class=\"front\" d=\"" << path << "\" fill=\"none\" stroke=\"#e15759\" stroke-width=\"2\"/>";
+  for (const auto* p : front) {
+    o << "<circle class=\"front-point\" cx=\"" << num(X(p->step_time_s), "%.1f") << "\" cy=\""
+      << num(Y(p->peak_memory_bytes / kGiB), "%.1f") << "\" r=\"5\" fill=\"#e15759\"><title>" << esc(p->label) << "</title></circle>";
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+std::string stacked_svg(const char* id, const std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>>& bars,
+                        const char* unit, double unit_scale) {
+  const double w = 900, left = 420, bar_h = 18;
+  const double h = 50 + bar_h * 1.3 * static_cast<double>(bars.size());
+  double mx = 0;
+  std::vector<std::string> keys;
+  for (const auto& [label, segs] : bars) {
+    double tot = 0;
+    for (const auto& [k, v] : segs) {
+      tot += v;
+      if (v > 0 && std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    }
+    mx = std::max(mx, tot);
+  }
+  std::ostringstream o;
+  o << "<svg id=\"" << id << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const double y = 30 + static_cast<double>(i) * bar_h * 1.3;
+    o << "<text x=\"" << left - 6 << "\" y=\"" << y + 13 << "\" text-anchor=\"end\" class=\"small\">" << esc(bars[i].first) << "</text>";
+    double x = left, tot = 0;
+    for (const auto& [k, v] : bars[i].second) {
+      if (v <= 0) continue;
+      const double bw = mx > 0 ? (w - left - 90) * v / mx : 0;
+      o << "<rect x=\"" << num(x, "%.1f") << "\" y=\"" << y << "\" width=\"" << num(bw, "%.1f") << "\" height=\"" << bar_h
+        << "\" fill=\"" << color(k) << "\"><title>" << esc(k) << ": " << num(v / unit_scale) << " " << unit << "</title></rect>";
+      x += bw;
+      tot += v;
+    }
+    o << "<text x=\"" << num(x + 4, "%.1f") << "\" y=\"" << y + 13 << "\" class=\"small\">" << num(tot / unit_scale, "%.2f") << " "
+      << unit << "</text>";
+  }
+  o << legend(keys, 10, 14) << "</svg>";
+  return o.str();
+}
+
+std::string timeline_svg(const Json& tl) {
+  const double w = 1100, left = 120, row_h = 14;
+  std::map<std::pair<int64_t, std::string>, int> rows;
+  double t1 = 0;
+  for (const auto& e : tl) {
+    rows.emplace(std::make_pair(e.value("stage", int64_t{0}), e.value("stream", std::string())), 0);
+    t1 = std::max(t1, e.value("end_s", 0.0));
+  }
+  int k = 0;
+  for (auto& [key, idx] : rows) idx = k++;
+  const double h = 50 + row_h * 1.4 * static_cast<double>(rows.size());
+  std::ostringstream o;
+  o << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
+  for (const auto& [key, idx] : rows) {
+    o << "<text x=\"" << left - 6 << "\" y=\"" << 40 + idx * row_h * 1.4 + 11 << "\" text-anchor=\"end\" class=\"small\">stage " << key.first
+      << " " << esc(key.second) << "</text>";
+  }
+  std::vector<std::string> keys;
+  for (const auto& e : tl) {
+    const int idx = rows[{e.value("stage", int64_t{0}), e.value("stream", std::string())}];
+    const double s = e.value("start_s", 0.0), en = e.value("end_s", 0.0);
+    const std::string kind = e.value("kind", std::string("other"));
+    if (std::find(keys.begin(), keys.end(), kind) == keys.end()) keys.push_back(kind);
+    const double x = left + (w - left - 10) * s / std::max(t1, 1e-12);
+    const double bw = std::max(0.5, (w - left - 10) * (en - s) / std::max(t1, 1e-12));
+    o << "<rect x=\"" << num(x, "%.2f") << "\" y=\"" << num(40 + idx * row_h * 1.4, "%.1f") << "\" width=\"" << num(bw, "%.2f")
+      << "\" height=\"" << row_h << "\" fill=\"" << color(kind) << "\"><title>" << esc(e.value("label", kind)) << " "
+      << num(s * 1e3) << "-" << num(en * 1e3) << " ms</title></rect>";
+  }
+  o << legend(keys, 10, 14) << "<text x=\"" << w - 10 << "\" y=\"" << h - 6 << "\" text-anchor=\"end\" class=\"small\">0 - "
+    << num(t1 * 1e3, "%.1f") << " ms</text></svg>";
+  return o.str();
+}
+
+}  // namespace
+
+ReportData load_report_data(const std::string& text, const std::string& source) {
+  ReportData d;
+  const Json whole = Json::parse(text, nullptr, false);
+  if (!whole.is_discarded() && whole.is_object() && whole.contains("layouts")) {
+    d.title = "stepcast plan: " + whole.value("title", source);
+    for (const auto& l : whole["layouts"]) d.rows.push_back(row_from(l, l.value("layout", std::string("?"))));
+    d.explanation = whole.value("explanation", std::string());
+    if (whole.contains("detail")) {
+      d.ledger = whole["detail"].value("ledger", Json());
+      d.timeline = whole["detail"].value("timeline", Json());
+    }
+    return d;
+  }
+  // Sweep JSONL: one object per point.
+  d.title = "stepcast sweep: " + source;
+  std::istringstream in(text);
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      throw core::UserError(source + ":" + std::to_string(lineno) + ": not plan JSON and not a sweep result line");
+    }
+    if (!j.value("ok", false)) continue;
+    std::string label;
+    if (j.contains("settings")) {
+      for (const auto& [k, v] : j["settings"].items()) {
+        label += (label.empty() ? "" : " ") + k.substr(k.rfind('.') + 1) + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+    }
+    d.rows.push_back(row_from(j, label.empty() ? "point " + j["point"].dump() : label));
+  }
+  if (d.rows.empty()) throw core::UserError(source + ": no successful results to report");
+  std::stable_sort(d.rows.begin(), d.rows.end(), [](const ReportRow& a, const ReportRow& b) { return a.step_time_s < b.step_time_s; });
+  return d;
+}
+
+std::string render_html(const ReportData& d) {
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(d.title) << "</title><style>"
+    << "body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:22px}h2{font-size:17px;margin-top:28px}"
+    << "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    << "td:first-child,th:first-child{text-align:left}.small{font-size:11px}svg{display:block;margin:8px 0}</style></head><body>\n";
+  o << "<h1>" << esc(d.title) << "</h1>\n";
+  if (!d.explanation.empty()) o << "<p id=\"explanation\">" << esc(d.explanation) << "</p>\n";
+  o << "<h2>Ranked layouts (step time)</h2>\n" << ranked_svg(d) << "\n";
+  o << "<h2>Pareto front: step time against peak memory</h2>\n<p class=\"small\">Red: layouts no other layout beats on both.</p>\n"
+    << pareto_svg(d) << "\n";
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> bars;
+  for (size_t i = 0; i < std::min<size_t>(d.rows.size(), 10); ++i) {
+    if (d.rows[i].breakdown.is_object()) bars.emplace_back(d.rows[i].label, segments(d.rows[i].breakdown));
+  }
+  if (!bars.empty()) o << "<h2>Time breakdown per layout</h2>\n" << stacked_svg("breakdown", bars, "s", 1.0) << "\n";
+  if (d.ledger.is_object() && d.ledger.contains("stages")) {
+    std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> mem;
+    for (const auto& s : d.ledger["stages"]) {
+      mem.emplace_back("stage " + s["stage"].dump(),
+                       std::vector<std::pair<std::string, double>>{{"weights", s.value("weights_bytes", 0.0)},
+                                                                   {"gradients", s.value("gradients_bytes", 0.0)},
+                                                                   {"optimizer state", s.value("optimizer_bytes", 0.0)},
+                                                                   {"activations", s.value("activations_bytes", 0.0)},
+                                                                   {"transient", std::max(s.value("transient_bytes", 0.0), s.value("logits_bytes", 0.0))},
+                                                                   {"buffers", s.value("buffers_bytes", 0.0)},
+                                                                   {"runtime", s.value("runtime_bytes", 0.0)}});
+    }
+    o << "<h2>Memory ledger of the best layout (per GPU, by pipeline stage)</h2>\n" << stacked_svg("ledger", mem, "GiB", kGiB) << "\n";
+  }
+  if (d.timeline.is_array() && !d.timeline.empty()) {
+    o << "<h2>Timeline excerpt of the best layout</h2>\n" << timeline_svg(d.timeline) << "\n";
+  }
+  o << "<h2>Table</h2>\n<table><tr><th>layout</th><th>step s</th><th>tokens/s/GPU</th><th>MFU</th><th>peak GiB</th><th>bubble</th></tr>\n";
+  for (size_t i = 0; i < std::min<size_t>(d.rows.size(), 50); ++i) {
+    const auto& r = d.rows[i];
+    o << "<tr><td>" << esc(r.label) << "</td><td>" << num(r.step_time_s) << "</td><td>" << num(r.tokens_per_s_per_gpu, "%.1f")
+      << "</td><td>" << num(100.0 * r.mfu, "%.1f") << "%</td><td>" << num(r.peak_memory_bytes / kGiB, "%.2f") << "</td><td>"
+      << num(100.0 * r.bubble_fraction, "%.1f") << "%</td></tr>\n";
+  }
+  o << "</table>\n</body></html>\n";
+  return o.str();
+}
+
+std::string render_markdown(const ReportData& d) {
+  std::ostringstream o;
+  o << "# " << d.title << "\n\n";
+  if (!d.explanation.empty()) o << d.explanation << "\n\n";
+  o << "| rank | layout | step s | tokens/s/GPU | MFU | peak GiB | bubble |\n|---:|---|---:|---:|---:|---:|---:|\n";
+  for (size_t i = 0; i < d.rows.size(); ++i) {
+    const auto& r = d.rows[i];
+    o << "| " << i + 1 << " | " << r.label << " | " << num(r.step_time_s) << " | " << num(r.tokens_per_s_per_gpu, "%.1f") << " | "
+      << num(100.0 * r.mfu, "%.1f") << "% | " << num(r.peak_memory_bytes / kGiB, "%.2f") << " | " << num(100.0 * r.bubble_fraction, "%.1f")
+      << "% |\n";
+  }
+  return o.str();
+}
+
+std::string render_csv(const ReportData& d) {
+  std::ostringstream o;
+  o << "rank,layout,step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_bytes,bubble_fraction\n";
+  for (size_t i = 0; i < d.rows.size(); ++i) {
+    const auto& r = d.rows[i];
+    o << i + 1 << ",\"" << r.label << "\"," << num(r.step_time_s, "%.6f") << "," << num(r.tokens_per_s_per_gpu, "%.3f") << ","
+      << num(r.mfu, "%.6f") << "," << num(r.peak_memory_bytes, "%.0f") << "," << num(r.bubble_fraction, "%.6f") << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace stepcast::report

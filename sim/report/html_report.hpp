@@ -1,0 +1,38 @@
+// stepcast report: renders planner or sweep results as a self-contained HTML page (inline SVG
+// plots, no scripts, no network fetches), Markdown and CSV.
+//
+// Input: the JSON of `stepcast plan --json` (ranked layouts, the best layout's memory ledger
+// and a timeline excerpt under "detail"), or a sweep's JSONL results (one object per point).
+// Plots: ranked layouts by step time, the Pareto front of step time against peak memory, the
+// best layout's memory ledger as stacked bars per stage, the time breakdown per layout, and a
+// timeline excerpt (one row per pipeline stage and stream).
+#pragma once
+
+#include <string>
+
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::report {
+
+struct ReportRow {
+  std::string label;
+  double step_time_s = 0, peak_memory_bytes = 0, mfu = 0, tokens_per_s_per_gpu = 0, bubble_fraction = 0;
+  core::Json breakdown;  // {"compute", "recompute", "bubble", "optimizer", "exposed_comm": {...}} or null
+};
+
+struct ReportData {
+  std::string title;
+  std::vector<ReportRow> rows;  // best first
+  core::Json ledger;            // ledger_json of the best layout, or null
+  core::Json timeline;          // [{"stage","stream","kind","label","start_s","end_s"}], or null
+  std::string explanation;
+};
+
+// Reads plan JSON (an object with "layouts") or sweep JSONL text (ok points only).
+ReportData load_report_data(const std::string& text, const std::string& source);
+
+std::string render_html(const ReportData& d);
+std::string render_markdown(const ReportData& d);
+std::string render_csv(const ReportData& d);
+
+}  // namespace stepcast::report

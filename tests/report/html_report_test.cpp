@@ -1,0 +1,76 @@
+// Report rendering: plan JSON and sweep JSONL both load; the page is self-contained with every
+// plot; the Pareto front holds exactly the non-dominated layouts.
+#include "sim/report/html_report.hpp"
+
+#include <gtest/gtest.h>
+
+#include "sim/core/error.hpp"
+
+namespace stepcast::report {
+namespace {
+
+using core::Json;
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+// Three layouts: A fast and large, B slower and smaller, C slower and larger than B (dominated).
+Json plan_json() {
+  auto layout = [](const char* name, double step, double gib) {
+    return Json{{"layout", name}, {"step_time_s", step}, {"peak_memory_bytes", gib * 1073741824.0}, {"mfu", 0.4},
+                {"tokens_per_s_per_gpu", 1000.0}, {"bubble_fraction", 0.1},
+                {"breakdown", {{"compute", step * 0.8}, {"recompute", 0.0}, {"bubble", step * 0.1}, {"optimizer", 0.01},
+                               {"exposed_comm", {{"tp", step * 0.09}}}}}};
+  };
+  Json stage = {{"stage", 0}, {"weights_bytes", 1e9}, {"gradients_bytes", 1e9}, {"optimizer_bytes", 2e9}, {"activations_bytes", 3e9},
+                {"transient_bytes", 1e8}, {"logits_bytes", 0.0}, {"buffers_bytes", 1e7}, {"runtime_bytes", 1e9}};
+  Json event = {{"stage", 0}, {"stream", "compute"}, {"kind", "forward"}, {"label", "fwd L0 mb0"}, {"start_s", 0.0}, {"end_s", 0.01}};
+  Json j = Json::object();
+  j["title"] = "test";
+  j["explanation"] = "A wins.";
+  j["layouts"] = Json::array({layout("A", 1.0, 60), layout("B", 1.2, 40), layout("C", 1.3, 50)});
+  j["detail"]["ledger"]["stages"] = Json::array({stage});
+  j["detail"]["timeline"] = Json::array({event});
+  return j;
+}
+
+TEST(Report, PlanPageHasEveryPlotAndNoExternalFetch) {
+  const ReportData d = load_report_data(plan_json().dump(), "plan.json");
+  ASSERT_EQ(d.rows.size(), 3u);
+  const std::string html = render_html(d);
+  for (const char* id : {"ranked", "pareto", "breakdown", "ledger", "timeline"}) {
+    EXPECT_NE(html.find(std::string("<svg id=\"") + id + "\""), std::string::npos) << id;
+  }
+  EXPECT_EQ(html.find("http://www.w3.org/2000/svg\"") == std::string::npos, false);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(html.find("href=\"http"), std::string::npos);
+  // Front: A (fastest) and B (less memory than every faster layout); C is dominated by B.
+  EXPECT_EQ(count(html, "class=\"front-point\""), 2u);
+}
+
+TEST(Report, SweepLinesLoadSortedAndSkipFailures) {
+  const std::string jsonl =
+      R"({"point":0,"ok":true,"settings":{"parallel.tp":1},"step_time_s":2.0,"peak_memory_bytes":1e10,"mfu":0.3,"tokens_per_s_per_gpu":10,"bubble_fraction":0})"
+      "\n"
+      R"({"point":1,"ok":false,"settings":{"parallel.tp":3},"error":"bad"})"
+      "\n"
+      R"({"point":2,"ok":true,"settings":{"parallel.tp":2},"step_time_s":1.5,"peak_memory_bytes":2e10,"mfu":0.4,"tokens_per_s_per_gpu":12,"bubble_fraction":0})"
+      "\n";
+  const ReportData d = load_report_data(jsonl, "sweep.jsonl");
+  ASSERT_EQ(d.rows.size(), 2u);
+  EXPECT_EQ(d.rows[0].label, "tp=2");
+  EXPECT_NE(render_csv(d).find("1,\"tp=2\",1.500000"), std::string::npos) << render_csv(d);
+  EXPECT_NE(render_markdown(d).find("| 2 | tp=1 |"), std::string::npos);
+}
+
+TEST(Report, GarbageIsAClearError) {
+  EXPECT_THROW(load_report_data("not json at all\n", "x.jsonl"), core::UserError);
+  EXPECT_THROW(load_report_data(R"({"point":0,"ok":false})" "\n", "x.jsonl"), core::UserError);
+}
+
+}  // namespace
+}  // namespace stepcast::report
