@@ -135,7 +135,9 @@ std::string layout_diff(const Parallel& a, const Parallel& b) { return layout_di
 std::string layout_text(const Parallel& p) {
   std::ostringstream o;
   o << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp << " cp " << p.cp;
+  if (p.cp > 1) o << (p.cp_comm == config::CpComm::kRing ? " ring" : p.cp_comm == config::CpComm::kAllGather ? " allgather" : " ulysses");
   if (p.ep > 1) o << " ep " << p.ep;
+  if (p.etp > 1) o << " etp " << p.etp;
   if (p.vpp > 1) o << " vpp " << p.vpp;
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage)) << " rc "
     << config::to_string(p.recompute);
@@ -207,8 +209,24 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
               continue;
             }
           }
+          std::vector<config::CpComm> cp_methods{bp.cp_comm};
+          if (cp > 1 && !fixed("cp_comm")) cp_methods = {config::CpComm::kRing, config::CpComm::kAllGather, config::CpComm::kUlysses};
+          std::vector<int64_t> etps{fixed("etp") ? bp.etp : 1};
+          if (m.moe.enabled() && !fixed("etp") && tp > 1) etps.push_back(tp);
+          for (config::CpComm cpm : cp_methods) {
+          // Ulysses splits heads over cp (the validator's rule, applied before enumerating).
+          const int64_t kv_local = m.mla.enabled() ? m.heads / tp : std::max<int64_t>(1, m.kv_heads / tp);
+          if (cpm == config::CpComm::kUlysses && kv_local % cp != 0) continue;
+          for (int64_t etp : etps) {
           for (int64_t ep : eps) {
+            // ep * etp is carved out of tp * dp * cp.
+            if ((tp * dp * cp) % (ep * etp) != 0 || (m.moe.enabled() && m.moe.num_experts % ep != 0)) continue;
             for (int64_t mbs : mbss) {
+              if (base.training.global_batch_size % (dp * mbs) != 0) {
+                ++res.enumerated;
+                ++res.rejected["invalid $.training.global_batch_size"];
+                continue;
+              }
               for (const auto& sh : shards) {
                 for (Recompute rcm : recomputes) {
                   for (Schedule sc : scheds) {
@@ -219,7 +237,8 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                     p.dp = dp;
                     p.vpp = vpp;
                     p.ep = ep;
-                    if (!fixed("etp")) p.etp = 1;
+                    p.etp = etp;
+                    p.cp_comm = cpm;
                     if (!fixed("sp")) p.sp = tp > 1;
                     p.micro_batch_size = mbs;
                     p.zero_stage = sh.zero;
@@ -233,6 +252,8 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                 }
               }
             }
+          }
+          }
           }
         }
       }
