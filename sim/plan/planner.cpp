@@ -78,7 +78,10 @@ std::string layout_diff_impl(const Parallel& a, const Parallel& b) {
   num("dp", a.dp, b.dp);
   num("cp", a.cp, b.cp);
   num("ep", a.ep, b.ep);
+  num("etp", a.etp, b.etp);
   num("vpp", a.vpp, b.vpp);
+  auto cpm = [](config::CpComm c) { return c == config::CpComm::kRing ? "ring" : c == config::CpComm::kAllGather ? "all-gather" : "Ulysses"; };
+  if (a.cp > 1 && b.cp > 1 && a.cp_comm != b.cp_comm) d.push_back(std::string("CP ") + cpm(a.cp_comm) + " vs " + cpm(b.cp_comm));
   num("micro-batch", a.micro_batch_size, b.micro_batch_size);
   num("ZeRO stage", a.effective_zero(), b.effective_zero());
   if (a.recompute != b.recompute) d.push_back("recompute " + config::to_string(a.recompute) + " vs " + config::to_string(b.recompute));
@@ -120,7 +123,18 @@ std::string explain(const PlanResult& r) {
   std::string s = "Best: " + layout_text(w.rc.parallel) + " at " + fmt("%.3f", w.step_s()) + " s per step (" +
                   fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU).";
   if (r.ranked.size() < 2) return s + " It is the only layout that fits.";
-  const Candidate& u = r.ranked[1];
+  // Layouts within 0.1% of the winner are equivalent (e.g. cp 2 with twice the micro-batch):
+  // name how many, and explain against the first layout that is really slower.
+  size_t ui = 1, equivalent = 0;
+  while (ui < r.ranked.size() && r.ranked[ui].simulated == w.simulated && r.ranked[ui].step_s() <= w.step_s() * 1.001) {
+    ++ui;
+    ++equivalent;
+  }
+  if (equivalent > 0) {
+    s += " " + std::to_string(equivalent) + (equivalent == 1 ? " other layout ties" : " other layouts tie") + " with it (within 0.1%).";
+  }
+  if (ui >= r.ranked.size()) return s;
+  const Candidate& u = r.ranked[ui];
   s += " The runner-up (" + layout_diff_impl(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
        fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
   s += " " + compare_text_impl(w, u);
