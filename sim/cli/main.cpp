@@ -24,6 +24,7 @@
 #include "sim/plan/sizing.hpp"
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
+#include "calibrate/cpu_suite.hpp"
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -195,6 +196,15 @@ int run(int argc, char** argv) {
   sweep->add_option("--out", sweep_out, "results (JSON lines, one per point, sorted by point)")->required();
   sweep->add_flag("--resume", sweep_resume, "skip the points already in the results (and part files of a killed run)");
 
+  // calibrate
+  std::string cal_backend = "cpu", cal_out, cal_report;
+  double cal_budget = 0.4;
+  auto* cal = app.add_subcommand("calibrate", "measure this machine (GEMMs, memory, collectives) into a hardware profile");
+  cal->add_option("--backend", cal_backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cal->add_option("--out", cal_out, "write the measured hardware profile (JSON) here")->required();
+  cal->add_option("--report", cal_report, "write a Markdown report (fit and held-out comparison) here");
+  cal->add_option("--budget", cal_budget, "time budget per benchmark in seconds (adaptive stopping)")->check(CLI::Range(0.01, 60.0));
+
   // report
   std::string rep_in, rep_html, rep_md, rep_csv;
   auto* rep = app.add_subcommand("report", "render plan or sweep results as HTML (inline SVG plots), Markdown and CSV");
@@ -215,6 +225,39 @@ int run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (cal->parsed()) {
+    if (cal_backend == "cuda") {
+      throw stepcast::core::UserError("calibrate --backend cuda: this build has no CUDA backend (no nvcc/NCCL found at configure time, or no GPU); use --backend cpu");
+    }
+    int rank = 0, size = 1;
+#ifdef STEPCAST_HAVE_MPI
+    if (launched_by_mpi()) {
+      MPI_Init(&argc, &argv);
+      g_mpi_active = true;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+#endif
+    stepcast::calibrate::SuiteOptions so;
+    so.budget_per_benchmark_s = cal_budget;
+    so.command = cmdline;
+    so.progress = [](const std::string& line) {
+      std::fprintf(stderr, "calibrate: %s\n", line.c_str());
+      std::fflush(stderr);
+    };
+    const auto r = stepcast::calibrate::run_cpu_suite(rank, size, so);
+    if (rank == 0) {
+      write_text(cal_out, r.profile.dump(2) + "\n");
+      const std::string md = stepcast::calibrate::suite_markdown(r);
+      if (!cal_report.empty()) write_text(cal_report, md);
+      std::cout << md;
+    }
+#ifdef STEPCAST_HAVE_MPI
+    if (g_mpi_active) MPI_Finalize();
+    g_mpi_active = false;
+#endif
+    return 0;
+  }
   if (rep->parsed()) {
     std::ifstream in(rep_in, std::ios::binary);
     if (!in) throw stepcast::core::UserError(rep_in + ": cannot read");

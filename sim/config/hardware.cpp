@@ -233,6 +233,37 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
                        "expected [[bytes, fraction], ...] with ascending sizes and fractions in (0, 1]");
           }
         }
+        if (const Json* oc = tr.get_raw("size_curves"); oc != nullptr) {
+          const std::vector<std::string> ops{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"};
+          if (!oc->is_object()) {
+            issues.add(tr.child_path("size_curves"), "expected an object of per-operation curves");
+          } else {
+            for (const auto& [op, curve] : oc->items()) {
+              const std::string cpath = tr.child_path("size_curves") + "." + op;
+              if (std::find(ops.begin(), ops.end(), op) == ops.end()) {
+                issues.add(cpath, "unknown operation; allowed: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv");
+                continue;
+              }
+              bool ok = curve.is_array() && !curve.empty();
+              double last = 0.0;
+              std::vector<std::pair<double, double>> pts;
+              for (const auto& pt : ok ? curve : Json::array()) {
+                if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() || pt[0].get<double>() <= last ||
+                    pt[1].get<double>() <= 0.0) {
+                  ok = false;
+                  break;
+                }
+                last = pt[0].get<double>();
+                pts.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+              }
+              if (!ok) {
+                issues.add(cpath, "expected [[bytes, bus bandwidth in bytes/s], ...] with ascending sizes and positive bandwidths");
+              } else {
+                t.op_curves[op] = pts;
+              }
+            }
+          }
+        }
         if (hw.gpus_per_node % t.span != 0) {
           issues.add(tr.child_path("span"), "got " + std::to_string(t.span) +
                                                 "; must divide gpus_per_node (" +
@@ -308,7 +339,7 @@ std::vector<std::string> builtin_hardware_names() {
   return out;
 }
 
-HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& issues) {
+HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& issues, const std::string& base_dir) {
   if (j.is_string()) {
     try {
       return builtin_hardware(j.get<std::string>());
@@ -320,6 +351,21 @@ HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& i
   if (!j.is_object()) {
     issues.add(path, "got " + core::show(j) + "; expected a profile name or a profile object");
     return {};
+  }
+  if (j.contains("path")) {
+    if (!j["path"].is_string() || j.size() != 1) {
+      issues.add(path + ".path", "expected {\"path\": \"profile.json\"} and no other keys");
+      return {};
+    }
+    const std::string file = base_dir.empty() ? j["path"].get<std::string>() : base_dir + "/" + j["path"].get<std::string>();
+    Json loaded;
+    try {
+      loaded = core::load_json_file(file);
+    } catch (const core::UserError& e) {
+      issues.add(path + ".path", e.what());
+      return {};
+    }
+    return parse_profile_object(loaded, path, issues);
   }
   if (j.contains("base")) {
     if (!j["base"].is_string()) {

@@ -37,6 +37,12 @@ struct FabricTier {
   // Optional measured curve: (message bytes, achieved fraction of the plateau), ascending.
   // When present it replaces the alpha-beta model for collectives inside this tier.
   std::vector<std::pair<double, double>> size_curve;
+  // Optional per-operation measured bus bandwidth by message size, [[bytes, bytes/s], ...]
+  // (keys all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv), as
+  // `stepcast calibrate` writes them; they take precedence over the plateaus and size_curve for
+  // their operation. The time is interpolated log-log between the measured sizes; below the
+  // first size it stays at the first point's time (the latency floor).
+  std::map<std::string, std::vector<std::pair<double, double>>> op_curves;
 };
 
 struct Network {
@@ -120,7 +126,10 @@ struct HardwareProfile {
 };
 
 // Reads a profile: a built-in name, or an object (optionally {"base": NAME, ...overrides}).
-HardwareProfile parse_hardware(const core::Json& j, const std::string& path, core::Issues& issues);
+// {"path": "profile.json"} reads a profile file (relative to base_dir), e.g. one written by
+// `stepcast calibrate`.
+HardwareProfile parse_hardware(const core::Json& j, const std::string& path, core::Issues& issues,
+                               const std::string& base_dir = "");
 HardwareProfile builtin_hardware(const std::string& name);  // throws UserError listing choices
 std::vector<std::string> builtin_hardware_names();
 core::Json builtin_hardware_json(const std::string& name);

@@ -392,7 +392,7 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
     issues.add("$.model", "required: a zoo name, an object of model keys, or {\"path\": FILE}");
   }
   if (const Json* hj = r.get_raw("hardware"); hj != nullptr) {
-    rc.hardware = hw::parse_hardware(*hj, "$.hardware", issues);
+    rc.hardware = hw::parse_hardware(*hj, "$.hardware", issues, base_dir);
   } else {
     issues.add("$.hardware", "required: a built-in profile name or a profile object");
   }

@@ -94,6 +94,22 @@ Bandwidth plateau(Collective c, const hw::FabricTier& tier, int64_t n) {
 
 Duration tier_time(Collective c, Bytes bytes, int64_t n, const hw::FabricTier& tier) {
   if (n <= 1 || bytes.value() <= 0.0) return Duration(0);
+  if (const auto it = tier.op_curves.find(to_string(c)); it != tier.op_curves.end()) {
+    // A measured bus-bandwidth curve for this operation: time interpolated piecewise linearly
+    // in log(time) against log(size), which follows both the latency floor (flat) and the
+    // bandwidth regime (slope 1); below the first size the first time, above the last the
+    // last bandwidth.
+    const double bf = c == Collective::kSendRecv || c == Collective::kBroadcast ? 1.0 : bus_factor(c, n);
+    const auto& cv = it->second;
+    const double s = bytes.value();
+    auto time_at = [&](size_t i) { return cv[i].first * bf / cv[i].second; };
+    if (s <= cv.front().first) return Duration(time_at(0));
+    if (s >= cv.back().first) return Duration(s * bf / cv.back().second);
+    size_t i = 1;
+    while (cv[i].first < s) ++i;
+    const double w = (std::log(s) - std::log(cv[i - 1].first)) / (std::log(cv[i].first) - std::log(cv[i - 1].first));
+    return Duration(std::exp(std::log(time_at(i - 1)) + w * (std::log(time_at(i)) - std::log(time_at(i - 1)))));
+  }
   const Bandwidth top = plateau(c, tier, n);
   if (c == Collective::kSendRecv) return tier.latency + bytes / top;
   // Rooted transfers: the root exchanges with every peer at once over its own link.

@@ -1,0 +1,81 @@
+#include "calibrate/fit.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+
+namespace stepcast::calibrate {
+
+namespace {
+double ramp(double x, double h) { return x / (x + h); }
+}  // namespace
+
+double gemm_model_seconds(const GemmFit& f, double m, double n, double k) {
+  const double flops = 2.0 * m * n * k;
+  return flops / (f.rate * ramp(m, f.half_dim) * ramp(n, f.half_dim) * ramp(k, f.half_dim)) + f.overhead_s;
+}
+
+GemmFit fit_gemm(const std::vector<GemmSample>& samples, double overhead_s) {
+  GemmFit best;
+  best.overhead_s = overhead_s;
+  double best_res = 1e300;
+  const auto n = static_cast<Eigen::Index>(samples.size());
+  for (double h = 1.0; h <= 4096.0; h *= 1.05) {
+    // log(F / (t - o)) = log S + log r(m) + log r(n) + log r(k): one unknown, log S.
+    Eigen::MatrixXd A = Eigen::MatrixXd::Ones(n, 1);
+    Eigen::VectorXd y(n);
+    bool ok = true;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const auto& s = samples[static_cast<size_t>(i)];
+      const double t = s.seconds - overhead_s;
+      if (t <= 0) {
+        ok = false;
+        break;
+      }
+      const double flops = 2.0 * s.m * s.n * s.k;
+      y(i) = std::log(flops / t) - std::log(ramp(s.m, h) * ramp(s.n, h) * ramp(s.k, h));
+    }
+    if (!ok) continue;
+    const Eigen::VectorXd x = A.colPivHouseholderQr().solve(y);
+    const double res = (A * x - y).squaredNorm();
+    if (res < best_res) {
+      best_res = res;
+      best.rate = std::exp(x(0));
+      best.half_dim = h;
+    }
+  }
+  double sq = 0;
+  for (const auto& s : samples) {
+    const double e = gemm_model_seconds(best, s.m, s.n, s.k) / s.seconds - 1.0;
+    sq += e * e;
+  }
+  best.rms_rel_error = samples.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(samples.size()));
+  return best;
+}
+
+CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, std::vector<CollSample> samples) {
+  CollFit f;
+  f.op = op;
+  f.ranks = ranks;
+  std::sort(samples.begin(), samples.end(), [](const CollSample& a, const CollSample& b) { return a.bytes < b.bytes; });
+  for (const auto& s : samples) f.plateau_busbw = std::max(f.plateau_busbw, s.bytes * bus_factor / s.seconds);
+  for (const auto& s : samples) f.curve.emplace_back(s.bytes, s.bytes * bus_factor / s.seconds);
+  const auto n = static_cast<Eigen::Index>(samples.size());
+  if (n >= 2) {
+    // Relative least squares: divide each row by the measured time.
+    Eigen::MatrixXd A(n, 2);
+    Eigen::VectorXd y(n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const auto& s = samples[static_cast<size_t>(i)];
+      A(i, 0) = 1.0 / s.seconds;
+      A(i, 1) = s.bytes / s.seconds;
+      y(i) = 1.0;
+    }
+    const Eigen::VectorXd x = A.colPivHouseholderQr().solve(y);
+    f.alpha_s = x(0);
+    f.beta_s_per_byte = x(1);
+  }
+  return f;
+}
+
+}  // namespace stepcast::calibrate

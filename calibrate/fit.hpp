@@ -1,0 +1,48 @@
+// stepcast calibration: measurements -> the parameters the simulator consumes.
+//
+// GEMM: the cost model is t = F / (S * r(m) r(n) r(k)) + overhead with r(x) = x / (x + h)
+// (sim/cost/compute). For each half-dimension h on a log grid, the rate S solving the
+// least-squares problem in log space (relative errors weigh every shape alike) comes from Eigen;
+// the h with the smallest residual wins. Collectives: per operation a size curve (bus bandwidth
+// at each measured size), interpolated in log size by the simulator, plus an
+// alpha-beta line t = a + b * bytes fitted by Eigen least squares for the report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stepcast::calibrate {
+
+struct GemmSample {
+  double m = 0, n = 0, k = 0;
+  double seconds = 0;
+};
+
+struct GemmFit {
+  double rate = 0;       // S: FLOP/s of an infinitely large GEMM
+  double half_dim = 0;   // h
+  double overhead_s = 0; // per-call cost
+  double rms_rel_error = 0;
+};
+
+GemmFit fit_gemm(const std::vector<GemmSample>& samples, double overhead_s);
+double gemm_model_seconds(const GemmFit& f, double m, double n, double k);
+
+struct CollSample {
+  double bytes = 0;      // message size (nccl-tests convention)
+  double seconds = 0;
+};
+
+struct CollFit {
+  std::string op;
+  int64_t ranks = 0;
+  double plateau_busbw = 0;                         // bytes/s, the best measured
+  std::vector<std::pair<double, double>> curve;     // (bytes, bus bandwidth in bytes/s), ascending
+  double alpha_s = 0, beta_s_per_byte = 0;          // least-squares line
+};
+
+// bus_factor: the nccl-tests bus factor of the operation for this group size.
+CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, std::vector<CollSample> samples);
+
+}  // namespace stepcast::calibrate

@@ -1,0 +1,49 @@
+#include "calibrate/measure.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace stepcast::calibrate {
+
+Measurement summarize(std::vector<double> samples) {
+  Measurement m;
+  m.reps = static_cast<int>(samples.size());
+  if (samples.empty()) return m;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  m.median_s = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  m.min_s = samples.front();
+  m.mean_s = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(n);
+  if (n > 1 && m.mean_s > 0) {
+    double var = 0;
+    for (double x : samples) var += (x - m.mean_s) * (x - m.mean_s);
+    var /= static_cast<double>(n - 1);
+    m.rse = std::sqrt(var / static_cast<double>(n)) / m.mean_s;
+  }
+  return m;
+}
+
+Measurement measure(const std::function<double()>& run_once, const MeasureOptions& opt) {
+  for (int i = 0; i < opt.warmup; ++i) (void)run_once();
+  std::vector<double> samples;
+  double used = 0;
+  Measurement m;
+  while (static_cast<int>(samples.size()) < opt.max_reps) {
+    const double t = run_once();
+    samples.push_back(t);
+    used += t;
+    if (static_cast<int>(samples.size()) < opt.min_reps) continue;
+    m = summarize(samples);
+    if (m.rse <= opt.target_rse) {
+      m.converged = true;
+      return m;
+    }
+    if (used >= opt.budget_s) break;
+  }
+  m = summarize(samples);
+  m.converged = m.rse <= opt.target_rse;
+  return m;
+}
+
+}  // namespace stepcast::calibrate
