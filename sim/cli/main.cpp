@@ -25,6 +25,9 @@
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
 #include "calibrate/cpu_suite.hpp"
+#ifdef STEPCAST_HAVE_CUDA
+#include "calibrate/cuda_suite.hpp"
+#endif
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -226,9 +229,11 @@ int run(int argc, char** argv) {
   }
 
   if (cal->parsed()) {
+#ifndef STEPCAST_HAVE_CUDA
     if (cal_backend == "cuda") {
-      throw stepcast::core::UserError("calibrate --backend cuda: this build has no CUDA backend (no nvcc/NCCL found at configure time, or no GPU); use --backend cpu");
+      throw stepcast::core::UserError("calibrate --backend cuda: this build has no CUDA backend (nvcc, cuBLAS or NCCL were not found at configure time); use --backend cpu");
     }
+#endif
     int rank = 0, size = 1;
 #ifdef STEPCAST_HAVE_MPI
     if (launched_by_mpi()) {
@@ -245,7 +250,11 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "calibrate: %s\n", line.c_str());
       std::fflush(stderr);
     };
+#ifdef STEPCAST_HAVE_CUDA
+    const auto r = cal_backend == "cuda" ? stepcast::calibrate::run_cuda_suite(rank, size, so) : stepcast::calibrate::run_cpu_suite(rank, size, so);
+#else
     const auto r = stepcast::calibrate::run_cpu_suite(rank, size, so);
+#endif
     if (rank == 0) {
       write_text(cal_out, r.profile.dump(2) + "\n");
       const std::string md = stepcast::calibrate::suite_markdown(r);

@@ -1,0 +1,44 @@
+// stepcast calibration: the device side of the CUDA suite behind a narrow C++17 interface, so
+// the CUDA translation unit needs nothing but CUDA, cuBLAS and NCCL; all host logic (sweeps,
+// stopping, fitting, the profile) stays in ordinary C++ and is tested without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "calibrate/measure.hpp"
+
+namespace stepcast::calibrate::cuda {
+
+struct DeviceInfo {
+  std::string name;
+  double memory_bytes = 0;
+  int sm_count = 0;
+};
+
+// Number of visible GPUs (0 when none or no driver).
+int device_count();
+// Selects the device and creates its stream and cuBLAS handle. Throws std::runtime_error.
+DeviceInfo open(int device);
+void close();
+
+// Median time of one bf16 GEMM C[m x n] = A[m x k] B[k x n] with fp32 accumulation, measured
+// with CUDA events under the shared stopping rules; inputs rotate over three random sets and
+// the result is checked against a host dot product (throws on mismatch).
+Measurement time_gemm_bf16(int m, int n, int k, const MeasureOptions& mo);
+// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
+double copy_bandwidth(const MeasureOptions& mo);
+
+// NCCL: rank 0 makes the id (128 bytes), the caller broadcasts it (MPI), every rank inits.
+void nccl_unique_id(char id[128]);
+void nccl_init(int rank, int size, const char id[128]);
+void nccl_finalize();
+// Seconds per operation over a batch of back-to-back operations (events). `max_over_ranks`
+// turns this rank's time into the slowest rank's (an MPI all-reduce), so every rank stops
+// after the same repetitions.
+double time_collective(const std::string& op, size_t bytes, int rank, int size, const MeasureOptions& mo,
+                       const std::function<void()>& barrier, const std::function<double(double)>& max_over_ranks);
+std::string nccl_version();
+
+}  // namespace stepcast::calibrate::cuda
