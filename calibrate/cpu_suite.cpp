@@ -199,6 +199,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
         " ms, " + fmt("%.1f", 2.0 * s.m * s.n * s.k / t / 1e9) + " GFLOP/s");
   }
   r.gemm = fit_gemm(gs, overhead);
+  r.gemm_samples = gs;
   say("gemm fit: rate " + fmt("%.1f", r.gemm.rate / 1e9) + " GFLOP/s, half-dimension " + fmt("%.0f", r.gemm.half_dim) +
       ", rms error " + fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%");
   std::vector<std::pair<Shape, double>> held_gemm;
@@ -330,6 +331,101 @@ std::string suite_markdown(const SuiteResult& r) {
       << fmt("%+.1f%%", 100.0 * h.error()) << " |\n";
   }
   o << "\nHeld-out within 10%: " << within << " of " << r.held_out.size() << ".\n";
+  return o.str();
+}
+
+namespace {
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+  return o;
+}
+
+// Log-log scatter with optional polyline series; returns an <svg>.
+struct Series {
+  std::string name, colour;
+  std::vector<std::pair<double, double>> pts;
+  bool line = false;
+};
+
+std::string loglog_svg(const char* id, const std::string& xlabel, const std::string& ylabel, const std::vector<Series>& series) {
+  const double w = 760, h = 420, l = 80, b = 50, t = 20, r = 160;
+  double x0 = 1e300, x1 = 0, y0 = 1e300, y1 = 0;
+  for (const auto& s : series) {
+    for (const auto& [x, y] : s.pts) {
+      if (x <= 0 || y <= 0) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  }
+  std::ostringstream o;
+  o << "<svg id=\"" << id << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
+  if (x1 <= 0) return o.str() + "</svg>";
+  const double lx0 = std::floor(std::log10(x0)), lx1 = std::ceil(std::log10(x1)), ly0 = std::floor(std::log10(y0)), ly1 = std::ceil(std::log10(y1));
+  auto X = [&](double x) { return l + (w - l - r) * (std::log10(x) - lx0) / std::max(1e-9, lx1 - lx0); };
+  auto Y = [&](double y) { return h - b - (h - b - t) * (std::log10(y) - ly0) / std::max(1e-9, ly1 - ly0); };
+  o << "<line x1=\"" << l << "\" y1=\"" << h - b << "\" x2=\"" << w - r << "\" y2=\"" << h - b << "\" stroke=\"#333\"/><line x1=\"" << l
+    << "\" y1=\"" << t << "\" x2=\"" << l << "\" y2=\"" << h - b << "\" stroke=\"#333\"/>";
+  for (double e = lx0; e <= lx1; e += 1) o << "<text x=\"" << X(std::pow(10, e)) << "\" y=\"" << h - b + 16 << "\" font-size=\"11\" text-anchor=\"middle\">1e" << e << "</text>";
+  for (double e = ly0; e <= ly1; e += 1) o << "<text x=\"" << l - 6 << "\" y=\"" << Y(std::pow(10, e)) + 4 << "\" font-size=\"11\" text-anchor=\"end\">1e" << e << "</text>";
+  o << "<text x=\"" << (l + w - r) / 2 << "\" y=\"" << h - 10 << "\" text-anchor=\"middle\" font-size=\"13\">" << html_escape(xlabel) << "</text>";
+  o << "<text x=\"16\" y=\"" << (h - b) / 2 << "\" transform=\"rotate(-90 16 " << (h - b) / 2 << ")\" text-anchor=\"middle\" font-size=\"13\">"
+    << html_escape(ylabel) << "</text>";
+  double ly = t + 10;
+  for (const auto& s : series) {
+    if (s.line) {
+      std::string d;
+      for (size_t i = 0; i < s.pts.size(); ++i) d += (i ? " L " : "M ") + fmt("%.1f", X(s.pts[i].first)) + " " + fmt("%.1f", Y(s.pts[i].second));
+      o << "<path d=\"" << d << "\" fill=\"none\" stroke=\"" << s.colour << "\" stroke-width=\"2\"/>";
+    } else {
+      for (const auto& [x, y] : s.pts) {
+        o << "<circle cx=\"" << fmt("%.1f", X(x)) << "\" cy=\"" << fmt("%.1f", Y(y)) << "\" r=\"4\" fill=\"" << s.colour << "\"/>";
+      }
+    }
+    o << "<rect x=\"" << w - r + 10 << "\" y=\"" << ly - 9 << "\" width=\"10\" height=\"10\" fill=\"" << s.colour << "\"/><text x=\"" << w - r + 24
+      << "\" y=\"" << ly << "\" font-size=\"11\">" << html_escape(s.name) << "</text>";
+    ly += 16;
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+}  // namespace
+
+std::string suite_html(const SuiteResult& r) {
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>stepcast calibration</title><style>body{font-family:sans-serif;margin:24px}"
+       "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}</style>"
+       "</head><body>\n<h1>stepcast calibration</h1>\n";
+  if (r.profile.contains("description")) o << "<p>" << html_escape(r.profile["description"].get<std::string>()) << "</p>\n";
+  // Roofline: attainable = min(rate, bandwidth * intensity); intensity of C = A B with operands
+  // and output of `bytes_per_element`.
+  Series meas{"measured GEMMs", "#4e79a7", {}, false}, roof{"roofline", "#e15759", {}, true};
+  double ai_min = 1e300, ai_max = 0;
+  for (const auto& s : r.gemm_samples) {
+    const double flops = 2.0 * s.m * s.n * s.k;
+    const double bytes = (s.m * s.k + s.k * s.n + s.m * s.n) * r.bytes_per_element;
+    meas.pts.emplace_back(flops / bytes, flops / s.seconds);
+    ai_min = std::min(ai_min, flops / bytes), ai_max = std::max(ai_max, flops / bytes);
+  }
+  const double bw = r.copy_bandwidth / 2.0;  // one direction of the copy: the streaming rate
+  for (double ai = std::max(0.01, ai_min / 100); ai <= ai_max * 10; ai *= 1.2) roof.pts.emplace_back(ai, std::min(r.gemm.rate, bw * ai));
+  o << "<h2>GEMMs against the roofline</h2>\n<p>Ceilings: " << fmt("%.3g", r.gemm.rate) << " FLOP/s (fitted large-GEMM rate), "
+    << fmt("%.3g", bw) << " B/s streaming bandwidth.</p>\n"
+    << loglog_svg("roofline", "arithmetic intensity (FLOP/byte)", "FLOP/s", {roof, meas}) << "\n";
+  if (!r.collectives.empty()) {
+    std::vector<Series> cs;
+    const char* colours[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1"};
+    size_t i = 0;
+    for (const auto& c : r.collectives) cs.push_back({c.op, colours[i++ % 6], c.curve, true});
+    o << "<h2>Collective bus bandwidth by size (" << r.ranks << " processes)</h2>\n" << loglog_svg("collectives", "message bytes", "bus bandwidth (B/s)", cs) << "\n";
+  }
+  o << "<h2>Held-out sizes: measured vs the cost model</h2>\n<table><tr><th>benchmark</th><th>measured ms</th><th>predicted ms</th><th>error</th></tr>\n";
+  for (const auto& h : r.held_out) {
+    o << "<tr><td>" << html_escape(h.what) << "</td><td>" << fmt("%.4f", h.measured_s * 1e3) << "</td><td>" << fmt("%.4f", h.predicted_s * 1e3)
+      << "</td><td>" << fmt("%+.1f%%", 100.0 * h.error()) << "</td></tr>\n";
+  }
+  o << "</table>\n</body></html>\n";
   return o.str();
 }
 

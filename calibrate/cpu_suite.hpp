@@ -30,6 +30,8 @@ struct SuiteResult {
   int ranks = 1;
   core::Json profile;        // the hardware profile (parse_hardware reads it)
   GemmFit gemm;
+  std::vector<GemmSample> gemm_samples;  // the fitted shapes as measured
+  double bytes_per_element = 4;          // GEMM operand size (fp32 on CPUs, bf16 on GPUs)
   double copy_bandwidth = 0; // bytes/s moved (read + write)
   std::vector<CollFit> collectives;
   std::vector<HeldOut> held_out;  // filled on rank 0
@@ -40,5 +42,8 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt);
 
 // Markdown report of a suite (fit, held-out comparison).
 std::string suite_markdown(const SuiteResult& r);
+// Self-contained HTML: the measured GEMMs against the roofline (attainable FLOP/s =
+// min(rate, bandwidth x arithmetic intensity)), collective bus bandwidth by size, held-out table.
+std::string suite_html(const SuiteResult& r);
 
 }  // namespace stepcast::calibrate

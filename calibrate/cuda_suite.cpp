@@ -71,6 +71,8 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
           fmt("%.1f", 2.0 * s.m * s.n * s.k / t / 1e12) + " TFLOP/s");
     }
     r.gemm = fit_gemm(gs, overhead);
+    r.gemm_samples = gs;
+    r.bytes_per_element = 2;
     std::vector<std::pair<Shape, double>> held_gemm;
     for (const auto& s : held_shapes) held_gemm.emplace_back(s, cuda::time_gemm_bf16(s.m, s.n, s.k, mo).median_s);
     r.copy_bandwidth = cuda::copy_bandwidth(mo);

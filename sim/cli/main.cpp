@@ -200,12 +200,13 @@ int run(int argc, char** argv) {
   sweep->add_flag("--resume", sweep_resume, "skip the points already in the results (and part files of a killed run)");
 
   // calibrate
-  std::string cal_backend = "cpu", cal_out, cal_report;
+  std::string cal_backend = "cpu", cal_out, cal_report, cal_html;
   double cal_budget = 0.4;
   auto* cal = app.add_subcommand("calibrate", "measure this machine (GEMMs, memory, collectives) into a hardware profile");
   cal->add_option("--backend", cal_backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
   cal->add_option("--out", cal_out, "write the measured hardware profile (JSON) here")->required();
   cal->add_option("--report", cal_report, "write a Markdown report (fit and held-out comparison) here");
+  cal->add_option("--html", cal_html, "write an HTML report (roofline, collective bandwidth by size, held-out table) here");
   cal->add_option("--budget", cal_budget, "time budget per benchmark in seconds (adaptive stopping)")->check(CLI::Range(0.01, 60.0));
 
   // report
@@ -259,6 +260,7 @@ int run(int argc, char** argv) {
       write_text(cal_out, r.profile.dump(2) + "\n");
       const std::string md = stepcast::calibrate::suite_markdown(r);
       if (!cal_report.empty()) write_text(cal_report, md);
+      if (!cal_html.empty()) write_text(cal_html, stepcast::calibrate::suite_html(r));
       std::cout << md;
     }
 #ifdef STEPCAST_HAVE_MPI
