@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine (nvcc and CMake, no Debian packages): builds stepcast with
+# the carried headers (scripts/vendor-deps.sh, carry build-deps), calibrates the GPU(s) and
+# writes the profile, reports and a short table to $OUT.
+#   run(command="bash scripts/device-calibrate.sh", carry=["build-deps"], timeout_s=540)
+set -euo pipefail
+out=${OUT:-/tmp/stepcast-out}
+mkdir -p "$out"
+start=$(date +%s)
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTEPCAST_DEPS_DIR="$PWD/build-deps" -DSTEPCAST_BUILD_TESTS=OFF \
+  -DSTEPCAST_BUILD_BENCH=OFF -DSTEPCAST_CUDA_ARCHS=90 >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" --target stepcast >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - start )) s"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee "$out/nvidia-smi.csv"
+n=$(nvidia-smi -L | wc -l)
+if [ "$n" -gt 1 ] && command -v mpirun >/dev/null; then
+  launch=(mpirun --allow-run-as-root -n "$n")
+else
+  launch=()
+fi
+"${launch[@]}" ./build-gpu/stepcast calibrate --backend cuda --budget 0.3 --out "$out/measured-h200.json" \
+  --report "$out/calibration-h200.md" --html "$out/calibration-h200.html" 2>"$out/calibrate.log" || { tail -40 "$out/calibrate.log"; exit 1; }
+echo "calibrated in $(( $(date +%s) - start )) s"
+grep -E "GEMM fit|copy|Held-out within" "$out/calibration-h200.md"
