@@ -211,9 +211,13 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   std::vector<std::pair<std::string, std::pair<size_t, double>>> held_coll;
 #ifdef STEPCAST_HAVE_MPI
   if (size > 1) {
-    // Every power of two from 4 KiB to 16 MiB is fitted; the held-out sizes sit halfway (1.5x).
+    // Sizes every sqrt(2) from 4 KiB to 16 MiB (rounded to 256 bytes) are fitted: protocol
+    // switches (MPI's eager limit) and cache-size transitions are steps, so the grid is dense.
+    // The held-out sizes, 1.5 x 4^k, fall between grid points and are never fitted.
     std::vector<size_t> fit_sizes, held_sizes;
-    for (size_t b = 4096; b <= (size_t{16} << 20); b *= 2) fit_sizes.push_back(b);
+    for (int i = 0; i <= 24; ++i) {
+      fit_sizes.push_back(static_cast<size_t>(std::llround(4096.0 * std::pow(2.0, i / 2.0) / 256.0)) * 256);
+    }
     for (size_t b = 4096; b < (size_t{16} << 20); b *= 4) held_sizes.push_back(b + b / 2);
     for (const char* op : kOps) {
       std::vector<CollSample> cs;
