@@ -1,12 +1,13 @@
 #include "calibrate/cpu_suite.hpp"
 
+#include "calibrate/profile.hpp"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -110,20 +111,6 @@ double copy_bandwidth(const MeasureOptions& mo) {
 
 const char* const kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"};
 
-cost::Collective op_of(const std::string& op) {
-  if (op == "all_reduce") return cost::Collective::kAllReduce;
-  if (op == "all_gather") return cost::Collective::kAllGather;
-  if (op == "reduce_scatter") return cost::Collective::kReduceScatter;
-  if (op == "all_to_all") return cost::Collective::kAllToAll;
-  if (op == "broadcast") return cost::Collective::kBroadcast;
-  return cost::Collective::kSendRecv;
-}
-
-double bus_factor_of(const std::string& op, int n) {
-  if (op == "send_recv" || op == "broadcast") return 1.0;
-  return cost::bus_factor(op_of(op), n);
-}
-
 #ifdef STEPCAST_HAVE_MPI
 // One collective of `bytes` (nccl-tests convention) on every rank; the time is the slowest
 // rank's, so every rank sees the same samples and stops after the same repetitions.
@@ -202,13 +189,13 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   r.gemm_samples = gs;
   say("gemm fit: rate " + fmt("%.1f", r.gemm.rate / 1e9) + " GFLOP/s, half-dimension " + fmt("%.0f", r.gemm.half_dim) +
       ", rms error " + fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%");
-  std::vector<std::pair<Shape, double>> held_gemm;
-  for (const auto& s : held_shapes) held_gemm.emplace_back(s, time_gemm(s, mo, true));
+  std::vector<HeldGemm> held_gemm;
+  for (const auto& s : held_shapes) held_gemm.push_back({s.m, s.n, s.k, time_gemm(s, mo, true)});
   r.copy_bandwidth = copy_bandwidth(mo);
   say("memory copy: " + fmt("%.2f", r.copy_bandwidth / 1e9) + " GB/s moved");
 
   // --- communication ---
-  std::vector<std::pair<std::string, std::pair<size_t, double>>> held_coll;
+  std::vector<HeldCollective> held_coll;
 #ifdef STEPCAST_HAVE_MPI
   if (size > 1) {
     // Sizes every sqrt(2) from 4 KiB to 16 MiB (rounded to 256 bytes) are fitted: protocol
@@ -222,86 +209,33 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     for (const char* op : kOps) {
       std::vector<CollSample> cs;
       for (size_t b : fit_sizes) cs.push_back({static_cast<double>(b), time_collective(op, b, rank, size, mo)});
-      r.collectives.push_back(fit_collective(op, size, bus_factor_of(op, size), cs));
+      r.collectives.push_back(fit_collective(op, size, op_bus_factor(op, size), cs));
       say(std::string(op) + ": plateau busbw " + fmt("%.2f", r.collectives.back().plateau_busbw / 1e9) + " GB/s, latency " +
           fmt("%.1f", r.collectives.back().alpha_s * 1e6) + " us");
-      for (size_t b : held_sizes) held_coll.push_back({op, {b, time_collective(op, b, rank, size, mo)}});
+      for (size_t b : held_sizes) held_coll.push_back({op, b, time_collective(op, b, rank, size, mo)});
     }
   }
 #endif
 
-  // --- profile ---
-  char date[32];
-  const std::time_t tt = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&tt));
-  const double attn_eff = std::pow(1024.0 / (1024.0 + r.gemm.half_dim), 3.0);
-  Json fabric = {{"name", "shared-memory"},
-                 {"span", size},
-                 {"busbw", "1GB/s"},
-                 {"p2p_bandwidth", "1GB/s"},
-                 {"latency", "1us"}};
-  Json curves = Json::object();
-  for (const auto& c : r.collectives) {
-    Json pts = Json::array();
-    for (const auto& [b, bw] : c.curve) pts.push_back({b, bw});
-    curves[c.op] = pts;
-    const std::string plateau = fmt("%.6e", c.plateau_busbw) + "B/s";
-    if (c.op == "all_gather") fabric["busbw"] = plateau;
-    if (c.op == "all_reduce") fabric["allreduce_busbw"] = plateau;
-    if (c.op == "reduce_scatter") fabric["reduce_scatter_busbw"] = plateau;
-    if (c.op == "broadcast") fabric["broadcast_busbw"] = plateau;
-    if (c.op == "send_recv") fabric["p2p_bandwidth"] = plateau;
-    if (c.op == "all_gather" && size > 1) fabric["latency"] = fmt("%.3f", std::max(0.0, c.alpha_s) * 1e6 / (size - 1)) + "us";
-  }
-  if (!curves.empty()) fabric["size_curves"] = curves;
-  r.profile = {
-      {"name", "measured-cpu"},
-      {"description", "Measured by stepcast calibrate --backend cpu: " + cpu_model() + ", " + std::to_string(size) +
-                          " processes standing in for GPUs (fp32 Eigen GEMMs, memcpy bandwidth, MPI collectives over shared memory)"},
-      {"sources",
-       {"command: " + opt.command, "date: " + std::string(date),
-        "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) +
-            ", single-threaded GEMMs, one per process at a time",
-        "peak_flops fp32 = fitted large-GEMM rate (gemm_max 1.0); gemm_half_dim fitted over " + std::to_string(gs.size()) + " shapes (rms error " +
-            fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%)",
-        "memory_bandwidth = memcpy of 64 MiB (bytes read + written); kernel_overhead = an 8x8x8 GEMM",
-        "attention efficiencies = GEMM efficiency at 1024-wide tiles (attention is not measured on CPUs); bf16 rate = fp32 rate (the CPU path computes in fp32; run files use precision fp32)",
-        "collectives: MPI over shared memory, bus bandwidth by size per operation (size_curves), plateaus = best measured"}},
-      {"gpu",
-       {{"name", cpu_model()},
-        {"peak_flops", {{"fp32", fmt("%.6e", r.gemm.rate) + "FLOPS"}, {"bf16", fmt("%.6e", r.gemm.rate) + "FLOPS"}}},
-        {"memory", fmt("%.0f", mem_total_bytes() / size) + "B"},
-        {"memory_bandwidth", fmt("%.6e", r.copy_bandwidth) + "B/s"},
-        {"runtime_reserved", "0B"},
-        {"sm_count", 1}}},
-      {"efficiency",
-       {{"gemm_max", {{"fp32", 1.0}, {"bf16", 1.0}}},
-        {"gemm_half_dim", r.gemm.half_dim},
-        {"sustained_clock", 1.0},
-        {"attention_fwd", attn_eff},
-        {"attention_bwd", attn_eff},
-        {"memory_bound", 1.0},
-        {"kernel_overhead", fmt("%.3f", overhead * 1e6) + "us"}}},
-      {"node", {{"gpus_per_node", size}, {"fabric", Json::array({fabric})}}},
-      {"network", {{"name", "none (one machine)"}, {"nic_bandwidth", "10Gb/s"}, {"nics_per_node", 1}}}};
-
-  // --- held-out sizes predicted back through the simulator's cost model ---
-  if (rank == 0) {
-    core::Issues issues;
-    const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
-    if (!issues.empty()) throw core::InternalError("calibrate: the written profile does not parse: " + issues.lines().front());
-    for (const auto& [s, t] : held_gemm) {
-      const double pred = cost::gemm_time(cost::GemmShape{static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k), 1.0},
-                                          hw::Dtype::kFp32, hw)
-                              .value();
-      r.held_out.push_back({"gemm fp32 " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k), t, pred});
-    }
-    const mesh::Placement node{size, 1, size, 0, size - 1};
-    for (const auto& [op, bt] : held_coll) {
-      const double pred = cost::collective_time(op_of(op), core::Bytes(static_cast<double>(bt.first)), node, hw).value();
-      r.held_out.push_back({op + " " + std::to_string(bt.first) + " B", bt.second, pred});
-    }
-  }
+  // --- profile, and the held-out sizes predicted back through the cost model ---
+  DeviceDescription d;
+  d.name = "measured-cpu";
+  d.device = cpu_model();
+  d.description = "Measured by stepcast calibrate --backend cpu: " + d.device + ", " + std::to_string(size) +
+                  " processes standing in for GPUs (fp32 Eigen GEMMs, memcpy bandwidth, MPI collectives over shared memory)";
+  d.sources = {"Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) +
+                   ", single-threaded GEMMs, one per process at a time",
+               "memory_bandwidth = memcpy of 64 MiB (bytes read + written); kernel_overhead = an 8x8x8 GEMM",
+               "attention efficiencies = GEMM efficiency at 1024-wide tiles (attention is not measured on CPUs); bf16 rate = fp32 rate (the CPU path computes in fp32; run files use precision fp32)",
+               "collectives: MPI over shared memory"};
+  d.dtypes = {"fp32", "bf16"};
+  d.memory_bytes = mem_total_bytes() / size;
+  d.sm_count = 1;
+  d.attention_tile = 1024;
+  d.fabric_name = "shared-memory";
+  d.network = {{"name", "none (one machine)"}, {"nic_bandwidth", "10Gb/s"}, {"nics_per_node", 1}};
+  write_profile(r, d, overhead, opt.command);
+  if (rank == 0) predict_held_out(r, held_gemm, hw::Dtype::kFp32, held_coll);
   return r;
 }
 

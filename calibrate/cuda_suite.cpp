@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <stdexcept>
 
 #include "calibrate/cuda_device.hpp"
+#include "calibrate/profile.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
 #include "sim/cost/collectives.hpp"
@@ -26,15 +26,6 @@ std::string fmt(const char* f, double x) {
   char b[64];
   std::snprintf(b, sizeof b, f, x);
   return b;
-}
-
-cost::Collective op_of(const std::string& op) {
-  if (op == "all_reduce") return cost::Collective::kAllReduce;
-  if (op == "all_gather") return cost::Collective::kAllGather;
-  if (op == "reduce_scatter") return cost::Collective::kReduceScatter;
-  if (op == "all_to_all") return cost::Collective::kAllToAll;
-  if (op == "broadcast") return cost::Collective::kBroadcast;
-  return cost::Collective::kSendRecv;
 }
 
 struct Shape {
@@ -73,11 +64,11 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     r.gemm = fit_gemm(gs, overhead);
     r.gemm_samples = gs;
     r.bytes_per_element = 2;
-    std::vector<std::pair<Shape, double>> held_gemm;
-    for (const auto& s : held_shapes) held_gemm.emplace_back(s, cuda::time_gemm_bf16(s.m, s.n, s.k, mo).median_s);
+    std::vector<HeldGemm> held_gemm;
+    for (const auto& s : held_shapes) held_gemm.push_back({s.m, s.n, s.k, cuda::time_gemm_bf16(s.m, s.n, s.k, mo).median_s});
     r.copy_bandwidth = cuda::copy_bandwidth(mo);
     say("HBM copy: " + fmt("%.0f", r.copy_bandwidth / 1e9) + " GB/s moved");
-    std::vector<std::pair<std::string, std::pair<size_t, double>>> held_coll;
+    std::vector<HeldCollective> held_coll;
 #ifdef STEPCAST_HAVE_MPI
     if (size > 1) {
       char id[128] = {};
@@ -97,73 +88,28 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         std::vector<CollSample> cs;
         for (size_t b : fit_sizes) cs.push_back({static_cast<double>(b), cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
         const std::string o = op;
-        const double bf = o == "send_recv" || o == "broadcast" ? 1.0 : cost::bus_factor(op_of(o), size);
-        r.collectives.push_back(fit_collective(o, size, bf, cs));
+        r.collectives.push_back(fit_collective(o, size, op_bus_factor(o, size), cs));
         say(o + ": plateau busbw " + fmt("%.1f", r.collectives.back().plateau_busbw / 1e9) + " GB/s");
-        for (size_t b : held_sizes) held_coll.push_back({o, {b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr)}});
+        for (size_t b : held_sizes) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
       }
       cuda::nccl_finalize();
     }
 #endif
-    char date[32];
-    const std::time_t tt = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&tt));
-    Json fabric = {{"name", "measured-intra-node"}, {"span", size}, {"busbw", "1GB/s"}, {"p2p_bandwidth", "1GB/s"}, {"latency", "5us"}};
-    Json curves = Json::object();
-    for (const auto& c : r.collectives) {
-      Json pts = Json::array();
-      for (const auto& [b, bw] : c.curve) pts.push_back({b, bw});
-      curves[c.op] = pts;
-      const std::string plateau = fmt("%.6e", c.plateau_busbw) + "B/s";
-      if (c.op == "all_gather") fabric["busbw"] = plateau;
-      if (c.op == "all_reduce") fabric["allreduce_busbw"] = plateau;
-      if (c.op == "reduce_scatter") fabric["reduce_scatter_busbw"] = plateau;
-      if (c.op == "broadcast") fabric["broadcast_busbw"] = plateau;
-      if (c.op == "send_recv") fabric["p2p_bandwidth"] = plateau;
-    }
-    if (!curves.empty()) fabric["size_curves"] = curves;
-    const double attn = std::pow(4096.0 / (4096.0 + r.gemm.half_dim), 3.0);
-    r.profile = {
-        {"name", "measured-" + dev.name},
-        {"description", "Measured by stepcast calibrate --backend cuda on " + std::to_string(size) + " x " + dev.name},
-        {"sources",
-         {"command: " + opt.command, "date: " + std::string(date),
-          "cuBLAS cublasGemmEx, bf16 inputs, fp32 accumulation, CUDA-event timing; NCCL " + cuda::nccl_version(),
-          "peak_flops bf16 = fitted large-GEMM rate (gemm_max 1.0); half-dimension fitted over " + std::to_string(gs.size()) + " shapes",
-          "attention efficiencies = GEMM efficiency at 4096-wide tiles (no fused attention kernel measured yet)",
-          "collectives: NCCL bus bandwidth by size per operation (size_curves), plateaus = best measured"}},
-        {"gpu",
-         {{"name", dev.name},
-          {"peak_flops", {{"bf16", fmt("%.6e", r.gemm.rate) + "FLOPS"}, {"fp16", fmt("%.6e", r.gemm.rate) + "FLOPS"}}},
-          {"memory", fmt("%.0f", dev.memory_bytes) + "B"},
-          {"memory_bandwidth", fmt("%.6e", r.copy_bandwidth) + "B/s"},
-          {"sm_count", dev.sm_count}}},
-        {"efficiency",
-         {{"gemm_max", {{"bf16", 1.0}, {"fp16", 1.0}}},
-          {"gemm_half_dim", r.gemm.half_dim},
-          {"sustained_clock", 1.0},
-          {"attention_fwd", attn},
-          {"attention_bwd", attn},
-          {"memory_bound", 1.0},
-          {"kernel_overhead", fmt("%.3f", overhead * 1e6) + "us"}}},
-        {"node", {{"gpus_per_node", size}, {"fabric", Json::array({fabric})}}},
-        {"network", {{"name", "not measured"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", size}}}};
-    if (rank == 0) {
-      core::Issues issues;
-      const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
-      if (!issues.empty()) throw core::InternalError("calibrate: the written profile does not parse: " + issues.lines().front());
-      for (const auto& [s, t] : held_gemm) {
-        const double pred =
-            cost::gemm_time(cost::GemmShape{static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k), 1.0}, hw::Dtype::kBf16, hw)
-                .value();
-        r.held_out.push_back({"gemm bf16 " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k), t, pred});
-      }
-      const mesh::Placement node{size, 1, size, 0, size - 1};
-      for (const auto& [op, bt] : held_coll) {
-        r.held_out.push_back({op + " " + std::to_string(bt.first) + " B", bt.second,
-                              cost::collective_time(op_of(op), core::Bytes(static_cast<double>(bt.first)), node, hw).value()});
-      }
-    }
+    DeviceDescription d;
+    d.name = "measured-" + dev.name;
+    d.device = dev.name;
+    d.description = "Measured by stepcast calibrate --backend cuda on " + std::to_string(size) + " x " + dev.name;
+    d.sources = {"cuBLAS cublasGemmEx, bf16 inputs, fp32 accumulation, CUDA-event timing; NCCL " + cuda::nccl_version(),
+                 "memory_bandwidth = device-to-device copy of 1 GiB (bytes read + written); kernel_overhead = a 16x16x16 GEMM",
+                 "attention efficiencies = GEMM efficiency at 4096-wide tiles (no fused attention kernel measured yet)"};
+    d.dtypes = {"bf16", "fp16"};
+    d.memory_bytes = dev.memory_bytes;
+    d.sm_count = dev.sm_count;
+    d.attention_tile = 4096;
+    d.fabric_name = "measured-intra-node";
+    d.network = {{"name", "not measured"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", size}};
+    write_profile(r, d, overhead, opt.command);
+    if (rank == 0) predict_held_out(r, held_gemm, hw::Dtype::kBf16, held_coll);
     cuda::close();
   } catch (const std::runtime_error& e) {
     cuda::close();

@@ -74,6 +74,44 @@ void write_text(const std::string& path, const std::string& text) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw stepcast::core::UserError(path + ": cannot rename into place");
 }
 
+// A run file given by path, by flags, or by a file with flags overriding it (plan, capacity).
+struct RunFlags {
+  std::string file, model, hardware, precision;
+  int64_t gpus = 0, gpus_per_node = 0, seq = 0, batch = 0;
+  std::string source = "<flags>", base_dir;
+};
+
+void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string& file_help) {
+  cmd->add_option("run", f.file, file_help);
+  cmd->add_option("--model", f.model, "model (zoo name) when no run file is given, or to override it");
+  cmd->add_option("--hardware", f.hardware, "hardware profile name");
+  if (with_gpus) cmd->add_option("--gpus", f.gpus, "number of GPUs")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the hardware's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", f.seq, "sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", f.batch, "global batch size (sequences)")->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", f.precision, "training precision (bf16, fp16, fp8, fp32)");
+}
+
+Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
+  Json run = Json::object();
+  if (!f.file.empty()) {
+    run = stepcast::core::load_json_file(f.file);
+    f.source = f.file;
+    f.base_dir = std::filesystem::path(f.file).parent_path().string();
+    if (!run.is_object()) throw stepcast::core::UserError(f.file + ": expected a JSON object");
+  } else if (f.model.empty() || f.hardware.empty() || (need_gpus && f.gpus == 0) || f.seq == 0 || f.batch == 0) {
+    throw stepcast::core::UserError(command + " needs a run file, or --model, --hardware, " + (need_gpus ? "--gpus, " : "") + "--seq and --batch");
+  }
+  if (!f.model.empty()) run["model"] = f.model;
+  if (!f.hardware.empty()) run["hardware"] = f.hardware;
+  if (f.gpus > 0) run["cluster"]["num_gpus"] = f.gpus;
+  if (f.gpus_per_node > 0) run["cluster"]["gpus_per_node"] = f.gpus_per_node;
+  if (f.seq > 0) run["training"]["seq_len"] = f.seq;
+  if (f.batch > 0) run["training"]["global_batch_size"] = f.batch;
+  if (!f.precision.empty()) run["training"]["precision"] = f.precision;
+  return run;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"stepcast: predict step time, memory and the best layout for distributed LLM training"};
   app.require_subcommand(1);
@@ -141,21 +179,14 @@ int run(int argc, char** argv) {
   lab->add_option("--out", lab_out, "write the Markdown report here (e.g. reports/pcie-lab.md)");
 
   // plan
-  std::string plan_file, plan_model, plan_hw, plan_csv_out, plan_precision;
-  int64_t plan_gpus = 0, plan_gpn = 0, plan_seq = 0, plan_batch = 0;
+  RunFlags plan_run;
+  std::string plan_csv_out;
   size_t plan_rows = 20;
   bool plan_json = false;
   std::vector<std::string> plan_fix;
   stepcast::plan::PlanOptions popt;
   auto* plan = app.add_subcommand("plan", "search every valid layout for a model on a GPU count and rank them");
-  plan->add_option("run", plan_file, "run file (JSON) whose parallel block is omitted or partly fixed");
-  plan->add_option("--model", plan_model, "model (zoo name) when no run file is given, or to override it");
-  plan->add_option("--hardware", plan_hw, "hardware profile name");
-  plan->add_option("--gpus", plan_gpus, "number of GPUs")->check(CLI::PositiveNumber);
-  plan->add_option("--gpus-per-node", plan_gpn, "GPUs per node (default: the hardware's)")->check(CLI::PositiveNumber);
-  plan->add_option("--seq", plan_seq, "sequence length")->check(CLI::PositiveNumber);
-  plan->add_option("--batch", plan_batch, "global batch size (sequences)")->check(CLI::PositiveNumber);
-  plan->add_option("--precision", plan_precision, "training precision (bf16, fp16, fp8, fp32)");
+  add_run_flags(plan, plan_run, true, "run file (JSON) whose parallel block is omitted or partly fixed");
   plan->add_option("--top", popt.top_k, "re-simulate this many of the best estimated layouts (0: estimate only)")
       ->check(CLI::Range(0, 1000));
   plan->add_option("--rows", plan_rows, "layouts to print")->check(CLI::Range(size_t{1}, size_t{1000000}));
@@ -169,19 +200,12 @@ int run(int argc, char** argv) {
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here");
 
   // capacity
-  std::string cap_file, cap_model, cap_hw, cap_precision;
-  int64_t cap_seq = 0, cap_batch = 0, cap_gpn = 0;
+  RunFlags cap_run;
   bool cap_json = false;
   stepcast::plan::SizingOptions sopt;
   sopt.plan.top_k = 3;
   auto* cap = app.add_subcommand("capacity", "size the cluster (whole nodes) that trains a token budget before a deadline");
-  cap->add_option("run", cap_file, "run file (JSON): model, hardware, training; cluster size and parallel are chosen");
-  cap->add_option("--model", cap_model, "model (zoo name)");
-  cap->add_option("--hardware", cap_hw, "hardware profile name");
-  cap->add_option("--seq", cap_seq, "sequence length")->check(CLI::PositiveNumber);
-  cap->add_option("--batch", cap_batch, "global batch size (sequences)")->check(CLI::PositiveNumber);
-  cap->add_option("--precision", cap_precision, "training precision (bf16, fp16, fp8, fp32)");
-  cap->add_option("--gpus-per-node", cap_gpn, "GPUs per node (default: the hardware's)")->check(CLI::PositiveNumber);
+  add_run_flags(cap, cap_run, false, "run file (JSON): model, hardware, training; cluster size and parallel are chosen");
   cap->add_option("--tokens", sopt.tokens, "token budget")->check(CLI::PositiveNumber);
   cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(CLI::PositiveNumber);
   cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(CLI::PositiveNumber);
@@ -330,24 +354,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (cap->parsed()) {
-    Json run = Json::object();
-    std::string source = "<flags>", base_dir;
-    if (!cap_file.empty()) {
-      run = stepcast::core::load_json_file(cap_file);
-      source = cap_file;
-      base_dir = std::filesystem::path(cap_file).parent_path().string();
-      if (!run.is_object()) throw stepcast::core::UserError(cap_file + ": expected a JSON object");
-    } else if (cap_model.empty() || cap_hw.empty() || cap_seq == 0 || cap_batch == 0) {
-      throw stepcast::core::UserError("capacity needs a run file, or --model, --hardware, --seq and --batch");
-    }
-    if (!cap_model.empty()) run["model"] = cap_model;
-    if (!cap_hw.empty()) run["hardware"] = cap_hw;
-    if (cap_seq > 0) run["training"]["seq_len"] = cap_seq;
-    if (cap_batch > 0) run["training"]["global_batch_size"] = cap_batch;
-    if (!cap_precision.empty()) run["training"]["precision"] = cap_precision;
-    if (cap_gpn > 0) run["cluster"]["gpus_per_node"] = cap_gpn;
+    Json run = run_from_flags(cap_run, "capacity", false);
     if (sopt.tokens > 0 && sopt.tokens_per_param > 0) throw stepcast::core::UserError("capacity: give --tokens or --tokens-per-param, not both");
-    const auto r = stepcast::plan::size_for_deadline(run, source, base_dir, sopt);
+    const auto r = stepcast::plan::size_for_deadline(run, cap_run.source, cap_run.base_dir, sopt);
     if (cap_json) {
       std::cout << stepcast::plan::sizing_json(r).dump(2) << "\n";
     } else {
@@ -356,23 +365,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (plan->parsed()) {
-    Json run = Json::object();
-    std::string source = "<flags>", base_dir;
-    if (!plan_file.empty()) {
-      run = stepcast::core::load_json_file(plan_file);
-      source = plan_file;
-      base_dir = std::filesystem::path(plan_file).parent_path().string();
-      if (!run.is_object()) throw stepcast::core::UserError(plan_file + ": expected a JSON object");
-    } else if (plan_model.empty() || plan_hw.empty() || plan_gpus == 0 || plan_seq == 0 || plan_batch == 0) {
-      throw stepcast::core::UserError("plan needs a run file, or --model, --hardware, --gpus, --seq and --batch");
-    }
-    if (!plan_model.empty()) run["model"] = plan_model;
-    if (!plan_hw.empty()) run["hardware"] = plan_hw;
-    if (plan_gpus > 0) run["cluster"]["num_gpus"] = plan_gpus;
-    if (plan_gpn > 0) run["cluster"]["gpus_per_node"] = plan_gpn;
-    if (plan_seq > 0) run["training"]["seq_len"] = plan_seq;
-    if (plan_batch > 0) run["training"]["global_batch_size"] = plan_batch;
-    if (!plan_precision.empty()) run["training"]["precision"] = plan_precision;
+    Json run = run_from_flags(plan_run, "plan", true);
     for (const auto& f : plan_fix) {
       const auto eq = f.find('=');
       if (eq == std::string::npos || eq == 0) throw stepcast::core::UserError("--fix " + f + ": expected KEY=VALUE, e.g. pp=4");
@@ -380,19 +373,19 @@ int run(int argc, char** argv) {
       Json v = Json::parse(val, nullptr, false);
       run["parallel"][key] = v.is_discarded() ? Json(val) : v;
     }
-    const auto r = stepcast::plan::plan(run, source, base_dir, popt);
+    const auto r = stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);
       j["title"] = run["model"].is_string() ? run["model"].get<std::string>() + " on " + run["cluster"]["num_gpus"].dump() + " GPUs"
-                                            : source;
+                                            : plan_run.source;
       if (!r.ranked.empty()) j["detail"] = stepcast::plan::plan_detail(r.ranked.front());
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::plan::plan_table(r, plan_rows);
     }
     if (r.ranked.empty()) {
-      std::cerr << "stepcast: error: " << source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs\n";
+      std::cerr << "stepcast: error: " << plan_run.source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs\n";
       return kExitDoesNotFit;
     }
     return 0;

@@ -23,6 +23,14 @@ const char* to_string(Collective c) {
   return "?";
 }
 
+std::optional<Collective> collective_from_name(const std::string& name) {
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter, Collective::kAllToAll,
+                       Collective::kBroadcast, Collective::kSendRecv, Collective::kScatter, Collective::kGather}) {
+    if (name == to_string(c)) return c;
+  }
+  return std::nullopt;
+}
+
 double bus_factor(Collective c, int64_t n) {
   if (n <= 1) return 0.0;
   const double dn = static_cast<double>(n);

@@ -13,6 +13,9 @@
 // the faster of a ring and a double binary tree (2*log2(nodes) latency steps).
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "sim/config/hardware.hpp"
 #include "sim/core/units.hpp"
 #include "sim/mesh/rank_mesh.hpp"
@@ -22,6 +25,8 @@ namespace stepcast::cost {
 // kScatter / kGather are rooted one-way transfers: the root's own link carries (n-1)/n of S.
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv, kScatter, kGather };
 const char* to_string(Collective c);
+// The inverse of to_string ("all_reduce", "send_recv", ...); nullopt for other names.
+std::optional<Collective> collective_from_name(const std::string& name);
 
 // Bytes each rank moves over its busiest link per byte of buffer (nccl-tests bus factor).
 double bus_factor(Collective c, int64_t n);

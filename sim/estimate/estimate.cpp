@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
@@ -104,12 +105,14 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   return cost::memory_time(Bytes(bytes), rc.hardware).value() + 20.0 * rc.hardware.efficiency.kernel_overhead.value();
 }
 
-StepEstimate estimate_step(const config::RunConfig& rc) {
+StepEstimate estimate_step(const config::RunConfig& rc) { return estimate_step(rc, memory::compute_ledger(rc)); }
+
+StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger) {
   const auto& p = rc.parallel;
   const auto& hw = rc.hardware;
   WorkloadBuilder wb(rc);
   StepEstimate out;
-  out.memory = memory::compute_ledger(rc);
+  out.memory = std::move(ledger);
   const memory::StateBytes sb = memory::state_bytes(rc.training);
   const int zero = p.effective_zero();
   const double m = static_cast<double>(rc.num_microbatches);

@@ -52,6 +52,8 @@ struct StepEstimate {
 double model_flops_per_step(const config::RunConfig& rc);
 
 StepEstimate estimate_step(const config::RunConfig& rc);
+// The same with the run's memory ledger already computed (the planner checks it first).
+StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger);
 
 // One micro-batch through one pipeline stage: the layer costs of its transformer layers (dense
 // and MoE) plus the embedding on the first stage and the output layer on the last, summed.

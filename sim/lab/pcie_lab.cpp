@@ -39,13 +39,9 @@ std::vector<std::vector<std::string>> read_csv(const std::string& path) {
 }
 
 cost::Collective collective_of(const std::string& op) {
-  if (op == "all_reduce") return cost::Collective::kAllReduce;
-  if (op == "all_gather") return cost::Collective::kAllGather;
-  if (op == "reduce_scatter") return cost::Collective::kReduceScatter;
-  if (op == "broadcast") return cost::Collective::kBroadcast;
-  if (op == "scatter") return cost::Collective::kScatter;
-  if (op == "gather") return cost::Collective::kGather;
-  throw core::UserError("collectives.csv: unknown op '" + op + "'");
+  const auto c = cost::collective_from_name(op);
+  if (!c) throw core::UserError("collectives.csv: unknown op '" + op + "'");
+  return *c;
 }
 
 std::string pct(double x) {

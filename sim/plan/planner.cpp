@@ -68,7 +68,9 @@ std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown
   return out;
 }
 
-std::string layout_diff_impl(const Parallel& a, const Parallel& b) {
+}  // namespace
+
+std::string layout_diff(const Parallel& a, const Parallel& b) {
   std::vector<std::string> d;
   auto num = [&](const char* name, int64_t x, int64_t y) {
     if (x != y) d.push_back(std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y));
@@ -78,7 +80,7 @@ std::string layout_diff_impl(const Parallel& a, const Parallel& b) {
   num("dp", a.dp, b.dp);
   num("cp", a.cp, b.cp);
   num("ep", a.ep, b.ep);
-  num("etp", a.etp, b.etp);
+  if (a.ep > 1 || b.ep > 1) num("etp", a.etp, b.etp);  // etp only means something with experts
   num("vpp", a.vpp, b.vpp);
   auto cpm = [](config::CpComm c) { return c == config::CpComm::kRing ? "ring" : c == config::CpComm::kAllGather ? "all-gather" : "Ulysses"; };
   if (a.cp > 1 && b.cp > 1 && a.cp_comm != b.cp_comm) d.push_back(std::string("CP ") + cpm(a.cp_comm) + " vs " + cpm(b.cp_comm));
@@ -91,7 +93,7 @@ std::string layout_diff_impl(const Parallel& a, const Parallel& b) {
   return s;
 }
 
-std::string compare_text_impl(const Candidate& w, const Candidate& u) {
+std::string compare_text(const Candidate& w, const Candidate& u) {
   auto wc = categories(w.breakdown()), uc = categories(u.breakdown());
   std::vector<std::pair<std::string, double>> delta;  // u minus w
   for (const auto& [k, v] : uc) {
@@ -117,6 +119,8 @@ std::string compare_text_impl(const Candidate& w, const Candidate& u) {
   return s;
 }
 
+namespace {
+
 std::string explain(const PlanResult& r) {
   if (r.ranked.empty()) return "No layout fits: see the rejection counts.";
   const Candidate& w = r.ranked.front();
@@ -135,16 +139,14 @@ std::string explain(const PlanResult& r) {
   }
   if (ui >= r.ranked.size()) return s;
   const Candidate& u = r.ranked[ui];
-  s += " The runner-up (" + layout_diff_impl(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
+  s += " The runner-up (" + layout_diff(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
        fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
-  s += " " + compare_text_impl(w, u);
+  s += " " + compare_text(w, u);
   return s;
 }
 
 }  // namespace
 
-std::string compare_text(const Candidate& a, const Candidate& b) { return compare_text_impl(a, b); }
-std::string layout_diff(const Parallel& a, const Parallel& b) { return layout_diff_impl(a, b); }
 
 std::string layout_text(const Parallel& p) {
   std::ostringstream o;
@@ -294,13 +296,13 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         ev.reason = "invalid " + line.substr(0, line.find(": "));
         continue;
       }
-      const auto ledger = memory::compute_ledger(rc);
+      auto ledger = memory::compute_ledger(rc);
       if (!ledger.fits()) {
         ev.reason = "does not fit in memory";
         continue;
       }
-      ev.c.est = estimate::estimate_step(rc);
       ev.c.peak_memory_bytes = ledger.peak().value();
+      ev.c.est = estimate::estimate_step(rc, std::move(ledger));
       ev.c.rc = std::move(rc);
       ev.ok = true;
     }

@@ -1,0 +1,51 @@
+// stepcast calibration: what every backend shares after measuring. The measured numbers become
+// a hardware profile the simulator reads (GEMM rate and half-dimension as the dense peak with
+// gemm_max 1, the copy bandwidth, one fabric tier with per-operation bus-bandwidth curves), and
+// the held-out measurements are predicted back through the cost model with that profile.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "calibrate/cpu_suite.hpp"
+#include "sim/config/hardware.hpp"
+
+namespace stepcast::calibrate {
+
+// nccl-tests' bus factor of an operation by name (broadcast and send/recv count 1).
+double op_bus_factor(const std::string& op, int64_t ranks);
+
+// The device side of a profile, as the backend knows it.
+struct DeviceDescription {
+  std::string name;                  // profile name
+  std::string device;                // CPU model or GPU name
+  std::string description;
+  std::vector<std::string> sources;  // provenance, measurement notes
+  std::vector<std::string> dtypes;   // dtypes given the fitted GEMM rate
+  double memory_bytes = 0;
+  int sm_count = 1;
+  double attention_tile = 1024;      // attention efficiency = GEMM efficiency at this width
+  std::string fabric_name;
+  core::Json network;                // the profile's network object (not measured)
+};
+
+// Builds r.profile from r's fits (date and command are added to the sources).
+void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s, const std::string& command);
+
+struct HeldGemm {
+  int m = 0, n = 0, k = 0;
+  double seconds = 0;
+};
+struct HeldCollective {
+  std::string op;
+  size_t bytes = 0;
+  double seconds = 0;
+};
+
+// Parses r.profile and predicts every held-out measurement with the simulator's cost model
+// (GEMMs in `dtype`, collectives over all r.ranks processes of one node) into r.held_out.
+void predict_held_out(SuiteResult& r, const std::vector<HeldGemm>& gemms, hw::Dtype dtype,
+                      const std::vector<HeldCollective>& collectives);
+
+}  // namespace stepcast::calibrate
