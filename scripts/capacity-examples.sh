@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Regenerates reports/capacity.md: `stepcast capacity` on two example budgets (simulated MFU)
+# and the fixed-MFU arithmetic for comparison.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null
+cmds=(
+  "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3"
+  "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3 --mfu 0.4"
+  "./build/stepcast capacity --model llama3.1-70b --hardware h100-sxm --seq 8192 --batch 1024 --tokens 15e12 --days 60 --price 2.5"
+)
+{
+  echo "# stepcast capacity examples"
+  echo
+  echo "Regenerate with \`bash scripts/capacity-examples.sh\` ($(date -u +%Y-%m-%d), $(nproc) cores)."
+  for c in "${cmds[@]}"; do
+    echo
+    echo "\`$c\`"
+    echo
+    echo '```'
+    $c
+    echo '```'
+  done
+} >reports/capacity.md.tmp
+mv reports/capacity.md.tmp reports/capacity.md
