@@ -4,9 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 #include <filesystem>
+#include <vector>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -25,6 +28,9 @@
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
 #include "calibrate/cpu_suite.hpp"
+#include "validate/cpu_executor.hpp"
+#include "validate/measurement.hpp"
+#include "validate/program.hpp"
 #ifdef STEPCAST_HAVE_CUDA
 #include "calibrate/cuda_suite.hpp"
 #endif
@@ -110,6 +116,113 @@ Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
   if (f.batch > 0) run["training"]["global_batch_size"] = f.batch;
   if (!f.precision.empty()) run["training"]["precision"] = f.precision;
   return run;
+}
+
+struct ValidateArgs {
+  std::vector<std::string> files;
+  std::string backend = "cpu", profile, json_out, report, trace, sim_trace;
+  int steps = 5, warmup = 1;
+  double timeout_s = 120;
+  bool json = false;
+};
+
+// A run file for validation: --profile replaces its hardware; the backend's execution
+// semantics apply (stepcast::validate::executed_run); refused before launch when the executor
+// cannot run it or the ledger says it does not fit.
+stepcast::config::RunConfig validation_run(const std::string& file, const ValidateArgs& a) {
+  Json j = stepcast::core::load_json_file(file);
+  if (!j.is_object()) throw stepcast::core::UserError(file + ": expected a JSON object");
+  if (!a.profile.empty()) j["hardware"] = Json{{"path", std::filesystem::absolute(a.profile).string()}};
+  auto rc = stepcast::config::parse_run(j, file, std::filesystem::path(file).parent_path().string());
+  rc = stepcast::validate::executed_run(rc, a.backend);
+  stepcast::validate::check_executable(rc, a.backend);
+  const auto l = stepcast::memory::compute_ledger(rc);
+  if (!l.fits()) throw stepcast::validate::DoesNotFit(file + ": " + fit_message(l));
+  return rc;
+}
+
+int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string& cmdline) {
+  if (a.backend == "cuda") {
+    throw stepcast::core::UserError("validate --backend cuda: the CUDA executor is not part of this build yet (only the CPU executor is); use --backend cpu");
+  }
+  std::vector<stepcast::config::RunConfig> runs;
+  for (const auto& f : a.files) runs.push_back(validation_run(f, a));
+  const int64_t ranks = runs.front().cluster.num_gpus;
+  for (const auto& rc : runs) {
+    if (rc.cluster.num_gpus != ranks) {
+      throw stepcast::core::UserError(rc.source_name + ": cluster.num_gpus " + std::to_string(rc.cluster.num_gpus) + " differs from " +
+                                      runs.front().source_name + "'s " + std::to_string(ranks) + "; validate plans of one size together");
+    }
+  }
+#ifdef STEPCAST_HAVE_MPI
+  if (!launched_by_mpi() && ranks > 1) {
+    // The plans are valid: launch one process per rank.
+    std::vector<std::string> args{"mpirun", "-n", std::to_string(ranks)};
+    args.push_back(std::filesystem::read_symlink("/proc/self/exe").string());
+    for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+    std::vector<char*> cargs;
+    for (auto& x : args) cargs.push_back(x.data());
+    cargs.push_back(nullptr);
+    std::fprintf(stderr, "validate: launching %lld ranks: mpirun -n %lld ...\n", static_cast<long long>(ranks), static_cast<long long>(ranks));
+    std::fflush(stderr);
+    execvp("mpirun", cargs.data());
+    throw stepcast::core::UserError("validate: cannot start mpirun (" + std::string(std::strerror(errno)) + "); install OpenMPI or launch with mpirun -n " + std::to_string(ranks));
+  }
+  MPI_Init(&argc, &argv);
+  g_mpi_active = true;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+#else
+  const int rank = 0;
+  (void)argc;
+  (void)argv;
+#endif
+  stepcast::validate::ExecOptions eo;
+  eo.steps = a.steps;
+  eo.warmup = a.warmup;
+  eo.timeout_s = a.timeout_s;
+  eo.trace = !a.trace.empty();
+  std::vector<stepcast::validate::Comparison> comps;
+  Json out = Json::array();
+  std::string md;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& rc = runs[i];
+    if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)\n", rc.source_name.c_str(), static_cast<long long>(ranks));
+    const auto meas = stepcast::validate::execute_cpu(rc, eo);
+    if (rank != 0) continue;
+    stepcast::engine::SimOptions so;
+    so.keep_timeline = !a.sim_trace.empty();
+    const auto sim = stepcast::engine::simulate_step(rc, so);
+    auto c = stepcast::validate::compare(rc, sim, meas);
+    c.command = cmdline;
+    out.push_back(stepcast::validate::comparison_json(rc, c, meas));
+    md += stepcast::validate::comparison_markdown(rc, c, meas);
+    comps.push_back(c);
+    // Traces of the (last) plan: measured next to simulated.
+    if (!a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
+    if (!a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
+  }
+  if (rank == 0) {
+    const auto s = stepcast::validate::summarize(comps);
+    Json doc{{"plans", out},
+             {"summary", {{"plans", s.plans}, {"median_abs_step_error", s.median_abs_step_error}, {"max_abs_step_error", s.max_abs_step_error},
+                          {"worst_memory_error", s.worst_memory_error}}}};
+    const std::string summary = stepcast::validate::suite_markdown(comps);
+    if (!a.json_out.empty()) write_text(a.json_out, doc.dump(2) + "\n");
+    if (!a.report.empty()) {
+      write_text(a.report, "# stepcast validate: predicted against measured\n\nCommand: `" + cmdline + "`\n\n" + summary + "\n" + md);
+    }
+    if (a.json) {
+      std::cout << doc.dump(2) << "\n";
+    } else {
+      std::cout << md << summary;
+    }
+  }
+#ifdef STEPCAST_HAVE_MPI
+  MPI_Finalize();
+  g_mpi_active = false;
+#endif
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -241,6 +354,21 @@ int run(int argc, char** argv) {
   rep->add_option("--md", rep_md, "write a Markdown table here");
   rep->add_option("--csv", rep_csv, "write a CSV table here");
 
+  // validate
+  ValidateArgs va;
+  auto* val = app.add_subcommand("validate", "execute plans on this machine (CPU: Eigen + MPI, one process per rank) and compare with the prediction");
+  val->add_option("runs", va.files, "run files (all with the same cluster.num_gpus)")->required();
+  val->add_option("--backend", va.backend, "cpu (Eigen + MPI) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  val->add_option("--profile", va.profile, "measured hardware profile (stepcast calibrate) replacing the run files' hardware");
+  val->add_option("--steps", va.steps, "measured steps after warm-up")->check(CLI::Range(1, 1000));
+  val->add_option("--warmup", va.warmup, "warm-up steps (not measured)")->check(CLI::Range(0, 100));
+  val->add_option("--timeout", va.timeout_s, "seconds without progress on a rank before the run is ended")->check(CLI::Range(1.0, 86400.0));
+  val->add_flag("--json", va.json, "print the comparison as JSON");
+  val->add_option("--out", va.json_out, "write the comparison JSON here");
+  val->add_option("--report", va.report, "write a Markdown report (predicted vs measured, per phase and memory) here");
+  val->add_option("--trace", va.trace, "write the measured step of the last plan as a Perfetto / Chrome trace");
+  val->add_option("--sim-trace", va.sim_trace, "write the simulated step of the last plan as a Perfetto / Chrome trace");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -293,6 +421,7 @@ int run(int argc, char** argv) {
 #endif
     return 0;
   }
+  if (val->parsed()) return run_validate(va, argc, argv, cmdline);
   if (rep->parsed()) {
     std::ifstream in(rep_in, std::ios::binary);
     if (!in) throw stepcast::core::UserError(rep_in + ": cannot read");
@@ -529,6 +658,9 @@ int finish(int code) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const stepcast::validate::DoesNotFit& e) {
+    std::cerr << "stepcast: " << e.what() << "\n";
+    return finish(kExitDoesNotFit);
   } catch (const stepcast::core::UserError& e) {
     std::cerr << "stepcast: error: " << e.what() << "\n";
     return finish(kExitBadInput);

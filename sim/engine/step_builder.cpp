@@ -309,46 +309,17 @@ class RankBuilder {
   void emit_buckets(const std::vector<TaskId>& ready_of_slot, int32_t mb) {
     const int zero = p_.effective_zero();
     const Collective op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
-    // Dense and expert gradients fill separate buckets: dense ones reduce over dp x cp, expert
-    // ones over the expert-data-parallel group. The first bucket is 1 MB, the rest bucket_mb.
-    struct Fill {
-      double filled = 0, cap = 1e6;
-      const mesh::Placement* where;
-    };
-    Fill dense{0, 1e6, &b_.wb_.placements().dp_cp}, expert{0, 1e6, &b_.wb_.placements().edp};
-    TaskId gate = kNone;
-    auto flush = [&](Fill& f) {
-      if (f.filled <= 0) return;
+    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_.bucket_mb)) {
       Task c = dp_base_;
       c.stream = Stream::kDpReduce;
       c.kind = TaskKind::kDpComm;
       c.microbatch = mb;
-      const TaskId id = dp_task(c, op, f.filled, *f.where, zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
-      g_.depend(p_.grad_reduce_overlap ? gate : last_pipeline_, id);
+      const auto& where = bk.expert ? b_.wb_.placements().edp : b_.wb_.placements().dp_cp;
+      const TaskId id = dp_task(c, op, bk.bytes, where, zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
+      g_.depend(p_.grad_reduce_overlap ? ready_of_slot[bk.ready_slot] : last_pipeline_, id);
       reductions_.push_back(id);
       if (!p_.no_sync) g_.depend(id, finalize_gate_[static_cast<size_t>(mb)]);
-      f.filled = 0;
-      f.cap = p_.bucket_mb * 1e6;
-    };
-    const auto& slots = b_.slots_[static_cast<size_t>(s_)];
-    for (int32_t c = b_.v_ - 1; c >= 0; --c) {
-      const auto& cs = b_.chunk_slots_[static_cast<size_t>(s_)][static_cast<size_t>(c)];
-      for (auto it = cs.rbegin(); it != cs.rend(); ++it) {
-        const Slot& sl = slots[*it];
-        gate = ready_of_slot[*it];
-        // Whole tensors, last registered first; a bucket closes once it reaches its cap.
-        for (auto t = sl.expert_tensors.rbegin(); t != sl.expert_tensors.rend(); ++t) {
-          expert.filled += *t * b_.sb_.gradients;
-          if (expert.filled >= expert.cap) flush(expert);
-        }
-        for (auto t = sl.tensors.rbegin(); t != sl.tensors.rend(); ++t) {
-          dense.filled += *t * b_.sb_.gradients;
-          if (dense.filled >= dense.cap) flush(dense);
-        }
-      }
     }
-    flush(expert);
-    flush(dense);
   }
 
   // The optimizer once the stage's gradients are reduced; under ZeRO-1/2 the all-gather of the
@@ -505,6 +476,37 @@ void StepBuilder::link_stages() {
 
 // Per stage: the layer slots (embedding, transformer layers, output layer) with their parameter
 // tensors, and which slots each virtual-pipeline chunk runs.
+std::vector<GradBucket> gradient_buckets(const std::vector<Slot>& slots, const std::vector<std::vector<size_t>>& chunk_slots,
+                                         double grad_bytes_per_param, double bucket_mb) {
+  struct Fill {
+    double filled = 0, cap = 1e6;
+  };
+  Fill fill[2];  // dense, expert
+  std::vector<GradBucket> out;
+  size_t ready = 0;
+  auto flush = [&](int k) {
+    if (fill[k].filled <= 0) return;
+    out.push_back({fill[k].filled, k == 1, ready});
+    fill[k].filled = 0;
+    fill[k].cap = bucket_mb * 1e6;
+  };
+  auto add = [&](int k, double params) {
+    fill[k].filled += params * grad_bytes_per_param;
+    if (fill[k].filled >= fill[k].cap) flush(k);
+  };
+  for (auto c = chunk_slots.rbegin(); c != chunk_slots.rend(); ++c) {
+    for (auto it = c->rbegin(); it != c->rend(); ++it) {
+      const Slot& sl = slots[*it];
+      ready = *it;
+      for (auto t = sl.expert_tensors.rbegin(); t != sl.expert_tensors.rend(); ++t) add(1, *t);
+      for (auto t = sl.tensors.rbegin(); t != sl.tensors.rend(); ++t) add(0, *t);
+    }
+  }
+  flush(1);
+  flush(0);
+  return out;
+}
+
 void StepBuilder::build_slots() {
   const auto& m = rc_.model;
   slots_.resize(static_cast<size_t>(pp_));

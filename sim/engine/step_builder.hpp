@@ -32,6 +32,20 @@ struct Slot {
   std::vector<double> expert_tensors;
 };
 
+// One data-parallel gradient bucket: its bytes, whether it holds routed-expert gradients
+// (reduced over the expert-data-parallel group) and the slot whose gradient completes it.
+struct GradBucket {
+  double bytes = 0;
+  bool expert = false;
+  size_t ready_slot = 0;
+};
+
+// DDP buckets of one stage in launch order: whole tensors in reverse registration order (last
+// chunk's last layer first), dense and expert gradients in separate buckets, the first bucket
+// of each 1 MB and the rest `bucket_mb`; a bucket closes once it reaches its cap.
+std::vector<GradBucket> gradient_buckets(const std::vector<Slot>& slots, const std::vector<std::vector<size_t>>& chunk_slots,
+                                         double grad_bytes_per_param, double bucket_mb);
+
 // The tasks of one (phase, chunk, micro-batch) pass on one rank.
 struct PassTasks {
   TaskId first = kNone, last = kNone;
@@ -49,6 +63,11 @@ class StepBuilder {
   [[nodiscard]] int64_t per_stage() const { return per_stage_; }
   [[nodiscard]] const memory::MemoryLedger& ledger() const { return ledger_; }
   [[nodiscard]] const estimate::WorkloadBuilder& workload() const { return wb_; }
+  // The layer slots of stage s, and for each of its chunks the slot indices in forward order.
+  [[nodiscard]] const std::vector<Slot>& slots(int32_t s) const { return slots_[static_cast<size_t>(s)]; }
+  [[nodiscard]] const std::vector<std::vector<size_t>>& chunk_slots(int32_t s) const {
+    return chunk_slots_[static_cast<size_t>(s)];
+  }
   // Global rank (Megatron order) of a simulated rank.
   [[nodiscard]] int64_t global_rank(int64_t sim_rank) const {
     return full_ ? sim_rank : sim_rank * p_.tp * p_.cp * p_.dp;

@@ -100,8 +100,11 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.dp * p.cp)) : 1.0;
   const double n_edp = static_cast<double>(std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp)));
   const double local = st.dense_params / shard_dense + st.expert_params / (zero >= 1 ? n_edp : 1.0);
-  // Read master, moments and gradient; write master, moments and the 16-bit weights.
-  const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights);
+  // Read master, moments and gradient; write master, moments and the 16-bit weights. Without a
+  // separate master copy the weights are the master: read and written.
+  const bool master = rc.training.master_weights && rc.training.precision != hw::Dtype::kFp32 &&
+                      rc.training.param_dtype != hw::Dtype::kFp32;
+  const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights * (master ? 1.0 : 2.0));
   return cost::memory_time(Bytes(bytes), rc.hardware).value() + 20.0 * rc.hardware.efficiency.kernel_overhead.value();
 }
 

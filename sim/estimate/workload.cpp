@@ -57,6 +57,7 @@ Op gemm_op(const Ctx& c, const std::string& name, double m, double n, double k, 
   const cost::GemmShape g{m, n, k, batch};
   op.time = cost::gemm_time(g, c.gemm_dtype, c.hw);
   op.flops = g.flops();
+  op.gemm = g;
   op.weight_grad = weight_grad;
   return op;
 }
@@ -78,6 +79,7 @@ Op comm_op(const Ctx& c, const std::string& name, CommKind kind, Collective coll
   op.comm = kind;
   op.bytes = Bytes(bytes);
   op.time = cost::collective_time(coll, op.bytes, where, c.hw);
+  op.collective = coll;
   op.hidden_by = hidden_by;
   if (!where.intra_node()) op.nic_bytes = cost::link_bytes(coll, op.bytes, where);
   return op;
@@ -169,6 +171,16 @@ void tp_exit(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std
   } else {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
+  }
+}
+
+// Marks the last forward op called `name` as keeping `bytes` for backward.
+void keep(std::vector<Op>& ops, const std::string& name, double bytes) {
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    if (it->name == name) {
+      it->saved_bytes = bytes;
+      return;
+    }
   }
 }
 
@@ -297,8 +309,15 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   auto& F = lc.fwd;
   auto& B = lc.bwd;
 
+  // Tokens whose input a column-parallel linear keeps for its weight gradient: the sequence
+  // shard under SP (re-gathered in backward) unless the all-gathered input is kept.
+  const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
+  const double in_tokens = c.sp && !keeps_gathered ? c.T_rep : T;
+  const double mask_bytes = rc_.training.dropout ? h * c.T_rep : 0.0;  // 1-byte dropout mask
+
   // ---- attention block ----
   F.push_back(mem_op(c, "norm1", 2.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  F.back().saved_bytes = e * h * c.T_rep;
   B.push_back(mem_op(c, "norm1.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double heads_local = static_cast<double>(m.heads) / c.t;
   double q_width = 0, kv_width = 0, v_width = 0;
@@ -326,6 +345,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     kv_width = kv_local * d;
     v_width = heads_local * d;
     linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h);
+    keep(F, "qkv", e * h * in_tokens);
   }
   qkv_fwd = Duration(sum_time(F, qkv_start_f));
   qkv_bwd = Duration(sum_time(B, qkv_start_b));
@@ -388,7 +408,16 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   af.kind = OpKind::kAttention;
   af.time = attn_f;
   af.flops = attn_flops;
+  af.attention = cost::AttentionShape{static_cast<double>(p.micro_batch_size), heads_local, s / cp, s, d_qk, d_v, true};
+  af.saved_bytes = e * T * (q_width + 2.0 * kv_width);
+  if (rc_.training.attention == config::AttentionImpl::kUnfused) {
+    af.score_bytes = heads_local * s * T * (e + (rc_.training.dropout ? 1.0 + e : 0.0));
+  } else {
+    af.saved_bytes += 4.0 * heads_local * T;  // fp32 log-sum-exp
+  }
   Op ab = af;
+  ab.attention_backward = true;
+  ab.saved_bytes = ab.score_bytes = 0;
   ab.name = "attention.bwd";
   ab.time = attn_b;
   ab.flops = attn_flops * 2.0;
@@ -420,6 +449,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
 
   const size_t o_f = F.size(), o_b = B.size();
   linear(c, F, B, "o_proj", T, h, v_width);
+  keep(F, "o_proj", e * T * v_width);
   {
     std::vector<Op> f2, b2;
     tp_exit(c, f2, b2, "attn_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
@@ -428,10 +458,12 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   }
   const double dropout_bytes = rc_.training.dropout ? (2.0 * e + 1.0) * h * c.T_rep : 0.0;
   F.push_back(mem_op(c, "residual1", 3.0 * e * h * c.T_rep + dropout_bytes));
+  F.back().saved_bytes = mask_bytes;
   B.push_back(mem_op(c, "residual1.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
 
   // ---- MLP block ----
   F.push_back(mem_op(c, "norm2", 2.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  F.back().saved_bytes = e * h * c.T_rep;
   B.push_back(mem_op(c, "norm2.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const double act_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
@@ -439,14 +471,17 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     const double f_local = static_cast<double>(m.ffn_hidden) / c.t;
     const size_t s_f = F.size(), s_b = B.size();
     linear(c, F, B, "fc1", T, gate * f_local, h);
+    keep(F, "fc1", e * h * in_tokens);
     std::vector<Op> f2, b2;
     tp_entry(c, f2, b2, "mlp_in", Duration(sum_time(F, s_f)), Duration(sum_time(B, s_b)));
     F.insert(F.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
     B.insert(B.end(), b2.begin(), b2.end());
     F.push_back(mem_op(c, "activation", act_passes * e * T * f_local * eager_factor(c, Eager::kGatedAct)));
+    F.back().saved_bytes = gate * e * T * f_local;
     B.push_back(mem_op(c, "activation.bwd", 2.0 * act_passes * e * T * f_local * eager_factor(c, Eager::kGatedAct)));
     const size_t d_f = F.size(), d_b = B.size();
     linear(c, F, B, "fc2", T, h, f_local);
+    keep(F, "fc2", e * T * f_local);
     std::vector<Op> f3, b3;
     tp_exit(c, f3, b3, "mlp_out", Duration(sum_time(F, d_f)), Duration(sum_time(B, d_b)));
     F.insert(F.end(), f3.begin(), f3.end());
@@ -549,6 +584,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     }
   }
   F.push_back(mem_op(c, "residual2", 3.0 * e * h * c.T_rep + dropout_bytes));
+  F.back().saved_bytes = mask_bytes;
   B.push_back(mem_op(c, "residual2.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
 
   // ---- gradient accumulation ----
@@ -655,9 +691,18 @@ LayerCost WorkloadBuilder::build_output() const {
   const double v_local = static_cast<double>(rc_.padded_vocab) / c.t;
   LayerCost lc;
   lc.fwd.push_back(mem_op(c, "final_norm", 2.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  lc.fwd.back().saved_bytes = c.e * h * c.T_rep;
   lc.bwd.push_back(mem_op(c, "final_norm.bwd", 4.0 * c.e * h * c.T_rep));
   const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
   linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h);
+  {
+    const auto& p = rc_.parallel;
+    const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
+    keep(lc.fwd, "lm_head", c.e * h * (c.sp && !keeps_gathered ? c.T_rep : c.T));
+    for (auto& o : lc.fwd) {
+      if (o.name == "lm_head") o.held_bytes = c.e * c.T * v_local;  // the logits
+    }
+  }
   std::vector<Op> f2, b2;
   tp_entry(c, f2, b2, "lm_head_in", Duration(sum_time(lc.fwd, s_f)), Duration(sum_time(lc.bwd, s_b)));
   lc.fwd.insert(lc.fwd.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
@@ -667,6 +712,7 @@ LayerCost WorkloadBuilder::build_output() const {
   const double lb = rc_.training.fp32_logits ? 4.0 : c.e;
   const double elems = c.T * v_local;
   lc.fwd.push_back(mem_op(c, "cross_entropy", elems * (c.e + 3.0 * lb)));
+  lc.fwd.back().held_bytes = rc_.training.fp32_logits ? 4.0 * elems : 0.0;  // the loss's fp32 copy
   lc.bwd.push_back(mem_op(c, "cross_entropy.bwd", elems * (lb + c.e)));
   if (c.t > 1) {
     lc.fwd.push_back(comm_op(c, "cross_entropy.tp_stats", CommKind::kTp, Collective::kAllReduce, 3.0 * c.T * 4.0, places_.tp));

@@ -38,6 +38,19 @@ struct Op {
   double overlap_chunks = 0;
   double overlap_sm_fraction = 0;
   bool weight_grad = false;    // backward weight-gradient GEMM (zero-bubble schedules defer it)
+  // What an executor needs to run the op for real (stepcast validate): the GEMM or attention
+  // shape, the collective, and the bytes a forward op keeps for backward under autograd's
+  // rules (a linear keeps its input, a norm and an activation theirs, attention its q, k, v;
+  // unfused attention also the probabilities, in `score_bytes`, which selective recompute
+  // drops). `held_bytes`: tensors live until the op's slot finishes backward that are not
+  // layer activations (the logits and the loss's fp32 copy).
+  cost::GemmShape gemm;
+  cost::AttentionShape attention;
+  bool attention_backward = false;
+  cost::Collective collective = cost::Collective::kAllReduce;
+  double saved_bytes = 0;
+  double score_bytes = 0;
+  double held_bytes = 0;
 };
 
 // Costs of one layer kind for one micro-batch on one rank.

@@ -270,8 +270,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     if (s == p.pp - 1) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
-      st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0));  // final norm input
-      if (p.sp && p.tp > 1 && p.tp_saves_gathered_input) st.activations += Bytes(e * h * tokens);  // LM head input
+      const bool sp = p.sp && p.tp > 1;
+      // Per micro-batch in flight: the final norm's input and the LM head's input (the sequence
+      // shard under SP, re-gathered in backward, unless the gathered input is kept).
+      const bool keeps_gathered = sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
+      st.activations += Bytes((e * h * tokens / (sp ? t : 1.0) + e * h * tokens / (sp && !keeps_gathered ? t : 1.0)) * inflight);
     }
     // Buffers.
     if (zero >= 3) {
@@ -287,7 +290,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         if (rc.num_microbatches > 1) st.buffers += Bytes(st.params * sb.gradients * (1.0 - 1.0 / dn));
       }
     } else if (p.dp * p.cp > 1) {
-      st.buffers += Bytes(p.bucket_mb * 1e6);
+      // One bucket's communication buffer (no larger than the stage's gradients).
+      st.buffers += Bytes(std::min(p.bucket_mb * 1e6, (dense_params + expert_params) * sb.gradients));
     }
     st.runtime = rc.hardware.runtime_reserved;
     ledger.stages.push_back(st);

@@ -1,0 +1,193 @@
+#include "validate/measurement.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::validate {
+
+using core::Json;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double Measured::median_step_s() const { return median(step_s); }
+double Measured::min_step_s() const { return step_s.empty() ? 0.0 : *std::min_element(step_s.begin(), step_s.end()); }
+double Measured::max_step_s() const { return step_s.empty() ? 0.0 : *std::max_element(step_s.begin(), step_s.end()); }
+
+double Comparison::worst_memory_error() const {
+  double w = 0;
+  for (const auto& m : memory) w = std::max(w, std::abs(m.predicted_bytes / m.measured_bytes - 1.0));
+  return w;
+}
+
+namespace {
+
+// Median over the measured steps of one category on one rank.
+double category_median(const RankMeasurement& r, Category c) {
+  std::vector<double> v;
+  for (const auto& s : r.category_s) v.push_back(s[static_cast<size_t>(c)]);
+  return median(v);
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+}  // namespace
+
+Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, const Measured& meas) {
+  Comparison c;
+  c.run = rc.source_name;
+  c.profile = rc.hardware.name;
+  c.predicted_step_s = sim.step.step_time_s;
+  c.measured_step_s = meas.median_step_s();
+  c.measured_min_s = meas.min_step_s();
+  c.measured_max_s = meas.max_step_s();
+  // Phases on the simulation's critical stage, measured as the mean over that stage's ranks.
+  size_t crit = 0;
+  for (size_t s = 0; s < sim.stages.size(); ++s) {
+    if (sim.stages[s].busy_s > sim.stages[crit].busy_s) crit = s;
+  }
+  const auto& st = sim.stages[crit];
+  const auto& br = sim.step.breakdown;
+  auto measured = [&](Category cat) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : meas.ranks) {
+      if (static_cast<size_t>(r.stage) != crit) continue;
+      sum += category_median(r, cat);
+      ++n;
+    }
+    return n ? sum / n : 0.0;
+  };
+  auto exposed = [&](const char* k) {
+    auto it = br.exposed_comm.find(k);
+    return it == br.exposed_comm.end() ? 0.0 : it->second;
+  };
+  c.phases.push_back({"compute", st.compute_s, measured(Category::kCompute)});
+  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s, measured(Category::kTpComm)});
+  c.phases.push_back({"pipeline send/receive and bubble", st.pp_comm_s + std::max(0.0, sim.step.pipeline_time_s - st.busy_s),
+                      measured(Category::kPpComm)});
+  c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm)});
+  c.phases.push_back({"optimizer", br.optimizer, measured(Category::kOptimizer)});
+  for (const auto& r : meas.ranks) {
+    const auto& ls = sim.step.memory.stages[static_cast<size_t>(r.stage)];
+    c.memory.push_back({r.rank, r.stage, ls.total().value(), r.peak_allocated_bytes, r.rss_delta_bytes});
+  }
+  return c;
+}
+
+Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Measured& m) {
+  Json j;
+  j["run"] = c.run;
+  j["command"] = c.command;
+  j["backend"] = m.backend;
+  j["profile"] = c.profile;
+  j["layout"] = {{"tp", rc.parallel.tp}, {"pp", rc.parallel.pp}, {"dp", rc.parallel.dp}, {"sp", rc.parallel.sp},
+                 {"zero_stage", rc.parallel.zero_stage}, {"recompute", config::to_string(rc.parallel.recompute)},
+                 {"schedule", config::to_string(rc.parallel.schedule)}, {"micro_batch_size", rc.parallel.micro_batch_size},
+                 {"microbatches", rc.num_microbatches}};
+  j["steps"] = m.steps;
+  j["warmup_steps"] = m.warmup;
+  j["predicted"] = {{"step_time_s", c.predicted_step_s}};
+  j["measured"] = {{"step_time_s", c.measured_step_s}, {"min_s", c.measured_min_s}, {"max_s", c.measured_max_s}, {"steps_s", m.step_s}};
+  j["step_time_error"] = c.step_error();
+  Json phases = Json::array();
+  for (const auto& p : c.phases) phases.push_back({{"phase", p.name}, {"predicted_s", p.predicted_s}, {"measured_s", p.measured_s}});
+  j["phases"] = phases;
+  Json mem = Json::array();
+  for (const auto& x : c.memory) {
+    mem.push_back({{"rank", x.rank}, {"stage", x.stage}, {"predicted_bytes", x.predicted_bytes}, {"measured_bytes", x.measured_bytes},
+                   {"rss_delta_bytes", x.rss_delta_bytes}, {"error", x.predicted_bytes / x.measured_bytes - 1.0}});
+  }
+  j["memory"] = mem;
+  j["memory_worst_error"] = c.worst_memory_error();
+  return j;
+}
+
+std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c, const Measured& m) {
+  std::ostringstream o;
+  const auto& p = rc.parallel;
+  o << "## " << c.run << "\n\n";
+  o << "Layout: tp " << p.tp << ", pp " << p.pp << " (" << config::to_string(p.schedule) << "), dp " << p.dp << (p.sp ? ", sp" : "")
+    << ", ZeRO " << p.zero_stage << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
+    << rc.num_microbatches << "; backend " << m.backend << ", profile " << c.profile << "; " << m.steps << " measured steps after "
+    << m.warmup << " warm-up.\n\n";
+  o << "| | predicted | measured | error |\n|---|---:|---:|---:|\n";
+  o << "| step time (median) | " << fmt("%.1f", c.predicted_step_s * 1e3) << " ms | " << fmt("%.1f", c.measured_step_s * 1e3)
+    << " ms (min " << fmt("%.1f", c.measured_min_s * 1e3) << ", max " << fmt("%.1f", c.measured_max_s * 1e3) << ") | "
+    << fmt("%+.1f%%", 100.0 * c.step_error()) << " |\n";
+  for (const auto& ph : c.phases) {
+    o << "| " << ph.name << " | " << fmt("%.1f", ph.predicted_s * 1e3) << " ms | " << fmt("%.1f", ph.measured_s * 1e3) << " ms | "
+      << (ph.measured_s > 1e-4 ? fmt("%+.1f%%", 100.0 * (ph.predicted_s / ph.measured_s - 1.0)) : std::string("-")) << " |\n";
+  }
+  for (const auto& x : c.memory) {
+    o << "| peak memory rank " << x.rank << " (stage " << x.stage << ") | " << fmt("%.1f", x.predicted_bytes / 1048576.0) << " MiB | "
+      << fmt("%.1f", x.measured_bytes / 1048576.0) << " MiB (RSS growth " << fmt("%.1f", x.rss_delta_bytes / 1048576.0) << ") | "
+      << fmt("%+.1f%%", 100.0 * (x.predicted_bytes / x.measured_bytes - 1.0)) << " |\n";
+  }
+  o << "\n";
+  return o.str();
+}
+
+SuiteSummary summarize(const std::vector<Comparison>& cs) {
+  SuiteSummary s;
+  s.plans = static_cast<int>(cs.size());
+  std::vector<double> errs;
+  for (const auto& c : cs) {
+    errs.push_back(std::abs(c.step_error()));
+    s.max_abs_step_error = std::max(s.max_abs_step_error, errs.back());
+    s.worst_memory_error = std::max(s.worst_memory_error, c.worst_memory_error());
+  }
+  s.median_abs_step_error = median(errs);
+  return s;
+}
+
+std::string suite_markdown(const std::vector<Comparison>& cs) {
+  std::ostringstream o;
+  o << "| plan | predicted ms | measured ms (min-max) | step error | memory error (worst rank) |\n|---|---:|---:|---:|---:|\n";
+  for (const auto& c : cs) {
+    o << "| " << c.run << " | " << fmt("%.1f", c.predicted_step_s * 1e3) << " | " << fmt("%.1f", c.measured_step_s * 1e3) << " ("
+      << fmt("%.1f", c.measured_min_s * 1e3) << "-" << fmt("%.1f", c.measured_max_s * 1e3) << ") | " << fmt("%+.1f%%", 100.0 * c.step_error())
+      << " | " << fmt("%.1f%%", 100.0 * c.worst_memory_error()) << " |\n";
+  }
+  const SuiteSummary s = summarize(cs);
+  o << "\n" << s.plans << " plans: median absolute step-time error " << fmt("%.1f%%", 100.0 * s.median_abs_step_error) << ", largest "
+    << fmt("%.1f%%", 100.0 * s.max_abs_step_error) << "; largest peak-memory error " << fmt("%.1f%%", 100.0 * s.worst_memory_error) << ".\n";
+  return o.str();
+}
+
+std::string measured_trace_json(const config::RunConfig& rc, const Measured& m) {
+  Json events = Json::array();
+  for (const auto& r : m.ranks) {
+    const Program prog = build_program(rc, r.rank);
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r.rank}, {"args", {{"name", "rank " + std::to_string(r.rank) + " (measured)"}}}});
+    for (size_t c = 0; c < kCategories; ++c) {
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r.rank}, {"tid", c},
+                        {"args", {{"name", to_string(static_cast<Category>(c))}}}});
+    }
+    for (const auto& e : r.trace) {
+      std::string name = prog.names[e.name];
+      if (e.layer >= -1) name += " L" + std::to_string(e.layer);
+      if (e.microbatch >= 0) name += " mb" + std::to_string(e.microbatch);
+      events.push_back({{"ph", "X"}, {"name", name}, {"pid", r.rank}, {"tid", static_cast<int>(e.category)},
+                        {"ts", e.start_s * 1e6}, {"dur", e.dur_s * 1e6}});
+    }
+  }
+  Json j;
+  j["traceEvents"] = events;
+  j["displayTimeUnit"] = "ms";
+  return j.dump() + "\n";
+}
+
+}  // namespace stepcast::validate

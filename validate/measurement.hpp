@@ -1,0 +1,88 @@
+// stepcast validate: what an executor measured, and the comparison with the prediction.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/engine/step_sim.hpp"
+#include "validate/program.hpp"
+
+namespace stepcast::validate {
+
+constexpr size_t kCategories = static_cast<size_t>(Category::kCount);
+
+// One timed instruction of the last measured step (for the measured trace).
+struct TraceEvent {
+  double start_s = 0, dur_s = 0;
+  uint32_t name = 0;
+  Category category = Category::kCompute;
+  int32_t microbatch = -1, layer = -2;
+};
+
+struct RankMeasurement {
+  int64_t rank = 0;
+  int32_t stage = 0;
+  std::vector<double> step_s;                             // this rank's wall time per measured step
+  std::vector<std::array<double, kCategories>> category_s;  // per measured step
+  double peak_allocated_bytes = 0;  // state + high-water of live activation/working buffers
+  double peak_reserved_bytes = 0;   // the same including blocks cached for reuse
+  double rss_delta_bytes = 0;       // process peak RSS minus RSS before the first allocation
+  double workspace_bytes = 0;       // kernel operand pools (not model memory, like a GEMM workspace)
+  std::vector<TraceEvent> trace;    // last measured step
+};
+
+struct Measured {
+  std::string backend;
+  int steps = 0, warmup = 0;
+  std::vector<double> step_s;  // per measured step: the slowest rank's time
+  std::vector<RankMeasurement> ranks;
+  [[nodiscard]] double median_step_s() const;
+  [[nodiscard]] double min_step_s() const;
+  [[nodiscard]] double max_step_s() const;
+};
+
+double median(std::vector<double> v);
+
+struct Comparison {
+  std::string run;         // run file
+  std::string profile;     // hardware profile used for the prediction
+  std::string command;
+  double predicted_step_s = 0, measured_step_s = 0;  // measured: median over steps
+  double measured_min_s = 0, measured_max_s = 0;
+  struct Phase {
+    std::string name;
+    double predicted_s = 0, measured_s = 0;
+  };
+  std::vector<Phase> phases;
+  struct Memory {
+    int64_t rank = 0;
+    int32_t stage = 0;
+    double predicted_bytes = 0, measured_bytes = 0, rss_delta_bytes = 0;
+  };
+  std::vector<Memory> memory;
+  [[nodiscard]] double step_error() const { return predicted_step_s / measured_step_s - 1.0; }
+  [[nodiscard]] double worst_memory_error() const;
+};
+
+Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, const Measured& meas);
+
+core::Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Measured& m);
+std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c, const Measured& m);
+
+// Several plans validated together: the median and largest absolute step-time error and the
+// largest memory error.
+struct SuiteSummary {
+  int plans = 0;
+  double median_abs_step_error = 0, max_abs_step_error = 0, worst_memory_error = 0;
+};
+SuiteSummary summarize(const std::vector<Comparison>& cs);
+std::string suite_markdown(const std::vector<Comparison>& cs);
+
+// Chrome / Perfetto trace of the measured step (one process per rank, one track per category).
+std::string measured_trace_json(const config::RunConfig& rc, const Measured& m);
+
+}  // namespace stepcast::validate

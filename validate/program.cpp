@@ -1,0 +1,305 @@
+#include "validate/program.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "sim/core/error.hpp"
+#include "sim/engine/schedule.hpp"
+#include "sim/engine/step_builder.hpp"
+#include "sim/memory/ledger.hpp"
+#include "sim/mesh/rank_mesh.hpp"
+
+namespace stepcast::validate {
+
+using config::Recompute;
+using estimate::CommKind;
+using estimate::Op;
+using estimate::OpKind;
+
+const char* to_string(Category c) {
+  switch (c) {
+    case Category::kCompute: return "compute";
+    case Category::kTpComm: return "tp";
+    case Category::kPpComm: return "pp";
+    case Category::kDpComm: return "dp";
+    case Category::kOptimizer: return "optimizer";
+    case Category::kCount: break;
+  }
+  return "?";
+}
+
+void check_executable(const config::RunConfig& rc, const std::string& backend) {
+  const auto& p = rc.parallel;
+  const auto& m = rc.model;
+  auto refuse = [&](const std::string& what) {
+    throw core::UserError(rc.source_name + ": validate --backend " + backend + " cannot execute " + what);
+  };
+  if (backend == "cpu") {
+    if (rc.training.precision != hw::Dtype::kFp32) refuse("training.precision \"" + std::string(hw::to_string(rc.training.precision)) + "\" (CPU kernels compute in fp32; set \"fp32\")");
+    if (rc.training.attention != config::AttentionImpl::kUnfused) refuse("fused attention (the CPU executor runs attention unfused, as batched GEMMs; set training.attention to \"unfused\")");
+  }
+  if (m.moe.enabled()) refuse("a mixture-of-experts model (expert layers are not executed yet)");
+  if (m.mla.enabled()) refuse("multi-head latent attention");
+  if (m.sliding_window > 0) refuse("sliding-window attention");
+  if (p.cp > 1) refuse("parallel.cp " + std::to_string(p.cp) + " (context parallelism is not executed yet)");
+  if (p.ep > 1) refuse("parallel.ep " + std::to_string(p.ep));
+  if (p.effective_zero() >= 3) refuse(p.fsdp ? std::string("parallel.fsdp") : "parallel.zero_stage 3");
+  if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
+  if (!p.no_sync) refuse("parallel.no_sync false (gradients are reduced once per step)");
+  if (p.recompute == Recompute::kSelectiveOp) refuse("parallel.recompute \"selective-op\"");
+  if (rc.training.loss != config::LossImpl::kFused) refuse("training.loss \"eager\"");
+  if (rc.training.lp_grads) refuse("training.lp_grads");
+}
+
+config::RunConfig executed_run(config::RunConfig rc, const std::string& backend) {
+  if (backend == "cpu") {
+    rc.parallel.grad_reduce_overlap = false;
+    rc.parallel.param_gather_overlap = false;
+  }
+  return rc;
+}
+
+namespace {
+
+class Emitter {
+ public:
+  explicit Emitter(Program& p) : p_(p) {}
+
+  uint32_t name(const std::string& n) {
+    auto it = ids_.find(n);
+    if (it != ids_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(p_.names.size());
+    p_.names.push_back(n);
+    ids_.emplace(n, id);
+    return id;
+  }
+
+  Instr& add(Kind k, Category c, const std::string& n, int32_t mb, int32_t layer) {
+    Instr in;
+    in.kind = k;
+    in.category = c;
+    in.name = name(n);
+    in.microbatch = mb;
+    in.layer = layer;
+    p_.step.push_back(in);
+    return p_.step.back();
+  }
+
+  int32_t alloc(double bytes, const std::string& what, int32_t mb, int32_t layer) {
+    if (bytes <= 0) return -1;
+    Instr& in = add(Kind::kAlloc, Category::kCompute, what, mb, layer);
+    in.bytes = bytes;
+    in.buffer = p_.buffers++;
+    return in.buffer;
+  }
+
+  void free(int32_t buffer, int32_t mb, int32_t layer) {
+    if (buffer < 0) return;
+    Instr& in = add(Kind::kFree, Category::kCompute, "free", mb, layer);
+    in.buffer = buffer;
+  }
+
+  // A workload operator as an instruction (communication on the tensor-parallel group).
+  void op(const Op& o, int32_t mb, int32_t layer) {
+    switch (o.kind) {
+      case OpKind::kGemm: {
+        Instr& in = add(Kind::kGemm, Category::kCompute, o.name, mb, layer);
+        in.gemm = o.gemm;
+        return;
+      }
+      case OpKind::kAttention: {
+        Instr& in = add(Kind::kAttention, Category::kCompute, o.name, mb, layer);
+        in.attention = o.attention;
+        in.backward = o.attention_backward;
+        return;
+      }
+      case OpKind::kElementwise: {
+        Instr& in = add(Kind::kStream, Category::kCompute, o.name, mb, layer);
+        in.bytes = o.bytes.value();
+        return;
+      }
+      case OpKind::kComm: {
+        if (o.comm != CommKind::kTp) throw core::InternalError("validate: unexpected " + std::string(estimate::to_string(o.comm)) + " operator " + o.name);
+        Instr& in = add(Kind::kCollective, Category::kTpComm, o.name, mb, layer);
+        in.collective = o.collective;
+        in.group = Group::kTp;
+        in.bytes = o.bytes.value();
+        return;
+      }
+    }
+  }
+
+ private:
+  Program& p_;
+  std::map<std::string, uint32_t> ids_;
+};
+
+}  // namespace
+
+Program build_program(const config::RunConfig& rc, int64_t rank) {
+  const auto& p = rc.parallel;
+  const engine::StepBuilder sb(rc, false, false, 1.0);
+  const mesh::RankMesh mesh(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp);
+  if (rank < 0 || rank >= mesh.world()) throw core::InternalError("validate: rank out of range");
+  const mesh::Coord co = mesh.coord(rank);
+  Program prog;
+  prog.rank = rank;
+  prog.stage = static_cast<int32_t>(co.pp);
+  prog.tp_group = mesh.group(rank, mesh::Dim::kTp);
+  prog.dp_group = mesh.group(rank, mesh::Dim::kDpCp);
+  const int32_t s = prog.stage;
+  const auto& slots = sb.slots(s);
+  const auto& chunk_slots = sb.chunk_slots(s);
+
+  // Model state, sharded as the ZeRO stage says over the data-parallel group.
+  const memory::StateBytes sbytes = memory::state_bytes(rc.training);
+  const int zero = p.effective_zero();
+  const double n = static_cast<double>(p.dp * p.cp);
+  double params = 0;
+  for (const auto& sl : slots) params += sl.params;
+  prog.weight_bytes = params * sbytes.weights;
+  prog.gradient_bytes = params * sbytes.gradients / (zero >= 2 ? n : 1.0);
+  prog.optimizer_bytes = params * sbytes.optimizer / (zero >= 1 ? n : 1.0);
+  prog.local_params = params / (zero >= 1 ? n : 1.0);
+  const auto buckets = engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p.bucket_mb);
+  if (p.dp * p.cp > 1) {
+    for (const auto& b : buckets) prog.bucket_buffer_bytes = std::max(prog.bucket_buffer_bytes, b.bytes);
+  }
+
+  Emitter em(prog);
+  const auto pp = static_cast<int32_t>(p.pp);
+  const auto v = static_cast<int32_t>(p.vpp);
+  const auto m = static_cast<int32_t>(rc.num_microbatches);
+  const int32_t total_vs = pp * v;
+  const double p2p = sb.workload().p2p_bytes().value();
+  const double e = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+  const double layer_input = e * static_cast<double>(rc.model.hidden) * sb.workload().tokens() /
+                             (p.sp && p.tp > 1 ? static_cast<double>(p.tp) : 1.0);
+  const bool split_w = p.schedule == config::Schedule::kZbH1;
+  const int32_t num_layers = static_cast<int32_t>(rc.model.num_layers);
+  auto peer_of_stage = [&](int32_t stage) {
+    return static_cast<int32_t>(mesh.rank_of(co.tp, co.cp, co.dp, stage));
+  };
+  auto tag = [&](int32_t mb, int32_t vs_dest, bool fwd) { return (mb * total_vs + vs_dest) * 2 + (fwd ? 0 : 1); };
+  // Buffers a forward pass leaves for its backward: [chunk * m + mb][slot] -> ids.
+  std::map<std::pair<int64_t, size_t>, std::vector<int32_t>> kept;
+
+  for (const engine::Action& a : engine::stage_order(p.schedule, pp, s, m, v)) {
+    const int32_t vs = a.chunk * pp + s;
+    const int64_t pass = static_cast<int64_t>(a.chunk) * m + a.mb;
+    std::vector<size_t> seq = chunk_slots[static_cast<size_t>(a.chunk)];
+    if (a.phase == engine::Phase::kF) {
+      if (vs > 0) {
+        Instr& in = em.add(Kind::kRecv, Category::kPpComm, "recv activation", a.mb, -2);
+        in.bytes = p2p;
+        in.peer = peer_of_stage((vs - 1) % pp);
+        in.tag = tag(a.mb, vs, true);
+      }
+      for (size_t k : seq) {
+        const auto& sl = slots[k];
+        const bool transformer = sl.layer >= 0 && sl.layer < num_layers;
+        const bool full = transformer && p.recompute == Recompute::kFull;
+        auto& ids = kept[{pass, k}];
+        if (full) ids.push_back(em.alloc(layer_input, "keep layer input", a.mb, sl.layer));
+        for (const Op& o : sl.cost->fwd) {
+          em.op(o, a.mb, sl.layer);
+          if (!full) {
+            ids.push_back(em.alloc(o.saved_bytes, "keep " + o.name, a.mb, sl.layer));
+            if (p.recompute != Recompute::kSelective) ids.push_back(em.alloc(o.score_bytes, "keep " + o.name + " probabilities", a.mb, sl.layer));
+          }
+          ids.push_back(em.alloc(o.held_bytes, "hold " + o.name + " output", a.mb, sl.layer));
+        }
+      }
+      if (vs < total_vs - 1) {
+        Instr& in = em.add(Kind::kSend, Category::kPpComm, "send activation", a.mb, -2);
+        in.bytes = p2p;
+        in.peer = peer_of_stage((vs + 1) % pp);
+        in.tag = tag(a.mb, vs + 1, true);
+      }
+      continue;
+    }
+    std::reverse(seq.begin(), seq.end());
+    if (a.phase == engine::Phase::kW) {
+      for (size_t k : seq) {
+        for (const Op& o : slots[k].cost->bwd) {
+          if (o.weight_grad) em.op(o, a.mb, slots[k].layer);
+        }
+      }
+      continue;
+    }
+    if (vs < total_vs - 1) {
+      Instr& in = em.add(Kind::kRecv, Category::kPpComm, "recv gradient", a.mb, -2);
+      in.bytes = p2p;
+      in.peer = peer_of_stage((vs + 1) % pp);
+      in.tag = tag(a.mb, vs, false);
+    }
+    for (size_t k : seq) {
+      const auto& sl = slots[k];
+      const bool transformer = sl.layer >= 0 && sl.layer < num_layers;
+      std::vector<int32_t> working;
+      // The gradients of the layer's activations (one per saved tensor) are live through its
+      // backward; recomputation rebuilds the dropped activations first.
+      double saved = 0, scores = 0;
+      for (const Op& o : sl.cost->fwd) saved += o.saved_bytes, scores += o.score_bytes;
+      if (transformer && p.recompute == Recompute::kFull) {
+        working.push_back(em.alloc(saved + scores, "recomputed activations", a.mb, sl.layer));
+      } else if (transformer && p.recompute == Recompute::kSelective) {
+        working.push_back(em.alloc(scores, "recomputed probabilities", a.mb, sl.layer));
+      }
+      working.push_back(em.alloc(saved + scores, "activation gradients", a.mb, sl.layer));
+      for (const Op& o : sl.cost->bwd) {
+        if (split_w && o.weight_grad) continue;
+        em.op(o, a.mb, sl.layer);
+      }
+      for (int32_t id : working) em.free(id, a.mb, sl.layer);
+      for (int32_t id : kept[{pass, k}]) em.free(id, a.mb, sl.layer);
+      kept.erase({pass, k});
+    }
+    if (vs > 0) {
+      Instr& in = em.add(Kind::kSend, Category::kPpComm, "send gradient", a.mb, -2);
+      in.bytes = p2p;
+      in.peer = peer_of_stage((vs - 1) % pp);
+      in.tag = tag(a.mb, vs - 1, false);
+    }
+  }
+
+  // Data parallel: gradient buckets after the pipeline, the optimizer, the updated shards.
+  if (p.dp * p.cp > 1) {
+    for (const auto& b : buckets) {
+      Instr& in = em.add(Kind::kCollective, Category::kDpComm, zero >= 1 ? "reduce-scatter grads" : "all-reduce grads", -1, -2);
+      in.collective = zero >= 1 ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce;
+      in.group = Group::kDp;
+      in.bytes = b.bytes;
+    }
+  }
+  Instr& opt = em.add(Kind::kOptimizer, Category::kOptimizer, "optimizer", -1, -2);
+  opt.elements = prog.local_params;
+  if (p.dp * p.cp > 1 && (zero == 1 || zero == 2)) {
+    const double total = params * sbytes.weights;
+    const double bucket = p.bucket_mb * 1e6;
+    for (double done = 0; done < total; done += bucket) {
+      Instr& in = em.add(Kind::kCollective, Category::kDpComm, "all-gather params", -1, -2);
+      in.collective = cost::Collective::kAllGather;
+      in.group = Group::kDp;
+      in.bytes = std::min(bucket, total - done);
+    }
+  }
+  return prog;
+}
+
+double program_peak_bytes(const Program& p) {
+  std::vector<double> size(static_cast<size_t>(p.buffers), 0.0);
+  double live = 0, peak = 0;
+  for (const auto& in : p.step) {
+    if (in.kind == Kind::kAlloc) {
+      size[static_cast<size_t>(in.buffer)] = in.bytes;
+      live += in.bytes;
+      peak = std::max(peak, live);
+    } else if (in.kind == Kind::kFree) {
+      live -= size[static_cast<size_t>(in.buffer)];
+    }
+  }
+  return p.state_bytes() + peak;
+}
+
+}  // namespace stepcast::validate
