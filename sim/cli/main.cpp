@@ -124,6 +124,8 @@ struct ValidateArgs {
   int steps = 5, warmup = 1;
   double timeout_s = 120;
   bool json = false;
+  // Gates (negative: off): exceeding one ends validate with exit code 1 after the report.
+  double max_median_error = -1, max_error = -1, max_memory_error = -1;
 };
 
 // A run file for validation: --profile replaces its hardware; the backend's execution
@@ -218,11 +220,24 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
       std::cout << md << summary;
     }
   }
+  int code = 0;
+  if (rank == 0) {
+    const auto s = stepcast::validate::summarize(comps);
+    auto gate = [&](double value, double limit, const char* what, const char* flag) {
+      if (limit < 0 || value <= limit) return;
+      std::fprintf(stderr, "stepcast: validate: %s %.1f%% exceeds %s %.1f%%\n", what, 100.0 * value, flag, 100.0 * limit);
+      code = 1;
+    };
+    gate(s.median_abs_step_error, a.max_median_error, "median absolute step-time error", "--max-median-error");
+    gate(s.max_abs_step_error, a.max_error, "largest absolute step-time error", "--max-error");
+    gate(s.worst_memory_error, a.max_memory_error, "largest peak-memory error", "--max-memory-error");
+  }
 #ifdef STEPCAST_HAVE_MPI
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Finalize();
   g_mpi_active = false;
 #endif
-  return 0;
+  return code;
 }
 
 int run(int argc, char** argv) {
@@ -367,6 +382,9 @@ int run(int argc, char** argv) {
   val->add_option("--out", va.json_out, "write the comparison JSON here");
   val->add_option("--report", va.report, "write a Markdown report (predicted vs measured, per phase and memory) here");
   val->add_option("--trace", va.trace, "write the measured step of the last plan as a Perfetto / Chrome trace");
+  val->add_option("--max-median-error", va.max_median_error, "exit 1 when the median absolute step-time error over the plans exceeds this fraction")->check(CLI::Range(0.0, 10.0));
+  val->add_option("--max-error", va.max_error, "exit 1 when any plan's absolute step-time error exceeds this fraction")->check(CLI::Range(0.0, 10.0));
+  val->add_option("--max-memory-error", va.max_memory_error, "exit 1 when any rank's peak-memory error exceeds this fraction")->check(CLI::Range(0.0, 10.0));
   val->add_option("--sim-trace", va.sim_trace, "write the simulated step of the last plan as a Perfetto / Chrome trace");
 
   try {

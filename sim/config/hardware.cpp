@@ -357,7 +357,8 @@ HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& i
       issues.add(path + ".path", "expected {\"path\": \"profile.json\"} and no other keys");
       return {};
     }
-    const std::string file = base_dir.empty() ? j["path"].get<std::string>() : base_dir + "/" + j["path"].get<std::string>();
+    const std::string given = j["path"].get<std::string>();
+    const std::string file = base_dir.empty() || (!given.empty() && given[0] == '/') ? given : base_dir + "/" + given;
     Json loaded;
     try {
       loaded = core::load_json_file(file);

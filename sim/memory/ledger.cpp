@@ -270,6 +270,10 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     if (s == p.pp - 1) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
+      // GPipe runs every forward before the first backward, so the last stage keeps the logits
+      // (and the loss's copy) of all m micro-batches; the other schedules back-propagate each
+      // micro-batch through the output layer right after its forward.
+      if (p.schedule == Schedule::kGpipe) st.activations += st.logits * (static_cast<double>(rc.num_microbatches) - 1.0);
       const bool sp = p.sp && p.tp > 1;
       // Per micro-batch in flight: the final norm's input and the LM head's input (the sequence
       // shard under SP, re-gathered in backward, unless the gathered input is kept).

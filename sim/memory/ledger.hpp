@@ -22,7 +22,7 @@
 // time. CP divides s. Micro-batches in flight on stage r (0-based) of p: GPipe m; 1F1B and
 // ZB-H1 min(m, p - r); interleaved min(m*v, 2(p - r - 1) + (v - 1)p + 1) chunks of L/(p*v) layers.
 // The last stage keeps the inputs of the final norm and the LM head per micro-batch in flight
-// and holds one micro-batch's logits (16-bit output + fp32 copy for the loss;
+// and holds one micro-batch's logits (all m under GPipe) (16-bit output + fp32 copy for the loss;
 // eager PyTorch cross-entropy keeps three fp32 copies at its peak). Peak = resident state +
 // max(layer backward working set, loss working set): the two are live at different times.
 #pragma once

@@ -1,0 +1,167 @@
+// The step program an executor runs (stepcast validate): it does the work the model counts,
+// its pipeline transfers pair up across ranks, its gradient buckets carry every gradient, its
+// allocations reach the memory ledger's peak, and plans the executors cannot run are refused.
+#include "validate/program.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+#include "sim/memory/ledger.hpp"
+
+namespace stepcast::validate {
+namespace {
+
+using core::Json;
+
+// The validation plans' model (configs/validate/gpt-tiny.json) inline, with a layout.
+config::RunConfig tiny(const Json& parallel, const Json& training_extra = Json::object()) {
+  Json training{{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "fp32"}, {"attention", "unfused"}};
+  for (auto it = training_extra.begin(); it != training_extra.end(); ++it) training[it.key()] = it.value();
+  const Json j{{"model",
+                {{"name", "gpt-tiny"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
+                 {"intermediate_size", 1024}, {"vocab_size", 8192}, {"max_position_embeddings", 1024}, {"hidden_act", "gelu"},
+                 {"tie_word_embeddings", false}}},
+               {"hardware", "cpu"},
+               {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+               {"training", training},
+               {"parallel", parallel}};
+  return executed_run(config::parse_run(j, "<validate-test>", ""), "cpu");
+}
+
+double gemm_flops(const Program& p) {
+  double f = 0;
+  for (const auto& in : p.step) {
+    if (in.kind == Kind::kGemm) f += in.gemm.flops().value();
+  }
+  return f;
+}
+
+// Without recompute the linear layers run 3 GEMMs (forward, input and weight gradient) of
+// 2 * params FLOPs per token: 6 * (matmul params) * tokens per rank.
+TEST(ValidateProgram, GemmWorkIsSixTimesMatmulParamsTimesTokens) {
+  const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
+  const Program p = build_program(rc, 0);
+  const double h = 256, f = 1024, v = 8192, layers = 4;
+  const double matmul_params = layers * (4.0 * h * h + 2.0 * h * f) + v * h;  // qkv + o, fc1 + fc2, LM head
+  const double tokens = 8.0 * 256.0 / 2.0;                                     // one data-parallel rank
+  EXPECT_NEAR(gemm_flops(p), 6.0 * matmul_params * tokens, 1e-9 * gemm_flops(p));
+  // Full recompute runs each layer's forward GEMMs once more (not the LM head's).
+  const Program r = build_program(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"recompute", "full"}}), 0);
+  EXPECT_NEAR(gemm_flops(r) - gemm_flops(p), 2.0 * layers * (4.0 * h * h + 2.0 * h * f) * tokens, 1e-9 * gemm_flops(r));
+}
+
+// Tensor parallelism halves every rank's GEMM work and adds the layer all-reduces.
+TEST(ValidateProgram, TensorParallelSplitsWorkAndAddsCollectives) {
+  const Program dp = build_program(tiny({{"dp", 2}, {"micro_batch_size", 2}}), 0);
+  const Program tp = build_program(tiny({{"tp", 2}, {"micro_batch_size", 2}}), 0);
+  EXPECT_NEAR(gemm_flops(tp), gemm_flops(dp), 1e-9 * gemm_flops(dp));  // half the width, twice the tokens
+  int tp_coll = 0;
+  for (const auto& in : tp.step) tp_coll += in.kind == Kind::kCollective && in.group == Group::kTp;
+  // 4 micro-batches x (4 layers x 4 all-reduces + embedding + LM head input + loss statistics).
+  EXPECT_EQ(tp_coll, 4 * (4 * 4 + 3));
+  EXPECT_EQ(tp.tp_group, (std::vector<int64_t>{0, 1}));
+}
+
+// Every pipeline send has a receive on its peer with the same tag and size, in an order the
+// schedule makes deadlock-free (checked by the CPU test); 1F1B moves one activation and one
+// gradient per micro-batch.
+TEST(ValidateProgram, PipelineTransfersPairUp) {
+  const auto rc = tiny({{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "1f1b"}});
+  std::map<std::tuple<int64_t, int64_t, int32_t>, double> sends, recvs;
+  for (int64_t r = 0; r < 2; ++r) {
+    for (const auto& in : build_program(rc, r).step) {
+      if (in.kind == Kind::kSend) sends[{r, in.peer, in.tag}] = in.bytes;
+      if (in.kind == Kind::kRecv) recvs[{in.peer, r, in.tag}] = in.bytes;
+    }
+  }
+  EXPECT_EQ(sends.size(), 16u);  // 8 activations forward, 8 gradients back
+  EXPECT_EQ(sends, recvs);
+}
+
+// Buckets carry every gradient once (all-reduce), or reduce-scatter them and all-gather the
+// updated weights under ZeRO-1.
+TEST(ValidateProgram, GradientBucketsCoverTheGradients) {
+  for (int zero : {0, 1}) {
+    const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", zero}, {"bucket_mb", 8}});
+    const Program p = build_program(rc, 0);
+    double reduced = 0, gathered = 0;
+    int buckets = 0;
+    for (const auto& in : p.step) {
+      if (in.kind != Kind::kCollective || in.group != Group::kDp) continue;
+      if (in.collective == cost::Collective::kAllGather) {
+        gathered += in.bytes;
+      } else {
+        reduced += in.bytes;
+        ++buckets;
+        EXPECT_EQ(in.collective, zero ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce);
+      }
+    }
+    const double grads = p.weight_bytes;  // fp32 weights and gradients: 4 bytes each
+    EXPECT_NEAR(reduced, grads, 1e-9 * grads);
+    EXPECT_GE(buckets, 3);  // 1 MB first, then 8 MB buckets of whole tensors
+    EXPECT_NEAR(gathered, zero ? grads : 0.0, 1e-9 * grads);
+    EXPECT_NEAR(p.optimizer_bytes, 8.0 * p.weight_bytes / 4.0 / (zero ? 2.0 : 1.0), 1e-6 * p.weight_bytes);
+  }
+}
+
+// The program's allocations reach the ledger's peak within 10% on every rank of the six
+// validation layouts (what the executor then measures with real buffers).
+TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
+  const std::vector<Json> layouts{
+      {{"dp", 2}, {"micro_batch_size", 2}},
+      {{"tp", 2}, {"micro_batch_size", 2}},
+      {{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "1f1b"}},
+      {{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", 1}},
+      {{"dp", 2}, {"micro_batch_size", 2}, {"recompute", "full"}},
+      {{"tp", 2}, {"micro_batch_size", 2}, {"sp", true}},
+      {{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "gpipe"}},
+      {{"tp", 2}, {"micro_batch_size", 2}, {"recompute", "selective"}},
+  };
+  for (const auto& l : layouts) {
+    const auto rc = tiny(l);
+    const auto ledger = memory::compute_ledger(rc);
+    for (int64_t r = 0; r < 2; ++r) {
+      const Program p = build_program(rc, r);
+      const double want = ledger.stages[static_cast<size_t>(p.stage)].total().value();
+      const double got = program_peak_bytes(p);
+      EXPECT_NEAR(got / want, 1.0, 0.10) << l.dump() << " rank " << r << ": program " << got << ", ledger " << want;
+    }
+  }
+}
+
+// 1F1B keeps at most pp micro-batches of activations on stage 0; GPipe keeps all of them.
+TEST(ValidateProgram, InFlightActivationsFollowTheSchedule) {
+  const double one_f1b = program_peak_bytes(build_program(tiny({{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "1f1b"}}), 0));
+  const double gpipe = program_peak_bytes(build_program(tiny({{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "gpipe"}}), 0));
+  const auto ledger = memory::compute_ledger(tiny({{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "1f1b"}}));
+  const double per_mb = ledger.stages[0].activations.value() / 2.0;
+  EXPECT_NEAR((gpipe - one_f1b) / per_mb, 8.0 - 2.0, 0.5);
+}
+
+TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
+  auto refused = [](const config::RunConfig& rc, const std::string& backend, const std::string& what) {
+    try {
+      check_executable(rc, backend);
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(tiny({{"cp", 2}, {"micro_batch_size", 2}}), "cpu", "parallel.cp 2");
+  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
+  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
+  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", 3}}), "cpu", "zero_stage 3");
+  EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
+  const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
+  EXPECT_FALSE(rc.parallel.grad_reduce_overlap);  // CPU ranks reduce after the pipeline
+  EXPECT_FALSE(rc.parallel.param_gather_overlap);
+}
+
+}  // namespace
+}  // namespace stepcast::validate

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# stepcast validate's failure handling: plans the executor cannot run or that do not fit are
+# refused before any process is launched; a rank that hangs or dies ends the run within the
+# timeout with a message naming the rank; a wrong process count is named.
+# Usage: validate_failures.sh STEPCAST SOURCE_DIR OUT_DIR
+set -uo pipefail
+bin=$1
+src=$2
+out=$3
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fail() { echo "FAIL: $*"; exit 1; }
+expect() {  # expect CODE PATTERN -- command...
+  local code=$1 pattern=$2
+  shift 3
+  local got
+  "$@" >"$out/stdout" 2>"$out/stderr"
+  got=$?
+  [ "$got" = "$code" ] || fail "$* exited $got, expected $code: $(cat "$out/stderr")"
+  grep -q -- "$pattern" "$out/stderr" || fail "$* did not say '$pattern': $(cat "$out/stderr")"
+  echo "ok: $pattern"
+}
+tiny=$(cd "$src/configs/validate" && pwd)
+# Context parallelism is not executed: refused before launch, naming the field.
+cat >"$out/cp2.json" <<JSON
+{"model": {"path": "$tiny/gpt-tiny.json"}, "hardware": "cpu", "cluster": {"num_gpus": 2},
+ "training": {"seq_len": 256, "global_batch_size": 8, "precision": "fp32", "attention": "unfused"},
+ "parallel": {"cp": 2, "micro_batch_size": 2}}
+JSON
+expect 2 "cannot execute parallel.cp 2" -- "$bin" validate "$out/cp2.json"
+grep -q launching "$out/stderr" && fail "the cp plan was launched"
+# A model that does not fit the CPU profile's memory: exit code 3 before launch.
+cat >"$out/big.json" <<JSON
+{"model": "llama3.1-70b", "hardware": "cpu", "cluster": {"num_gpus": 2},
+ "training": {"seq_len": 256, "global_batch_size": 8, "precision": "fp32", "attention": "unfused"},
+ "parallel": {"dp": 2, "micro_batch_size": 1}}
+JSON
+expect 3 "does not fit" -- "$bin" validate "$out/big.json"
+# Fused attention cannot run on the CPU backend.
+sed 's/"attention": "unfused"/"attention": "flash"/' "$tiny/dp2.json" >"$out/flash.json"
+sed -i "s#\"gpt-tiny.json\"#\"$tiny/gpt-tiny.json\"#" "$out/flash.json"
+expect 2 "training.attention" -- "$bin" validate "$out/flash.json"
+# A process count that does not match the plan.
+expect 2 "mpirun -n 2" -- mpirun -n 1 "$bin" validate "$tiny/dp2.json"
+# A rank that hangs: its watchdog names it and the phase; the run ends within the timeout.
+start=$(date +%s)
+STEPCAST_VALIDATE_FAULT=hang:1 "$bin" validate "$tiny/tp2.json" --steps 1 --warmup 0 --timeout 5 >"$out/stdout" 2>"$out/stderr"
+code=$?
+took=$(( $(date +%s) - start ))
+[ "$code" != 0 ] || fail "a hanging rank did not end the run"
+grep -q "rank 1 made no progress" "$out/stderr" || fail "no message naming the hanging rank: $(cat "$out/stderr")"
+[ "$took" -lt 60 ] || fail "the hang took ${took}s to end"
+echo "ok: hang ended in ${took}s: $(grep 'made no progress' "$out/stderr" | head -1)"
+# A rank that dies: mpirun ends the job and names the rank.
+start=$(date +%s)
+STEPCAST_VALIDATE_FAULT=die:1 "$bin" validate "$tiny/tp2.json" --steps 1 --warmup 0 --timeout 5 >"$out/stdout" 2>"$out/stderr"
+code=$?
+took=$(( $(date +%s) - start ))
+[ "$code" != 0 ] || fail "a dead rank did not end the run"
+grep -qi "rank 1" "$out/stderr" || fail "no message naming the dead rank: $(cat "$out/stderr")"
+[ "$took" -lt 60 ] || fail "the dead rank took ${took}s to end the run"
+echo "ok: dead rank ended the run in ${took}s"
+echo "failure handling ok"
