@@ -33,6 +33,7 @@ struct SuiteResult {
   std::vector<GemmSample> gemm_samples;  // the fitted shapes as measured
   double bytes_per_element = 4;          // GEMM operand size (fp32 on CPUs, bf16 on GPUs)
   double copy_bandwidth = 0; // bytes/s moved (read + write)
+  double optimizer_rate = 0; // parameters/s of the Adam kernel (0: not measured)
   std::vector<CollFit> collectives;
   std::vector<HeldOut> held_out;  // filled on rank 0
 };

@@ -81,6 +81,7 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                  {"attention_fwd", attn},
                  {"attention_bwd", attn},
                  {"memory_bound", 1.0},
+                 {"optimizer_rate", r.optimizer_rate},
                  {"kernel_overhead", fmt("%.3f", overhead_s * 1e6) + "us"}}},
                {"node", {{"gpus_per_node", r.ranks}, {"fabric", Json::array({fabric})}}},
                {"network", d.network}};

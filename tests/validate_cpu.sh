@@ -5,14 +5,18 @@
 # with the simulation using the profile just measured.
 #
 # Tolerances (from the validation issue, enforced by stepcast's own gates):
-#   - median absolute step-time error over the six plans <= 15%, every plan <= 30%: two
-#     single-threaded processes share the machine's two cores with the OS and mpirun, so steps
-#     of one plan spread by a few percent and ranks drift apart between collectives (the wait
-#     shows up as communication time); the symmetric simulation has no such skew. On the
-#     development machine the median error was 4-10% and the largest 9-15% over repeated runs.
+#   - median absolute step-time error over the six plans <= 15%, every plan <= 30%. Two
+#     single-threaded processes share the machine's two virtual cores with the OS and mpirun;
+#     on the development machine one core's GEMM rate dropped from 37 to 31 GFLOP/s for tens
+#     of seconds at a time while the other held, and the slowest rank sets a synchronous step's
+#     pace. Over repeated runs the median error was 3-14% and the largest 7-22%; within a plan
+#     the steps spread by 1-5% (first measured step up to 30% slower).
 #   - peak memory within 10% of the ledger on every rank: the executor's caching allocator
 #     measures live bytes exactly, so this bounds the ledger's closed forms (activations per
 #     layer, micro-batches in flight, ZeRO sharding, working sets, logits, bucket buffer).
+# The machine may change speed between the calibration and a plan: validate times a reference
+# GEMM before each plan. When a gate fails and that drift exceeded 10%, the profile no longer
+# describes the machine, so the test calibrates and validates once more (saying so).
 # Usage: validate_cpu.sh STEPCAST SOURCE_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -21,10 +25,24 @@ out=$3
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 command -v mpirun >/dev/null || { echo "mpirun not found: scripts/setup.sh installs OpenMPI" >&2; exit 1; }
-mpirun -n 2 "$bin" calibrate --backend cpu --out "$out/cpu-profile.json" --report "$out/calibration.md" --budget 0.3 >/dev/null
 plans=()
 for p in dp2 tp2 pp2-1f1b dp2-zero1 dp2-recompute-full tp2-sp; do plans+=("$src/configs/validate/$p.json"); done
-"$bin" validate "${plans[@]}" --profile "$out/cpu-profile.json" --steps 5 --warmup 1 \
-  --out "$out/validation.json" --report "$out/validation.md" \
-  --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 | tail -n 9
+attempt() {
+  mpirun -n 2 "$bin" calibrate --backend cpu --out "$out/cpu-profile.json" --report "$out/calibration.md" --budget 0.3 >/dev/null
+  "$bin" validate "${plans[@]}" --profile "$out/cpu-profile.json" --steps 5 --warmup 1 \
+    --out "$out/validation.json" --report "$out/validation.md" \
+    --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 >"$out/validate.out" 2>"$out/validate.err"
+}
+if ! attempt; then
+  tail -n 9 "$out/validate.out"
+  cat "$out/validate.err" | grep -v "^validate: " || true
+  drift=$(sed -n 's/.*"max_abs_reference_drift": \([0-9.e+-]*\).*/\1/p' "$out/validation.json")
+  if awk -v d="$drift" 'BEGIN { exit !(d > 0.10) }'; then
+    echo "the machine's speed drifted $drift from the calibrated profile (reference GEMM): calibrating and validating again"
+    attempt || { tail -n 9 "$out/validate.out"; cat "$out/validate.err"; exit 1; }
+  else
+    exit 1
+  fi
+fi
+tail -n 9 "$out/validate.out"
 echo "validated within tolerance"

@@ -17,6 +17,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "calibrate/cpu_kernels.hpp"
 #include "sim/core/error.hpp"
 
 #ifdef STEPCAST_HAVE_MPI
@@ -147,6 +148,7 @@ class Runner {
     cat.fill(0.0);
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now_s();
+    last_start_ = t0;
     progress.store(t0);
     const auto& code = prog_.step;
     for (size_t i = 0; i < code.size(); ++i) {
@@ -166,6 +168,27 @@ class Runner {
     cat[static_cast<size_t>(Category::kPpComm)] += now_s() - w0;
     progress.store(now_s());
     return now_s() - t0;
+  }
+
+  [[nodiscard]] double last_start() const { return last_start_; }
+
+  // The reference GEMM (Measured::reference) on every rank at once; the slowest rank's median
+  // of 7 after one warm-up.
+  double reference_gemm_s() {
+    const cost::GemmShape g = Measured{}.reference;
+    Eigen::MatrixXf A = Eigen::MatrixXf::Constant(static_cast<int>(g.m), static_cast<int>(g.k), 1.0f);
+    Eigen::MatrixXf B = Eigen::MatrixXf::Constant(static_cast<int>(g.k), static_cast<int>(g.n), 0.5f);
+    Eigen::MatrixXf C(static_cast<int>(g.m), static_cast<int>(g.n));
+    std::vector<double> t;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < 8; ++i) {
+      const double a = now_s();
+      C.noalias() = A * B;
+      if (i > 0) t.push_back(now_s() - a);
+    }
+    double mine = median(t), worst = 0;
+    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return worst;
   }
 
   [[nodiscard]] RankMeasurement finish_measurement() const {
@@ -243,12 +266,12 @@ class Runner {
       }
       std::fill(C_[s].begin(), C_[s].end(), 0.0f);
     }
-    comm_in_.assign(comm, 1.0f);
-    comm_out_.assign(comm, 0.0f);
     for (auto& sbuf : send_ring_) sbuf.assign(p2p, 1.0f);
     recv_.assign(p2p, 0.0f);
     for (auto& s : stream_) s.assign(kStreamBytes, 1);
-    workspace_bytes_ = 4.0 * static_cast<double>(kSets * (a + b + c) + 2 * comm + (send_ring_.size() + 1) * p2p) +
+    (void)comm;
+    workspace_bytes_ = 4.0 * static_cast<double>(kSets * (a + b + c) + (send_ring_.size() + 1) * p2p) +
+                       static_cast<double>(comm_in_.size() + comm_out_.size()) +
                        static_cast<double>(kStreamBytes) * static_cast<double>(stream_.size());
   }
 
@@ -302,12 +325,17 @@ class Runner {
     const int count = to_int(in.bytes / 4.0);
     const int per = std::max(1, count / size);
     // Gradient buckets reduce out of the bucket's communication buffer.
-    float* src = in.category == Category::kDpComm && staging_ && in.collective != cost::Collective::kAllGather ? staging_ : comm_in_.data();
+    // Inputs and outputs rotate through rings larger than the caches, as in the calibration.
+    const auto n = static_cast<size_t>(count) * sizeof(float);
+    float* src = in.category == Category::kDpComm && staging_ && in.collective != cost::Collective::kAllGather
+                     ? staging_
+                     : reinterpret_cast<float*>(comm_in_.next(n));
+    float* dst = reinterpret_cast<float*>(comm_out_.next(n));
     switch (in.collective) {
-      case cost::Collective::kAllReduce: MPI_Allreduce(src, comm_out_.data(), count, MPI_FLOAT, MPI_SUM, comm); break;
-      case cost::Collective::kAllGather: MPI_Allgather(src, per, MPI_FLOAT, comm_out_.data(), per, MPI_FLOAT, comm); break;
-      case cost::Collective::kReduceScatter: MPI_Reduce_scatter_block(src, comm_out_.data(), per, MPI_FLOAT, MPI_SUM, comm); break;
-      case cost::Collective::kAllToAll: MPI_Alltoall(src, per, MPI_FLOAT, comm_out_.data(), per, MPI_FLOAT, comm); break;
+      case cost::Collective::kAllReduce: MPI_Allreduce(src, dst, count, MPI_FLOAT, MPI_SUM, comm); break;
+      case cost::Collective::kAllGather: MPI_Allgather(src, per, MPI_FLOAT, dst, per, MPI_FLOAT, comm); break;
+      case cost::Collective::kReduceScatter: MPI_Reduce_scatter_block(src, dst, per, MPI_FLOAT, MPI_SUM, comm); break;
+      case cost::Collective::kAllToAll: MPI_Alltoall(src, per, MPI_FLOAT, dst, per, MPI_FLOAT, comm); break;
       case cost::Collective::kBroadcast: MPI_Bcast(src, count, MPI_FLOAT, 0, comm); break;
       default: throw core::InternalError(std::string("validate: ") + cost::to_string(in.collective) + " is not executed as a group collective");
     }
@@ -327,16 +355,7 @@ class Runner {
 
   void adam(double elements) {
     const auto n = static_cast<size_t>(elements);
-    float* w = weights_;
-    const float* g = grads_;
-    float* m = moments_;
-    float* v = moments_ + n;
-    const float b1 = 0.9f, b2 = 0.95f, lr = 1e-4f, eps = 1e-8f, c1 = 1.0f / (1.0f - b1), c2 = 1.0f / (1.0f - b2);
-    for (size_t i = 0; i < n; ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      w[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
-    }
+    calibrate::adam_step(weights_, grads_, moments_, moments_ + n, n);
   }
 
   void run(const Instr& in) {
@@ -366,21 +385,22 @@ class Runner {
   MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL;
   std::vector<float> A_[kSets], B_[kSets], C_[kSets];
   int next_set_ = 0;
-  std::vector<float> comm_in_, comm_out_, recv_;
+  std::vector<float> recv_;
+  calibrate::RotatingBuffer comm_in_{size_t{64} << 20}, comm_out_{size_t{64} << 20};
   std::array<std::vector<float>, 4> send_ring_;
   std::array<MPI_Request, 4> send_req_{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   size_t send_next_ = 0;
   std::array<std::vector<char>, 3> stream_;
   size_t stream_off_ = 0, stream_i_ = 0;
   float *weights_ = nullptr, *grads_ = nullptr, *moments_ = nullptr, *staging_ = nullptr;
-  double workspace_bytes_ = 0, rss_base_ = 0;
+  double workspace_bytes_ = 0, rss_base_ = 0, last_start_ = 0;
 };
 
 // Packs a rank's measurement as doubles for MPI_Gatherv.
 std::vector<double> pack(const RankMeasurement& r) {
   std::vector<double> v{static_cast<double>(r.rank), static_cast<double>(r.stage), static_cast<double>(r.step_s.size()),
                         r.peak_allocated_bytes, r.peak_reserved_bytes, r.rss_delta_bytes, r.workspace_bytes,
-                        static_cast<double>(r.trace.size())};
+                        static_cast<double>(r.trace.size()), r.trace_t0_s};
   for (size_t i = 0; i < r.step_s.size(); ++i) {
     v.push_back(r.step_s[i]);
     for (double c : r.category_s[i]) v.push_back(c);
@@ -402,7 +422,8 @@ RankMeasurement unpack(const double* v) {
   r.rss_delta_bytes = v[5];
   r.workspace_bytes = v[6];
   const auto events = static_cast<size_t>(v[7]);
-  size_t k = 8;
+  r.trace_t0_s = v[8];
+  size_t k = 9;
   for (size_t i = 0; i < steps; ++i) {
     r.step_s.push_back(v[k++]);
     std::array<double, kCategories> c{};
@@ -451,6 +472,7 @@ Measured execute_cpu(const config::RunConfig& rc, const ExecOptions& opt) {
   });
   RankMeasurement mine;
   try {
+    const double reference_s = runner.reference_gemm_s();
     runner.allocate_state();
     const int total = opt.warmup + opt.steps;
     std::vector<double> step_max;
@@ -472,8 +494,9 @@ Measured execute_cpu(const config::RunConfig& rc, const ExecOptions& opt) {
       mine.step_s.push_back(t);
       mine.category_s.push_back(cat);
       step_max.push_back(tmax);
-      if (last && opt.trace) {
+      if (last) {
         mine.trace = std::move(trace);
+        mine.trace_t0_s = runner.last_start();
       }
     }
     const RankMeasurement fin = runner.finish_measurement();
@@ -503,6 +526,7 @@ Measured execute_cpu(const config::RunConfig& rc, const ExecOptions& opt) {
     out.steps = opt.steps;
     out.warmup = opt.warmup;
     out.step_s = step_max;
+    out.reference_s = reference_s;
     if (rank == 0) {
       for (int r = 0; r < size; ++r) out.ranks.push_back(unpack(all.data() + displs[static_cast<size_t>(r)]));
     }

@@ -25,7 +25,6 @@ struct ExecOptions {
   int steps = 5;
   int warmup = 1;
   double timeout_s = 120;
-  bool trace = false;
 };
 
 // Collective over MPI_COMM_WORLD: every rank calls it; rank 0 returns every rank's measurement.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "sim/memory/ledger.hpp"
@@ -74,12 +75,56 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
     auto it = br.exposed_comm.find(k);
     return it == br.exposed_comm.end() ? 0.0 : it->second;
   };
+  // Waiting inside collectives, from the last step's timestamps: a member's wait is the
+  // group's last arrival minus its own arrival.
+  std::map<int64_t, const RankMeasurement*> by_rank;
+  for (const auto& r : meas.ranks) by_rank[r.rank] = &r;
+  auto waited = [&](Category cat) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : meas.ranks) {
+      if (static_cast<size_t>(r.stage) != crit || r.trace.empty()) continue;
+      const Program prog = build_program(rc, r.rank);
+      const auto& group = cat == Category::kTpComm ? prog.tp_group : prog.dp_group;
+      auto starts = [&](const RankMeasurement& x) {
+        std::vector<double> s;
+        for (const auto& e : x.trace) {
+          if (e.category == cat) s.push_back(x.trace_t0_s + e.start_s);
+        }
+        return s;
+      };
+      const std::vector<double> mine = starts(r);
+      std::vector<double> last = mine;
+      bool complete = true;
+      for (int64_t g : group) {
+        auto it = by_rank.find(g);
+        if (it == by_rank.end() || it->second->trace.empty()) {
+          complete = false;
+          break;
+        }
+        const std::vector<double> other = starts(*it->second);
+        if (other.size() != mine.size()) {
+          complete = false;
+          break;
+        }
+        for (size_t i = 0; i < mine.size(); ++i) last[i] = std::max(last[i], other[i]);
+      }
+      if (!complete) return -1.0;
+      double w = 0;
+      for (size_t i = 0; i < mine.size(); ++i) w += last[i] - mine[i];
+      sum += w;
+      ++n;
+    }
+    return n ? sum / n : -1.0;
+  };
   c.phases.push_back({"compute", st.compute_s, measured(Category::kCompute)});
-  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s, measured(Category::kTpComm)});
+  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s, measured(Category::kTpComm), waited(Category::kTpComm)});
   c.phases.push_back({"pipeline send/receive and bubble", st.pp_comm_s + std::max(0.0, sim.step.pipeline_time_s - st.busy_s),
                       measured(Category::kPpComm)});
-  c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm)});
+  c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm), waited(Category::kDpComm)});
   c.phases.push_back({"optimizer", br.optimizer, measured(Category::kOptimizer)});
+  c.reference_measured_s = meas.reference_s;
+  c.reference_predicted_s = cost::gemm_time(meas.reference, hw::Dtype::kFp32, rc.hardware).value();
   for (const auto& r : meas.ranks) {
     const auto& ls = sim.step.memory.stages[static_cast<size_t>(r.stage)];
     c.memory.push_back({r.rank, r.stage, ls.total().value(), r.peak_allocated_bytes, r.rss_delta_bytes});
@@ -103,7 +148,11 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   j["measured"] = {{"step_time_s", c.measured_step_s}, {"min_s", c.measured_min_s}, {"max_s", c.measured_max_s}, {"steps_s", m.step_s}};
   j["step_time_error"] = c.step_error();
   Json phases = Json::array();
-  for (const auto& p : c.phases) phases.push_back({{"phase", p.name}, {"predicted_s", p.predicted_s}, {"measured_s", p.measured_s}});
+  for (const auto& p : c.phases) {
+    Json x{{"phase", p.name}, {"predicted_s", p.predicted_s}, {"measured_s", p.measured_s}};
+    if (p.measured_wait_s >= 0) x["measured_wait_s"] = p.measured_wait_s;
+    phases.push_back(x);
+  }
   j["phases"] = phases;
   Json mem = Json::array();
   for (const auto& x : c.memory) {
@@ -112,6 +161,8 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   }
   j["memory"] = mem;
   j["memory_worst_error"] = c.worst_memory_error();
+  j["reference_gemm"] = {{"m", m.reference.m}, {"n", m.reference.n}, {"k", m.reference.k},
+                         {"predicted_s", c.reference_predicted_s}, {"measured_s", c.reference_measured_s}};
   return j;
 }
 
@@ -128,13 +179,21 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
     << " ms (min " << fmt("%.1f", c.measured_min_s * 1e3) << ", max " << fmt("%.1f", c.measured_max_s * 1e3) << ") | "
     << fmt("%+.1f%%", 100.0 * c.step_error()) << " |\n";
   for (const auto& ph : c.phases) {
-    o << "| " << ph.name << " | " << fmt("%.1f", ph.predicted_s * 1e3) << " ms | " << fmt("%.1f", ph.measured_s * 1e3) << " ms | "
+    std::string measured = fmt("%.1f", ph.measured_s * 1e3) + " ms";
+    if (ph.measured_wait_s >= 0 && ph.measured_s > 1e-4) measured += " (" + fmt("%.1f", ph.measured_wait_s * 1e3) + " waiting for the group)";
+    o << "| " << ph.name << " | " << fmt("%.1f", ph.predicted_s * 1e3) << " ms | " << measured << " | "
       << (ph.measured_s > 1e-4 ? fmt("%+.1f%%", 100.0 * (ph.predicted_s / ph.measured_s - 1.0)) : std::string("-")) << " |\n";
   }
   for (const auto& x : c.memory) {
     o << "| peak memory rank " << x.rank << " (stage " << x.stage << ") | " << fmt("%.1f", x.predicted_bytes / 1048576.0) << " MiB | "
       << fmt("%.1f", x.measured_bytes / 1048576.0) << " MiB (RSS growth " << fmt("%.1f", x.rss_delta_bytes / 1048576.0) << ") | "
       << fmt("%+.1f%%", 100.0 * (x.predicted_bytes / x.measured_bytes - 1.0)) << " |\n";
+  }
+  if (c.reference_measured_s > 0) {
+    o << "\nMachine speed: a reference " << fmt("%.0f", m.reference.m) << "x" << fmt("%.0f", m.reference.n) << "x" << fmt("%.0f", m.reference.k)
+      << " GEMM took " << fmt("%.3f", c.reference_measured_s * 1e3) << " ms before this plan, the profile predicts "
+      << fmt("%.3f", c.reference_predicted_s * 1e3) << " ms (" << fmt("%+.1f%%", 100.0 * (c.reference_predicted_s / c.reference_measured_s - 1.0))
+      << "): the part of the step-time error that is the machine drifting since calibration.\n";
   }
   o << "\n";
   return o.str();
@@ -148,6 +207,9 @@ SuiteSummary summarize(const std::vector<Comparison>& cs) {
     errs.push_back(std::abs(c.step_error()));
     s.max_abs_step_error = std::max(s.max_abs_step_error, errs.back());
     s.worst_memory_error = std::max(s.worst_memory_error, c.worst_memory_error());
+    if (c.reference_measured_s > 0) {
+      s.max_abs_reference_drift = std::max(s.max_abs_reference_drift, std::abs(c.reference_predicted_s / c.reference_measured_s - 1.0));
+    }
   }
   s.median_abs_step_error = median(errs);
   return s;
@@ -155,15 +217,17 @@ SuiteSummary summarize(const std::vector<Comparison>& cs) {
 
 std::string suite_markdown(const std::vector<Comparison>& cs) {
   std::ostringstream o;
-  o << "| plan | predicted ms | measured ms (min-max) | step error | memory error (worst rank) |\n|---|---:|---:|---:|---:|\n";
+  o << "| plan | predicted ms | measured ms (min-max) | step error | memory error (worst rank) | reference GEMM error |\n|---|---:|---:|---:|---:|---:|\n";
   for (const auto& c : cs) {
     o << "| " << c.run << " | " << fmt("%.1f", c.predicted_step_s * 1e3) << " | " << fmt("%.1f", c.measured_step_s * 1e3) << " ("
       << fmt("%.1f", c.measured_min_s * 1e3) << "-" << fmt("%.1f", c.measured_max_s * 1e3) << ") | " << fmt("%+.1f%%", 100.0 * c.step_error())
-      << " | " << fmt("%.1f%%", 100.0 * c.worst_memory_error()) << " |\n";
+      << " | " << fmt("%.1f%%", 100.0 * c.worst_memory_error()) << " | "
+      << (c.reference_measured_s > 0 ? fmt("%+.1f%%", 100.0 * (c.reference_predicted_s / c.reference_measured_s - 1.0)) : std::string("-")) << " |\n";
   }
   const SuiteSummary s = summarize(cs);
   o << "\n" << s.plans << " plans: median absolute step-time error " << fmt("%.1f%%", 100.0 * s.median_abs_step_error) << ", largest "
-    << fmt("%.1f%%", 100.0 * s.max_abs_step_error) << "; largest peak-memory error " << fmt("%.1f%%", 100.0 * s.worst_memory_error) << ".\n";
+    << fmt("%.1f%%", 100.0 * s.max_abs_step_error) << "; largest peak-memory error " << fmt("%.1f%%", 100.0 * s.worst_memory_error)
+    << "; machine speed drift since calibration (reference GEMM) up to " << fmt("%.1f%%", 100.0 * s.max_abs_reference_drift) << ".\n";
   return o.str();
 }
 

@@ -33,6 +33,7 @@ struct RankMeasurement {
   double rss_delta_bytes = 0;       // process peak RSS minus RSS before the first allocation
   double workspace_bytes = 0;       // kernel operand pools (not model memory, like a GEMM workspace)
   std::vector<TraceEvent> trace;    // last measured step
+  double trace_t0_s = 0;            // its start on the host's monotonic clock (shared by local ranks)
 };
 
 struct Measured {
@@ -40,6 +41,10 @@ struct Measured {
   int steps = 0, warmup = 0;
   std::vector<double> step_s;  // per measured step: the slowest rank's time
   std::vector<RankMeasurement> ranks;
+  // A reference GEMM timed right before the plan (slowest rank): against the profile's
+  // prediction it shows how far the machine's speed drifted since it was calibrated.
+  cost::GemmShape reference{512, 1024, 1024, 1};
+  double reference_s = 0;
   [[nodiscard]] double median_step_s() const;
   [[nodiscard]] double min_step_s() const;
   [[nodiscard]] double max_step_s() const;
@@ -56,6 +61,10 @@ struct Comparison {
   struct Phase {
     std::string name;
     double predicted_s = 0, measured_s = 0;
+    // Communication phases: the part of the measured time spent waiting for the last member
+    // of the group to arrive (from the last step's timestamps; -1 when not known). The
+    // simulation's identical ranks arrive together, so its prediction is the transfer alone.
+    double measured_wait_s = -1;
   };
   std::vector<Phase> phases;
   struct Memory {
@@ -64,6 +73,7 @@ struct Comparison {
     double predicted_bytes = 0, measured_bytes = 0, rss_delta_bytes = 0;
   };
   std::vector<Memory> memory;
+  double reference_predicted_s = 0, reference_measured_s = 0;
   [[nodiscard]] double step_error() const { return predicted_step_s / measured_step_s - 1.0; }
   [[nodiscard]] double worst_memory_error() const;
 };
@@ -78,6 +88,7 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
 struct SuiteSummary {
   int plans = 0;
   double median_abs_step_error = 0, max_abs_step_error = 0, worst_memory_error = 0;
+  double max_abs_reference_drift = 0;  // largest |profile / measured - 1| of the reference GEMM
 };
 SuiteSummary summarize(const std::vector<Comparison>& cs);
 std::string suite_markdown(const std::vector<Comparison>& cs);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <thread>
 #include <unistd.h>
 #include <filesystem>
 #include <vector>
@@ -183,7 +185,6 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   eo.steps = a.steps;
   eo.warmup = a.warmup;
   eo.timeout_s = a.timeout_s;
-  eo.trace = !a.trace.empty();
   std::vector<stepcast::validate::Comparison> comps;
   Json out = Json::array();
   std::string md;
@@ -208,11 +209,17 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     const auto s = stepcast::validate::summarize(comps);
     Json doc{{"plans", out},
              {"summary", {{"plans", s.plans}, {"median_abs_step_error", s.median_abs_step_error}, {"max_abs_step_error", s.max_abs_step_error},
-                          {"worst_memory_error", s.worst_memory_error}}}};
+                          {"worst_memory_error", s.worst_memory_error}, {"max_abs_reference_drift", s.max_abs_reference_drift}}}};
     const std::string summary = stepcast::validate::suite_markdown(comps);
     if (!a.json_out.empty()) write_text(a.json_out, doc.dump(2) + "\n");
     if (!a.report.empty()) {
-      write_text(a.report, "# stepcast validate: predicted against measured\n\nCommand: `" + cmdline + "`\n\n" + summary + "\n" + md);
+      char date[32];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+      const auto& hw = runs.front().hardware;
+      write_text(a.report, "# stepcast validate: predicted against measured\n\nCommand: `" + cmdline + "`\n\nDate: " + date + "; " +
+                               std::to_string(ranks) + " ranks on " + std::to_string(std::thread::hardware_concurrency()) +
+                               " cores; profile " + hw.name + ": " + hw.description + "\n\n" + summary + "\n" + md);
     }
     if (a.json) {
       std::cout << doc.dump(2) << "\n";

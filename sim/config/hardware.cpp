@@ -162,6 +162,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.attention_flash2_fwd = er.get_number("attention_flash2_fwd", 0.01, 1.0, hw.efficiency.attention_fwd);
     hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
     hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
+    hw.efficiency.optimizer_rate = er.get_number("optimizer_rate", 0.0, 1e15, 0.0);
     hw.efficiency.kernel_overhead =
         er.get_duration("kernel_overhead", false).value_or(core::micros(3.0));
     er.finish();

@@ -74,6 +74,9 @@ struct Efficiency {
   double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)
   double attention_flash2_bwd = 0.4;
   double memory_bound = 0.8;         // fraction of HBM bandwidth that element-wise kernels reach
+  // Parameters per second the optimizer kernel updates when it is compute-bound (measured by
+  // the CPU calibration); 0: the optimizer is bound by memory traffic alone (fused GPU Adam).
+  double optimizer_rate = 0;
   core::Duration kernel_overhead;    // per-kernel launch and tail cost
 };
 

@@ -105,7 +105,9 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   const bool master = rc.training.master_weights && rc.training.precision != hw::Dtype::kFp32 &&
                       rc.training.param_dtype != hw::Dtype::kFp32;
   const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights * (master ? 1.0 : 2.0));
-  return cost::memory_time(Bytes(bytes), rc.hardware).value() + 20.0 * rc.hardware.efficiency.kernel_overhead.value();
+  const double rate = rc.hardware.efficiency.optimizer_rate;
+  const double compute = rate > 0 ? local / rate : 0.0;
+  return std::max(cost::memory_time(Bytes(bytes), rc.hardware).value(), compute) + 20.0 * rc.hardware.efficiency.kernel_overhead.value();
 }
 
 StepEstimate estimate_step(const config::RunConfig& rc) { return estimate_step(rc, memory::compute_ledger(rc)); }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Regenerates the CPU validation evidence: calibrates this machine on 2 MPI ranks
+# (configs/hardware/measured/cpu-2proc-example.json, reports/calibration-cpu.{md,html}; the
+# built-in "cpu" profile is a copy of it), then executes the six validation plans with that
+# profile and writes reports/validation.md (+ .json and the measured and simulated traces of
+# the last plan).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+profile=configs/hardware/measured/cpu-2proc-example.json
+mpirun -n 2 ./build/stepcast calibrate --backend cpu --out $profile --report reports/calibration-cpu.md --html reports/calibration-cpu.html >/dev/null
+python3 - "$profile" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["name"] = "cpu"
+j["description"] = ("The local CPU with one process per simulated GPU (stepcast validate --backend cpu): an example measured by "
+                    "`mpirun -n 2 stepcast calibrate --backend cpu` on a 2-core AMD EPYC machine (scripts/validate-cpu.sh). "
+                    "Measure your own machine with calibrate and pass the profile with --profile.")
+with open("configs/hardware/cpu.json", "w") as f:
+    json.dump(j, f, indent=2)
+    f.write("\n")
+PY
+./build/stepcast validate configs/validate/{dp2,tp2,pp2-1f1b,dp2-zero1,dp2-recompute-full,tp2-sp}.json --profile $profile \
+  --steps 5 --warmup 1 --report reports/validation.md --out reports/validation.json \
+  --trace reports/validation-trace-measured.json --sim-trace reports/validation-trace-simulated.json
