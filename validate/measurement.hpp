@@ -74,6 +74,12 @@ struct Comparison {
   };
   std::vector<Memory> memory;
   double reference_predicted_s = 0, reference_measured_s = 0;
+  // The prediction with every compute operator scaled by the reference GEMM's measured over
+  // predicted time: what the profile would say had it been measured at this moment (0: none).
+  double drift_adjusted_step_s = 0;
+  [[nodiscard]] double drift_adjusted_error() const {
+    return drift_adjusted_step_s > 0 ? drift_adjusted_step_s / measured_step_s - 1.0 : 0.0;
+  }
   [[nodiscard]] double step_error() const { return predicted_step_s / measured_step_s - 1.0; }
   [[nodiscard]] double worst_memory_error() const;
 };
@@ -89,6 +95,7 @@ struct SuiteSummary {
   int plans = 0;
   double median_abs_step_error = 0, max_abs_step_error = 0, worst_memory_error = 0;
   double max_abs_reference_drift = 0;  // largest |profile / measured - 1| of the reference GEMM
+  double median_abs_drift_adjusted_error = 0;
 };
 SuiteSummary summarize(const std::vector<Comparison>& cs);
 std::string suite_markdown(const std::vector<Comparison>& cs);
