@@ -251,13 +251,25 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
       fit_sizes.push_back(static_cast<size_t>(std::llround(4096.0 * std::pow(2.0, i / 2.0) / 256.0)) * 256);
     }
     for (size_t b = 4096; b < (size_t{16} << 20); b *= 4) held_sizes.push_back(b + b / 2);
+    // Fitted and held-out sizes are measured in one ascending pass, so both see the same
+    // machine state (a held-out size is measured between its fitted neighbours).
+    std::vector<std::pair<size_t, bool>> order;  // (bytes, held out)
+    for (size_t b : fit_sizes) order.emplace_back(b, false);
+    for (size_t b : held_sizes) order.emplace_back(b, true);
+    std::sort(order.begin(), order.end());
     for (const char* op : kOps) {
       std::vector<CollSample> cs;
-      for (size_t b : fit_sizes) cs.push_back({static_cast<double>(b), time_collective(op, b, rank, size, mo)});
+      for (const auto& [b, held] : order) {
+        const double t = time_collective(op, b, rank, size, mo);
+        if (held) {
+          held_coll.push_back({op, b, t});
+        } else {
+          cs.push_back({static_cast<double>(b), t});
+        }
+      }
       r.collectives.push_back(fit_collective(op, size, op_bus_factor(op, size), cs));
       say(std::string(op) + ": plateau busbw " + fmt("%.2f", r.collectives.back().plateau_busbw / 1e9) + " GB/s, latency " +
           fmt("%.1f", r.collectives.back().alpha_s * 1e6) + " us");
-      for (size_t b : held_sizes) held_coll.push_back({op, b, time_collective(op, b, rank, size, mo)});
     }
   }
 #endif
