@@ -181,6 +181,10 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
     return dmax;
   };
   const double probe = timed_batch(3);
+  // Shared-memory collectives of a new size take tens of milliseconds of back-to-back
+  // operations to settle (the first few hundred run up to 3x slower); 50 ms of them first, so
+  // every size is measured in the same settled state.
+  timed_batch(static_cast<int>(std::clamp(std::ceil(0.05 / std::max(probe, 1e-9)), 3.0, 20000.0)));
   const int batch = static_cast<int>(std::clamp(std::ceil(1e-3 / std::max(probe, 1e-9)), 1.0, 2000.0));
   auto once = [&]() { return timed_batch(batch); };
   const Measurement m = measure(once, mo);
@@ -250,6 +254,13 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     for (int i = 0; i <= 24; ++i) {
       fit_sizes.push_back(static_cast<size_t>(std::llround(4096.0 * std::pow(2.0, i / 2.0) / 256.0)) * 256);
     }
+    // MPI switches from eager to rendezvous at 4 KiB per message (Open MPI's shared-memory
+    // default); a ranks x 4 KiB operation is the first whose per-rank pieces cross it, so the
+    // grid brackets the step from below too (the interpolation cannot cross a step it does
+    // not see).
+    fit_sizes.push_back(static_cast<size_t>(size) * 4096 - 256);
+    std::sort(fit_sizes.begin(), fit_sizes.end());
+    fit_sizes.erase(std::unique(fit_sizes.begin(), fit_sizes.end()), fit_sizes.end());
     for (size_t b = 4096; b < (size_t{16} << 20); b *= 4) held_sizes.push_back(b + b / 2);
     // Fitted and held-out sizes are measured in one ascending pass, so both see the same
     // machine state (a held-out size is measured between its fitted neighbours).
@@ -257,10 +268,18 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     for (size_t b : fit_sizes) order.emplace_back(b, false);
     for (size_t b : held_sizes) order.emplace_back(b, true);
     std::sort(order.begin(), order.end());
+    // Two passes seconds apart, averaged: the shared machine's speed drifts over seconds,
+    // which a single pass would freeze into the curve.
+    constexpr int kPasses = 2;
     for (const char* op : kOps) {
       std::vector<CollSample> cs;
-      for (const auto& [b, held] : order) {
-        const double t = time_collective(op, b, rank, size, mo);
+      std::vector<double> sum(order.size(), 0.0);
+      for (int pass = 0; pass < kPasses; ++pass) {
+        for (size_t i = 0; i < order.size(); ++i) sum[i] += time_collective(op, order[i].first, rank, size, mo) / kPasses;
+      }
+      for (size_t i = 0; i < order.size(); ++i) {
+        const auto [b, held] = order[i];
+        const double t = sum[i];
         if (held) {
           held_coll.push_back({op, b, t});
         } else {

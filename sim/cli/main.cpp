@@ -58,9 +58,12 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
 constexpr int kExitInternal = 70;
 
+// The command as the user typed it (validate re-launches itself under mpirun by its resolved
+// path and passes the name it was called by).
 std::string command_line(int argc, char** argv) {
   std::string s;
-  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  const char* launcher = std::getenv("STEPCAST_LAUNCHED_AS");
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(i == 0 && launcher ? launcher : argv[i]);
   return s;
 }
 
@@ -169,6 +172,7 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     cargs.push_back(nullptr);
     std::fprintf(stderr, "validate: launching %lld ranks: mpirun -n %lld ...\n", static_cast<long long>(ranks), static_cast<long long>(ranks));
     std::fflush(stderr);
+    setenv("STEPCAST_LAUNCHED_AS", argv[0], 1);
     execvp("mpirun", cargs.data());
     throw stepcast::core::UserError("validate: cannot start mpirun (" + std::string(std::strerror(errno)) + "); install OpenMPI or launch with mpirun -n " + std::to_string(ranks));
   }
