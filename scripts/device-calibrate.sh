@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine (nvcc and CMake, no Debian packages): builds stepcast with
-# the carried headers (scripts/vendor-deps.sh, carry build-deps), calibrates the GPU(s) and
-# writes the profile, reports and a short table to $OUT.
+# the carried headers (scripts/vendor-deps.sh, carry build-deps), calibrates the GPU(s), then
+# validates the single-GPU plans of configs/validate/h200 with the CUDA executor and the
+# profile just measured; writes the profile, reports and a short table to $OUT.
 #   run(command="bash scripts/device-calibrate.sh", carry=["build-deps"], timeout_s=540)
 set -euo pipefail
 out=${OUT:-/tmp/stepcast-out}
@@ -22,3 +23,9 @@ fi
   --report "$out/calibration-h200.md" --html "$out/calibration-h200.html" 2>"$out/calibrate.log" || { tail -40 "$out/calibrate.log"; exit 1; }
 echo "calibrated in $(( $(date +%s) - start )) s"
 grep -E "GEMM fit|copy|Held-out within" "$out/calibration-h200.md"
+# Validation: single-GPU plans (micro-batch, recompute and sequence length varied on a model
+# that fills the H200) executed with cuBLAS and measured against the simulation.
+./build-gpu/stepcast validate configs/validate/h200/*.json --backend cuda --profile "$out/measured-h200.json" --steps 3 --warmup 1 \
+  --report "$out/validation-h200.md" --out "$out/validation-h200.json" 2>"$out/validate.log" || { tail -40 "$out/validate.log"; exit 1; }
+echo "validated in $(( $(date +%s) - start )) s"
+grep -A8 "^| plan" "$out/validation-h200.md"

@@ -40,6 +40,13 @@ expect 3 "does not fit" -- "$bin" validate "$out/big.json"
 sed 's/"attention": "unfused"/"attention": "flash"/' "$tiny/dp2.json" >"$out/flash.json"
 sed -i "s#\"gpt-tiny.json\"#\"$tiny/gpt-tiny.json\"#" "$out/flash.json"
 expect 2 "training.attention" -- "$bin" validate "$out/flash.json"
+# The CUDA backend on a machine without a GPU (or a build without CUDA): refused before launch.
+sed 's/"precision": "fp32"/"precision": "bf16"/' "$tiny/dp2.json" >"$out/bf16.json"
+sed -i "s#\"gpt-tiny.json\"#\"$tiny/gpt-tiny.json\"#" "$out/bf16.json"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  expect 2 "GPU is visible\|no CUDA backend" -- "$bin" validate "$out/bf16.json" --backend cuda
+  grep -q launching "$out/stderr" && fail "a GPU plan was launched without a GPU"
+fi
 # A process count that does not match the plan.
 expect 2 "mpirun -n 2" -- mpirun -n 1 "$bin" validate "$tiny/dp2.json"
 # A rank that hangs: its watchdog names it and the phase; the run ends within the timeout.

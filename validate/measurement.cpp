@@ -124,7 +124,7 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm), waited(Category::kDpComm)});
   c.phases.push_back({"optimizer", br.optimizer, measured(Category::kOptimizer)});
   c.reference_measured_s = meas.reference_s;
-  c.reference_predicted_s = cost::gemm_time(meas.reference, hw::Dtype::kFp32, rc.hardware).value();
+  c.reference_predicted_s = cost::gemm_time(meas.reference, rc.training.precision, rc.hardware).value();
   for (const auto& r : meas.ranks) {
     const auto& ls = sim.step.memory.stages[static_cast<size_t>(r.stage)];
     c.memory.push_back({r.rank, r.stage, ls.total().value(), r.peak_allocated_bytes, r.rss_delta_bytes});

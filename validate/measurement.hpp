@@ -43,7 +43,7 @@ struct Measured {
   std::vector<RankMeasurement> ranks;
   // A reference GEMM timed right before the plan (slowest rank): against the profile's
   // prediction it shows how far the machine's speed drifted since it was calibrated.
-  cost::GemmShape reference{512, 1024, 1024, 1};
+  cost::GemmShape reference;
   double reference_s = 0;
   [[nodiscard]] double median_step_s() const;
   [[nodiscard]] double min_step_s() const;

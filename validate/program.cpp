@@ -34,6 +34,10 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   auto refuse = [&](const std::string& what) {
     throw core::UserError(rc.source_name + ": validate --backend " + backend + " cannot execute " + what);
   };
+  if (backend == "cuda") {
+    if (rc.training.precision == hw::Dtype::kFp8) refuse("training.precision \"fp8\" (the CUDA executor runs bf16, fp16 or fp32 GEMMs)");
+    if (rc.training.attention != config::AttentionImpl::kUnfused) refuse("fused attention (no fused attention kernel is linked; the CUDA executor runs attention unfused, as batched GEMMs; set training.attention to \"unfused\")");
+  }
   if (backend == "cpu") {
     if (rc.training.precision != hw::Dtype::kFp32) refuse("training.precision \"" + std::string(hw::to_string(rc.training.precision)) + "\" (CPU kernels compute in fp32; set \"fp32\")");
     if (rc.training.attention != config::AttentionImpl::kUnfused) refuse("fused attention (the CPU executor runs attention unfused, as batched GEMMs; set training.attention to \"unfused\")");

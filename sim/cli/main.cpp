@@ -30,11 +30,12 @@
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
 #include "calibrate/cpu_suite.hpp"
-#include "validate/cpu_executor.hpp"
+#include "validate/executor.hpp"
 #include "validate/measurement.hpp"
 #include "validate/program.hpp"
 #ifdef STEPCAST_HAVE_CUDA
 #include "calibrate/cuda_suite.hpp"
+#include "validate/cuda_exec.hpp"
 #endif
 #include "sim/report/output.hpp"
 #include "sim/report/sim_output.hpp"
@@ -149,9 +150,15 @@ stepcast::config::RunConfig validation_run(const std::string& file, const Valida
 }
 
 int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string& cmdline) {
+#ifndef STEPCAST_HAVE_CUDA
   if (a.backend == "cuda") {
-    throw stepcast::core::UserError("validate --backend cuda: the CUDA executor is not part of this build yet (only the CPU executor is); use --backend cpu");
+    throw stepcast::core::UserError("validate --backend cuda: this build has no CUDA backend (nvcc, cuBLAS or NCCL were not found at configure time); use --backend cpu");
   }
+#else
+  if (a.backend == "cuda" && stepcast::validate::cudaexec::device_count() == 0) {
+    throw stepcast::core::UserError("validate --backend cuda: no GPU is visible on this machine (CUDA reports no device); use --backend cpu");
+  }
+#endif
   std::vector<stepcast::config::RunConfig> runs;
   for (const auto& f : a.files) runs.push_back(validation_run(f, a));
   const int64_t ranks = runs.front().cluster.num_gpus;
@@ -195,7 +202,10 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& rc = runs[i];
     if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)\n", rc.source_name.c_str(), static_cast<long long>(ranks));
-    const auto meas = stepcast::validate::execute_cpu(rc, eo);
+    auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
+    if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
+    const auto meas = stepcast::validate::execute(rc, eo, *backend);
+    backend.reset();
     if (rank != 0) continue;
     stepcast::engine::SimOptions so;
     so.keep_timeline = !a.sim_trace.empty();
@@ -685,7 +695,12 @@ int run(int argc, char** argv) {
 // Under MPI an error on one rank must not leave the others waiting in a barrier.
 int finish(int code) {
 #ifdef STEPCAST_HAVE_MPI
-  if (g_mpi_active) MPI_Abort(MPI_COMM_WORLD, code);
+  if (g_mpi_active) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Finalize();
+  }
 #endif
   return code;
 }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "validate/executor.hpp"
+
 #include <cmath>
 #include <map>
 #include <string>
@@ -161,6 +163,54 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
   EXPECT_FALSE(rc.parallel.grad_reduce_overlap);  // CPU ranks reduce after the pipeline
   EXPECT_FALSE(rc.parallel.param_gather_overlap);
+}
+
+// The executors' caching allocator: freed blocks are reused by size, the high-water mark
+// counts live bytes only, and running past the device's memory or a failed raw allocation is
+// "does not fit".
+TEST(ValidateArena, CachesBlocksAndTracksThePeak) {
+  int raw_allocs = 0, raw_frees = 0;
+  {
+    Arena arena(
+        1000.0, 3,
+        [&](size_t n) {
+          ++raw_allocs;
+          return static_cast<void*>(new char[n]);
+        },
+        [&](void* p) {
+          ++raw_frees;
+          delete[] static_cast<char*>(p);
+        });
+    void* a = arena.alloc(0, 300);
+    arena.alloc(1, 200);
+    EXPECT_DOUBLE_EQ(arena.peak(), 500.0);
+    arena.free(0);
+    void* again = arena.alloc(2, 300);  // same size: the cached block
+    EXPECT_EQ(again, a);
+    EXPECT_EQ(raw_allocs, 2);
+    arena.free(1);
+    arena.alloc(3, 100);  // new size: a new block; live 400, reserved 600
+    EXPECT_EQ(raw_allocs, 3);
+    EXPECT_DOUBLE_EQ(arena.peak(), 500.0);
+    EXPECT_DOUBLE_EQ(arena.peak_reserved(), 600.0);
+    try {
+      arena.alloc(4, 700);  // 400 live + 700 > 1000
+      ADD_FAILURE() << "no error past the capacity";
+    } catch (const DoesNotFit& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit: rank 3 needed"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(raw_frees, raw_allocs);  // every block released with the arena
+  Arena failing(1e12, 0, [](size_t) -> void* { return nullptr; }, [](void*) {});
+  EXPECT_THROW(failing.alloc(0, 64), DoesNotFit);
+}
+
+TEST(ValidateProgram, CudaBackendRefusesWhatItCannotRun) {
+  auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}});
+  EXPECT_NO_THROW(check_executable(rc, "cuda"));
+  EXPECT_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "fp8"}}), "cuda"), core::UserError);
+  EXPECT_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}, {"attention", "flash"}}), "cuda"),
+               core::UserError);
 }
 
 }  // namespace

@@ -1,0 +1,289 @@
+#include "validate/executor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "sim/core/error.hpp"
+
+#ifdef STEPCAST_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace stepcast::validate {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Resident set size (VmRSS) or its high-water mark (VmHWM) in bytes.
+double proc_status_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string k, rest;
+  double kb = 0;
+  while (in >> k) {
+    if (k == key) {
+      in >> kb;
+      return kb * 1024.0;
+    }
+    std::getline(in, rest);
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+namespace {
+
+// The world the ranks share: MPI when this build has it (and it is initialised), otherwise a
+// world of one (a single-GPU validation needs no MPI).
+struct World {
+  int rank = 0, size = 1;
+  World() {
+#ifdef STEPCAST_HAVE_MPI
+    int on = 0;
+    MPI_Initialized(&on);
+    if (on) {
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+#endif
+  }
+  void barrier() const {
+#ifdef STEPCAST_HAVE_MPI
+    if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+  }
+  [[nodiscard]] double max(double x) const {
+#ifdef STEPCAST_HAVE_MPI
+    if (size > 1) {
+      double m = x;
+      MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      return m;
+    }
+#endif
+    return x;
+  }
+  // Every rank's vector, concatenated on rank 0 (with each rank's offset).
+  [[nodiscard]] std::vector<double> gather(const std::vector<double>& mine, std::vector<int>& displs) const {
+    displs.assign(static_cast<size_t>(size), 0);
+#ifdef STEPCAST_HAVE_MPI
+    if (size > 1) {
+      int n = static_cast<int>(mine.size());
+      std::vector<int> counts(static_cast<size_t>(size));
+      MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+      std::vector<double> all;
+      if (rank == 0) {
+        int off = 0;
+        for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = off, off += counts[static_cast<size_t>(r)];
+        all.resize(static_cast<size_t>(off));
+      }
+      MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      return all;
+    }
+#endif
+    return mine;
+  }
+};
+
+std::string describe(const Program& prog, int64_t i) {
+  if (i < 0) return "between steps";
+  if (i >= static_cast<int64_t>(prog.step.size())) return "the end of the step (waiting for outstanding work)";
+  const Instr& in = prog.step[static_cast<size_t>(i)];
+  std::string s = "'" + prog.names[in.name] + "'";
+  if (in.microbatch >= 0) s += std::string(", micro-batch ") + std::to_string(in.microbatch);
+  if (in.layer >= -1) s += in.layer == -1 ? std::string(", embedding") : std::string(", layer ") + std::to_string(in.layer);
+  auto group = [](const std::vector<int64_t>& g) {
+    std::string t = "[";
+    for (size_t k = 0; k < g.size(); ++k) {
+      if (k) t += ",";
+      t += std::to_string(g[k]);
+    }
+    t += "]";
+    return t;
+  };
+  switch (in.kind) {
+    case Kind::kCollective:
+      s += std::string(" (") + cost::to_string(in.collective) + " on the " + (in.group == Group::kTp ? "tensor" : "data") +
+           "-parallel group " + group(in.group == Group::kTp ? prog.tp_group : prog.dp_group) + ")";
+      break;
+    case Kind::kRecv: s += std::string(" (waiting for rank ") + std::to_string(in.peer) + ")"; break;
+    case Kind::kSend: s += std::string(" (to rank ") + std::to_string(in.peer) + ")"; break;
+    default: s += std::string(" (") + to_string(in.category) + ")"; break;
+  }
+  return s;
+}
+
+void inject(const std::string& fault, int64_t rank) {
+  const auto colon = fault.find(':');
+  if (colon == std::string::npos || std::atoll(fault.c_str() + colon + 1) != rank) return;
+  if (fault.compare(0, colon, "die") == 0) std::raise(SIGKILL);
+  if (fault.compare(0, colon, "hang") == 0) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+// A rank's measurement as doubles for MPI_Gatherv.
+std::vector<double> pack(const RankMeasurement& r) {
+  std::vector<double> v{static_cast<double>(r.rank), static_cast<double>(r.stage), static_cast<double>(r.step_s.size()),
+                        r.peak_allocated_bytes, r.peak_reserved_bytes, r.rss_delta_bytes, r.workspace_bytes,
+                        static_cast<double>(r.trace.size()), r.trace_t0_s};
+  for (size_t i = 0; i < r.step_s.size(); ++i) {
+    v.push_back(r.step_s[i]);
+    for (double c : r.category_s[i]) v.push_back(c);
+  }
+  for (const auto& e : r.trace) {
+    v.insert(v.end(), {e.start_s, e.dur_s, static_cast<double>(e.name), static_cast<double>(e.category),
+                       static_cast<double>(e.microbatch), static_cast<double>(e.layer)});
+  }
+  return v;
+}
+
+RankMeasurement unpack(const double* v) {
+  RankMeasurement r;
+  r.rank = static_cast<int64_t>(v[0]);
+  r.stage = static_cast<int32_t>(v[1]);
+  const auto steps = static_cast<size_t>(v[2]);
+  r.peak_allocated_bytes = v[3];
+  r.peak_reserved_bytes = v[4];
+  r.rss_delta_bytes = v[5];
+  r.workspace_bytes = v[6];
+  const auto events = static_cast<size_t>(v[7]);
+  r.trace_t0_s = v[8];
+  size_t k = 9;
+  for (size_t i = 0; i < steps; ++i) {
+    r.step_s.push_back(v[k++]);
+    std::array<double, kCategories> c{};
+    for (auto& x : c) x = v[k++];
+    r.category_s.push_back(c);
+  }
+  for (size_t i = 0; i < events; ++i, k += 6) {
+    r.trace.push_back({v[k], v[k + 1], static_cast<uint32_t>(v[k + 2]), static_cast<Category>(static_cast<int>(v[k + 3])),
+                       static_cast<int32_t>(v[k + 4]), static_cast<int32_t>(v[k + 5])});
+  }
+  return r;
+}
+
+}  // namespace
+
+Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& backend) {
+  const World world;
+  const int rank = world.rank, size = world.size;
+  if (size != rc.cluster.num_gpus) {
+    throw core::UserError(rc.source_name + std::string(": the run has ") + std::to_string(rc.cluster.num_gpus) +
+                          " ranks (cluster.num_gpus) but " + std::to_string(size) +
+                          std::string(" processes were started; run it with mpirun -n ") + std::to_string(rc.cluster.num_gpus));
+  }
+  const Program prog = build_program(rc, rank);
+  const char* fault_env = std::getenv("STEPCAST_VALIDATE_FAULT");
+  const std::string fault = fault_env ? fault_env : "";
+
+  // Watchdog: no completed instruction for timeout_s ends this rank with a message.
+  std::atomic<int64_t> cursor{-1};
+  std::atomic<double> progress{now_s()};
+  std::atomic<int> step_no{-1};
+  std::atomic<bool> done{false};
+  std::thread watchdog([&]() {
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const double idle = now_s() - progress.load();
+      if (idle > opt.timeout_s && !done.load()) {
+        const std::string where = describe(prog, cursor.load());
+        std::fprintf(stderr, "stepcast: error: validate: rank %d made no progress for %.0f s in step %d at %s; ending the run\n", rank,
+                     idle, step_no.load(), where.c_str());
+        std::fflush(stderr);
+        std::_Exit(124);
+      }
+    }
+  });
+  struct Join {
+    std::atomic<bool>& done;
+    std::thread& t;
+    ~Join() {
+      done.store(true);
+      if (t.joinable()) t.join();
+    }
+  } join{done, watchdog};
+
+  backend.prepare(rc, prog);
+  progress.store(now_s());
+  Measured out;
+  out.backend = backend.name();
+  out.steps = opt.steps;
+  out.warmup = opt.warmup;
+  out.reference = backend.reference_shape();
+  world.barrier();
+  out.reference_s = world.max(backend.reference_gemm_s(out.reference));
+  const double rss_base = proc_status_bytes("VmRSS:");
+  backend.allocate_state(prog);
+  progress.store(now_s());
+
+  RankMeasurement me;
+  const auto& code = prog.step;
+  const int total = opt.warmup + opt.steps;
+  for (int s = 0; s < total; ++s) {
+    step_no.store(s);
+    world.barrier();
+    const double t0 = now_s();
+    progress.store(t0);
+    for (size_t i = 0; i < code.size(); ++i) {
+      cursor.store(static_cast<int64_t>(i));
+      if (s == 0 && !fault.empty() && i == code.size() / 3) inject(fault, rank);
+      backend.mark(i);
+      backend.run(code[i]);
+      progress.store(now_s());
+    }
+    backend.mark(code.size());
+    cursor.store(static_cast<int64_t>(code.size()));
+    const double send_wait = backend.finish_step();
+    const double t = now_s() - t0;
+    cursor.store(-1);
+    progress.store(now_s());
+    const double tmax = world.max(t);
+    if (rank == 0) {
+      std::fprintf(stderr, "validate: step %d/%d%s: %.1f ms\n", s + 1, total, s < opt.warmup ? " (warm-up)" : "", tmax * 1e3);
+      std::fflush(stderr);
+    }
+    if (s < opt.warmup) continue;
+    std::array<double, kCategories> cat{};
+    const bool last = s == total - 1;
+    for (size_t i = 0; i < code.size(); ++i) {
+      const Instr& in = code[i];
+      if (in.kind == Kind::kAlloc || in.kind == Kind::kFree) continue;
+      const double d = backend.elapsed(i);
+      cat[static_cast<size_t>(in.category)] += d;
+      if (last) me.trace.push_back({backend.since_start(i), d, in.name, in.category, in.microbatch, in.layer});
+    }
+    cat[static_cast<size_t>(Category::kPpComm)] += send_wait;
+    if (last) me.trace_t0_s = t0;
+    me.step_s.push_back(t);
+    me.category_s.push_back(cat);
+    out.step_s.push_back(tmax);
+  }
+  const MemoryStats mem = backend.memory();
+  me.rank = rank;
+  me.stage = prog.stage;
+  me.peak_allocated_bytes = mem.peak_allocated;
+  me.peak_reserved_bytes = mem.peak_reserved;
+  me.workspace_bytes = mem.workspace;
+  me.rss_delta_bytes = std::max(0.0, proc_status_bytes("VmHWM:") - rss_base);
+
+  // Every rank's measurement to rank 0.
+  std::vector<int> displs;
+  const std::vector<double> all = world.gather(pack(me), displs);
+  if (rank == 0) {
+    for (int r = 0; r < size; ++r) out.ranks.push_back(unpack(all.data() + displs[static_cast<size_t>(r)]));
+  }
+  return out;
+}
+
+}  // namespace stepcast::validate
