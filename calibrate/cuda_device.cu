@@ -1,4 +1,5 @@
 #include "calibrate/cuda_device.hpp"
+#include "calibrate/cuda_check.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -15,19 +16,12 @@ namespace stepcast::calibrate::cuda {
 
 namespace {
 
+using cudacheck::check;
+
 cudaStream_t g_stream = nullptr;
 cublasHandle_t g_blas = nullptr;
 ncclComm_t g_comm = nullptr;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS: ") + what + " failed (status " + std::to_string(static_cast<int>(s)) + ")");
-}
-void check(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) throw std::runtime_error(std::string("NCCL: ") + what + ": " + ncclGetErrorString(r));
-}
 
 // Deterministic non-zero values in [0.5, 1.5) from a hash of the index.
 __global__ void fill_bf16(__nv_bfloat16* p, size_t n, unsigned seed) {

@@ -49,22 +49,19 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 # A process count that does not match the plan.
 expect 2 "mpirun -n 2" -- mpirun -n 1 "$bin" validate "$tiny/dp2.json"
-# A rank that hangs: its watchdog names it and the phase; the run ends within the timeout.
-start=$(date +%s)
-STEPCAST_VALIDATE_FAULT=hang:1 "$bin" validate "$tiny/tp2.json" --steps 1 --warmup 0 --timeout 5 >"$out/stdout" 2>"$out/stderr"
-code=$?
-took=$(( $(date +%s) - start ))
-[ "$code" != 0 ] || fail "a hanging rank did not end the run"
-grep -q "rank 1 made no progress" "$out/stderr" || fail "no message naming the hanging rank: $(cat "$out/stderr")"
-[ "$took" -lt 60 ] || fail "the hang took ${took}s to end"
-echo "ok: hang ended in ${took}s: $(grep 'made no progress' "$out/stderr" | head -1)"
-# A rank that dies: mpirun ends the job and names the rank.
-start=$(date +%s)
-STEPCAST_VALIDATE_FAULT=die:1 "$bin" validate "$tiny/tp2.json" --steps 1 --warmup 0 --timeout 5 >"$out/stdout" 2>"$out/stderr"
-code=$?
-took=$(( $(date +%s) - start ))
-[ "$code" != 0 ] || fail "a dead rank did not end the run"
-grep -qi "rank 1" "$out/stderr" || fail "no message naming the dead rank: $(cat "$out/stderr")"
-[ "$took" -lt 60 ] || fail "the dead rank took ${took}s to end the run"
-echo "ok: dead rank ended the run in ${took}s"
+# A rank that hangs (its watchdog names it and the phase) or dies (mpirun names it): the run
+# ends within the timeout with a non-zero exit.
+fault() {  # fault KIND PATTERN
+  local start code took
+  start=$(date +%s)
+  STEPCAST_VALIDATE_FAULT=$1:1 "$bin" validate "$tiny/tp2.json" --steps 1 --warmup 0 --timeout 5 >"$out/stdout" 2>"$out/stderr"
+  code=$?
+  took=$(( $(date +%s) - start ))
+  [ "$code" != 0 ] || fail "a rank that should $1 did not end the run"
+  grep -qi "$2" "$out/stderr" || fail "no message naming the rank ($1): $(cat "$out/stderr")"
+  [ "$took" -lt 60 ] || fail "ending the run ($1) took ${took}s"
+  echo "ok: $1 ended the run in ${took}s: $(grep -i "$2" "$out/stderr" | head -1)"
+}
+fault hang "rank 1 made no progress"
+fault die "rank 1"
 echo "failure handling ok"

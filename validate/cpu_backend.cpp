@@ -56,23 +56,9 @@ class CpuBackend final : public Backend {
         [](void* p) { delete[] static_cast<char*>(p); });
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.tp_group.front()), static_cast<int>(rank_), &tp_);
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.dp_group.front()), static_cast<int>(rank_), &dp_);
-    size_t a = 1, b = 1, c = 1, p2p = 1;
-    auto need = [&](double m, double n, double k) {
-      a = std::max(a, static_cast<size_t>(m * k));
-      b = std::max(b, static_cast<size_t>(k * n));
-      c = std::max(c, static_cast<size_t>(m * n));
-    };
-    for (const auto& in : prog.step) {
-      if (in.kind == Kind::kGemm) need(in.gemm.m, in.gemm.n, in.gemm.k);
-      if (in.kind == Kind::kAttention) {
-        const auto& at = in.attention;
-        const double d = std::max(at.d_qk, at.d_v);
-        need(at.sq, at.sk, d);
-        need(at.sk, d, at.sq);
-        need(at.sq, d, at.sk);
-      }
-      if (in.kind == Kind::kSend || in.kind == Kind::kRecv) p2p = std::max(p2p, static_cast<size_t>(in.bytes / 4.0) + 1);
-    }
+    WorkspaceNeeds w = workspace_needs(prog);
+    w.gemm(reference_shape().m, reference_shape().n, reference_shape().k);
+    const size_t a = w.a, b = w.b, c = w.c, p2p = static_cast<size_t>(w.p2p_bytes / 4.0) + 1;
     std::mt19937 rng(1234u + static_cast<unsigned>(rank_));
     std::uniform_real_distribution<float> u(0.5f, 1.5f);
     for (int s = 0; s < kSets; ++s) {

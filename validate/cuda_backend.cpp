@@ -72,26 +72,11 @@ class CudaBackend final : public Backend {
                : rc.training.precision == hw::Dtype::kFp16 ? cx::Dtype::kFp16
                                                            : cx::Dtype::kBf16;
     elem_ = ws.dtype == cx::Dtype::kFp32 ? 4.0 : 2.0;
-    auto need = [&](double m, double n, double k) {
-      ws.a = std::max(ws.a, static_cast<size_t>(m * k));
-      ws.b = std::max(ws.b, static_cast<size_t>(k * n));
-      ws.c = std::max(ws.c, static_cast<size_t>(m * n));
-    };
-    need(reference_.m, reference_.n, reference_.k);
-    size_t largest_collective = 0;
-    for (const auto& in : prog.step) {
-      if (in.kind == Kind::kGemm) need(in.gemm.m, in.gemm.n, in.gemm.k);
-      if (in.kind == Kind::kAttention) {
-        const auto& at = in.attention;
-        const double d = std::max(at.d_qk, at.d_v);
-        need(at.sq, at.sk, d);
-        need(at.sk, d, at.sq);
-        need(at.sq, d, at.sk);
-      }
-      if (in.kind == Kind::kCollective) largest_collective = std::max(largest_collective, static_cast<size_t>(in.bytes) + 256);
-      if (in.kind == Kind::kSend || in.kind == Kind::kRecv) ws.p2p_bytes = std::max(ws.p2p_bytes, static_cast<size_t>(in.bytes) + 256);
-    }
-    ws.ring_bytes = std::max(ws.ring_bytes, largest_collective);
+    WorkspaceNeeds w = workspace_needs(prog);
+    w.gemm(reference_.m, reference_.n, reference_.k);
+    ws.a = w.a, ws.b = w.b, ws.c = w.c;
+    ws.p2p_bytes = static_cast<size_t>(w.p2p_bytes) + 256;
+    ws.ring_bytes = std::max(ws.ring_bytes, static_cast<size_t>(w.collective_bytes) + 256);
     ws.marks = prog.step.size() + 1;
     device_memory_ = cx::open(device, ws);
     open_ = true;

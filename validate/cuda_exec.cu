@@ -1,5 +1,8 @@
 #include "validate/cuda_exec.hpp"
 
+#include "calibrate/cuda_check.hpp"
+#include "calibrate/cuda_device.hpp"
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -15,15 +18,8 @@ namespace stepcast::validate::cudaexec {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS: ") + what + " failed (status " + std::to_string(static_cast<int>(s)) + ")");
-}
-void check(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) throw std::runtime_error(std::string("NCCL: ") + what + ": " + ncclGetErrorString(r));
-}
+using cudacheck::check;
+
 
 struct State {
   cudaStream_t compute = nullptr, sends = nullptr;
@@ -153,11 +149,7 @@ void close() {
   g = State{};
 }
 
-void unique_id(char id[128]) {
-  ncclUniqueId u{};
-  check(ncclGetUniqueId(&u), "unique id");
-  std::copy(u.internal, u.internal + 128, id);
-}
+void unique_id(char id[128]) { calibrate::cuda::nccl_unique_id(id); }
 
 int comm_init(int rank, int size, const char id[128]) {
   ncclUniqueId u{};

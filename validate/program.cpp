@@ -291,6 +291,29 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   return prog;
 }
 
+void WorkspaceNeeds::gemm(double m, double n, double k) {
+  a = std::max(a, static_cast<size_t>(m * k));
+  b = std::max(b, static_cast<size_t>(k * n));
+  c = std::max(c, static_cast<size_t>(m * n));
+}
+
+WorkspaceNeeds workspace_needs(const Program& p) {
+  WorkspaceNeeds w;
+  for (const auto& in : p.step) {
+    if (in.kind == Kind::kGemm) w.gemm(in.gemm.m, in.gemm.n, in.gemm.k);
+    if (in.kind == Kind::kAttention) {
+      const auto& at = in.attention;
+      const double d = std::max(at.d_qk, at.d_v);
+      w.gemm(at.sq, at.sk, d);
+      w.gemm(at.sk, d, at.sq);
+      w.gemm(at.sq, d, at.sk);
+    }
+    if (in.kind == Kind::kCollective) w.collective_bytes = std::max(w.collective_bytes, in.bytes);
+    if (in.kind == Kind::kSend || in.kind == Kind::kRecv) w.p2p_bytes = std::max(w.p2p_bytes, in.bytes);
+  }
+  return w;
+}
+
 double program_peak_bytes(const Program& p) {
   std::vector<double> size(static_cast<size_t>(p.buffers), 0.0);
   double live = 0, peak = 0;

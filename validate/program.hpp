@@ -90,6 +90,16 @@ void check_executable(const config::RunConfig& rc, const std::string& backend);
 // The step program of global rank `rank`.
 Program build_program(const config::RunConfig& rc, int64_t rank);
 
+// What a backend sizes its workspace by: the largest GEMM operands and result (elements) over
+// the program's GEMMs and attention (QK^T, PV and the backward products), and the largest
+// collective and pipeline transfer (bytes).
+struct WorkspaceNeeds {
+  size_t a = 1, b = 1, c = 1;
+  double collective_bytes = 0, p2p_bytes = 0;
+  void gemm(double m, double n, double k);
+};
+WorkspaceNeeds workspace_needs(const Program& p);
+
 // Peak of live bytes over the program (state + the allocations' high-water mark): what the
 // executor's allocator must reach when it runs the program.
 double program_peak_bytes(const Program& p);
