@@ -231,11 +231,22 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
       for (auto id : sb[static_cast<size_t>(s)]) graph.depend(id, oid);
     }
     // Blocking receive: a stage's forward waits for the previous stage's send of that
-    // micro-batch, its backward for the next stage's gradient send.
+    // micro-batch, its backward for the next stage's gradient send. The receive is a NCCL
+    // kernel that PyTorch orders behind the work already queued on the compute stream, and the
+    // host blocks until it completes: the host cannot queue micro-batch k's kernels before the
+    // GPU has finished micro-batch k - 1, so every received micro-batch pays its kernel issue.
     for (int32_t s = 0; s < p; ++s) {
+      const auto si = static_cast<size_t>(s);
       for (int64_t k = 0; k < m; ++k) {
-        if (s > 0) graph.depend(sf[static_cast<size_t>(s - 1)][static_cast<size_t>(k)], hf[static_cast<size_t>(s)][static_cast<size_t>(k)]);
-        if (s < p - 1) graph.depend(sb[static_cast<size_t>(s + 1)][static_cast<size_t>(k)], hb[static_cast<size_t>(s)][static_cast<size_t>(k)]);
+        const auto ki = static_cast<size_t>(k);
+        if (s > 0) {
+          graph.depend(sf[si - 1][ki], hf[si][ki]);
+          if (k > 0) graph.depend(f[si][ki - 1], hf[si][ki]);
+        }
+        if (s < p - 1) {
+          graph.depend(sb[si + 1][ki], hb[si][ki]);
+          graph.depend(k > 0 ? b[si][ki - 1] : f[si][static_cast<size_t>(m - 1)], hb[si][ki]);
+        }
       }
     }
     engine::Engine eng(graph);
