@@ -324,6 +324,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     parallel["keep_stage_outputs"] = true;
     parallel["pp_send_full_activation"] = true;
     notes.push_back("parallel: DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output in its pipe buffers and sends whole activations from every TP rank");
+    // The pipeline engine all-reduces the gradients after the last micro-batch through
+    // flattened buckets of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (fp32 here).
+    parallel["bucket_mb"] = 2000;
+    notes.push_back("parallel: DeepSpeed's pipeline engine reduces gradients in flattened buckets of 5e8 elements (MEMORY_OPT_ALLREDUCE_SIZE), 2,000 MB of fp32");
   }
   if (fam == Family::kBloom) {
     parallel["zero_stage"] = 1;
