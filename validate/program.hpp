@@ -104,9 +104,11 @@ WorkspaceNeeds workspace_needs(const Program& p);
 // executor's allocator must reach when it runs the program.
 double program_peak_bytes(const Program& p);
 
-// The run a backend executes: CPU backends do not overlap communication with compute (each
-// rank is one core, and shared-memory MPI copies with the CPU), so gradient reduction and
-// parameter gathers run after the pipeline; the simulation is told the same.
+// The run a backend executes: gradient buckets and the ZeRO parameter all-gathers run after
+// the pipeline, not overlapped with backward (on CPUs each rank is one core and shared-memory
+// MPI copies with the CPU, so there is nothing to overlap with; the CUDA executor does not yet
+// launch buckets on a second stream as their gradients become ready); the simulation is told
+// the same, so prediction and execution describe one schedule.
 config::RunConfig executed_run(config::RunConfig rc, const std::string& backend);
 
 }  // namespace stepcast::validate
