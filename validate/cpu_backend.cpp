@@ -115,6 +115,7 @@ class CpuBackend final : public Backend {
       }
       case Kind::kAlloc: arena_->alloc(in.buffer, in.bytes); return;
       case Kind::kFree: arena_->free(in.buffer); return;
+      case Kind::kJoin: return;  // CPU collectives are blocking
     }
   }
 

@@ -157,9 +157,10 @@ class CudaBackend final : public Backend {
         const int size = tp ? tp_size_ : dp_size_;
         if (comm < 0 || size <= 1) return;
         void* src = in.category == Category::kDpComm && staging_ && in.collective != cost::Collective::kAllGather ? staging_ : nullptr;
-        cx::collective(comm, op_of(in.collective), static_cast<size_t>(in.bytes / elem_), size, src);
+        cx::collective(comm, op_of(in.collective), static_cast<size_t>(in.bytes / elem_), size, src, in.async);
         return;
       }
+      case Kind::kJoin: cx::join(); return;
       case Kind::kSend: cx::send(send_comm_.at(in.peer), 1, static_cast<size_t>(in.bytes / elem_)); return;
       case Kind::kRecv: cx::recv(recv_comm_.at(in.peer), 0, static_cast<size_t>(in.bytes / elem_)); return;
       case Kind::kOptimizer: cx::adam(weights_, grads_, moments_, static_cast<size_t>(in.elements), master_, fp32_grads_); return;

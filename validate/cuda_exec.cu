@@ -22,7 +22,7 @@ using cudacheck::check;
 
 
 struct State {
-  cudaStream_t compute = nullptr, sends = nullptr;
+  cudaStream_t compute = nullptr, sends = nullptr, reduce = nullptr;
   cublasHandle_t blas = nullptr;
   Workspace ws;
   size_t elem = 2;
@@ -35,7 +35,7 @@ struct State {
   int next_set = 0;
   std::vector<ncclComm_t> comms;
   std::vector<cudaEvent_t> marks;
-  cudaEvent_t send_gate = nullptr;
+  cudaEvent_t send_gate = nullptr, reduce_gate = nullptr, reduce_done = nullptr;
 };
 State g;
 
@@ -111,6 +111,7 @@ double open(int device, const Workspace& ws) {
   g.elem = ws.dtype == Dtype::kFp32 ? 4 : 2;
   check(cudaStreamCreateWithFlags(&g.compute, cudaStreamNonBlocking), "stream");
   check(cudaStreamCreateWithFlags(&g.sends, cudaStreamNonBlocking), "stream");
+  check(cudaStreamCreateWithFlags(&g.reduce, cudaStreamNonBlocking), "stream");
   check(cublasCreate(&g.blas), "cublasCreate");
   check(cublasSetStream(g.blas, g.compute), "cublasSetStream");
   for (auto& o : g.operands) {
@@ -126,6 +127,8 @@ double open(int device, const Workspace& ws) {
   g.marks.resize(ws.marks);
   for (auto& e : g.marks) check(cudaEventCreate(&e), "event");
   check(cudaEventCreateWithFlags(&g.send_gate, cudaEventDisableTiming), "event");
+  check(cudaEventCreateWithFlags(&g.reduce_gate, cudaEventDisableTiming), "event");
+  check(cudaEventCreateWithFlags(&g.reduce_done, cudaEventDisableTiming), "event");
   check(cudaStreamSynchronize(g.compute), "sync");
   size_t free_b = 0, total = 0;
   check(cudaMemGetInfo(&free_b, &total), "memory info");
@@ -137,7 +140,9 @@ void close() {
   g.comms.clear();
   for (auto e : g.marks) cudaEventDestroy(e);
   g.marks.clear();
-  if (g.send_gate) cudaEventDestroy(g.send_gate);
+  for (auto e : {g.send_gate, g.reduce_gate, g.reduce_done}) {
+    if (e) cudaEventDestroy(e);
+  }
   for (auto& o : g.operands) cudaFree(o), o = nullptr;
   cudaFree(g.c);
   cudaFree(g.ring_in);
@@ -146,6 +151,7 @@ void close() {
   if (g.blas) cublasDestroy(g.blas);
   if (g.compute) cudaStreamDestroy(g.compute);
   if (g.sends) cudaStreamDestroy(g.sends);
+  if (g.reduce) cudaStreamDestroy(g.reduce);
   g = State{};
 }
 
@@ -183,7 +189,13 @@ void copy_pass(double bytes) {
   }
 }
 
-void collective(int comm, Op op, size_t elements, int group_size, void* src) {
+void collective(int comm, Op op, size_t elements, int group_size, void* src, bool async) {
+  cudaStream_t stream = g.compute;
+  if (async) {
+    check(cudaEventRecord(g.reduce_gate, g.compute), "record");
+    check(cudaStreamWaitEvent(g.reduce, g.reduce_gate, 0), "wait");
+    stream = g.reduce;
+  }
   const size_t bytes = elements * g.elem;
   if (bytes > g.ws.ring_bytes) throw std::runtime_error("validate: a collective larger than the device ring");
   char* in = src ? static_cast<char*>(src) : ring_next(g.ring_in, bytes);
@@ -192,19 +204,24 @@ void collective(int comm, Op op, size_t elements, int group_size, void* src) {
   ncclComm_t c = g.comms.at(static_cast<size_t>(comm));
   const size_t per = std::max<size_t>(1, elements / static_cast<size_t>(group_size));
   switch (op) {
-    case Op::kAllReduce: check(ncclAllReduce(in, out, elements, t, ncclSum, c, g.compute), "all-reduce"); break;
-    case Op::kAllGather: check(ncclAllGather(in, out, per, t, c, g.compute), "all-gather"); break;
-    case Op::kReduceScatter: check(ncclReduceScatter(in, out, per, t, ncclSum, c, g.compute), "reduce-scatter"); break;
-    case Op::kBroadcast: check(ncclBroadcast(in, out, elements, t, 0, c, g.compute), "broadcast"); break;
+    case Op::kAllReduce: check(ncclAllReduce(in, out, elements, t, ncclSum, c, stream), "all-reduce"); break;
+    case Op::kAllGather: check(ncclAllGather(in, out, per, t, c, stream), "all-gather"); break;
+    case Op::kReduceScatter: check(ncclReduceScatter(in, out, per, t, ncclSum, c, stream), "reduce-scatter"); break;
+    case Op::kBroadcast: check(ncclBroadcast(in, out, elements, t, 0, c, stream), "broadcast"); break;
     case Op::kAllToAll:
       check(ncclGroupStart(), "group");
       for (int p = 0; p < group_size; ++p) {
-        check(ncclSend(in + p * per * g.elem, per, t, p, c, g.compute), "send");
-        check(ncclRecv(out + p * per * g.elem, per, t, p, c, g.compute), "recv");
+        check(ncclSend(in + p * per * g.elem, per, t, p, c, stream), "send");
+        check(ncclRecv(out + p * per * g.elem, per, t, p, c, stream), "recv");
       }
       check(ncclGroupEnd(), "group");
       break;
   }
+}
+
+void join() {
+  check(cudaEventRecord(g.reduce_done, g.reduce), "record");
+  check(cudaStreamWaitEvent(g.compute, g.reduce_done, 0), "wait");
 }
 
 void send(int comm, int peer, size_t elements) {
@@ -243,6 +260,7 @@ void mark(size_t i) { check(cudaEventRecord(g.marks.at(i), g.compute), "record")
 void synchronize() {
   check(cudaStreamSynchronize(g.compute), "sync");
   check(cudaStreamSynchronize(g.sends), "sync");
+  check(cudaStreamSynchronize(g.reduce), "sync");
 }
 
 double since(size_t from, size_t to) {

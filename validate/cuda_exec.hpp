@@ -36,7 +36,9 @@ void gemm(int m, int n, int k);
 void copy_pass(double bytes);  // device-to-device copy moving `bytes` (read + write)
 // `elements` of the plan's dtype per rank's full buffer (nccl-tests convention); src null:
 // the rotating ring.
-void collective(int comm, Op op, size_t elements, int group_size, void* src);
+// async: on the reduction stream, behind the compute issued so far (join() waits for it).
+void collective(int comm, Op op, size_t elements, int group_size, void* src, bool async = false);
+void join();
 void send(int comm, int peer, size_t elements);
 void recv(int comm, int peer, size_t elements);
 // Adam over n parameters: fp32 moments; with a master copy the 16-bit weights are written

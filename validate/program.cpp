@@ -56,8 +56,7 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
 }
 
 config::RunConfig executed_run(config::RunConfig rc, const std::string& backend) {
-  (void)backend;  // both executors reduce gradients after the pipeline (see program.hpp)
-  rc.parallel.grad_reduce_overlap = false;
+  if (backend != "cuda") rc.parallel.grad_reduce_overlap = false;
   rc.parallel.param_gather_overlap = false;
   return rc;
 }
@@ -179,6 +178,23 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   const double layer_input = e * static_cast<double>(rc.model.hidden) * sb.workload().tokens() /
                              (p.sp && p.tp > 1 ? static_cast<double>(p.tp) : 1.0);
   const bool split_w = p.schedule == config::Schedule::kZbH1;
+  // Gradient buckets: launched on the asynchronous stream right after the pass that makes their
+  // last gradient final (the last micro-batch's backward, or its weight-gradient pass under
+  // ZB-H1), or all after the pipeline when reduction does not overlap.
+  const bool reduce = p.dp * p.cp > 1;
+  const bool overlap = reduce && p.grad_reduce_overlap;
+  const int zero_stage = p.effective_zero();
+  size_t next_bucket = 0;
+  auto emit_bucket = [&](const engine::GradBucket& b, bool async) {
+    Instr& in = em.add(Kind::kCollective, Category::kDpComm, zero_stage >= 1 ? "reduce-scatter grads" : "all-reduce grads", -1, -2);
+    in.collective = zero_stage >= 1 ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce;
+    in.group = Group::kDp;
+    in.bytes = b.bytes;
+    in.async = async;
+  };
+  auto buckets_ready_after = [&](size_t slot) {
+    while (overlap && next_bucket < buckets.size() && buckets[next_bucket].ready_slot == slot) emit_bucket(buckets[next_bucket++], true);
+  };
   const int32_t num_layers = static_cast<int32_t>(rc.model.num_layers);
   auto peer_of_stage = [&](int32_t stage) {
     return static_cast<int32_t>(mesh.rank_of(co.tp, co.cp, co.dp, stage));
@@ -227,6 +243,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
         for (const Op& o : slots[k].cost->bwd) {
           if (o.weight_grad) em.op(o, a.mb, slots[k].layer);
         }
+        if (a.mb == m - 1) buckets_ready_after(k);
       }
       continue;
     }
@@ -257,6 +274,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       for (int32_t id : working) em.free(id, a.mb, sl.layer);
       for (int32_t id : kept[{pass, k}]) em.free(id, a.mb, sl.layer);
       kept.erase({pass, k});
+      if (!split_w && a.mb == m - 1) buckets_ready_after(k);
     }
     if (vs > 0) {
       Instr& in = em.add(Kind::kSend, Category::kPpComm, "send gradient", a.mb, -2);
@@ -266,14 +284,11 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     }
   }
 
-  // Data parallel: gradient buckets after the pipeline, the optimizer, the updated shards.
-  if (p.dp * p.cp > 1) {
-    for (const auto& b : buckets) {
-      Instr& in = em.add(Kind::kCollective, Category::kDpComm, zero >= 1 ? "reduce-scatter grads" : "all-reduce grads", -1, -2);
-      in.collective = zero >= 1 ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce;
-      in.group = Group::kDp;
-      in.bytes = b.bytes;
-    }
+  // Data parallel: the buckets not yet launched (all of them without overlap), the wait for
+  // the asynchronous ones, the optimizer, the updated shards.
+  if (reduce) {
+    for (; next_bucket < buckets.size(); ++next_bucket) emit_bucket(buckets[next_bucket], false);
+    if (overlap) em.add(Kind::kJoin, Category::kDpComm, "wait for gradient reduction", -1, -2);
   }
   Instr& opt = em.add(Kind::kOptimizer, Category::kOptimizer, "optimizer", -1, -2);
   opt.elements = prog.local_params;

@@ -47,6 +47,7 @@ enum class Kind : uint8_t {
   kOptimizer,   // Adam over `elements` local parameters
   kAlloc,       // allocate buffer `buffer` of `bytes`
   kFree,        // free buffer `buffer`
+  kJoin,        // wait for the asynchronous (gradient-reduction) stream
 };
 
 enum class Group : uint8_t { kTp, kDp, kWorld };
@@ -62,6 +63,9 @@ struct Instr {
   cost::GemmShape gemm;
   cost::AttentionShape attention;
   bool backward = false;
+  // Collectives: may run on a second stream (gradient buckets launched as their gradients
+  // become final); a later kJoin waits for them.
+  bool async = false;
   cost::Collective collective = cost::Collective::kAllReduce;
   Group group = Group::kTp;
   double bytes = 0;
@@ -104,11 +108,12 @@ WorkspaceNeeds workspace_needs(const Program& p);
 // executor's allocator must reach when it runs the program.
 double program_peak_bytes(const Program& p);
 
-// The run a backend executes: gradient buckets and the ZeRO parameter all-gathers run after
-// the pipeline, not overlapped with backward (on CPUs each rank is one core and shared-memory
-// MPI copies with the CPU, so there is nothing to overlap with; the CUDA executor does not yet
-// launch buckets on a second stream as their gradients become ready); the simulation is told
-// the same, so prediction and execution describe one schedule.
+// The run a backend executes. On CPUs each rank is one core and shared-memory MPI copies with
+// the CPU, so gradient buckets and the ZeRO parameter all-gathers run after the pipeline, not
+// overlapped (grad_reduce_overlap and param_gather_overlap off); the CUDA executor launches
+// each bucket on a second stream as its gradients become final when grad_reduce_overlap is on
+// (the parameter all-gathers stay after the optimizer, param_gather_overlap off). The
+// simulation is told the same, so prediction and execution describe one schedule.
 config::RunConfig executed_run(config::RunConfig rc, const std::string& backend);
 
 }  // namespace stepcast::validate

@@ -112,6 +112,51 @@ TEST(ValidateProgram, GradientBucketsCoverTheGradients) {
   }
 }
 
+// With overlapped reduction (the CUDA executor), each bucket is launched asynchronously right
+// after the last micro-batch's backward of the layer that completes it, and one join waits for
+// them before the optimizer; the CPU executor reduces everything after the pipeline.
+TEST(ValidateProgram, OverlappedBucketsFollowTheLastBackward) {
+  Json j{{"model",
+          {{"name", "gpt-tiny"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
+           {"intermediate_size", 1024}, {"vocab_size", 8192}, {"max_position_embeddings", 1024}, {"hidden_act", "gelu"},
+           {"tie_word_embeddings", false}}},
+         {"hardware", "h100-sxm"},
+         {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+         {"training", {{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "bf16"}, {"attention", "unfused"}}},
+         {"parallel", {{"dp", 2}, {"micro_batch_size", 2}, {"bucket_mb", 1}}}};
+  const auto base = config::parse_run(j, "<overlap-test>", "");
+  const Program gpu = build_program(executed_run(base, "cuda"), 0);
+  const Program cpu = build_program(executed_run(base, "cpu"), 0);
+  auto index_of = [](const Program& p, Kind k) {
+    for (size_t i = 0; i < p.step.size(); ++i) {
+      if (p.step[i].kind == k) return i;
+    }
+    return p.step.size();
+  };
+  size_t async = 0, first_bucket = gpu.step.size(), last_gemm = 0;
+  double bytes_gpu = 0, bytes_cpu = 0;
+  for (size_t i = 0; i < gpu.step.size(); ++i) {
+    const auto& in = gpu.step[i];
+    if (in.kind == Kind::kGemm) last_gemm = i;
+    if (in.kind == Kind::kCollective && in.group == Group::kDp) {
+      async += in.async;
+      bytes_gpu += in.bytes;
+      first_bucket = std::min(first_bucket, i);
+    }
+  }
+  for (const auto& in : cpu.step) {
+    if (in.kind == Kind::kCollective && in.group == Group::kDp) {
+      EXPECT_FALSE(in.async);
+      bytes_cpu += in.bytes;
+    }
+  }
+  EXPECT_GE(async, 3u);                   // 1 MB buckets of whole tensors
+  EXPECT_LT(first_bucket, last_gemm);     // launched during the last backward
+  EXPECT_LT(index_of(gpu, Kind::kJoin), index_of(gpu, Kind::kOptimizer));
+  EXPECT_EQ(index_of(cpu, Kind::kJoin), cpu.step.size());  // no join on CPUs
+  EXPECT_NEAR(bytes_gpu, bytes_cpu, 1e-9 * bytes_cpu);
+}
+
 // The program's allocations reach the ledger's peak within 10% on every rank of the six
 // validation layouts (what the executor then measures with real buffers).
 TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
