@@ -222,10 +222,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["dropout"] = true;
     notes.push_back("training: dropout 0.1 on hidden states and attention (Megatron GPT defaults)");
   }
-  if (fam == Family::kBloom || deepspeed) {
+  if (fam == Family::kBloom || (deepspeed && precision_of(r) == "bf16")) {
     training["grad_dtype"] = "fp32";
     training["lp_grads"] = true;
     notes.push_back("training: DeepSpeed BF16Optimizer: bf16 gradients kept beside the fp32 accumulation buffer");
+  } else if (deepspeed) {
+    training["grad_dtype"] = precision_of(r);
+    notes.push_back("training: DeepSpeed fp16 optimizer: gradients kept and reduced in fp16 (communication_data_type follows the model dtype)");
   } else if (nemo) {
     training["grad_dtype"] = "fp32";
     notes.push_back("training: fp32 gradient reduction (Megatron-Core default main_grads)");
@@ -255,8 +258,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["loss"] = "eager";
     notes.push_back("training: eager PyTorch cross-entropy on fp32-upcast logits (torchtitan loss_fn)");
   }
-  if (fam == Family::kMegatronGpt && precision_of(r) == "fp16") {
-    training["grad_dtype"] = "fp32";
+  if (fam == Family::kMegatronGpt && precision_of(r) == "fp16" && !deepspeed) {
+    training["grad_dtype"] = "fp32";  // Megatron's fp16 training keeps fp32 main gradients
   }
 
   Json parallel = {{"tp", tp}, {"pp", pp}, {"dp", dp}};
@@ -353,6 +356,17 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     // recomputation: the runs recomputed activations.
     parallel["recompute"] = "full";
     notes.push_back("parallel: full activation recomputation (the quoted TFLOP/s use Megatron's formula, which counts it)");
+  }
+  if (deepspeed && inum(r, "zero_stage", 0) >= 3) {
+    // The Megatron-LM 2021 ZeRO-3 rows move 21-24 GB/s per GPU of the full parameter volume
+    // (gather, re-gather for the recomputed forward, gather, reduce-scatter) at every GPU count
+    // from 768 up, one HDR NIC's rate, with time flat in the GPU count.
+    parallel["zero3_flat_collectives"] = true;
+    notes.push_back("parallel: DeepSpeed ZeRO-3 gathers and reduce-scatters parameter by parameter as flat rings, each GPU's NIC carrying the gathered volume (the rows' step time is flat in the GPU count at one NIC's rate)");
+    if (parallel.value("recompute", std::string("none")) == "full") {
+      parallel["zero3_recompute_regather"] = true;
+      notes.push_back("parallel: DeepSpeed ZeRO-3 releases parameters after each module's forward, so the recomputed forward gathers them again");
+    }
   }
   if (torchtitan && recompute_of(r) == "selective") {
     parallel["recompute"] = "selective-op";

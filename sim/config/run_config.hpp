@@ -95,6 +95,15 @@ struct Parallel {
   int zero_stage = 0;
   bool fsdp = false;
   bool reshard_after_forward = true;
+  // ZeRO-3 / FSDP collectives as flat rings over the data-parallel group, every hop over the
+  // network, so a GPU's NIC carries (N-1)/N of the gathered bytes (DeepSpeed ZeRO-3 as
+  // benchmarked in 2021 gathered parameter by parameter); false: hierarchical (NCCL's rings
+  // over all of a node's NICs).
+  bool zero3_flat_collectives = false;
+  // ZeRO-3 with full recompute gathers the parameters again for the recomputed forward
+  // (DeepSpeed releases them after each module's forward); false: one gather serves the
+  // recompute and the backward (PyTorch FSDP).
+  bool zero3_recompute_regather = false;
   Recompute recompute = Recompute::kNone;
   Schedule schedule = Schedule::kOneFOneB;
   double bucket_mb = 25.0;  // DDP gradient bucket size in MB (1e6 bytes)

@@ -140,13 +140,20 @@ class RankBuilder {
 
   // FSDP: gather a layer's weights; the gather for the k-th use waits for the compute of use
   // k - 2 (one layer of prefetch).
-  TaskId fsdp_gather(const Slot& sl) {
+  // backward_regather: the recomputed forward gathers once more before the backward's gather.
+  TaskId fsdp_gather(const Slot& sl, bool backward_regather = false) {
     Task t = dp_base_;
     t.stream = Stream::kDp;
     t.kind = TaskKind::kDpComm;
     t.layer = sl.layer;
-    const TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.e_, b_.wb_.placements().dp_cp, b_.names_.gather);
+    const auto& where = b_.wb_.placements().zero3;
+    TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.e_, where, b_.names_.gather);
     if (compute_uses_.size() >= 2) g_.depend(compute_uses_[compute_uses_.size() - 2], id);
+    if (backward_regather) {
+      const TaskId again = dp_task(t, Collective::kAllGather, sl.params * b_.e_, where, b_.names_.gather);
+      g_.depend(id, again);
+      id = again;
+    }
     return id;
   }
 
@@ -197,7 +204,9 @@ class RankBuilder {
     const bool gather = fsdp_ && (fwd ? (p_.reshard_after_forward || b_.m_ == 1 || a.mb == 0)
                                       : (a.phase == Phase::kB && p_.reshard_after_forward));
     std::vector<TaskId> gates(seq.size(), kNone);
-    if (gather && !seq.empty()) gates[0] = fsdp_gather(*seq[0]);
+    const bool regather = !fwd && p_.zero3_recompute_regather && p_.recompute == config::Recompute::kFull;
+    auto regathered = [&](const Slot& sl) { return regather && sl.layer >= 0 && sl.layer < static_cast<int32_t>(b_.rc_.model.num_layers); };
+    if (gather && !seq.empty()) gates[0] = fsdp_gather(*seq[0], regathered(*seq[0]));
     const auto& n = b_.names_;
     for (size_t si = 0; si < seq.size(); ++si) {
       const Slot* sl = seq[si];
@@ -224,7 +233,7 @@ class RankBuilder {
       }
       if (gather) {
         compute_uses_.push_back(cid);
-        if (si + 1 < seq.size()) gates[si + 1] = fsdp_gather(*seq[si + 1]);
+        if (si + 1 < seq.size()) gates[si + 1] = fsdp_gather(*seq[si + 1], regathered(*seq[si + 1]));
       }
       const bool grads_done = (a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW;
       if (grads_done) {
@@ -238,7 +247,7 @@ class RankBuilder {
           c.kind = TaskKind::kDpComm;
           c.layer = sl->layer;
           c.microbatch = a.mb;
-          const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.sb_.gradients, b_.wb_.placements().dp_cp,
+          const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.sb_.gradients, b_.wb_.placements().zero3,
                                      n.reduce_scatter);
           g_.depend(ids.last, rid);
           fsdp_reductions_.push_back(rid);

@@ -146,11 +146,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double layer_params = (st.dense_params + st.expert_params) / static_cast<double>(st.layers);
       // Weights are gathered in the compute dtype (fp32 stored parameters are cast first).
       const double gather_bytes = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
-      const Duration ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * gather_bytes), places.dp_cp, hw);
-      const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * sb.gradients), places.dp_cp, hw);
+      const Duration ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * gather_bytes), places.zero3, hw);
+      const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * sb.gradients), places.zero3, hw);
       const double per_layer_f = (f / static_cast<double>(st.layers));
       const double per_layer_b = (b / static_cast<double>(st.layers));
-      const double bwd_comm = (p.reshard_after_forward ? ag.value() : 0.0) + rs.value();
+      const bool regather = p.zero3_recompute_regather && p.recompute == config::Recompute::kFull;
+      const double bwd_comm = (p.reshard_after_forward ? ag.value() * (regather ? 2.0 : 1.0) : 0.0) + rs.value();
       const double exp_f = std::max(0.0, ag.value() - per_layer_f) * static_cast<double>(st.layers) + ag.value();
       const double exp_b = std::max(0.0, bwd_comm - per_layer_b) * static_cast<double>(st.layers) + rs.value();
       fsdp = exp_f + exp_b;

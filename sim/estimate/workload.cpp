@@ -206,6 +206,11 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
   places_.dp = mesh::place(m.group(0, mesh::Dim::kDp), gpn);
   places_.dp_cp = mesh::place(m.group(0, mesh::Dim::kDpCp), gpn);
   places_.edp = mesh::place(m.group(0, mesh::Dim::kEdp), gpn);
+  places_.zero3 = places_.dp_cp;
+  if (p.zero3_flat_collectives && places_.dp_cp.size > 1) {
+    // A flat ring: every member as if alone on its node, each hop over its own NIC.
+    places_.zero3 = mesh::Placement{places_.dp_cp.size, places_.dp_cp.size, 1, 0, 0};
+  }
   // Pipeline neighbours: rank 0 and the same position on the next stage.
   if (p.pp > 1) {
     places_.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);

@@ -82,6 +82,7 @@ LayerTensors layer_tensors(const config::RunConfig& rc, bool moe);
 
 struct GroupPlacements {
   mesh::Placement tp, cp, ep, dp, dp_cp, edp, pp_neighbour;
+  mesh::Placement zero3;  // where ZeRO-3 / FSDP gathers and reduce-scatters run (dp_cp, or flat)
 };
 
 class WorkloadBuilder {

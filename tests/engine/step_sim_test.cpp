@@ -9,6 +9,7 @@
 
 #include "sim/core/json_reader.hpp"
 #include "sim/cost/collectives.hpp"
+#include "sim/estimate/workload.hpp"
 #include "sim/mesh/rank_mesh.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -321,6 +322,39 @@ TEST(Contention, GradientBucketsSlowPipelineSendsOnTheSameNic) {
   EXPECT_NEAR(max_send_stretch(false), 1.0, 1e-6);
   const double s = max_send_stretch(true);
   EXPECT_GT(s, 1.3) << s;  // ~2: the send and a bucket each get half the NIC
+}
+
+}  // namespace
+}  // namespace stepcast::engine
+
+namespace stepcast::engine {
+namespace {
+
+// DeepSpeed ZeRO-3 (2021) switches: flat-ring collectives put the whole gathered volume on each
+// GPU's NIC (a 16-GPU group over 2 nodes: 15/16 of the bytes instead of a node's share), and a
+// re-gather for the recomputed forward adds one gather per layer in backward; both slow a
+// step whose gathers are exposed, and the analytical pass agrees in direction.
+config::RunConfig zero3(bool flat, bool regather) {
+  core::Json j = {{"model", "llama3.1-8b"},
+                  {"hardware", "h100-sxm"},
+                  {"cluster", {{"num_gpus", 16}, {"gpus_per_node", 8}}},
+                  {"training", {{"seq_len", 2048}, {"global_batch_size", 16}}},
+                  {"parallel",
+                   {{"dp", 16}, {"zero_stage", 3}, {"recompute", "full"}, {"zero3_flat_collectives", flat},
+                    {"zero3_recompute_regather", regather}}}};
+  return config::parse_run(j, "<zero3-test>", "");
+}
+
+TEST(Zero3Switches, FlatRingsAndRegatherCostMore) {
+  const auto base = zero3(false, false), flat = zero3(true, false), both = zero3(true, true);
+  estimate::WorkloadBuilder wb(flat);
+  EXPECT_EQ(wb.placements().zero3.nodes, 16);            // every member its own hop over the network
+  EXPECT_EQ(estimate::WorkloadBuilder(base).placements().zero3.nodes, 2);
+  const double t0 = simulate_step(base).step.step_time_s, t1 = simulate_step(flat).step.step_time_s,
+               t2 = simulate_step(both).step.step_time_s;
+  EXPECT_GT(t1, t0 * 1.05);
+  EXPECT_GT(t2, t1 * 1.05);
+  EXPECT_GT(estimate::estimate_step(both).step_time_s, estimate::estimate_step(flat).step_time_s);
 }
 
 }  // namespace
