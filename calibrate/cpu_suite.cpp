@@ -52,11 +52,7 @@ double mem_total_bytes() {
   return 8.0 * 1073741824.0;
 }
 
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
+using core::fmt;
 
 struct Shape {
   int m, n, k;

@@ -22,11 +22,7 @@ using core::Json;
 
 namespace {
 
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
+using core::fmt;
 
 struct Shape {
   int m, n, k;

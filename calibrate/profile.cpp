@@ -15,11 +15,7 @@ using core::Json;
 
 namespace {
 
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
+using core::fmt;
 
 cost::Collective collective_named(const std::string& op) {
   const auto c = cost::collective_from_name(op);

@@ -33,8 +33,9 @@ namespace cx = cudaexec;
 int to_int(double x) { return static_cast<int>(std::max<long long>(1, std::llround(x))); }
 
 #ifdef STEPCAST_HAVE_MPI
-// A communicator over `members` (global ranks, ascending; this rank among them or not):
-// every rank calls this in the same order (MPI_Comm_split is collective over the world).
+// A communicator over `members` (global ranks; this rank among them or not), whose NCCL rank
+// is the member's index: every rank calls this in the same order (MPI_Comm_split is
+// collective over the world).
 int make_comm(const std::vector<int64_t>& members, int64_t me) {
   const auto it = std::find(members.begin(), members.end(), me);
   const bool in = it != members.end();
@@ -115,17 +116,9 @@ class CudaBackend final : public Backend {
       }
     }
     for (const auto& [from, to] : pairs) {
-      // Member order: the sender is rank 0 of the pair's communicator, the receiver rank 1.
-      const bool in = rank_ == from || rank_ == to;
-      MPI_Comm sub = MPI_COMM_NULL;
-      MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, rank_ == from ? 0 : 1, &sub);
-      if (!in) continue;
-      char id[128] = {};
-      if (rank_ == from) cx::unique_id(id);
-      MPI_Bcast(id, 128, MPI_CHAR, 0, sub);
-      MPI_Comm_free(&sub);
-      const int h = cx::comm_init(rank_ == from ? 0 : 1, 2, id);
-      (rank_ == from ? send_comm_ : recv_comm_)[rank_ == from ? to : from] = h;
+      // The sender is rank 0 of the pair's communicator, the receiver rank 1.
+      const int h = make_comm({from, to}, rank_);
+      if (h >= 0) (rank_ == from ? send_comm_[to] : recv_comm_[from]) = h;
     }
 #endif
   }

@@ -38,11 +38,7 @@ double category_median(const RankMeasurement& r, Category c) {
   return median(v);
 }
 
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
+using core::fmt;
 
 }  // namespace
 

@@ -159,4 +159,10 @@ std::string format_duration(Duration d) {
   return buf;
 }
 
+std::string fmt(const char* printf_format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, printf_format, x);
+  return buf;
+}
+
 }  // namespace stepcast::core

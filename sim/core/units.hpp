@@ -78,5 +78,7 @@ FlopRate parse_flop_rate(std::string_view text);   // "989TFLOPS", "312 TFLOP/s"
 // Human-readable renderings used by tables (not by JSON, which carries base units).
 std::string format_bytes(Bytes b);        // binary units: "79.2 GiB"
 std::string format_duration(Duration d);  // "412.3 ms"
+// One number through a printf format ("%.1f", "%+.1f%%", "%.3g"): the reports' cell formatter.
+std::string fmt(const char* printf_format, double x);
 
 }  // namespace stepcast::core

@@ -101,10 +101,12 @@ void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, con
   bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + 3.0 * m * k));
 }
 
-// A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts.
+// A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts. `saved`: the bytes of its
+// input the forward keeps for the weight gradient (Op::saved_bytes).
 Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
-                double m, double n, double k, double batch = 1.0) {
+                double m, double n, double k, double batch = 1.0, double saved = 0.0) {
   Op f = gemm_op(c, name, m, n, k, batch);
+  f.saved_bytes = saved;
   const Duration t = f.time;
   fwd.push_back(f);
   add_gemm_backward(c, bwd, f, m, n, k, batch);
@@ -171,16 +173,6 @@ void tp_exit(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std
   } else {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-  }
-}
-
-// Marks the last forward op called `name` as keeping `bytes` for backward.
-void keep(std::vector<Op>& ops, const std::string& name, double bytes) {
-  for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
-    if (it->name == name) {
-      it->saved_bytes = bytes;
-      return;
-    }
   }
 }
 
@@ -349,8 +341,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     q_width = heads_local * d;
     kv_width = kv_local * d;
     v_width = heads_local * d;
-    linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h);
-    keep(F, "qkv", e * h * in_tokens);
+    linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h, 1.0, e * h * in_tokens);
   }
   qkv_fwd = Duration(sum_time(F, qkv_start_f));
   qkv_bwd = Duration(sum_time(B, qkv_start_b));
@@ -453,8 +444,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   B.push_back(ab);
 
   const size_t o_f = F.size(), o_b = B.size();
-  linear(c, F, B, "o_proj", T, h, v_width);
-  keep(F, "o_proj", e * T * v_width);
+  linear(c, F, B, "o_proj", T, h, v_width, 1.0, e * T * v_width);
   {
     std::vector<Op> f2, b2;
     tp_exit(c, f2, b2, "attn_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
@@ -475,8 +465,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   if (!moe) {
     const double f_local = static_cast<double>(m.ffn_hidden) / c.t;
     const size_t s_f = F.size(), s_b = B.size();
-    linear(c, F, B, "fc1", T, gate * f_local, h);
-    keep(F, "fc1", e * h * in_tokens);
+    linear(c, F, B, "fc1", T, gate * f_local, h, 1.0, e * h * in_tokens);
     std::vector<Op> f2, b2;
     tp_entry(c, f2, b2, "mlp_in", Duration(sum_time(F, s_f)), Duration(sum_time(B, s_b)));
     F.insert(F.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
@@ -485,8 +474,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     F.back().saved_bytes = gate * e * T * f_local;
     B.push_back(mem_op(c, "activation.bwd", 2.0 * act_passes * e * T * f_local * eager_factor(c, Eager::kGatedAct)));
     const size_t d_f = F.size(), d_b = B.size();
-    linear(c, F, B, "fc2", T, h, f_local);
-    keep(F, "fc2", e * T * f_local);
+    linear(c, F, B, "fc2", T, h, f_local, 1.0, e * T * f_local);
     std::vector<Op> f3, b3;
     tp_exit(c, f3, b3, "mlp_out", Duration(sum_time(F, d_f)), Duration(sum_time(B, d_b)));
     F.insert(F.end(), f3.begin(), f3.end());
@@ -699,14 +687,11 @@ LayerCost WorkloadBuilder::build_output() const {
   lc.fwd.back().saved_bytes = c.e * h * c.T_rep;
   lc.bwd.push_back(mem_op(c, "final_norm.bwd", 4.0 * c.e * h * c.T_rep));
   const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
-  linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h);
   {
     const auto& p = rc_.parallel;
     const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
-    keep(lc.fwd, "lm_head", c.e * h * (c.sp && !keeps_gathered ? c.T_rep : c.T));
-    for (auto& o : lc.fwd) {
-      if (o.name == "lm_head") o.held_bytes = c.e * c.T * v_local;  // the logits
-    }
+    linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h, 1.0, c.e * h * (c.sp && !keeps_gathered ? c.T_rep : c.T));
+    lc.fwd[s_f].held_bytes = c.e * c.T * v_local;  // the logits
   }
   std::vector<Op> f2, b2;
   tp_entry(c, f2, b2, "lm_head_in", Duration(sum_time(lc.fwd, s_f)), Duration(sum_time(lc.bwd, s_b)));

@@ -52,11 +52,7 @@ bool uneven_split(int64_t L, int64_t pp, int64_t& first, int64_t& last) {
   return true;
 }
 
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
+using core::fmt;
 
 // Time categories compared in the explanation (seconds per step).
 std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown& b) {
