@@ -123,7 +123,8 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   c.reference_predicted_s = cost::gemm_time(meas.reference, rc.training.precision, rc.hardware).value();
   for (const auto& r : meas.ranks) {
     const auto& ls = sim.step.memory.stages[static_cast<size_t>(r.stage)];
-    c.memory.push_back({r.rank, r.stage, ls.total().value(), r.peak_allocated_bytes, r.rss_delta_bytes});
+    c.memory.push_back({r.rank, r.stage, ls.total().value(), r.peak_allocated_bytes, r.rss_delta_bytes, r.peak_reserved_bytes,
+                        r.workspace_bytes});
   }
   return c;
 }
@@ -154,7 +155,8 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   Json mem = Json::array();
   for (const auto& x : c.memory) {
     mem.push_back({{"rank", x.rank}, {"stage", x.stage}, {"predicted_bytes", x.predicted_bytes}, {"measured_bytes", x.measured_bytes},
-                   {"rss_delta_bytes", x.rss_delta_bytes}, {"error", x.predicted_bytes / x.measured_bytes - 1.0}});
+                   {"rss_delta_bytes", x.rss_delta_bytes}, {"reserved_bytes", x.reserved_bytes},
+                   {"workspace_bytes", x.workspace_bytes}, {"error", x.predicted_bytes / x.measured_bytes - 1.0}});
   }
   j["memory"] = mem;
   j["memory_worst_error"] = c.worst_memory_error();

@@ -71,6 +71,7 @@ struct Comparison {
     int64_t rank = 0;
     int32_t stage = 0;
     double predicted_bytes = 0, measured_bytes = 0, rss_delta_bytes = 0;
+    double reserved_bytes = 0, workspace_bytes = 0;  // allocator incl. cached blocks; kernel operand pools
   };
   std::vector<Memory> memory;
   double reference_predicted_s = 0, reference_measured_s = 0;

@@ -50,7 +50,7 @@ enum class Kind : uint8_t {
   kJoin,        // wait for the asynchronous (gradient-reduction) stream
 };
 
-enum class Group : uint8_t { kTp, kDp, kWorld };
+enum class Group : uint8_t { kTp, kDp };
 
 // Where the time of an instruction is booked.
 enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kCount };
