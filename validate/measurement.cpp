@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "sim/memory/ledger.hpp"
+#include "sim/mesh/rank_mesh.hpp"
 
 namespace stepcast::validate {
 
@@ -75,13 +76,14 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   // group's last arrival minus its own arrival.
   std::map<int64_t, const RankMeasurement*> by_rank;
   for (const auto& r : meas.ranks) by_rank[r.rank] = &r;
+  const auto& pl = rc.parallel;
+  const mesh::RankMesh mesh(pl.tp, pl.cp, pl.dp, pl.pp, pl.ep, pl.etp);
   auto waited = [&](Category cat) {
     double sum = 0;
     int n = 0;
     for (const auto& r : meas.ranks) {
       if (static_cast<size_t>(r.stage) != crit || r.trace.empty()) continue;
-      const Program prog = build_program(rc, r.rank);
-      const auto& group = cat == Category::kTpComm ? prog.tp_group : prog.dp_group;
+      const auto group = mesh.group(r.rank, cat == Category::kTpComm ? mesh::Dim::kTp : mesh::Dim::kDpCp);
       auto starts = [&](const RankMeasurement& x) {
         std::vector<double> s;
         for (const auto& e : x.trace) {
