@@ -270,7 +270,10 @@ ReportData load_report_data(const std::string& text, const std::string& source) 
     std::string label;
     if (j.contains("settings")) {
       for (const auto& [k, v] : j["settings"].items()) {
-        label += (label.empty() ? "" : " ") + k.substr(k.rfind('.') + 1) + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+        if (!label.empty()) label += ' ';
+        label += k.substr(k.rfind('.') + 1);
+        label += '=';
+        label += v.is_string() ? v.get<std::string>() : v.dump();
       }
     }
     d.rows.push_back(row_from(j, label.empty() ? "point " + j["point"].dump() : label));
