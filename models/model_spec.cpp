@@ -101,6 +101,7 @@ double ModelSpec::layer_params(int64_t layer) const {
 double ModelSpec::embedding_params() const {
   double p = static_cast<double>(vocab) * static_cast<double>(hidden);
   if (position == PositionKind::kLearned) p += static_cast<double>(max_positions * hidden);
+  if (embedding_norm) p += norm_params(*this);
   return p;
 }
 
@@ -157,6 +158,9 @@ const std::vector<std::string>& ignored_hf_keys() {
       "logit_scale", "verbose", "moe_aux_loss_coeff", "aux_loss_coef", "router_dtype",
       "initial_context_length", "rope_ntk_alpha", "rope_ntk_beta", "rope_scaling_factor",
       "enable_moe_block", "qk_layernorm_eps", "mtp_num_layers",
+      // BLOOM: kernel-fusion and tensor-parallel flags of the training code, ALiBi offset.
+      "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv", "slow_but_exact",
+      "unk_token_id", "attention_softmax_in_fp32",
   };
   return keys;
 }
@@ -195,6 +199,9 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.source = r.get_string("source").value_or("user-supplied");
   const std::string model_type = r.get_string("model_type").value_or("");
   const bool gpt2_like = model_type == "gpt2" || model_type == "gpt_bigcode" || r.has("n_embd");
+  // BLOOM's config.json names none of these; the architecture fixes them: ALiBi, LayerNorm
+  // (also on the embeddings), biases on every linear layer, a plain GeLU MLP.
+  const bool bloom = model_type == "bloom";
 
   constexpr int64_t kBig = int64_t{1} << 40;
   auto layers = int_alias(r, {"num_hidden_layers", "n_layer", "num_layers"}, 1, 100000);
@@ -233,6 +240,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     act = r.get_string("hidden_act").value_or(act);
   } else if (gpt2_like) {
     act = "gelu_new";
+  } else if (bloom) {
+    act = "gelu";
   }
   bool act_ok = true;
   m.mlp = mlp_from_activation(act, act_ok);
@@ -245,22 +254,23 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.tied_embeddings = r.get_bool("tie_word_embeddings", true);
 
   const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi"},
-                                       gpt2_like ? "learned" : "rotary");
+                                       gpt2_like ? "learned" : bloom ? "alibi" : "rotary");
   m.position = pos == "learned" ? PositionKind::kLearned
                : pos == "alibi" ? PositionKind::kAlibi
                                 : PositionKind::kRotary;
   if (m.position == PositionKind::kLearned && m.max_positions == 0) {
     issues.add(path, "learned position embeddings need n_positions or max_position_embeddings");
   }
-  const bool layernorm_default = gpt2_like || model_type == "nemotron" || model_type == "gpt_neox";
+  const bool layernorm_default = gpt2_like || bloom || model_type == "nemotron" || model_type == "gpt_neox";
   const std::string norm =
       r.get_choice("norm", {"rmsnorm", "layernorm"}, layernorm_default ? "layernorm" : "rmsnorm");
   m.norm = norm == "layernorm" ? NormKind::kLayerNorm : NormKind::kRmsNorm;
-  m.linear_bias = r.get_bool("linear_bias", gpt2_like);
+  m.linear_bias = r.get_bool("linear_bias", gpt2_like || bloom);
   const bool attention_bias = r.get_bool("attention_bias", false);
   m.qkv_bias = r.get_bool("qkv_bias", attention_bias || model_type == "qwen2" ||
                                           model_type == "qwen2_moe");
   m.qk_norm = r.get_bool("qk_norm", model_type == "qwen3" || model_type == "qwen3_moe");
+  m.embedding_norm = r.get_bool("embedding_norm", bloom);
 
   // Sliding-window attention (Mistral, gpt-oss alternating layers).
   auto window = r.get_int("sliding_window", 1, kBig);

@@ -7,7 +7,7 @@
 //   dense MLP  = 3*h*f (gated: gate, up, down) or 2*h*f (plain)
 //   MoE layer  = router h*E + E*expert_mlp + shared experts
 //   norms      = 2 per layer (h each for RMSNorm, 2h for LayerNorm) + final norm
-//   embeddings = V*h (+ V*h untied output layer) (+ positions*h when learned)
+//   embeddings = V*h (+ V*h untied output layer) (+ positions*h when learned) (+ embedding norm)
 // Sources for each zoo entry are in models/zoo/*.json ("source").
 #pragma once
 
@@ -63,6 +63,7 @@ struct ModelSpec {
   bool linear_bias = false;  // biases on every linear layer (GPT-2 style)
   bool qkv_bias = false;     // biases on Q, K, V only (Qwen2 style)
   bool qk_norm = false;      // per-head RMSNorm on Q and K (Qwen3)
+  bool embedding_norm = false;  // a norm on the token embeddings (BLOOM's word_embeddings_layernorm)
   MoeSpec moe;
   MlaSpec mla;
 

@@ -125,6 +125,8 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
   } else if (f == Family::kBloom) {
     m["position_embedding"] = "alibi";
     m["linear_bias"] = true;
+    m["embedding_norm"] = true;
+    notes.push_back("model: BLOOM normalises the token embeddings (word_embeddings_layernorm, --embed-layernorm)");
   } else if (f == Family::kMpt) {
     m["position_embedding"] = "alibi";
     m["linear_bias"] = false;

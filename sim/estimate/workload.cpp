@@ -668,8 +668,14 @@ LayerCost WorkloadBuilder::build_embedding() const {
     lc.fwd.push_back(comm_op(c, "embedding.tp_reduce", CommKind::kTp,
                              c.sp ? Collective::kReduceScatter : Collective::kAllReduce, c.T * h * c.e, places_.tp));
   }
+  if (m.embedding_norm) {
+    // The norm keeps its input (the looked-up embeddings) for backward.
+    lc.fwd.push_back(mem_op(c, "embedding_norm", 2.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+    lc.fwd.back().saved_bytes = c.e * h * c.T_rep;
+  }
   // Backward: scatter-add of token gradients into the (dense) embedding gradient.
   const double vocab_local = static_cast<double>(rc_.padded_vocab) / c.t;
+  if (m.embedding_norm) lc.bwd.push_back(mem_op(c, "embedding_norm.bwd", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   lc.bwd.push_back(mem_op(c, "embedding.grad", 2.0 * c.e * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
   finish(lc);
   return lc;

@@ -166,6 +166,23 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
+double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double t = static_cast<double>(p.tp);
+  const double h = static_cast<double>(m.hidden);
+  // Fused QKV and first MLP projection (gate and up fused for gated MLPs), as Megatron lays
+  // them out; the vocabulary matrix on the stages that hold it.
+  double largest = h * static_cast<double>(m.q_dim() + 2 * m.kv_dim()) / t;
+  const double fc1 = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
+  largest = std::max(largest, fc1 * h * static_cast<double>(m.ffn_hidden) / t);
+  if (m.moe.enabled()) {
+    largest = std::max(largest, fc1 * h * static_cast<double>(m.moe.expert_ffn) / static_cast<double>(p.etp));
+  }
+  if (holds_vocab) largest = std::max(largest, static_cast<double>(rc.padded_vocab) * h / t);
+  return largest;
+}
+
 double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
   const auto& p = rc.parallel;
   const double m = static_cast<double>(rc.num_microbatches);
@@ -225,6 +242,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const double vh = static_cast<double>(rc.padded_vocab) * h / t;
     if (s == 0) {
       dense_params += vh;
+      if (m.embedding_norm) dense_params += m.norm == model::NormKind::kLayerNorm ? 2.0 * h : h;
       if (m.position == model::PositionKind::kLearned) dense_params += static_cast<double>(m.max_positions) * h;
     }
     if (s == p.pp - 1) {
@@ -246,6 +264,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     shard(dense_params, n_dense, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     shard(expert_params, n_expert, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     if (rc.training.lp_grads && zero < 3) st.gradients += Bytes((dense_params + expert_params) * e);
+    const bool holds_vocab = s == 0 || (s == p.pp - 1 && (!m.tied_embeddings || p.pp > 1));
 
     // Activations.
     const double inflight = inflight_microbatches(rc, s);
@@ -261,8 +280,19 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     no_recompute.parallel.recompute = Recompute::kNone;
     const Bytes full_layer = layer_activation_bytes(no_recompute, moe_layers > 0);
     st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
+    if (rc.training.lp_grads && zero < 3) {
+      // Accumulating each micro-batch's 16-bit gradients into the fp32 buffer casts one
+      // parameter's gradient at a time to fp32 (grad.to(float32) before the add), so the largest
+      // single parameter tensor has a transient fp32 copy while the other micro-batches'
+      // activations are still held.
+      st.transient = std::max(st.transient, Bytes(4.0 * largest_parameter_tensor(rc, holds_vocab)));
+    }
     const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
                           static_cast<double>(p.cp);
+    if (s == 0 && m.embedding_norm) {
+      // The embedding norm keeps its input (the looked-up embeddings) for backward.
+      st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0) * inflight);
+    }
     if (p.keep_stage_outputs && s < p.pp - 1) {
       // The stage output of every in-flight micro-batch stays in the engine's pipe buffers.
       st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0) * std::ceil(inflight));
@@ -288,7 +318,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       st.buffers += Bytes(gathered);
       if (p.fsdp && !p.reshard_after_forward) {
         const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));
-        st.buffers += Bytes(st.params * wc * (1.0 - 1.0 / dn));
+        // The gathered (unsharded) parameters are a separate allocation beside the resident
+        // shard, in the compute dtype, for the whole step.
+        st.buffers += Bytes(st.params * wc);
         // Without resharding, gradients of all micro-batches but the last are accumulated
         // unsharded (no reduce-scatter until the last), in the reduction dtype.
         if (rc.num_microbatches > 1) st.buffers += Bytes(st.params * sb.gradients * (1.0 - 1.0 / dn));

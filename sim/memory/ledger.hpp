@@ -7,7 +7,9 @@
 //   stage 0: w + g + o;  1: w + g + o/N;  2: w + (g + o)/N;  3 / FSDP: (w + g + o)/N
 // (Adam, bf16: 16 bytes, stage 1 2+2+12/N, stage 2 2+14/N, stage 3 16/N). ZeRO-3 adds gather
 // buffers (current + prefetched layer unsharded, one layer's unsharded gradient); FSDP without
-// reshard_after_forward keeps every unsharded weight resident through backward.
+// reshard_after_forward keeps every unsharded weight (compute dtype, beside the resident shard)
+// resident through backward. lp_grads (DeepSpeed BF16 optimizer) keeps 16-bit gradients beside
+// the fp32 buffer and, while adding them in, one fp32 copy of the largest parameter tensor.
 //
 // Activations per layer and micro-batch (Korthikanti et al. 2022, generalised to GQA, gated MLPs
 // and MoE): with e bytes per element, per token:
@@ -21,6 +23,7 @@
 // Full recompute keeps only each layer's input (2sbh, /t with SP) plus one layer rebuilt at a
 // time. CP divides s. Micro-batches in flight on stage r (0-based) of p: GPipe m; 1F1B and
 // ZB-H1 min(m, p - r); interleaved min(m*v, 2(p - r - 1) + (v - 1)p + 1) chunks of L/(p*v) layers.
+// A model with an embedding norm (BLOOM) keeps its input on stage 0 per micro-batch in flight.
 // The last stage keeps the inputs of the final norm and the LM head per micro-batch in flight
 // and holds one micro-batch's logits (all m under GPipe) (16-bit output + fp32 copy for the loss;
 // eager PyTorch cross-entropy keeps three fp32 copies at its peak). Peak = resident state +
@@ -89,6 +92,10 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
 double loss_peak_bytes_per_logit(const config::RunConfig& rc);
 
 // Micro-batches (in units of a full stage's layers) in flight on `stage`.
+// Elements of the largest single parameter tensor a rank holds (fused QKV, first MLP
+// projection, one expert, or the vocabulary matrix on the stages that hold it).
+double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab);
+
 double inflight_microbatches(const config::RunConfig& rc, int64_t stage);
 
 MemoryLedger compute_ledger(const config::RunConfig& rc);

@@ -124,6 +124,24 @@ TEST(ModelParse, RealHfConfigLoadsUnchanged) {
   EXPECT_DOUBLE_EQ(m.total_params(), zoo_model("llama3.1-8b").total_params());
 }
 
+// BLOOM's config.json names neither its position scheme, norm, biases nor activation; the model
+// type fixes them (ALiBi, LayerNorm also on the embeddings, biases everywhere, GeLU MLP).
+// bigscience/bloom-560m: 559,214,592 parameters (its model card).
+TEST(ModelParse, BloomConfigLoadsWithItsArchitecture) {
+  core::Issues issues;
+  const ModelSpec m = parse_model(Json{{"path", kDataDir + "/hf/bloom-560m-config.json"}}, "$.model", issues, "");
+  for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+  ASSERT_TRUE(issues.empty());
+  EXPECT_EQ(m.position, PositionKind::kAlibi);
+  EXPECT_EQ(m.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(m.mlp, MlpKind::kPlain);
+  EXPECT_TRUE(m.linear_bias);
+  EXPECT_TRUE(m.embedding_norm);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_EQ(m.ffn_hidden, 4 * 1024);
+  EXPECT_DOUBLE_EQ(m.total_params(), 559214592.0);
+}
+
 // A relative model path resolves against the run file's directory (base_dir).
 TEST(ModelParse, RelativePathResolvesAgainstBaseDir) {
   core::Issues issues;

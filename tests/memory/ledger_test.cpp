@@ -444,5 +444,70 @@ TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(async, false).value(), layer_activation_bytes(base, false).value());
 }
 
+
+// BLOOM-style embedding norm: stage 0 keeps the looked-up embeddings (s*b*h*2 / tp under SP) for
+// every in-flight micro-batch, and holds the norm's parameters; later stages are unchanged.
+TEST(Ledger, EmbeddingNormKeepsItsInputOnStageZero) {
+  Layout l;
+  l.pp = 2;
+  l.gpus = 4;
+  l.tp = 2;
+  l.sp = true;
+  l.global_batch = kB * 4;
+  const RunConfig base = gpt_run(l);
+  RunConfig en = base;
+  en.model.embedding_norm = true;
+  const MemoryLedger plain = compute_ledger(base);
+  const MemoryLedger with_norm = compute_ledger(en);
+  expect_rel(with_norm.stages[0].activations.value() - plain.stages[0].activations.value(),
+             2.0 * s * b * h / 2.0 * inflight_microbatches(base, 0));
+  EXPECT_DOUBLE_EQ(with_norm.stages[1].activations.value(), plain.stages[1].activations.value());
+  expect_rel(with_norm.stages[0].params - plain.stages[0].params, h);  // RMSNorm weight
+}
+
+// DeepSpeed's BF16 optimizer adds each micro-batch's bf16 gradients to the fp32 buffer through
+// grad.to(float32): the largest single tensor gets a transient fp32 copy. Here the vocabulary
+// matrix (32768 x 1024 / tp 2) on the stages that hold it; the fused first MLP projection
+// (1024 x 4096 / 2) is the largest layer tensor.
+TEST(Ledger, LpGradsCastTheLargestTensorToFp32) {
+  Layout l;
+  l.pp = 2;
+  l.gpus = 2;
+  l.global_batch = kB * 2;
+  l.recompute = "full";
+  RunConfig rc0 = gpt_run(l);
+  rc0.parallel.tp = 1;
+  const double vocab = static_cast<double>(rc0.padded_vocab);
+  EXPECT_DOUBLE_EQ(largest_parameter_tensor(rc0, true), vocab * h);
+  EXPECT_DOUBLE_EQ(largest_parameter_tensor(rc0, false), h * 4.0 * h);
+  const MemoryLedger base = compute_ledger(rc0);
+  RunConfig lp = rc0;
+  lp.training.lp_grads = true;
+  const MemoryLedger with_lp = compute_ledger(lp);
+  for (size_t st = 0; st < 2; ++st) {
+    SCOPED_TRACE(st);
+    EXPECT_DOUBLE_EQ(with_lp.stages[st].transient.value(),
+                     std::max(base.stages[st].transient.value(), 4.0 * vocab * h));
+  }
+}
+
+// FSDP without resharding after forward (torchtitan under pipeline parallelism) holds the gathered
+// parameters, in the compute dtype, beside the resident shard: params * 2 bytes more than the
+// resharding layout's per-layer gather buffers.
+TEST(Ledger, NoReshardHoldsAllGatheredParametersBesideTheShard) {
+  Layout l;
+  l.gpus = 4;
+  l.global_batch = kB * 4;
+  RunConfig fs = gpt_run(l);  // dp 4 derived from the GPU count
+  ASSERT_EQ(fs.parallel.dp, 4);
+  fs.parallel.fsdp = true;
+  fs.parallel.zero_stage = 3;
+  const MemoryLedger re = compute_ledger(fs);
+  RunConfig keep = fs;
+  keep.parallel.reshard_after_forward = false;
+  const MemoryLedger no = compute_ledger(keep);
+  expect_rel(no.stages[0].buffers.value() - re.stages[0].buffers.value(), no.stages[0].params * 2.0);
+}
+
 }  // namespace
 }  // namespace stepcast::memory
