@@ -289,18 +289,20 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     for (size_t b : fit_sizes) order.emplace_back(b, false);
     for (size_t b : held_sizes) order.emplace_back(b, true);
     std::sort(order.begin(), order.end());
-    // Two passes seconds apart, averaged: the shared machine's speed drifts over seconds,
-    // which a single pass would freeze into the curve.
-    constexpr int kPasses = 2;
+    // Three passes seconds apart, and the median of each size's three kept: the shared
+    // machine's speed drifts over seconds, and a transient slowdown during one pass would
+    // otherwise be frozen into one point of the curve (and the interpolation around it).
+    constexpr int kPasses = 3;
     for (const char* op : kOps) {
       std::vector<CollSample> cs;
-      std::vector<double> sum(order.size(), 0.0);
+      std::vector<std::vector<double>> runs(order.size());
       for (int pass = 0; pass < kPasses; ++pass) {
-        for (size_t i = 0; i < order.size(); ++i) sum[i] += time_collective(op, order[i].first, rank, size, mo) / kPasses;
+        for (size_t i = 0; i < order.size(); ++i) runs[i].push_back(time_collective(op, order[i].first, rank, size, mo));
       }
       for (size_t i = 0; i < order.size(); ++i) {
         const auto [b, held] = order[i];
-        const double t = sum[i];
+        std::sort(runs[i].begin(), runs[i].end());
+        const double t = runs[i][kPasses / 2];
         if (held) {
           held_coll.push_back({op, b, t});
         } else {

@@ -604,7 +604,7 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
       const double peak = e.memory.peak().value() - (includes_runtime ? 0.0 : e.memory.stages[static_cast<size_t>(e.memory.peak_stage)].runtime.value());
       row.predicted_mem_gib = peak / 1073741824.0;
       row.mem_error = (row.predicted_mem_gib - row.measured_mem_gib) / row.measured_mem_gib;
-      row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context)" : "allocator peak (excludes CUDA context)";
+      row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context and NCCL buffers)" : "allocator peak (excludes CUDA context and NCCL)";
     }
     res.rows.push_back(row);
   }

@@ -138,6 +138,8 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       issues.add(gr.child_path("memory_bandwidth"), "required (e.g. \"3.35TB/s\")");
     }
     hw.runtime_reserved = gr.get_bytes("runtime_reserved", false).value_or(core::Bytes(0));
+    hw.nccl_comm_memory = gr.get_bytes("nccl_comm_memory", false).value_or(core::Bytes(0));
+    hw.nccl_pair_memory = gr.get_bytes("nccl_pair_memory", false).value_or(hw.nccl_comm_memory);
     hw.sm_count = static_cast<int>(gr.get_int("sm_count", 1, 100000, 100));
     gr.finish();
   } else {

@@ -109,7 +109,12 @@ struct HardwareProfile {
   std::map<Dtype, core::FlopRate> peak;  // dense peak per dtype
   core::Bytes hbm_capacity;
   core::Bandwidth hbm_bandwidth;
-  core::Bytes runtime_reserved;  // CUDA context, NCCL and allocator overhead not in the ledger
+  core::Bytes runtime_reserved;  // CUDA context and kernels a process holds before any tensor
+  // GPU memory one NCCL communicator holds per rank once it has run a collective (protocol
+  // buffers per channel and connected peer), for groups of 3+ ranks and for 2-rank groups
+  // (pipeline neighbours, tied-embedding pairs). 0 where the profile has no measurement.
+  core::Bytes nccl_comm_memory;
+  core::Bytes nccl_pair_memory;
   int sm_count = 0;
   int gpus_per_node = 8;
   std::vector<FabricTier> fabric;  // ordered from narrowest to widest; last spans the node

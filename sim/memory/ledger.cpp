@@ -166,6 +166,27 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
+std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage) {
+  const auto& p = rc.parallel;
+  int64_t multi = 0, pairs = 0;
+  auto group = [&](int64_t ranks) {
+    if (ranks > 2) ++multi;
+    else if (ranks == 2) ++pairs;
+  };
+  group(rc.cluster.num_gpus);
+  group(p.tp);
+  group(p.cp);
+  group(p.dp * p.cp);
+  if (rc.model.moe.enabled()) {
+    group(p.ep);
+    group(p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp));
+  }
+  if (stage > 0) ++pairs;
+  if (stage < p.pp - 1) ++pairs;
+  if (p.pp > 1 && rc.model.tied_embeddings && (stage == 0 || stage == p.pp - 1)) ++pairs;
+  return {multi, pairs};
+}
+
 double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -329,7 +350,12 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // One bucket's communication buffer (no larger than the stage's gradients).
       st.buffers += Bytes(std::min(p.bucket_mb * 1e6, (dense_params + expert_params) * sb.gradients));
     }
-    st.runtime = rc.hardware.runtime_reserved;
+    const auto [multi, pairs] = nccl_communicators(rc, s);
+    st.communicators = multi;
+    st.pair_communicators = pairs;
+    st.nccl = rc.hardware.nccl_comm_memory * static_cast<double>(multi) +
+              rc.hardware.nccl_pair_memory * static_cast<double>(pairs);
+    st.runtime = rc.hardware.runtime_reserved + st.nccl;
     ledger.stages.push_back(st);
   }
   ledger.peak_stage = 0;

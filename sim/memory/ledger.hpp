@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/config/run_config.hpp"
@@ -51,7 +52,10 @@ struct StageMemory {
   core::Bytes transient;      // backward working set (one layer's worth) and recompute buffer
   core::Bytes logits;         // last stage: logits of one micro-batch
   core::Bytes buffers;        // communication buckets, ZeRO-3 gather buffers
-  core::Bytes runtime;        // CUDA context, NCCL, allocator reserve (from the hardware profile)
+  core::Bytes runtime;        // CUDA context and NCCL communicators (from the hardware profile)
+  core::Bytes nccl;           // of which NCCL communicator buffers
+  int64_t communicators = 0;  // NCCL communicators this rank joins (groups of 3+ ranks)
+  int64_t pair_communicators = 0;  // and 2-rank ones
   int64_t inflight_microbatches = 0;  // in layer-stack units for interleaved (chunks / v)
   core::Bytes activation_per_layer;   // one layer, one micro-batch
   [[nodiscard]] core::Bytes model_state() const { return weights + gradients + optimizer; }
@@ -92,6 +96,12 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
 double loss_peak_bytes_per_logit(const config::RunConfig& rc);
 
 // Micro-batches (in units of a full stage's layers) in flight on `stage`.
+// NCCL communicators a rank of `stage` joins in a training step: the world group (barriers), and
+// each group its step communicates in: TP, CP, data-parallel (over dp*cp), EP and the expert
+// data-parallel group, the pipeline neighbours and, with tied embeddings under pipeline
+// parallelism, the first/last-stage embedding pair. Returns {groups of 3+ ranks, 2-rank groups}.
+std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage);
+
 // Elements of the largest single parameter tensor a rank holds (fused QKV, first MLP
 // projection, one expert, or the vocabulary matrix on the stages that hold it).
 double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab);

@@ -36,6 +36,8 @@ Json ledger_json(const memory::MemoryLedger& l) {
                       {"logits_bytes", s.logits.value()},
                       {"buffers_bytes", s.buffers.value()},
                       {"runtime_bytes", s.runtime.value()},
+                      {"nccl_bytes", s.nccl.value()},
+                      {"nccl_communicators", s.communicators + s.pair_communicators},
                       {"total_bytes", s.total().value()}});
   }
   return {{"stages", stages},
