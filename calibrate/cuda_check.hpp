@@ -4,7 +4,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
+#include "calibrate/nccl_api.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -4,7 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
+#include "calibrate/nccl_api.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -153,7 +153,13 @@ void nccl_finalize() {
   g_comm = nullptr;
 }
 
-std::string nccl_version() { return std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH); }
+std::string nccl_version() {
+#if STEPCAST_HAVE_NCCL
+  return std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH);
+#else
+  return "none (built without NCCL)";
+#endif
+}
 
 double time_collective(const std::string& op, size_t bytes, int rank, int size, const MeasureOptions& mo,
                        const std::function<void()>& barrier, const std::function<double(double)>& max_over_ranks) {

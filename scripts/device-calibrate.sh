@@ -10,6 +10,14 @@ mkdir -p "$out"
 start=$(date +%s)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTEPCAST_DEPS_DIR="$PWD/build-deps" -DSTEPCAST_BUILD_TESTS=OFF \
   -DSTEPCAST_BUILD_BENCH=OFF -DSTEPCAST_CUDA_ARCHS=90 >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+grep "stepcast:" "$out/configure.log"
+if ! grep -q "CUDA backends enabled" "$out/configure.log"; then
+  # Say what the machine has, so the next attempt can point CMake at it.
+  command -v nvcc; nvcc --version | tail -2
+  ls /usr/local/cuda/lib64 2>/dev/null | grep -E "cublas|nccl" | head
+  python3 -c "import nvidia, os; print(list(nvidia.__path__))" 2>&1
+  exit 1
+fi
 cmake --build build-gpu -j "$(nproc)" --target stepcast >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee "$out/nvidia-smi.csv"

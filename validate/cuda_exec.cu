@@ -7,7 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
+#include "calibrate/nccl_api.hpp"
 
 #include <algorithm>
 #include <stdexcept>
