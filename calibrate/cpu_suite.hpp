@@ -23,6 +23,7 @@ struct SuiteOptions {
 struct HeldOut {
   std::string what;          // "gemm 512x768x768", "all_reduce 262144 B"
   double measured_s = 0, predicted_s = 0;
+  double spread = 0;          // (max - min) / median over the passes that measured it
   [[nodiscard]] double error() const { return predicted_s / measured_s - 1.0; }
 };
 

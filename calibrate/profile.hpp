@@ -33,14 +33,18 @@ struct DeviceDescription {
 // Builds r.profile from r's fits (date and command are added to the sources).
 void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s, const std::string& command);
 
+// `spread`: how far the passes that measured the benchmark disagreed, (max - min) / median (0
+// when it was measured once): the noise any prediction of it is judged against.
 struct HeldGemm {
   int m = 0, n = 0, k = 0;
   double seconds = 0;
+  double spread = 0;
 };
 struct HeldCollective {
   std::string op;
   size_t bytes = 0;
   double seconds = 0;
+  double spread = 0;
 };
 
 // Parses r.profile and predicts every held-out measurement with the simulator's cost model
