@@ -169,11 +169,16 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
 std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage) {
   const auto& p = rc.parallel;
   int64_t multi = 0, pairs = 0;
-  auto group = [&](int64_t ranks) {
+  const int64_t world = rc.cluster.num_gpus;
+  auto count = [&](int64_t ranks) {
     if (ranks > 2) ++multi;
     else if (ranks == 2) ++pairs;
   };
-  group(rc.cluster.num_gpus);
+  // A group spanning every rank is the world group itself (one communicator).
+  auto group = [&](int64_t ranks) {
+    if (ranks < world) count(ranks);
+  };
+  count(world);
   group(p.tp);
   group(p.cp);
   group(p.dp * p.cp);

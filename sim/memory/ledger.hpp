@@ -98,8 +98,9 @@ double loss_peak_bytes_per_logit(const config::RunConfig& rc);
 // Micro-batches (in units of a full stage's layers) in flight on `stage`.
 // NCCL communicators a rank of `stage` joins in a training step: the world group (barriers), and
 // each group its step communicates in: TP, CP, data-parallel (over dp*cp), EP and the expert
-// data-parallel group, the pipeline neighbours and, with tied embeddings under pipeline
-// parallelism, the first/last-stage embedding pair. Returns {groups of 3+ ranks, 2-rank groups}.
+// data-parallel group (a group of every rank is the world group), the pipeline neighbours and,
+// with tied embeddings under pipeline parallelism, the first/last-stage embedding pair.
+// Returns {groups of 3+ ranks, 2-rank groups}.
 std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage);
 
 // Elements of the largest single parameter tensor a rank holds (fused QKV, first MLP

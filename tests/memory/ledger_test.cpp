@@ -537,6 +537,11 @@ TEST(Ledger, NcclCommunicatorsAddTheirBuffers) {
   EXPECT_DOUBLE_EQ(led.stages[0].runtime.value(), 1e9 + 700e6 + 3 * 500e6);
   EXPECT_DOUBLE_EQ(led.stages[1].runtime.value(), 1e9 + 700e6 + 4 * 500e6);
   EXPECT_DOUBLE_EQ(led.stages[1].nccl.value(), 700e6 + 4 * 500e6);
+  // Pure data parallelism over every GPU uses the world group alone.
+  Layout d;
+  d.gpus = 8;
+  d.global_batch = kB * 8;
+  EXPECT_EQ(nccl_communicators(gpt_run(d), 0), (CommCount{1, 0}));
 }
 
 }  // namespace
