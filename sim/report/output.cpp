@@ -120,6 +120,11 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
                   gib(s.buffers).c_str(), gib(s.runtime).c_str(), gib(s.total()).c_str());
     o << line;
   }
+  const auto& pk = l.stages[static_cast<size_t>(l.peak_stage)];
+  if (pk.nccl.value() > 0) {
+    o << "runtime on stage " << pk.stage << ": CUDA context " << gib(pk.runtime - pk.nccl) << " GiB + NCCL buffers "
+      << gib(pk.nccl) << " GiB (" << pk.communicators + pk.pair_communicators << " communicators)\n";
+  }
   const double over = l.peak().value() - l.capacity.value();
   o << "peak " << gib(l.peak()) << " GiB on stage " << l.peak_stage << " of " << gib(l.capacity) << " GiB: ";
   if (over <= 0) {
