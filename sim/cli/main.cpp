@@ -351,6 +351,9 @@ int run(int argc, char** argv) {
   plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(CLI::PositiveNumber);
   plan->add_option("--fix", plan_fix, "fix a parallel setting, e.g. --fix pp=4 --fix recompute=full (repeatable)");
   plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(CLI::NonNegativeNumber);
+  plan->add_option("--memory-headroom", popt.memory_headroom,
+                   "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
+      ->check(CLI::Range(0.0, 0.9));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here");
 
@@ -368,6 +371,9 @@ int run(int argc, char** argv) {
   cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
       ->check(CLI::Range(0.001, 1.0));
   cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(CLI::PositiveNumber);
+  cap->add_option("--memory-headroom", sopt.plan.memory_headroom,
+                  "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
+      ->check(CLI::Range(0.0, 0.9));
   cap->add_flag("--json", cap_json, "print the result as JSON");
 
   // sweep

@@ -297,6 +297,10 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         ev.reason = "does not fit in memory";
         continue;
       }
+      if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
+        ev.reason = "fits, but not within the memory headroom";
+        continue;
+      }
       ev.c.peak_memory_bytes = ledger.peak().value();
       ev.c.est = estimate::estimate_step(rc, std::move(ledger));
       ev.c.rc = std::move(rc);

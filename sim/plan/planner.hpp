@@ -27,6 +27,10 @@ struct PlanOptions {
   int64_t max_mbs = 8;
   int64_t max_vpp = 8;
   int threads = 0;         // 0: hardware concurrency
+  // Share of the GPU's memory a layout must leave free (the caching allocator's fragmentation
+  // and anything else the ledger does not hold): a layout fits when its ledger peak is at most
+  // (1 - memory_headroom) x capacity. 0 keeps the ledger's own verdict.
+  double memory_headroom = 0;
 };
 
 struct Candidate {

@@ -75,6 +75,23 @@ TEST(Planner, LayoutsThatDoNotFitAreCounted) {
   EXPECT_NE(r.explanation.find("No layout fits"), std::string::npos);
 }
 
+// A memory headroom keeps only layouts whose ledger peak leaves that share of memory free; the
+// others are counted under their own reason, and nothing else changes.
+TEST(Planner, MemoryHeadroomRejectsLayoutsTooCloseToFull) {
+  PlanOptions o = small_options();
+  o.top_k = 0;
+  const PlanResult all = plan(run_8b(), "<plan-test>", "", o);
+  o.memory_headroom = 0.5;
+  const PlanResult half = plan(run_8b(), "<plan-test>", "", o);
+  ASSERT_FALSE(half.ranked.empty());
+  int64_t above_half = 0;
+  for (const auto& c : all.ranked) above_half += c.peak_memory_bytes > 0.5 * c.est.memory.capacity.value();
+  ASSERT_GT(above_half, 0) << "the test needs layouts above half of memory";
+  EXPECT_EQ(half.fit, all.fit - above_half);
+  EXPECT_EQ(half.rejected.at("fits, but not within the memory headroom"), above_half);
+  for (const auto& c : half.ranked) EXPECT_LE(c.peak_memory_bytes, 0.5 * c.est.memory.capacity.value());
+}
+
 TEST(Planner, DeterministicOutput) {
   const PlanResult a = plan(run_8b(), "<plan-test>", "", small_options());
   PlanOptions one_thread = small_options();
