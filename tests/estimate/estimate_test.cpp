@@ -257,5 +257,26 @@ TEST(Workload, EagerElementwiseMultipliesPasses) {
   EXPECT_DOUBLE_EQ(bytes_of(gpt_eager.dense_layer(), "norm1"), bytes_of(gpt_fused.dense_layer(), "norm1"));
 }
 
+
+// An embedding norm (BLOOM) is one norm pass over the looked-up embeddings in forward, keeping
+// them for backward (saved bytes = tokens x hidden x 2), and its backward pass.
+TEST(Workload, EmbeddingNormAddsItsPassesAndSavedInput) {
+  Json j = {{"model", "gpt2-124m"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 1}}},
+            {"training", {{"seq_len", 1024}, {"global_batch_size", 8}}},
+            {"parallel", {{"micro_batch_size", 8}}}};
+  const WorkloadBuilder plain(config::parse_run(j, "<embed-norm-test>", ""));
+  auto rc = config::parse_run(j, "<embed-norm-test>", "");
+  rc.model.embedding_norm = true;
+  const WorkloadBuilder normed(rc);
+  ASSERT_EQ(normed.embedding().fwd.size(), plain.embedding().fwd.size() + 1);
+  ASSERT_EQ(normed.embedding().bwd.size(), plain.embedding().bwd.size() + 1);
+  const Op& f = normed.embedding().fwd.back();
+  EXPECT_EQ(f.name, "embedding_norm");
+  EXPECT_DOUBLE_EQ(f.saved_bytes, 8.0 * 1024.0 * 768.0 * 2.0);
+  EXPECT_GT(normed.embedding().fwd_compute.value(), plain.embedding().fwd_compute.value());
+}
+
 }  // namespace
 }  // namespace stepcast::estimate
