@@ -140,6 +140,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.runtime_reserved = gr.get_bytes("runtime_reserved", false).value_or(core::Bytes(0));
     hw.nccl_comm_memory = gr.get_bytes("nccl_comm_memory", false).value_or(core::Bytes(0));
     hw.nccl_pair_memory = gr.get_bytes("nccl_pair_memory", false).value_or(hw.nccl_comm_memory);
+    hw.nccl_alltoall_peer_memory = gr.get_bytes("nccl_alltoall_peer_memory", false).value_or(core::Bytes(0));
     hw.sm_count = static_cast<int>(gr.get_int("sm_count", 1, 100000, 100));
     gr.finish();
   } else {

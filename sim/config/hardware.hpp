@@ -115,6 +115,8 @@ struct HardwareProfile {
   // (pipeline neighbours, tied-embedding pairs). 0 where the profile has no measurement.
   core::Bytes nccl_comm_memory;
   core::Bytes nccl_pair_memory;
+  // An all-to-all connects every peer of its group on every channel: GPU memory per peer.
+  core::Bytes nccl_alltoall_peer_memory;
   int sm_count = 0;
   int gpus_per_node = 8;
   std::vector<FabricTier> fabric;  // ordered from narrowest to widest; last spans the node

@@ -192,6 +192,14 @@ std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int6
   return {multi, pairs};
 }
 
+int64_t nccl_alltoall_peers(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  int64_t peers = 0;
+  if (rc.model.moe.enabled() && p.moe.dispatcher == config::MoeDispatcher::kAllToAll) peers += p.ep - 1;
+  if (p.cp_comm == config::CpComm::kUlysses) peers += p.cp - 1;
+  return peers;
+}
+
 double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -358,8 +366,10 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const auto [multi, pairs] = nccl_communicators(rc, s);
     st.communicators = multi;
     st.pair_communicators = pairs;
+    st.alltoall_peers = nccl_alltoall_peers(rc);
     st.nccl = rc.hardware.nccl_comm_memory * static_cast<double>(multi) +
-              rc.hardware.nccl_pair_memory * static_cast<double>(pairs);
+              rc.hardware.nccl_pair_memory * static_cast<double>(pairs) +
+              rc.hardware.nccl_alltoall_peer_memory * static_cast<double>(st.alltoall_peers);
     st.runtime = rc.hardware.runtime_reserved + st.nccl;
     ledger.stages.push_back(st);
   }

@@ -56,6 +56,7 @@ struct StageMemory {
   core::Bytes nccl;           // of which NCCL communicator buffers
   int64_t communicators = 0;  // NCCL communicators this rank joins (groups of 3+ ranks)
   int64_t pair_communicators = 0;  // and 2-rank ones
+  int64_t alltoall_peers = 0;      // peers connected by all-to-alls (EP dispatch, Ulysses CP)
   int64_t inflight_microbatches = 0;  // in layer-stack units for interleaved (chunks / v)
   core::Bytes activation_per_layer;   // one layer, one micro-batch
   [[nodiscard]] core::Bytes model_state() const { return weights + gradients + optimizer; }
@@ -102,6 +103,10 @@ double loss_peak_bytes_per_logit(const config::RunConfig& rc);
 // with tied embeddings under pipeline parallelism, the first/last-stage embedding pair.
 // Returns {groups of 3+ ranks, 2-rank groups}.
 std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage);
+
+// Peers a rank's all-to-alls connect (each on every channel): the expert-parallel group's under
+// the all-to-all dispatcher, and the context-parallel group's under Ulysses.
+int64_t nccl_alltoall_peers(const config::RunConfig& rc);
 
 // Elements of the largest single parameter tensor a rank holds (fused QKV, first MLP
 // projection, one expert, or the vocabulary matrix on the stages that hold it).

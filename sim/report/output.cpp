@@ -38,6 +38,7 @@ Json ledger_json(const memory::MemoryLedger& l) {
                       {"runtime_bytes", s.runtime.value()},
                       {"nccl_bytes", s.nccl.value()},
                       {"nccl_communicators", s.communicators + s.pair_communicators},
+                      {"nccl_alltoall_peers", s.alltoall_peers},
                       {"total_bytes", s.total().value()}});
   }
   return {{"stages", stages},
@@ -123,7 +124,9 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
   const auto& pk = l.stages[static_cast<size_t>(l.peak_stage)];
   if (pk.nccl.value() > 0) {
     o << "runtime on stage " << pk.stage << ": CUDA context " << gib(pk.runtime - pk.nccl) << " GiB + NCCL buffers "
-      << gib(pk.nccl) << " GiB (" << pk.communicators + pk.pair_communicators << " communicators)\n";
+      << gib(pk.nccl) << " GiB (" << pk.communicators + pk.pair_communicators << " communicators";
+    if (pk.alltoall_peers > 0) o << ", all-to-all buffers for " << pk.alltoall_peers << " peers";
+    o << ")\n";
   }
   const double over = l.peak().value() - l.capacity.value();
   o << "peak " << gib(l.peak()) << " GiB on stage " << l.peak_stage << " of " << gib(l.capacity) << " GiB: ";

@@ -544,5 +544,24 @@ TEST(Ledger, NcclCommunicatorsAddTheirBuffers) {
   EXPECT_EQ(nccl_communicators(gpt_run(d), 0), (CommCount{1, 0}));
 }
 
+
+// All-to-alls connect every peer of their group: EP dispatch over ep 8 adds 7 peers' buffers at
+// the profile's per-peer size (H100: 469 MB); the all-gather dispatcher adds none.
+TEST(Ledger, AllToAllPeersAddTheirBuffers) {
+  Json j = {{"model", "qwen3-30b-a3b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+            {"parallel", {{"ep", 8}, {"micro_batch_size", 1}}}};
+  const RunConfig a2a = config::parse_run(j, "<a2a-test>", "");
+  EXPECT_EQ(nccl_alltoall_peers(a2a), 7);
+  const MemoryLedger led = compute_ledger(a2a);
+  EXPECT_DOUBLE_EQ(led.stages[0].nccl.value(), 7 * 469e6);
+  j["parallel"]["moe"] = {{"dispatcher", "allgather"}};
+  const RunConfig ag = config::parse_run(j, "<a2a-test>", "");
+  EXPECT_EQ(nccl_alltoall_peers(ag), 0);
+  EXPECT_DOUBLE_EQ(compute_ledger(ag).stages[0].nccl.value(), 0.0);
+}
+
 }  // namespace
 }  // namespace stepcast::memory
