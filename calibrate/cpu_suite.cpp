@@ -1,6 +1,7 @@
 #include "calibrate/cpu_suite.hpp"
 
 #include "calibrate/cpu_kernels.hpp"
+#include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 
 #include <Eigen/Core>
@@ -205,16 +206,8 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   mo.budget_s = opt.budget_per_benchmark_s;
   // A synchronous job runs at its slowest device's pace: every rank measures at the same time
   // (sharing the memory system as training does) and the slowest rank's result is kept.
-  auto slowest = [&](double seconds) {
-#ifdef STEPCAST_HAVE_MPI
-    if (size > 1) {
-      double worst = seconds;
-      MPI_Allreduce(&seconds, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      return worst;
-    }
-#endif
-    return seconds;
-  };
+  const MpiWorld world;
+  auto slowest = [&](double seconds) { return world.max(seconds); };
   // --- compute: GEMM shapes of small transformer layers (tokens x hidden / ffn) ---
   const std::vector<Shape> fit_shapes{{32, 256, 256},   {32, 1024, 256},   {32, 256, 1024},   {128, 256, 256},
                                       {128, 1024, 256}, {128, 256, 1024},  {128, 1024, 1024}, {512, 256, 256},
@@ -297,10 +290,9 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     // every rank sees the same slowest-rank times, so all make the same choice).
     constexpr int kPasses = 3, kExtraPasses = 2;
     constexpr double kNoisy = 0.10;
-    auto spread_of = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-      return std::pair{med, (v.back() - v.front()) / med};
+    auto spread_of = [](const std::vector<double>& v) {  // {median, (max - min) / median}
+      const Measurement m = summarize(v);
+      return std::pair{m.median_s, (*std::max_element(v.begin(), v.end()) - m.min_s) / m.median_s};
     };
     for (const char* op : kOps) {
       std::vector<CollSample> cs;

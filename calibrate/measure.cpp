@@ -4,16 +4,17 @@
 #include <cmath>
 #include <numeric>
 
+#include "sim/core/stats.hpp"
+
 namespace stepcast::calibrate {
 
 Measurement summarize(std::vector<double> samples) {
   Measurement m;
   m.reps = static_cast<int>(samples.size());
   if (samples.empty()) return m;
-  std::sort(samples.begin(), samples.end());
   const size_t n = samples.size();
-  m.median_s = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  m.min_s = samples.front();
+  m.median_s = core::median(samples);
+  m.min_s = *std::min_element(samples.begin(), samples.end());
   m.mean_s = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(n);
   if (n > 1 && m.mean_s > 0) {
     double var = 0;

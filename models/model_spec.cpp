@@ -25,16 +25,13 @@ int64_t ModelSpec::num_moe_layers() const {
   return n;
 }
 
-namespace {
-double norm_params(const ModelSpec& m) {
-  return m.norm == NormKind::kLayerNorm ? 2.0 * static_cast<double>(m.hidden)
-                                        : static_cast<double>(m.hidden);
+double ModelSpec::norm_params() const {
+  return norm == NormKind::kLayerNorm ? 2.0 * static_cast<double>(hidden) : static_cast<double>(hidden);
 }
-}  // namespace
 
 double ModelSpec::attention_params() const {
   const double h = static_cast<double>(hidden);
-  double p = norm_params(*this);
+  double p = norm_params();
   if (mla.enabled()) {
     const double qk_head = static_cast<double>(mla.qk_nope_head_dim + mla.qk_rope_head_dim);
     const double a = static_cast<double>(heads);
@@ -63,7 +60,7 @@ double ModelSpec::attention_params() const {
 double ModelSpec::dense_mlp_params() const {
   const double h = static_cast<double>(hidden);
   const double f = static_cast<double>(ffn_hidden);
-  double p = norm_params(*this) + static_cast<double>(mlp_matrices()) * h * f;
+  double p = norm_params() + static_cast<double>(mlp_matrices()) * h * f;
   if (linear_bias) p += (mlp_matrices() - 1) * f + h;
   return p;
 }
@@ -78,7 +75,7 @@ double ModelSpec::expert_params() const {
 
 double ModelSpec::moe_mlp_params() const {
   const double h = static_cast<double>(hidden);
-  double p = norm_params(*this) + h * static_cast<double>(moe.num_experts);  // router
+  double p = norm_params() + h * static_cast<double>(moe.num_experts);  // router
   if (linear_bias) p += static_cast<double>(moe.num_experts);
   p += static_cast<double>(moe.num_experts) * expert_params();
   p += static_cast<double>(mlp_matrices()) * h * static_cast<double>(moe.shared_experts) *
@@ -88,7 +85,7 @@ double ModelSpec::moe_mlp_params() const {
 
 double ModelSpec::moe_mlp_active_params() const {
   const double h = static_cast<double>(hidden);
-  return norm_params(*this) + h * static_cast<double>(moe.num_experts) +
+  return norm_params() + h * static_cast<double>(moe.num_experts) +
          static_cast<double>(moe.top_k) * expert_params() +
          static_cast<double>(mlp_matrices()) * h * static_cast<double>(moe.shared_experts) *
              static_cast<double>(moe.shared_expert_ffn);
@@ -101,12 +98,12 @@ double ModelSpec::layer_params(int64_t layer) const {
 double ModelSpec::embedding_params() const {
   double p = static_cast<double>(vocab) * static_cast<double>(hidden);
   if (position == PositionKind::kLearned) p += static_cast<double>(max_positions * hidden);
-  if (embedding_norm) p += norm_params(*this);
+  if (embedding_norm) p += norm_params();
   return p;
 }
 
 double ModelSpec::output_params() const {
-  double p = norm_params(*this);
+  double p = norm_params();
   if (!tied_embeddings) p += static_cast<double>(vocab) * static_cast<double>(hidden);
   return p;
 }

@@ -75,6 +75,7 @@ struct ModelSpec {
   [[nodiscard]] int64_t mlp_matrices() const { return mlp == MlpKind::kGated ? 3 : 2; }
 
   // --- parameter counts ---
+  [[nodiscard]] double norm_params() const;           // one norm: h (RMSNorm) or 2h (LayerNorm)
   [[nodiscard]] double attention_params() const;      // one layer, including its norm
   [[nodiscard]] double dense_mlp_params() const;      // one dense layer's MLP, including its norm
   [[nodiscard]] double expert_params() const;         // one routed expert

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "calibrate/mpi_world.hpp"
 #include "sim/core/error.hpp"
 
 #ifdef STEPCAST_HAVE_MPI
@@ -46,54 +47,7 @@ namespace {
 
 // The world the ranks share: MPI when this build has it (and it is initialised), otherwise a
 // world of one (a single-GPU validation needs no MPI).
-struct World {
-  int rank = 0, size = 1;
-  World() {
-#ifdef STEPCAST_HAVE_MPI
-    int on = 0;
-    MPI_Initialized(&on);
-    if (on) {
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
-    }
-#endif
-  }
-  void barrier() const {
-#ifdef STEPCAST_HAVE_MPI
-    if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
-#endif
-  }
-  [[nodiscard]] double max(double x) const {
-#ifdef STEPCAST_HAVE_MPI
-    if (size > 1) {
-      double m = x;
-      MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      return m;
-    }
-#endif
-    return x;
-  }
-  // Every rank's vector, concatenated on rank 0 (with each rank's offset).
-  [[nodiscard]] std::vector<double> gather(const std::vector<double>& mine, std::vector<int>& displs) const {
-    displs.assign(static_cast<size_t>(size), 0);
-#ifdef STEPCAST_HAVE_MPI
-    if (size > 1) {
-      int n = static_cast<int>(mine.size());
-      std::vector<int> counts(static_cast<size_t>(size));
-      MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-      std::vector<double> all;
-      if (rank == 0) {
-        int off = 0;
-        for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = off, off += counts[static_cast<size_t>(r)];
-        all.resize(static_cast<size_t>(off));
-      }
-      MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      return all;
-    }
-#endif
-    return mine;
-  }
-};
+using World = calibrate::MpiWorld;
 
 std::string describe(const Program& prog, int64_t i) {
   if (i < 0) return "between steps";

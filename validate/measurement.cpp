@@ -13,13 +13,6 @@ namespace stepcast::validate {
 
 using core::Json;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double Measured::median_step_s() const { return median(step_s); }
 double Measured::min_step_s() const { return step_s.empty() ? 0.0 : *std::min_element(step_s.begin(), step_s.end()); }
 double Measured::max_step_s() const { return step_s.empty() ? 0.0 : *std::max_element(step_s.begin(), step_s.end()); }

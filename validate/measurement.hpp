@@ -8,10 +8,13 @@
 
 #include "sim/config/run_config.hpp"
 #include "sim/core/json_reader.hpp"
+#include "sim/core/stats.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "validate/program.hpp"
 
 namespace stepcast::validate {
+
+using core::median;
 
 constexpr size_t kCategories = static_cast<size_t>(Category::kCount);
 
@@ -49,8 +52,6 @@ struct Measured {
   [[nodiscard]] double min_step_s() const;
   [[nodiscard]] double max_step_s() const;
 };
-
-double median(std::vector<double> v);
 
 struct Comparison {
   std::string run;         // run file

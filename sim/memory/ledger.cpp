@@ -274,15 +274,18 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       largest_layer = std::max(largest_layer, layer_dense + layer_expert);
     }
     const double vh = static_cast<double>(rc.padded_vocab) * h / t;
+    // The last stage holds an output matrix of its own unless it is the first stage's tied one.
+    const bool holds_head = s == p.pp - 1 && (!m.tied_embeddings || p.pp > 1);
+    const bool holds_vocab = s == 0 || holds_head;
     if (s == 0) {
       dense_params += vh;
-      if (m.embedding_norm) dense_params += m.norm == model::NormKind::kLayerNorm ? 2.0 * h : h;
+      if (m.embedding_norm) dense_params += m.norm_params();
       if (m.position == model::PositionKind::kLearned) dense_params += static_cast<double>(m.max_positions) * h;
     }
     if (s == p.pp - 1) {
       // Final norm (h for RMSNorm, 2h for LayerNorm).
       dense_params += m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h);
-      if (!m.tied_embeddings || p.pp > 1) dense_params += vh;
+      if (holds_head) dense_params += vh;
     }
     st.params = dense_params + expert_params;
     st.dense_params = dense_params;
@@ -298,7 +301,6 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     shard(dense_params, n_dense, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     shard(expert_params, n_expert, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     if (rc.training.lp_grads && zero < 3) st.gradients += Bytes((dense_params + expert_params) * e);
-    const bool holds_vocab = s == 0 || (s == p.pp - 1 && (!m.tied_embeddings || p.pp > 1));
 
     // Activations.
     const double inflight = inflight_microbatches(rc, s);

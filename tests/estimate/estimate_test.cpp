@@ -225,6 +225,14 @@ TEST(Workload, DeepSpeedPipelineSendsAndGradientAccumulation) {
   for (const auto& o : wb.dense_layer().bwd) EXPECT_NE(o.name, "grad_accumulate");
 }
 
+// GPT-2 124M on one GPU: 8 sequences of 1,024 tokens in one micro-batch.
+Json gpt2_one_gpu() {
+  return {{"model", "gpt2-124m"},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", 1}}},
+          {"training", {{"seq_len", 1024}, {"global_batch_size", 8}}},
+          {"parallel", {{"micro_batch_size", 8}}}};
+}
 
 // Eager element-wise work: RMSNorm x9, rotary x5, gated activation x5/3 the fused passes;
 // LayerNorm stays one kernel.
@@ -246,26 +254,18 @@ TEST(Workload, EagerElementwiseMultipliesPasses) {
   EXPECT_DOUBLE_EQ(bytes_of(eager.dense_layer(), "norm1"), 9.0 * bytes_of(fused.dense_layer(), "norm1"));
   EXPECT_DOUBLE_EQ(bytes_of(eager.dense_layer(), "rope"), 5.0 * bytes_of(fused.dense_layer(), "rope"));
   EXPECT_DOUBLE_EQ(bytes_of(eager.dense_layer(), "activation"), 5.0 / 3.0 * bytes_of(fused.dense_layer(), "activation"));
-  Json g = {{"model", "gpt2-124m"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 1}}},
-            {"training", {{"seq_len", 1024}, {"global_batch_size", 8}, {"fused_elementwise", false}}},
-            {"parallel", {{"micro_batch_size", 8}}}};
+  Json g = gpt2_one_gpu();
+  g["training"]["fused_elementwise"] = false;
   const WorkloadBuilder gpt_eager(config::parse_run(g, "<eager-test>", ""));
   g["training"]["fused_elementwise"] = true;
   const WorkloadBuilder gpt_fused(config::parse_run(g, "<eager-test>", ""));
   EXPECT_DOUBLE_EQ(bytes_of(gpt_eager.dense_layer(), "norm1"), bytes_of(gpt_fused.dense_layer(), "norm1"));
 }
 
-
 // An embedding norm (BLOOM) is one norm pass over the looked-up embeddings in forward, keeping
 // them for backward (saved bytes = tokens x hidden x 2), and its backward pass.
 TEST(Workload, EmbeddingNormAddsItsPassesAndSavedInput) {
-  Json j = {{"model", "gpt2-124m"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 1}}},
-            {"training", {{"seq_len", 1024}, {"global_batch_size", 8}}},
-            {"parallel", {{"micro_batch_size", 8}}}};
+  const Json j = gpt2_one_gpu();
   const WorkloadBuilder plain(config::parse_run(j, "<embed-norm-test>", ""));
   auto rc = config::parse_run(j, "<embed-norm-test>", "");
   rc.model.embedding_norm = true;

@@ -400,17 +400,22 @@ TEST(Activations, SelectiveOpKeepsEveryOtherMatmul) {
   expect_rel(layer_activation_bytes(rc, false).value(), 16384.0 * (31744.0 * 2.0 + 128.0));
 }
 
-// Framework switches: DeepSpeed's BF16 optimizer keeps bf16 gradients beside the fp32 buffer
-// (+2 bytes per parameter); pipe buffers keep each in-flight stage output (s*b*h*2 per
-// micro-batch, not on the last stage); DTensor TP keeps the LM head's gathered input.
-TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
+// Two stages of tp 2 with sequence parallelism on 4 GPUs, two micro-batches.
+Layout pp2_tp2_sp() {
   Layout l;
   l.pp = 2;
   l.gpus = 4;
   l.tp = 2;
   l.sp = true;
   l.global_batch = kB * 4;
-  const RunConfig base = gpt_run(l);
+  return l;
+}
+
+// Framework switches: DeepSpeed's BF16 optimizer keeps bf16 gradients beside the fp32 buffer
+// (+2 bytes per parameter); pipe buffers keep each in-flight stage output (s*b*h*2 per
+// micro-batch, not on the last stage); DTensor TP keeps the LM head's gathered input.
+TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
+  const RunConfig base = gpt_run(pp2_tp2_sp());
   const MemoryLedger led = compute_ledger(base);
   const auto& b0 = led.stages[0];
   const auto& b1 = led.stages[1];
@@ -444,17 +449,10 @@ TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(async, false).value(), layer_activation_bytes(base, false).value());
 }
 
-
 // BLOOM-style embedding norm: stage 0 keeps the looked-up embeddings (s*b*h*2 / tp under SP) for
 // every in-flight micro-batch, and holds the norm's parameters; later stages are unchanged.
 TEST(Ledger, EmbeddingNormKeepsItsInputOnStageZero) {
-  Layout l;
-  l.pp = 2;
-  l.gpus = 4;
-  l.tp = 2;
-  l.sp = true;
-  l.global_batch = kB * 4;
-  const RunConfig base = gpt_run(l);
+  const RunConfig base = gpt_run(pp2_tp2_sp());
   RunConfig en = base;
   en.model.embedding_norm = true;
   const MemoryLedger plain = compute_ledger(base);
