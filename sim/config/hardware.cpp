@@ -160,6 +160,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 1e6, 128.0);
     hw.efficiency.sustained_clock = er.get_number("sustained_clock", 0.05, 1.0, 1.0);
     hw.efficiency.tp_overlap_sms = er.get_number("tp_overlap_sms", 0.0, 1024.0, 16.0);
+    hw.efficiency.collective_sms = er.get_number("collective_sms", 0.0, 1024.0, 0.0);
     hw.efficiency.attention_fwd = er.get_number("attention_fwd", 0.01, 1.0, 0.5);
     hw.efficiency.attention_bwd = er.get_number("attention_bwd", 0.01, 1.0, 0.4);
     hw.efficiency.attention_flash2_fwd = er.get_number("attention_flash2_fwd", 0.01, 1.0, hw.efficiency.attention_fwd);

@@ -10,6 +10,7 @@
 // whole ring. Rooted one-way transfers use the tier's point-to-point bandwidth.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -69,6 +70,11 @@ struct Efficiency {
   // SMs the TP-overlap communication kernels occupy while a GEMM runs beside them
   // (Transformer Engine's userbuffers default to 16); the GEMM loses that share of the GPU.
   double tp_overlap_sms = 16;
+  // SMs one NCCL collective kernel occupies (its channels, one thread block each) while it
+  // runs beside compute: gradient reductions, parameter gathers, context-parallel ring
+  // transfers and expert all-to-alls hidden behind computation slow it by that share of the
+  // GPU. 0: communication does not interfere.
+  double collective_sms = 0;
   double attention_fwd = 0.5;        // fused attention forward: fraction of dense 16-bit peak
   double attention_bwd = 0.4;        // fused attention backward
   double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)
@@ -128,6 +134,11 @@ struct HardwareProfile {
   [[nodiscard]] core::FlopRate peak_for(Dtype d) const;   // throws UserError if absent
   [[nodiscard]] bool has_dtype(Dtype d) const { return peak.count(d) != 0; }
   [[nodiscard]] double gemm_max_for(Dtype d) const;
+  // Share of the GPU a collective running beside compute takes (efficiency.collective_sms over
+  // sm_count, at most 0.9); 0 without both.
+  [[nodiscard]] double collective_compute_share() const {
+    return sm_count > 0 ? std::min(0.9, efficiency.collective_sms / static_cast<double>(sm_count)) : 0.0;
+  }
   // Tier a group of local GPU indices [lo, hi] must cross (narrowest domain holding both).
   [[nodiscard]] const FabricTier& tier_for_span(int lo, int hi) const;
   // Scale-out bandwidth available to one GPU when all GPUs of its node talk at once.

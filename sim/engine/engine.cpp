@@ -12,10 +12,41 @@ void Engine::push(Tick t, EventType type, TaskId id, uint32_t version) {
   queue_.push(Event{t, seq_++, type, id, version});
 }
 
+bool Engine::is_compute(const Task& t) {
+  return t.stream == Stream::kCompute && t.collective == kNone && t.flow == kNone &&
+         (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward || t.kind == TaskKind::kBackwardWeight ||
+          t.kind == TaskKind::kOptimizer);
+}
+
+// Communication that runs beside compute: gradient reductions and parameter gathers on the DP
+// streams, and pipeline sends on their own stream. Communication on the compute stream blocks
+// it, so nothing runs beside it.
+bool Engine::slows_compute(const Task& t) {
+  return t.stream != Stream::kCompute && t.duration > 0 && (t.kind == TaskKind::kDpComm || t.kind == TaskKind::kPpSend);
+}
+
+void Engine::rerate(int32_t rank, Tick now) {
+  RunningCompute& c = compute_[static_cast<size_t>(rank)];
+  if (c.task == kNone) return;
+  c.left = std::max(0.0, c.left - c.rate * static_cast<double>(now - c.last));
+  c.last = now;
+  c.rate = comm_active_[static_cast<size_t>(rank)] > 0 ? 1.0 - share_ : 1.0;
+  push(now + static_cast<Tick>(std::ceil(c.left / c.rate - 1e-6)), EventType::kFinish, c.task, ++version_[c.task]);
+}
+
 void Engine::start(TaskId id, Tick ready, Tick at) {
   start_[id] = at;
   for (auto* o : observers_) o->on_start(g_, id, ready, at);
   const Task& t = g_.task(id);
+  if (share_ > 0) {
+    const auto r = static_cast<size_t>(t.rank);
+    if (is_compute(t)) {
+      compute_[r] = RunningCompute{id, static_cast<double>(t.duration), 1.0, at};
+      rerate(t.rank, at);
+      return;
+    }
+    if (slows_compute(t) && comm_active_[r]++ == 0) rerate(t.rank, at);
+  }
   if (t.flow == kNone) {
     push(at + t.duration, EventType::kFinish, id);
     return;
@@ -113,6 +144,12 @@ void Engine::reshare(const uint32_t* seed_links, uint32_t count, Tick now) {
 
 void Engine::complete(TaskId id, Tick now, RunStats& stats) {
   finish_[id] = now;
+  if (share_ > 0) {
+    const Task& t = g_.task(id);
+    const auto r = static_cast<size_t>(t.rank);
+    if (is_compute(t)) compute_[r].task = kNone;
+    if (slows_compute(t) && --comm_active_[r] == 0) rerate(t.rank, now);
+  }
   stats.makespan = std::max(stats.makespan, now);
   ++stats.tasks_run;
   if (progress_ && stats.tasks_run % progress_every_ == 0) progress_(static_cast<double>(stats.tasks_run) / static_cast<double>(g_.size()));
@@ -133,6 +170,9 @@ RunStats Engine::run() {
   ready_.assign(n, -1);
   pending_ = g_.dep_counts();
   version_.assign(n, 0);
+  share_ = std::clamp(g_.comm_compute_share(), 0.0, 0.9);
+  compute_.assign(static_cast<size_t>(g_.num_ranks()), RunningCompute{});
+  comm_active_.assign(static_cast<size_t>(g_.num_ranks()), 0);
   size_t nflows = 0;
   size_t ncoll = 0;
   for (const auto& t : g_.tasks()) {

@@ -69,6 +69,21 @@ class Engine {
   // Flows: gather the flows connected to `seed_links` through shared links, bring them up to
   // `now` at their old rates, give them max-min fair rates and re-issue their finish events.
   void reshare(const uint32_t* seed_links, uint32_t count, Tick now);
+  // Compute-communication interference (TaskGraph::comm_compute_share): a communication task
+  // starting or ending on a rank re-rates the compute task running there.
+  [[nodiscard]] static bool slows_compute(const Task& t);
+  [[nodiscard]] static bool is_compute(const Task& t);
+  void rerate(int32_t rank, Tick now);
+
+  struct RunningCompute {
+    TaskId task = kNone;
+    double left = 0;   // ticks of work at full speed
+    double rate = 1;   // work per tick
+    Tick last = 0;
+  };
+  std::vector<RunningCompute> compute_;  // per rank
+  std::vector<uint32_t> comm_active_;    // per rank: interfering communication tasks running
+  double share_ = 0;
 
   struct ActiveFlow {
     double remaining = 0;  // bytes

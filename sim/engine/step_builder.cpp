@@ -393,6 +393,7 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   e_ = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
   p2p_ = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());
   graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
+  if (!ideal_) graph_->set_comm_compute_share(rc_.hardware.collective_compute_share());
   build_slots();
 }
 

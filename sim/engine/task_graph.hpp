@@ -102,6 +102,11 @@ class TaskGraph {
   // stays a plain task.
   void set_flow(TaskId id, double bytes, std::initializer_list<uint32_t> links);
   [[nodiscard]] size_t num_links() const { return links_.size(); }
+  // Share of a GPU's compute a communication kernel takes while it runs beside compute on the
+  // same rank (its SMs over the GPU's). While a rank has a DP/FSDP collective or an
+  // overlapped pipeline send in flight, its compute tasks progress at (1 - fraction) speed.
+  void set_comm_compute_share(double fraction) { comm_compute_share_ = fraction; }
+  [[nodiscard]] double comm_compute_share() const { return comm_compute_share_; }
   [[nodiscard]] const Link& link(uint32_t l) const { return links_[l]; }
   [[nodiscard]] const Flow& flow(uint32_t f) const { return flows_[f]; }
 
@@ -133,6 +138,7 @@ class TaskGraph {
   std::vector<uint32_t> succ_off_;
   std::vector<TaskId> succ_;
   std::vector<uint32_t> deps_;
+  double comm_compute_share_ = 0;
   bool finalized_ = false;
 };
 

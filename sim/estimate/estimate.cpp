@@ -115,6 +115,8 @@ StepEstimate estimate_step(const config::RunConfig& rc) { return estimate_step(r
 StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger) {
   const auto& p = rc.parallel;
   const auto& hw = rc.hardware;
+  // Compute beside hidden communication runs at (1 - share): hidden seconds cost share / (1 - share).
+  const double slow = hw.collective_compute_share() / (1.0 - hw.collective_compute_share());
   WorkloadBuilder wb(rc);
   StepEstimate out;
   out.memory = std::move(ledger);
@@ -152,8 +154,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double per_layer_b = (b / static_cast<double>(st.layers));
       const bool regather = p.zero3_recompute_regather && p.recompute == config::Recompute::kFull;
       const double bwd_comm = (p.reshard_after_forward ? ag.value() * (regather ? 2.0 : 1.0) : 0.0) + rs.value();
-      const double exp_f = std::max(0.0, ag.value() - per_layer_f) * static_cast<double>(st.layers) + ag.value();
-      const double exp_b = std::max(0.0, bwd_comm - per_layer_b) * static_cast<double>(st.layers) + rs.value();
+      // Exposed where a layer's traffic outlasts its compute; where hidden, the compute beside
+      // it loses the collective's share of the GPU.
+      const double exp_f = (std::max(0.0, ag.value() - per_layer_f) + std::min(ag.value(), per_layer_f) * slow) *
+                               static_cast<double>(st.layers) + ag.value();
+      const double exp_b = (std::max(0.0, bwd_comm - per_layer_b) + std::min(bwd_comm, per_layer_b) * slow) *
+                               static_cast<double>(st.layers) + rs.value();
       fsdp = exp_f + exp_b;
       f += exp_f;
       b += exp_b;
@@ -214,14 +220,15 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double total = (dense.total + expert.total).value();
       const double last = std::max(dense.last, expert.last).value();
       const double window = out.stage_bwd_s[static_cast<size_t>(s)];
-      const double exposed = p.grad_reduce_overlap ? std::max(last, total - window) : total;
+      const double exposed = p.grad_reduce_overlap ? std::max(last, total - window) + (total - std::max(last, total - window)) * slow : total;
       if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
       end_max = std::max(end_max, t_pipe - drain + exposed);
       if (zero >= 1) {
         BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket, places.dp_cp, hw);
         BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket, places.edp, hw);
         const double ag_total = (ag_d.total + ag_e.total).value();
-        const double ag_exposed = p.param_gather_overlap ? std::max(ag_d.last, ag_e.last).value() : ag_total;
+        const double ag_last = std::max(ag_d.last, ag_e.last).value();
+        const double ag_exposed = p.param_gather_overlap ? ag_last + (ag_total - ag_last) * slow : ag_total;
         param_gather = std::max(param_gather, ag_exposed);
       }
     }

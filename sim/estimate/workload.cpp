@@ -230,6 +230,8 @@ Duration WorkloadBuilder::p2p_time() const {
 }
 
 void WorkloadBuilder::finish(LayerCost& c) const {
+  // Chunked TP overlap: the first chunk cannot hide, and the overlapped GEMM slows by the SMs
+  // the userbuffers kernels take (counted as exposed TP time).
   auto exposed = [](const Op& o) {
     const double t = o.time.value(), hid = o.hidden_by.value();
     if (o.overlap_chunks <= 1 || hid <= 0) return std::max(0.0, t - hid);
@@ -237,8 +239,16 @@ void WorkloadBuilder::finish(LayerCost& c) const {
     const double f = o.overlap_sm_fraction;
     return first + std::max(0.0, t - first - hid) + std::min(t - first, hid) * f / (1.0 - f);
   };
+  // A collective hidden behind compute (CP ring hops, overlapped expert exchanges) still
+  // costs: the compute beside it loses the SMs its NCCL channels occupy.
+  const double share = rc_.hardware.collective_compute_share();
+  auto interference = [share](const Op& o) {
+    if (o.overlap_chunks > 1 || o.hidden_by.value() <= 0) return Duration(0);
+    return Duration(std::min(o.time.value(), o.hidden_by.value()) * share / (1.0 - share));
+  };
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {
+      c.fwd_compute += interference(o);
       const double x = exposed(o);
       c.fwd_comm_exposed += Duration(x);
       if (o.time.value() > 0) c.fwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
@@ -253,6 +263,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   }
   for (const auto& o : c.bwd) {
     if (o.kind == OpKind::kComm) {
+      c.bwd_compute += interference(o);
       const double x = exposed(o);
       c.bwd_comm_exposed += Duration(x);
       if (o.time.value() > 0) c.bwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();

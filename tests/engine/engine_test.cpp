@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace stepcast::engine {
 namespace {
@@ -41,6 +42,53 @@ TEST(Engine, StreamsRunConcurrentlyUntilADependency) {
   EXPECT_EQ(e.start_times()[comm], 0);  // overlaps the compute task
   EXPECT_EQ(e.start_times()[after], 10);
   EXPECT_EQ(e.finish_times()[comp], 10);
+}
+
+// A collective running beside compute on the same rank takes its share of the GPU: the
+// compute progresses at (1 - share) while the collective is in flight, full speed after.
+// Communication on another rank, or blocking on the compute stream, slows nothing.
+TEST(Engine, CommunicationBesideComputeSlowsIt) {
+  auto build = [](TaskGraph& g, double share) {
+    g.set_comm_compute_share(share);
+    const TaskId comp = g.add(on(0, 10'000));
+    Task comm = on(0, 4'000, Stream::kDp);
+    comm.kind = TaskKind::kDpComm;
+    g.add(comm);
+    const TaskId other = g.add(on(1, 10'000));
+    Task blocking = on(1, 4'000, Stream::kCompute);
+    blocking.kind = TaskKind::kTpComm;
+    g.add(blocking);
+    return std::pair{comp, other};
+  };
+  TaskGraph g(2);
+  const auto [comp, other] = build(g, 0.25);
+  Engine e(g);
+  e.run();
+  // 4,000 ticks at 0.75 leave 7,000 of work at full speed: 4,000 + 7,000.
+  EXPECT_EQ(e.finish_times()[comp], 11'000);
+  EXPECT_EQ(e.finish_times()[other], 10'000);
+  TaskGraph plain(2);
+  const auto [comp0, other0] = build(plain, 0.0);
+  Engine e0(plain);
+  e0.run();
+  EXPECT_EQ(e0.finish_times()[comp0], 10'000);
+}
+
+// A compute task that starts while a collective is already in flight starts slowed.
+TEST(Engine, ComputeStartingDuringCommunicationIsSlowed) {
+  TaskGraph g(1);
+  g.set_comm_compute_share(0.5);
+  Task comm = on(0, 6'000, Stream::kDp);
+  comm.kind = TaskKind::kDpComm;
+  g.add(comm);
+  g.add(on(0, 1'000));
+  const TaskId b = g.add(on(0, 5'000));
+  Engine e(g);
+  e.run();
+  // The first task takes 2,000 at half speed; the second does 2,000 of work by 6,000 and the
+  // remaining 3,000 at full speed.
+  EXPECT_EQ(e.start_times()[b], 2'000);
+  EXPECT_EQ(e.finish_times()[b], 9'000);
 }
 
 TEST(Engine, CollectiveStartsWhenLastParticipantArrives) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "sim/core/json_reader.hpp"
 #include "sim/cost/collectives.hpp"
@@ -18,8 +19,8 @@ namespace {
 
 using core::Json;
 
-config::RunConfig run(int64_t pp, int64_t m, const std::string& schedule, int64_t vpp = 1, int64_t dp = 1,
-                      Json scenario = nullptr) {
+Json run_json(int64_t pp, int64_t m, const std::string& schedule, int64_t vpp = 1, int64_t dp = 1,
+              Json scenario = nullptr) {
   // 48 layers divide by pp * vpp for every case below.
   Json j = {{"model", "gpt3-175b"},
             {"hardware", "h100-sxm"},
@@ -32,6 +33,17 @@ config::RunConfig run(int64_t pp, int64_t m, const std::string& schedule, int64_
                 {"intermediate_size", 24576}, {"vocab_size", 51200}, {"hidden_act", "gelu"},
                 {"max_position_embeddings", 2048}};
   if (!scenario.is_null()) j["scenario"] = scenario;
+  return j;
+}
+
+config::RunConfig run(int64_t pp, int64_t m, const std::string& schedule, int64_t vpp = 1, int64_t dp = 1,
+                      Json scenario = nullptr) {
+  return config::parse_run(run_json(pp, m, schedule, vpp, dp, std::move(scenario)), "<step-sim-test>", "");
+}
+
+// The same run on an h100-sxm whose collectives take `collective_sms` SMs beside compute.
+config::RunConfig with_collective_sms(Json j, double sms) {
+  j["hardware"] = {{"base", "h100-sxm"}, {"efficiency", {{"collective_sms", sms}}}};
   return config::parse_run(j, "<step-sim-test>", "");
 }
 
@@ -100,14 +112,18 @@ TEST(Schedules, InterleavedInflightMatchesLedger) {
 }
 
 // A slow rank sets the pace: its delay shows up as collective wait on the others.
+// Collectives do not take compute SMs here, so the delay passes on exactly (with
+// interference, a rank waiting on its slow peer overlaps its DP traffic differently).
 TEST(Scenarios, SlowestRankSetsThePace) {
-  const SimResult base = simulate_step(run(2, 4, "1f1b", 1, 2), all_ranks());
-  const SimResult slow = simulate_step(run(2, 4, "1f1b", 1, 2, {{"slowdown", {{"ranks", {3}}, {"factor", 1.5}}}}));
+  const SimResult base = simulate_step(with_collective_sms(run_json(2, 4, "1f1b", 1, 2), 0), all_ranks());
+  const SimResult slow =
+      simulate_step(with_collective_sms(run_json(2, 4, "1f1b", 1, 2, {{"slowdown", {{"ranks", {3}}, {"factor", 1.5}}}}), 0));
   ASSERT_TRUE(slow.full);
   EXPECT_GT(slow.step.step_time_s, base.step.step_time_s * 1.05);
   // One slow rank costs as much as slowing every rank of its stage: its TP collectives hold
   // the group, and the pipeline and DP collectives pass the delay on.
-  const SimResult stage = simulate_step(run(2, 4, "1f1b", 1, 2, {{"slowdown", {{"stages", {0}}, {"factor", 1.5}}}}));
+  const SimResult stage =
+      simulate_step(with_collective_sms(run_json(2, 4, "1f1b", 1, 2, {{"slowdown", {{"stages", {0}}, {"factor", 1.5}}}}), 0));
   EXPECT_NEAR(slow.step.step_time_s, stage.step.step_time_s, 1e-9);
   // Rank 3 is tp rank 3 of stage 0, dp 0: its TP peers (0..7 of dp 0) wait for it.
   EXPECT_GT(slow.rank_wait_s[0], base.rank_wait_s[0] + 0.1 * base.step.step_time_s);
@@ -355,6 +371,25 @@ TEST(Zero3Switches, FlatRingsAndRegatherCostMore) {
   EXPECT_GT(t1, t0 * 1.05);
   EXPECT_GT(t2, t1 * 1.05);
   EXPECT_GT(estimate::estimate_step(both).step_time_s, estimate::estimate_step(flat).step_time_s);
+}
+
+// Gradient reductions hidden behind backward still cost compute: with the collective taking
+// 24 of 132 SMs the step is slower than with free overlap, by at most the share's slowdown of
+// the DP traffic that ran beside compute.
+TEST(Interference, HiddenGradientReductionSlowsBackward) {
+  const Json j = run_json(1, 4, "1f1b", 1, 4);
+  const SimResult free_overlap = simulate_step(with_collective_sms(j, 0));
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const SimResult contended = simulate_step(with_collective_sms(j, 24), keep);
+  const double share = 24.0 / 132.0;
+  EXPECT_GT(contended.step.step_time_s, free_overlap.step.step_time_s);
+  double dp_traffic = 0;  // seconds of DP collectives on the representative rank
+  for (const auto& t : contended.graph->tasks()) {
+    if (t.kind == TaskKind::kDpComm && t.rank == 0) dp_traffic += to_seconds(t.duration);
+  }
+  ASSERT_GT(dp_traffic, 0.0);
+  EXPECT_LT(contended.step.step_time_s - free_overlap.step.step_time_s, dp_traffic * share / (1.0 - share));
 }
 
 }  // namespace
