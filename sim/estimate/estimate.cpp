@@ -154,12 +154,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double per_layer_b = (b / static_cast<double>(st.layers));
       const bool regather = p.zero3_recompute_regather && p.recompute == config::Recompute::kFull;
       const double bwd_comm = (p.reshard_after_forward ? ag.value() * (regather ? 2.0 : 1.0) : 0.0) + rs.value();
-      // Exposed where a layer's traffic outlasts its compute; where hidden, the compute beside
-      // it loses the collective's share of the GPU.
-      const double exp_f = (std::max(0.0, ag.value() - per_layer_f) + std::min(ag.value(), per_layer_f) * slow) *
-                               static_cast<double>(st.layers) + ag.value();
-      const double exp_b = (std::max(0.0, bwd_comm - per_layer_b) + std::min(bwd_comm, per_layer_b) * slow) *
-                               static_cast<double>(st.layers) + rs.value();
+      const double exp_f = beside_compute(ag.value(), per_layer_f, slow) * static_cast<double>(st.layers) + ag.value();
+      const double exp_b = beside_compute(bwd_comm, per_layer_b, slow) * static_cast<double>(st.layers) + rs.value();
       fsdp = exp_f + exp_b;
       f += exp_f;
       b += exp_b;
@@ -220,7 +216,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double total = (dense.total + expert.total).value();
       const double last = std::max(dense.last, expert.last).value();
       const double window = out.stage_bwd_s[static_cast<size_t>(s)];
-      const double exposed = p.grad_reduce_overlap ? std::max(last, total - window) + (total - std::max(last, total - window)) * slow : total;
+      // Overlapped: the last bucket follows the backward; the rest runs beside it (or, when the
+      // traffic outlasts the backward, the backward runs slowed under it).
+      const double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow) : total;
       if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
       end_max = std::max(end_max, t_pipe - drain + exposed);
       if (zero >= 1) {

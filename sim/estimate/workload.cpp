@@ -5,6 +5,10 @@
 
 namespace stepcast::estimate {
 
+double beside_compute(double comm, double compute, double slow) {
+  return std::max(comm - compute, std::min(comm, compute) * slow);
+}
+
 using core::Bytes;
 using core::Duration;
 using core::Flops;
@@ -243,8 +247,10 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   // costs: the compute beside it loses the SMs its NCCL channels occupy.
   const double share = rc_.hardware.collective_compute_share();
   auto interference = [share](const Op& o) {
-    if (o.overlap_chunks > 1 || o.hidden_by.value() <= 0) return Duration(0);
-    return Duration(std::min(o.time.value(), o.hidden_by.value()) * share / (1.0 - share));
+    const double t = o.time.value(), hid = o.hidden_by.value();
+    if (o.overlap_chunks > 1 || hid <= 0) return Duration(0);
+    // Beyond the exposed part (t - hid when the transfer outlasts the compute).
+    return Duration(beside_compute(t, hid, share / (1.0 - share)) - std::max(0.0, t - hid));
   };
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {

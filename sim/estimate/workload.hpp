@@ -24,6 +24,11 @@ enum class OpKind { kGemm, kAttention, kElementwise, kComm };
 enum class CommKind { kNone, kTp, kCp, kEp, kPp, kDp };
 const char* to_string(CommKind k);
 
+// Time `comm` seconds of communication add to `compute` seconds they run beside: what
+// outlasts the compute, or the compute's slowdown while they share the GPU (`slow` = share /
+// (1 - share) of the hidden time), whichever is longer.
+double beside_compute(double comm, double compute, double slow);
+
 struct Op {
   std::string name;
   OpKind kind = OpKind::kGemm;

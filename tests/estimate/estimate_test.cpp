@@ -50,6 +50,17 @@ RunConfig parse(const Json& j) { return config::parse_run(j, "<estimate-test>", 
 // runs the embedding and the last the LM head + loss (tiny here with a 256-token vocabulary, but
 // they make the stages not exactly uniform: ~0.2% apart), and exposed point-to-point sends add
 // a little non-bubble time to the denominator (< 1% of the pipeline time here).
+// Communication beside compute: when it is shorter, the compute slows by `slow` of the
+// overlapped time; when it outlasts the compute, the compute runs slowed under it and the
+// step waits for whichever ends later.
+TEST(Estimate, CommunicationBesideComputeCostsItsShareOrItsExcess) {
+  const double slow = 0.25;
+  EXPECT_DOUBLE_EQ(beside_compute(4.0, 10.0, slow), 1.0);   // compute-bound: 4 s overlapped
+  EXPECT_DOUBLE_EQ(beside_compute(11.0, 10.0, slow), 2.5);  // slowed compute ends after the comm
+  EXPECT_DOUBLE_EQ(beside_compute(20.0, 10.0, slow), 10.0); // comm-bound: its excess
+  EXPECT_DOUBLE_EQ(beside_compute(4.0, 10.0, 0.0), 0.0);    // no interference: hidden
+}
+
 TEST(Estimate, OneFOneBBubbleMatchesTextbook) {
   const double p = 4;
   for (int64_t m : {4, 8, 16, 32}) {
