@@ -22,6 +22,8 @@ class StepObserver : public Observer {
     busy_.assign(n, 0);
     compute_.assign(n, 0);
     tp_.assign(n, 0);
+    slowed_.assign(n, 0);
+    running_since_.assign(n, 0);
     pp_.assign(n, 0);
     pipe_end_.assign(n, 0);
     inflight_.assign(n, 0);
@@ -35,6 +37,7 @@ class StepObserver : public Observer {
   void on_start(const TaskGraph& g, TaskId id, Tick ready, Tick start) override {
     const Task& t = g.task(id);
     wait_[static_cast<size_t>(t.rank)] += start - ready;
+    if (t.stream == Stream::kCompute) running_since_[static_cast<size_t>(t.rank)] = start;
   }
   void on_finish(const TaskGraph& g, TaskId id, Tick finish) override {
     const Task& t = g.task(id);
@@ -43,7 +46,11 @@ class StepObserver : public Observer {
                           t.kind == TaskKind::kBackwardWeight || t.kind == TaskKind::kTpComm ||
                           (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
     if (pipeline && t.stream == Stream::kCompute) {
-      busy_[r] += t.duration;
+      // A compute task slowed by communication beside it ran longer than its duration.
+      const bool compute = t.kind != TaskKind::kTpComm && t.kind != TaskKind::kPpSend;
+      const Tick slowed = compute ? std::max<Tick>(0, finish - running_since_[r] - t.duration) : 0;
+      busy_[r] += t.duration + slowed;
+      slowed_[r] += slowed;
       (t.kind == TaskKind::kTpComm ? tp_ : t.kind == TaskKind::kPpSend ? pp_ : compute_)[r] += t.duration;
       pipe_end_[r] = std::max(pipe_end_[r], finish);
     }
@@ -65,7 +72,7 @@ class StepObserver : public Observer {
     }
   }
 
-  std::vector<Tick> busy_, compute_, tp_, pp_, pipe_end_, wait_;
+  std::vector<Tick> busy_, compute_, tp_, pp_, slowed_, running_since_, pipe_end_, wait_;
   std::vector<int64_t> inflight_, max_inflight_;
   std::vector<double> act_, peak_act_;
 
@@ -128,6 +135,7 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
       st.compute_s = to_seconds(obs.compute_[ri]);
       st.tp_comm_s = to_seconds(obs.tp_[ri]);
       st.pp_comm_s = to_seconds(obs.pp_[ri]);
+      st.slowed_s = to_seconds(obs.slowed_[ri]);
     }
     st.busy_s = std::max(st.busy_s, to_seconds(obs.busy_[ri]));
     st.pipeline_end_s = std::max(st.pipeline_end_s, to_seconds(obs.pipe_end_[ri]));
@@ -186,7 +194,8 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   br.exposed_comm["pp"] = cs.pp_comm_s;
   br.bubble = bubble;
   br.optimizer = estimate::optimizer_time_s(rc, ls);
-  br.exposed_comm["dp"] = std::max(0.0, e.step_time_s - span - br.optimizer);
+  // DP: the tail after the pipeline, and the compute its traffic (and overlapped sends) slowed.
+  br.exposed_comm["dp"] = std::max(0.0, e.step_time_s - span - br.optimizer) + cs.slowed_s;
   e.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
   e.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
 

@@ -53,6 +53,7 @@ struct StageStats {
   double compute_s = 0;          // of which layer compute (as simulated: slowdowns, jitter)
   double tp_comm_s = 0;          // of which exposed TP/CP/EP communication
   double pp_comm_s = 0;          // of which blocking pipeline sends
+  double slowed_s = 0;           // of which compute lost to communication running beside it
   double pipeline_end_s = 0;     // last pipeline task on this stage
   int64_t max_inflight = 0;      // micro-batch chunks forwarded and not yet backwarded
   double peak_activation_bytes = 0;

@@ -389,6 +389,10 @@ TEST(Interference, HiddenGradientReductionSlowsBackward) {
     if (t.kind == TaskKind::kDpComm && t.rank == 0) dp_traffic += to_seconds(t.duration);
   }
   ASSERT_GT(dp_traffic, 0.0);
+  // The lost compute is reported as exposed DP communication, not as pipeline bubble.
+  EXPECT_EQ(contended.step.bubble_fraction, 0.0);
+  EXPECT_GT(contended.step.breakdown.exposed_comm.at("dp"), free_overlap.step.breakdown.exposed_comm.at("dp"));
+  EXPECT_GT(contended.stages[0].slowed_s, 0.0);
   EXPECT_LT(contended.step.step_time_s - free_overlap.step.step_time_s, dp_traffic * share / (1.0 - share));
 }
 
