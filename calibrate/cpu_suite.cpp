@@ -333,7 +333,8 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
                    ", single-threaded GEMMs, every process at once; each benchmark keeps the slowest process's result",
                "memory_bandwidth = memcpy of 64 MiB (bytes read + written); kernel_overhead = an 8x8x8 GEMM; optimizer_rate = the Adam kernel over 4 Mi fp32 parameters",
                "attention efficiencies = GEMM efficiency at 1024-wide tiles (attention is not measured on CPUs); bf16 rate = fp32 rate (the CPU path computes in fp32; run files use precision fp32)",
-               "collectives: MPI over shared memory, inputs and outputs rotating through 64 MiB"};
+               "collectives: MPI over shared memory, inputs and outputs rotating through 64 MiB",
+               "collective_sms 0: an MPI collective progresses only inside the calling process's MPI call, so it never runs beside that process's compute"};
   d.dtypes = {"fp32", "bf16"};
   d.memory_bytes = mem_total_bytes() / size;
   d.sm_count = 1;

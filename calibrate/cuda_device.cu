@@ -211,4 +211,63 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   return m.median_s;
 }
 
+std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t bytes, const MeasureOptions& mo,
+                                                 const std::function<void()>& barrier,
+                                                 const std::function<double(double)>& max_over_ranks) {
+  const size_t a = static_cast<size_t>(m) * k, b = static_cast<size_t>(k) * n, c = static_cast<size_t>(m) * n;
+  const size_t count = bytes / 2;
+  __nv_bfloat16 *gemm = nullptr, *in = nullptr, *out = nullptr;
+  check(cudaMalloc(&gemm, (a + b + c) * sizeof(__nv_bfloat16)), "malloc");
+  check(cudaMalloc(&in, bytes), "malloc");
+  check(cudaMalloc(&out, bytes), "malloc");
+  fill_bf16<<<1024, 256, 0, g_stream>>>(gemm, a + b + c, 13u);
+  fill_bf16<<<1024, 256, 0, g_stream>>>(in, count, 17u);
+  check(cudaGetLastError(), "fill");
+  cudaStream_t comm = nullptr;
+  check(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking), "stream");
+  check(cudaStreamSynchronize(g_stream), "sync");
+  const float alpha = 1.0f, beta = 0.0f;
+  const int per_batch = 8;
+  auto gemms = [&]() {
+    for (int i = 0; i < per_batch; ++i) {
+      check(cublasGemmEx(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, gemm + a, CUDA_R_16BF, n, gemm, CUDA_R_16BF, k, &beta,
+                         gemm + a + b, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "gemm");
+    }
+  };
+  Events ev, cev;
+  auto alone = [&]() {
+    barrier();
+    check(cudaEventRecord(ev.a, g_stream), "record");
+    gemms();
+    check(cudaEventRecord(ev.b, g_stream), "record");
+    return max_over_ranks(ev.seconds() / per_batch);
+  };
+  // All-reduces alone, to size the number that covers a GEMM batch twice over.
+  barrier();
+  check(cudaEventRecord(cev.a, comm), "record");
+  for (int i = 0; i < 3; ++i) check(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, g_comm, comm), "all-reduce");
+  check(cudaEventRecord(cev.b, comm), "record");
+  const double reduce_s = max_over_ranks(cev.seconds() / 3);
+  const double batch_s = alone() * per_batch;
+  const int reduces = static_cast<int>(std::clamp(std::ceil(2.0 * batch_s / std::max(reduce_s, 1e-9)) + 1.0, 2.0, 10000.0));
+  auto beside = [&]() {
+    barrier();
+    for (int i = 0; i < reduces; ++i) check(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, g_comm, comm), "all-reduce");
+    check(cudaEventRecord(ev.a, g_stream), "record");
+    gemms();
+    check(cudaEventRecord(ev.b, g_stream), "record");
+    const double t = ev.seconds() / per_batch;
+    check(cudaStreamSynchronize(comm), "sync");
+    return max_over_ranks(t);
+  };
+  const Measurement by_itself = measure(alone, mo);
+  const Measurement with_comm = measure(beside, mo);
+  cudaStreamDestroy(comm);
+  cudaFree(gemm);
+  cudaFree(in);
+  cudaFree(out);
+  return {by_itself.median_s, with_comm.median_s};
+}
+
 }  // namespace stepcast::calibrate::cuda

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "calibrate/measure.hpp"
 
@@ -40,5 +41,12 @@ void nccl_finalize();
 double time_collective(const std::string& op, size_t bytes, int rank, int size, const MeasureOptions& mo,
                        const std::function<void()>& barrier, const std::function<double(double)>& max_over_ranks);
 std::string nccl_version();
+// Compute-communication interference: the median time of a batch of bf16 GEMMs (m x n x k) on
+// the compute stream while `bytes` all-reduces run back to back on a second stream of every
+// rank, covering the whole batch, and the same batch alone. Returns {alone, beside} seconds
+// per GEMM, each the slowest rank's (so every rank stops after the same repetitions).
+std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t bytes, const MeasureOptions& mo,
+                                                 const std::function<void()>& barrier,
+                                                 const std::function<double(double)>& max_over_ranks);
 
 }  // namespace stepcast::calibrate::cuda

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "calibrate/cuda_device.hpp"
+#include "calibrate/fit.hpp"
 #include "calibrate/profile.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
@@ -65,6 +66,8 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     r.copy_bandwidth = cuda::copy_bandwidth(mo);
     say("HBM copy: " + fmt("%.0f", r.copy_bandwidth / 1e9) + " GB/s moved");
     std::vector<HeldCollective> held_coll;
+    double collective_sms = 0;
+    std::string interference_note = "collective_sms 0: not measured (one GPU; the measurement needs a collective across ranks)";
 #ifdef STEPCAST_HAVE_MPI
     if (size > 1) {
       char id[128] = {};
@@ -88,6 +91,14 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         say(o + ": plateau busbw " + fmt("%.1f", r.collectives.back().plateau_busbw / 1e9) + " GB/s");
         for (size_t b : held_sizes) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
       }
+      // Interference: a large GEMM beside a 256 MiB all-reduce on another stream.
+      const auto [alone, beside] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
+      interference_note = "collective_sms: a bf16 8192^3 GEMM took " + fmt("%.3f", alone * 1e3) + " ms alone and " +
+                          fmt("%.3f", beside * 1e3) + " ms beside back-to-back 256 MiB NCCL all-reduces on another stream (" +
+                          fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower)";
+      collective_sms = collective_sms_from(alone, beside, dev.sm_count);
+      say("interference: GEMM " + fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower beside an all-reduce = " +
+          fmt("%.1f", collective_sms) + " of " + std::to_string(dev.sm_count) + " SMs");
       cuda::nccl_finalize();
     }
 #endif
@@ -101,6 +112,8 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     d.dtypes = {"bf16", "fp16"};
     d.memory_bytes = dev.memory_bytes;
     d.sm_count = dev.sm_count;
+    d.collective_sms = collective_sms;
+    d.sources.push_back(interference_note);
     d.attention_tile = 4096;
     d.fabric_name = "measured-intra-node";
     d.network = {{"name", "not measured"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", size}};

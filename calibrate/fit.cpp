@@ -78,4 +78,10 @@ CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, 
   return f;
 }
 
+double collective_sms_from(double alone_s, double beside_s, int sm_count) {
+  if (alone_s <= 0 || beside_s <= 0 || sm_count <= 0) return 0.0;
+  const double share = std::clamp(1.0 - alone_s / beside_s, 0.0, 0.9);
+  return share * static_cast<double>(sm_count);
+}
+
 }  // namespace stepcast::calibrate

@@ -45,4 +45,10 @@ struct CollFit {
 // bus_factor: the nccl-tests bus factor of the operation for this group size.
 CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, std::vector<CollSample> samples);
 
+// Compute-communication interference: a GEMM that takes `alone_s` by itself and `beside_s` while
+// a collective runs on another stream lost 1 - alone / beside of the GPU; as SMs of `sm_count`
+// (the profile's efficiency.collective_sms). Clamped to [0, 0.9 sm_count]: a GEMM measured
+// faster beside the collective (noise) lost nothing.
+double collective_sms_from(double alone_s, double beside_s, int sm_count);
+
 }  // namespace stepcast::calibrate

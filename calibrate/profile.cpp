@@ -74,6 +74,7 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                 {{"gemm_max", gemm_max},
                  {"gemm_half_dim", r.gemm.half_dim},
                  {"sustained_clock", 1.0},
+                 {"collective_sms", d.collective_sms},
                  {"attention_fwd", attn},
                  {"attention_bwd", attn},
                  {"memory_bound", 1.0},

@@ -25,6 +25,7 @@ struct DeviceDescription {
   std::vector<std::string> dtypes;   // dtypes given the fitted GEMM rate
   double memory_bytes = 0;
   int sm_count = 1;
+  double collective_sms = 0;         // measured interference (0: collectives never run beside compute)
   double attention_tile = 1024;      // attention efficiency = GEMM efficiency at this width
   std::string fabric_name;
   core::Json network;                // the profile's network object (not measured)
