@@ -63,6 +63,10 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.param_dtype = hw::dtype_from_string(
       r.get_choice("param_dtype", {"bf16", "fp16", "fp32"},
                    t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
+  t.gather_dtype = hw::dtype_from_string(
+      r.get_choice("gather_dtype", {"bf16", "fp16", "fp32"},
+                   t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
+  t.reduce_dtype = hw::dtype_from_string(r.get_choice("reduce_dtype", {"bf16", "fp16", "fp32"}, hw::to_string(t.grad_dtype)));
   t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
   t.lp_grads = r.get_bool("lp_grads", false);
   t.fused_elementwise = r.get_bool("fused_elementwise", true);

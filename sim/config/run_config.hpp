@@ -75,6 +75,13 @@ struct Training {
   // a separate fp32 master copy); fp32 for PyTorch FSDP mixed precision, where the sharded fp32
   // parameters are the master and the 16-bit copy exists only while gathered.
   hw::Dtype param_dtype = hw::Dtype::kBf16;
+  // ZeRO-3 / FSDP: dtype of the gathered (unsharded) weights and of the gradient
+  // reduce-scatter. PyTorch FSDP with MixedPrecision(param_dtype=bf16) gathers 16-bit copies;
+  // FSDP without a param_dtype (Composer's 2023 'DEFAULT') gathers the fp32 parameters and
+  // autocast casts each weight to 16 bits per use. Defaults: the compute dtype (16-bit for fp8)
+  // and grad_dtype.
+  hw::Dtype gather_dtype = hw::Dtype::kBf16;
+  hw::Dtype reduce_dtype = hw::Dtype::kBf16;
   // Cross-entropy implementation: fused (vocab-parallel kernel working in place on one fp32
   // copy) or eager (PyTorch cross_entropy on an upcast copy: log-softmax output and its gradient
   // are separate fp32 tensors).

@@ -147,10 +147,10 @@ class RankBuilder {
     t.kind = TaskKind::kDpComm;
     t.layer = sl.layer;
     const auto& where = b_.wb_.placements().zero3;
-    TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.e_, where, b_.names_.gather);
+    TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.gather_bytes_, where, b_.names_.gather);
     if (compute_uses_.size() >= 2) g_.depend(compute_uses_[compute_uses_.size() - 2], id);
     if (backward_regather) {
-      const TaskId again = dp_task(t, Collective::kAllGather, sl.params * b_.e_, where, b_.names_.gather);
+      const TaskId again = dp_task(t, Collective::kAllGather, sl.params * b_.gather_bytes_, where, b_.names_.gather);
       g_.depend(id, again);
       id = again;
     }
@@ -247,7 +247,7 @@ class RankBuilder {
           c.kind = TaskKind::kDpComm;
           c.layer = sl->layer;
           c.microbatch = a.mb;
-          const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.sb_.gradients, b_.wb_.placements().zero3,
+          const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.reduce_bytes_, b_.wb_.placements().zero3,
                                      n.reduce_scatter);
           g_.depend(ids.last, rid);
           fsdp_reductions_.push_back(rid);
@@ -391,6 +391,8 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   ranks_ = per_stage_ * pp_;
   sb_ = memory::state_bytes(rc.training);
   e_ = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+  gather_bytes_ = hw::bytes_per_element(rc.training.gather_dtype);
+  reduce_bytes_ = hw::bytes_per_element(rc.training.reduce_dtype);
   p2p_ = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());
   graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
   if (!ideal_) graph_->set_comm_compute_share(rc_.hardware.collective_compute_share());

@@ -146,10 +146,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     // hidden behind the layer's own compute when shorter.
     if (zero >= 3 && p.dp * p.cp > 1 && st.layers > 0) {
       const double layer_params = (st.dense_params + st.expert_params) / static_cast<double>(st.layers);
-      // Weights are gathered in the compute dtype (fp32 stored parameters are cast first).
-      const double gather_bytes = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+      const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
+      const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
       const Duration ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * gather_bytes), places.zero3, hw);
-      const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * sb.gradients), places.zero3, hw);
+      const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), places.zero3, hw);
       const double per_layer_f = (f / static_cast<double>(st.layers));
       const double per_layer_b = (b / static_cast<double>(st.layers));
       const bool regather = p.zero3_recompute_regather && p.recompute == config::Recompute::kFull;

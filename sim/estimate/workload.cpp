@@ -39,6 +39,9 @@ struct Ctx {
   double T_rep = 0;       // tokens per rank for norms and residuals (T / tp under SP)
   double t = 1;           // tp
   bool sp = false;
+  // Weights stored (or gathered) wider than the compute dtype: autocast casts each weight per
+  // use, and its 16-bit gradient back (bytes per weight element, forward and backward).
+  double weight_cast_fwd = 0, weight_cast_bwd = 0;
 };
 
 // Per-rank context shared by every layer kind: dtypes, tokens, TP degree and SP sharding.
@@ -50,6 +53,16 @@ Ctx make_ctx(const config::RunConfig& rc, const GroupPlacements& places, double 
   c.t = static_cast<double>(rc.parallel.tp);
   c.sp = rc.parallel.sp && rc.parallel.tp > 1;
   c.T_rep = c.sp ? c.T / c.t : c.T;
+  const auto& tr = rc.training;
+  const bool sharded = rc.parallel.effective_zero() >= 3;
+  const double w = hw::bytes_per_element(sharded ? tr.gather_dtype : tr.param_dtype);
+  if (w > c.e) {
+    c.weight_cast_fwd = w + c.e;
+    // The 16-bit weight gradient cast to the weights' dtype; FSDP then casts the unsharded
+    // gradient once more to a narrower reduction dtype before reduce-scattering it.
+    const double r = hw::bytes_per_element(tr.reduce_dtype);
+    c.weight_cast_bwd = c.e + w + (sharded && r < w ? w + r : 0.0);
+  }
   return c;
 }
 
@@ -115,6 +128,10 @@ Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const 
   fwd.push_back(f);
   add_gemm_backward(c, bwd, f, m, n, k, batch);
   add_fp8_casts(c, fwd, bwd, name, m * batch, n, k);
+  if (c.weight_cast_fwd > 0) {
+    fwd.push_back(mem_op(c, name + ".weight_cast", c.weight_cast_fwd * n * k * batch));
+    bwd.push_back(mem_op(c, name + ".weight_grad_cast", c.weight_cast_bwd * n * k * batch));
+  }
   return t;
 }
 

@@ -348,8 +348,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     }
     // Buffers.
     if (zero >= 3) {
-      // Gathered weights are in the compute dtype (16-bit unless training in fp32).
-      const double wc = e;
+      // Gathered weights in training.gather_dtype (the compute dtype unless FSDP gathers the
+      // stored fp32 parameters).
+      const double wc = hw::bytes_per_element(rc.training.gather_dtype);
       const double gathered = largest_layer * wc * 2.0 + largest_layer * sb.gradients;
       st.buffers += Bytes(gathered);
       if (p.fsdp && !p.reshard_after_forward) {

@@ -46,10 +46,6 @@ Json uniform_pp_run(int64_t micro_batches, int64_t vpp = 1) {
 
 RunConfig parse(const Json& j) { return config::parse_run(j, "<estimate-test>", ""); }
 
-// 1F1B bubble = (p-1)/(m+p-1) for uniform stages. Tolerance 1% relative: the first stage also
-// runs the embedding and the last the LM head + loss (tiny here with a 256-token vocabulary, but
-// they make the stages not exactly uniform: ~0.2% apart), and exposed point-to-point sends add
-// a little non-bubble time to the denominator (< 1% of the pipeline time here).
 // Communication beside compute: when it is shorter, the compute slows by `slow` of the
 // overlapped time; when it outlasts the compute, the compute runs slowed under it and the
 // step waits for whichever ends later.
@@ -61,6 +57,10 @@ TEST(Estimate, CommunicationBesideComputeCostsItsShareOrItsExcess) {
   EXPECT_DOUBLE_EQ(beside_compute(4.0, 10.0, 0.0), 0.0);    // no interference: hidden
 }
 
+// 1F1B bubble = (p-1)/(m+p-1) for uniform stages. Tolerance 1% relative: the first stage also
+// runs the embedding and the last the LM head + loss (tiny here with a 256-token vocabulary, but
+// they make the stages not exactly uniform: ~0.2% apart), and exposed point-to-point sends add
+// a little non-bubble time to the denominator (< 1% of the pipeline time here).
 TEST(Estimate, OneFOneBBubbleMatchesTextbook) {
   const double p = 4;
   for (int64_t m : {4, 8, 16, 32}) {
@@ -287,6 +287,49 @@ TEST(Workload, EmbeddingNormAddsItsPassesAndSavedInput) {
   EXPECT_EQ(f.name, "embedding_norm");
   EXPECT_DOUBLE_EQ(f.saved_bytes, 8.0 * 1024.0 * 768.0 * 2.0);
   EXPECT_GT(normed.embedding().fwd_compute.value(), plain.embedding().fwd_compute.value());
+}
+
+// FSDP that gathers the stored fp32 parameters (no FSDP param_dtype, as Composer's 2023
+// 'DEFAULT'): every linear casts its fp32 weight to bf16 per forward use (read 4 + write 2 bytes
+// per element) and its bf16 weight gradient back to fp32 and, for a bf16 reduction, to bf16
+// again (2 + 4 + 4 + 2); the gathers move twice the bytes. Gathering bf16 copies (PyTorch FSDP
+// MixedPrecision) costs none of that.
+TEST(Workload, Fp32GatheredWeightsAreCastPerUse) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"param_dtype", "fp32"}, {"grad_dtype", "fp32"}}},
+            {"parallel", {{"micro_batch_size", 1}, {"fsdp", true}}}};
+  auto find = [](const std::vector<Op>& ops, const std::string& name) -> const Op* {
+    for (const auto& o : ops) {
+      if (o.name == name) return &o;
+    }
+    return nullptr;
+  };
+  const RunConfig bf16_gather = config::parse_run(j, "<gather-test>", "");
+  EXPECT_EQ(bf16_gather.training.gather_dtype, hw::Dtype::kBf16);
+  EXPECT_EQ(bf16_gather.training.reduce_dtype, hw::Dtype::kFp32);  // defaults to grad_dtype
+  EXPECT_EQ(find(WorkloadBuilder(bf16_gather).dense_layer().fwd, "qkv.weight_cast"), nullptr);
+  j["training"]["gather_dtype"] = "fp32";
+  j["training"]["reduce_dtype"] = "bf16";
+  const RunConfig fp32_gather = config::parse_run(j, "<gather-test>", "");
+  const WorkloadBuilder wb(fp32_gather);
+  const Op* f = find(wb.dense_layer().fwd, "qkv.weight_cast");
+  const Op* b = find(wb.dense_layer().bwd, "qkv.weight_grad_cast");
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(b, nullptr);
+  const double qkv = 4096.0 * (4096.0 + 2.0 * 1024.0);  // weight elements, GQA 32 / 8 heads
+  EXPECT_DOUBLE_EQ(f->bytes.value(), 6.0 * qkv);
+  EXPECT_DOUBLE_EQ(b->bytes.value(), 12.0 * qkv);
+  EXPECT_GT(estimate_step(fp32_gather).step_time_s, estimate_step(bf16_gather).step_time_s);
+  // A bad dtype names the field.
+  j["training"]["gather_dtype"] = "fp64";
+  try {
+    (void)config::parse_run(j, "<gather-test>", "");
+    FAIL() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.training.gather_dtype"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
