@@ -66,9 +66,10 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   } else if (contains(g, "H100") && contains(g, "96GB")) {
     hw = Json{{"base", "h100-sxm"},
               {"name", "h100-96gb-500w"},
-              {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}}},
+              {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}, {"memory_bandwidth", "2.4TB/s"}}},
               {"efficiency", {{"sustained_clock", 0.77}}}};
     notes.push_back("hardware: h100-sxm profile with 94.9 GiB usable memory (the row's 96 GB part; torchtitan prints 82.4 GiB as 86.8%)");
+    notes.push_back("hardware: 96 GB HBM2e at 2.4 TB/s peak, not the 80 GB part's HBM3 3.35 TB/s (torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware)");
     notes.push_back("hardware: 500 W power cap: sustained clock 0.86 x (500/700)^(1/3) = 0.77 of boost (dynamic power ~ f V^2 with V ~ f)");
   } else if (contains(g, "H100")) {
     hw = "h100-sxm";
