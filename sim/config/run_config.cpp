@@ -60,12 +60,10 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.attention = attn == "flash" ? AttentionImpl::kFlash : attn == "flash2" ? AttentionImpl::kFlash2 : AttentionImpl::kUnfused;
   t.dropout = r.get_bool("dropout", false);
   t.fp32_logits = r.get_bool("fp32_logits", true);
-  t.param_dtype = hw::dtype_from_string(
-      r.get_choice("param_dtype", {"bf16", "fp16", "fp32"},
-                   t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
-  t.gather_dtype = hw::dtype_from_string(
-      r.get_choice("gather_dtype", {"bf16", "fp16", "fp32"},
-                   t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16"));
+  // Weights default to the compute dtype (16-bit for fp8 training, whose GEMMs cast per use).
+  const char* weight_dtype = t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16";
+  t.param_dtype = hw::dtype_from_string(r.get_choice("param_dtype", {"bf16", "fp16", "fp32"}, weight_dtype));
+  t.gather_dtype = hw::dtype_from_string(r.get_choice("gather_dtype", {"bf16", "fp16", "fp32"}, weight_dtype));
   t.reduce_dtype = hw::dtype_from_string(r.get_choice("reduce_dtype", {"bf16", "fp16", "fp32"}, hw::to_string(t.grad_dtype)));
   t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
   t.lp_grads = r.get_bool("lp_grads", false);
