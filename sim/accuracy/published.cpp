@@ -261,6 +261,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["attention"] = "flash2";
     notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");
   }
+  if (torchtitan && contains(lower(str(r, "precision")), "float8 all-gather")) {
+    training["gather_dtype"] = "fp8";
+    notes.push_back("training: FSDP float8 all-gather: weights are cast to fp8 on the shard and gathered in fp8 (the row says so)");
+  }
   if (tt_float8_2025) {
     // Float8 training runs under torch.compile, which by 2025 torchtitan applies to the loss
     // too: the upcast and log-softmax fuse into one kernel (no fp32 logit copies).

@@ -63,7 +63,10 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   // Weights default to the compute dtype (16-bit for fp8 training, whose GEMMs cast per use).
   const char* weight_dtype = t.precision == hw::Dtype::kFp32 ? "fp32" : t.precision == hw::Dtype::kFp16 ? "fp16" : "bf16";
   t.param_dtype = hw::dtype_from_string(r.get_choice("param_dtype", {"bf16", "fp16", "fp32"}, weight_dtype));
-  t.gather_dtype = hw::dtype_from_string(r.get_choice("gather_dtype", {"bf16", "fp16", "fp32"}, weight_dtype));
+  t.gather_dtype = hw::dtype_from_string(r.get_choice("gather_dtype", {"fp8", "bf16", "fp16", "fp32"}, weight_dtype));
+  if (t.gather_dtype == hw::Dtype::kFp8 && t.precision != hw::Dtype::kFp8) {
+    r.issues().add(r.child_path("gather_dtype"), "got \"fp8\"; gathering fp8 weights (float8 all-gather) needs precision fp8");
+  }
   t.reduce_dtype = hw::dtype_from_string(r.get_choice("reduce_dtype", {"bf16", "fp16", "fp32"}, hw::to_string(t.grad_dtype)));
   t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
   t.lp_grads = r.get_bool("lp_grads", false);

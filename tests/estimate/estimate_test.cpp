@@ -332,5 +332,27 @@ TEST(Workload, Fp32GatheredWeightsAreCastPerUse) {
   }
 }
 
+// Float8 all-gather (FSDP gathering fp8 weights under fp8 training): one byte per weight on
+// the wire and in the gathered buffers, no per-use casts; under 16-bit training it is refused.
+TEST(Workload, Fp8GatherHalvesTheGatheredBytes) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 64}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 128}, {"precision", "fp8"}}},
+            {"parallel", {{"micro_batch_size", 2}, {"fsdp", true}}}};
+  const RunConfig bf16_gather = config::parse_run(j, "<fp8-gather-test>", "");
+  j["training"]["gather_dtype"] = "fp8";
+  const RunConfig fp8_gather = config::parse_run(j, "<fp8-gather-test>", "");
+  EXPECT_LT(estimate_step(fp8_gather).memory.stages[0].buffers.value(), estimate_step(bf16_gather).memory.stages[0].buffers.value());
+  EXPECT_LE(estimate_step(fp8_gather).step_time_s, estimate_step(bf16_gather).step_time_s);
+  j["training"]["precision"] = "bf16";
+  try {
+    (void)config::parse_run(j, "<fp8-gather-test>", "");
+    FAIL() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.training.gather_dtype"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::estimate
