@@ -237,13 +237,19 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     notes.push_back("training: fp32 gradient reduction (Megatron-Core default main_grads)");
   } else if (fam == Family::kMpt) {
     // Composer's get_mixed_precision of that era: 'DEFAULT' sets reduce_dtype to the amp
-    // precision and leaves param_dtype unset, so FSDP gathers the fp32 flat parameters.
+    // precision and leaves param_dtype unset, so FSDP gathers the fp32 flat parameters;
+    // 'PURE' sets param, reduce and buffer dtypes to the precision.
     training["grad_dtype"] = "fp32";
     training["param_dtype"] = "fp32";
-    training["gather_dtype"] = "fp32";
     training["reduce_dtype"] = precision_of(r);
-    notes.push_back("training: Composer FSDP mixed precision DEFAULT (2023): no FSDP param_dtype, so the fp32 parameters are gathered in fp32 "
-                    "and autocast casts each weight to " + precision_of(r) + " per use; gradients reduced in " + precision_of(r));
+    if (contains(lower(str(r, "precision")), "pure")) {
+      notes.push_back("training: Composer FSDP mixed precision PURE: fp32 sharded parameters gathered as " + precision_of(r) +
+                      " copies, gradients reduced in " + precision_of(r));
+    } else {
+      training["gather_dtype"] = "fp32";
+      notes.push_back("training: Composer FSDP mixed precision DEFAULT (2023): no FSDP param_dtype, so the fp32 parameters are gathered in fp32 "
+                      "and autocast casts each weight to " + precision_of(r) + " per use; gradients reduced in " + precision_of(r));
+    }
   } else if (torchtitan) {
     training["grad_dtype"] = "fp32";
     training["param_dtype"] = "fp32";
