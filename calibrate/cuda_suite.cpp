@@ -93,12 +93,13 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
       }
       // Interference: a large GEMM beside a 256 MiB all-reduce on another stream.
       const auto [alone, beside] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
+      const std::string slower = fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower";
       interference_note = "collective_sms: a bf16 8192^3 GEMM took " + fmt("%.3f", alone * 1e3) + " ms alone and " +
                           fmt("%.3f", beside * 1e3) + " ms beside back-to-back 256 MiB NCCL all-reduces on another stream (" +
-                          fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower)";
+                          slower + ")";
       collective_sms = collective_sms_from(alone, beside, dev.sm_count);
-      say("interference: GEMM " + fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower beside an all-reduce = " +
-          fmt("%.1f", collective_sms) + " of " + std::to_string(dev.sm_count) + " SMs");
+      say("interference: GEMM " + slower + " beside an all-reduce = " + fmt("%.1f", collective_sms) + " of " +
+          std::to_string(dev.sm_count) + " SMs");
       cuda::nccl_finalize();
     }
 #endif

@@ -139,6 +139,12 @@ struct HardwareProfile {
   [[nodiscard]] double collective_compute_share() const {
     return sm_count > 0 ? std::min(0.9, efficiency.collective_sms / static_cast<double>(sm_count)) : 0.0;
   }
+  // What one second of communication hidden behind compute adds to that compute, which runs at
+  // (1 - share) meanwhile: share / (1 - share).
+  [[nodiscard]] double collective_slowdown() const {
+    const double share = collective_compute_share();
+    return share / (1.0 - share);
+  }
   // Tier a group of local GPU indices [lo, hi] must cross (narrowest domain holding both).
   [[nodiscard]] const FabricTier& tier_for_span(int lo, int hi) const;
   // Scale-out bandwidth available to one GPU when all GPUs of its node talk at once.

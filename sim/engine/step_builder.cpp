@@ -390,7 +390,6 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   per_stage_ = full ? p_.tp * p_.cp * p_.dp : 1;
   ranks_ = per_stage_ * pp_;
   sb_ = memory::state_bytes(rc.training);
-  e_ = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
   gather_bytes_ = hw::bytes_per_element(rc.training.gather_dtype);
   reduce_bytes_ = hw::bytes_per_element(rc.training.reduce_dtype);
   p2p_ = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());

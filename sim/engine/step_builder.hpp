@@ -103,7 +103,6 @@ class StepBuilder {
   double compute_scale_ = 1.0;
   memory::MemoryLedger ledger_;
   memory::StateBytes sb_;
-  double e_ = 2;  // bytes per activation element
   double gather_bytes_ = 2, reduce_bytes_ = 2;  // ZeRO-3 / FSDP gathered weight and reduced gradient elements
   Tick p2p_ = 0;  // one pipeline send of a full-length micro-batch
   std::vector<uint32_t> nic_tx_, nic_rx_, fabric_;  // per simulated rank: its links

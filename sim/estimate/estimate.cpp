@@ -115,8 +115,7 @@ StepEstimate estimate_step(const config::RunConfig& rc) { return estimate_step(r
 StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger) {
   const auto& p = rc.parallel;
   const auto& hw = rc.hardware;
-  // Compute beside hidden communication runs at (1 - share): hidden seconds cost share / (1 - share).
-  const double slow = hw.collective_compute_share() / (1.0 - hw.collective_compute_share());
+  const double slow = hw.collective_slowdown();
   WorkloadBuilder wb(rc);
   StepEstimate out;
   out.memory = std::move(ledger);

@@ -262,12 +262,12 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   };
   // A collective hidden behind compute (CP ring hops, overlapped expert exchanges) still
   // costs: the compute beside it loses the SMs its NCCL channels occupy.
-  const double share = rc_.hardware.collective_compute_share();
-  auto interference = [share](const Op& o) {
+  const double slow = rc_.hardware.collective_slowdown();
+  auto interference = [slow](const Op& o) {
     const double t = o.time.value(), hid = o.hidden_by.value();
     if (o.overlap_chunks > 1 || hid <= 0) return Duration(0);
     // Beyond the exposed part (t - hid when the transfer outlasts the compute).
-    return Duration(beside_compute(t, hid, share / (1.0 - share)) - std::max(0.0, t - hid));
+    return Duration(beside_compute(t, hid, slow) - std::max(0.0, t - hid));
   };
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {

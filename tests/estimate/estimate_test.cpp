@@ -46,6 +46,25 @@ Json uniform_pp_run(int64_t micro_batches, int64_t vpp = 1) {
 
 RunConfig parse(const Json& j) { return config::parse_run(j, "<estimate-test>", ""); }
 
+// Llama 3.1 8B under FSDP on h100-sxm.
+Json fsdp_llama8b(int64_t gpus, int64_t seq, int64_t batch, int64_t mbs) {
+  return {{"model", "llama3.1-8b"},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", gpus}}},
+          {"training", {{"seq_len", seq}, {"global_batch_size", batch}}},
+          {"parallel", {{"micro_batch_size", mbs}, {"fsdp", true}}}};
+}
+
+// The run file is refused with a message naming `path`.
+void expect_refused_naming(const Json& j, const std::string& path) {
+  try {
+    (void)parse(j);
+    FAIL() << "expected a ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
 // Communication beside compute: when it is shorter, the compute slows by `slow` of the
 // overlapped time; when it outlasts the compute, the compute runs slowed under it and the
 // step waits for whichever ends later.
@@ -295,11 +314,9 @@ TEST(Workload, EmbeddingNormAddsItsPassesAndSavedInput) {
 // again (2 + 4 + 4 + 2); the gathers move twice the bytes. Gathering bf16 copies (PyTorch FSDP
 // MixedPrecision) costs none of that.
 TEST(Workload, Fp32GatheredWeightsAreCastPerUse) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 8}}},
-            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"param_dtype", "fp32"}, {"grad_dtype", "fp32"}}},
-            {"parallel", {{"micro_batch_size", 1}, {"fsdp", true}}}};
+  Json j = fsdp_llama8b(8, 4096, 8, 1);
+  j["training"]["param_dtype"] = "fp32";
+  j["training"]["grad_dtype"] = "fp32";
   auto find = [](const std::vector<Op>& ops, const std::string& name) -> const Op* {
     for (const auto& o : ops) {
       if (o.name == name) return &o;
@@ -324,34 +341,21 @@ TEST(Workload, Fp32GatheredWeightsAreCastPerUse) {
   EXPECT_GT(estimate_step(fp32_gather).step_time_s, estimate_step(bf16_gather).step_time_s);
   // A bad dtype names the field.
   j["training"]["gather_dtype"] = "fp64";
-  try {
-    (void)config::parse_run(j, "<gather-test>", "");
-    FAIL() << "expected a ConfigError";
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("$.training.gather_dtype"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(j, "$.training.gather_dtype");
 }
 
 // Float8 all-gather (FSDP gathering fp8 weights under fp8 training): one byte per weight on
 // the wire and in the gathered buffers, no per-use casts; under 16-bit training it is refused.
 TEST(Workload, Fp8GatherHalvesTheGatheredBytes) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 64}}},
-            {"training", {{"seq_len", 8192}, {"global_batch_size", 128}, {"precision", "fp8"}}},
-            {"parallel", {{"micro_batch_size", 2}, {"fsdp", true}}}};
+  Json j = fsdp_llama8b(64, 8192, 128, 2);
+  j["training"]["precision"] = "fp8";
   const RunConfig bf16_gather = config::parse_run(j, "<fp8-gather-test>", "");
   j["training"]["gather_dtype"] = "fp8";
   const RunConfig fp8_gather = config::parse_run(j, "<fp8-gather-test>", "");
   EXPECT_LT(estimate_step(fp8_gather).memory.stages[0].buffers.value(), estimate_step(bf16_gather).memory.stages[0].buffers.value());
   EXPECT_LE(estimate_step(fp8_gather).step_time_s, estimate_step(bf16_gather).step_time_s);
   j["training"]["precision"] = "bf16";
-  try {
-    (void)config::parse_run(j, "<fp8-gather-test>", "");
-    FAIL() << "expected a ConfigError";
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("$.training.gather_dtype"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(j, "$.training.gather_dtype");
 }
 
 }  // namespace
