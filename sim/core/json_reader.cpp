@@ -1,6 +1,7 @@
 #include "sim/core/json_reader.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -23,6 +24,8 @@ Json parse_json_text(const std::string& text, const std::string& source_name) {
 }
 
 Json load_json_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, not a JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open file");
   std::stringstream ss;

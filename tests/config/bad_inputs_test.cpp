@@ -169,6 +169,23 @@ TEST(BadInputs, ReportsEveryProblemAtOnce) {
   }
 }
 
+// A file path that cannot be read says why: missing, or a directory (not "malformed JSON").
+TEST(BadInputs, UnreadableFileSaysWhy) {
+  const std::string dir = ::testing::TempDir();
+  try {
+    core::load_json_file(dir);
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+  try {
+    core::load_json_file(dir + "/no-such-run-file.json");
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open file"), std::string::npos) << e.what();
+  }
+}
+
 // A run file that is not an object at all.
 TEST(BadInputs, TopLevelNotAnObject) {
   EXPECT_THROW(parse_run(Json::array({1, 2}), "<test>", ""), core::ConfigError);
