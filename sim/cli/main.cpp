@@ -3,6 +3,7 @@
 //   70 internal error (a bug: please report), 1 anything else.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cerrno>
 #include <cstdlib>
@@ -55,6 +56,20 @@ bool launched_by_mpi() {
 }
 bool g_mpi_active = false;
 
+// CLI11's PositiveNumber / NonNegativeNumber report their range as 0 to DBL_MAX; these say
+// what is wrong in words ("--gpus: got 0; must be a positive number").
+CLI::Validator number_check(bool zero_ok) {
+  return CLI::Validator(
+      [zero_ok](std::string& text) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) && (zero_ok ? v >= 0 : v > 0);
+        return ok ? std::string() : "got " + text + (zero_ok ? "; must be zero or a positive number" : "; must be a positive number");
+      },
+      zero_ok ? "NON-NEGATIVE" : "POSITIVE", zero_ok ? "non-negative" : "positive");
+}
+const CLI::Validator kPositive = number_check(false);
+const CLI::Validator kNonNegative = number_check(true);
+
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
 constexpr int kExitInternal = 70;
@@ -97,10 +112,10 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string
   cmd->add_option("run", f.file, file_help);
   cmd->add_option("--model", f.model, "model (zoo name) when no run file is given, or to override it");
   cmd->add_option("--hardware", f.hardware, "hardware profile name");
-  if (with_gpus) cmd->add_option("--gpus", f.gpus, "number of GPUs")->check(CLI::PositiveNumber);
-  cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the hardware's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", f.seq, "sequence length")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", f.batch, "global batch size (sequences)")->check(CLI::PositiveNumber);
+  if (with_gpus) cmd->add_option("--gpus", f.gpus, "number of GPUs")->check(kPositive);
+  cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the hardware's)")->check(kPositive);
+  cmd->add_option("--seq", f.seq, "sequence length")->check(kPositive);
+  cmd->add_option("--batch", f.batch, "global batch size (sequences)")->check(kPositive);
   cmd->add_option("--precision", f.precision, "training precision (bf16, fp16, fp8, fp32)");
 }
 
@@ -345,12 +360,12 @@ int run(int argc, char** argv) {
   plan->add_option("--top", popt.top_k, "re-simulate this many of the best estimated layouts (0: estimate only)")
       ->check(CLI::Range(0, 1000));
   plan->add_option("--rows", plan_rows, "layouts to print")->check(CLI::Range(size_t{1}, size_t{1000000}));
-  plan->add_option("--max-tp", popt.max_tp, "largest tensor-parallel size to consider")->check(CLI::PositiveNumber);
-  plan->add_option("--max-pp", popt.max_pp, "largest pipeline-parallel size to consider")->check(CLI::PositiveNumber);
-  plan->add_option("--max-cp", popt.max_cp, "largest context-parallel size to consider")->check(CLI::PositiveNumber);
-  plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(CLI::PositiveNumber);
+  plan->add_option("--max-tp", popt.max_tp, "largest tensor-parallel size to consider")->check(kPositive);
+  plan->add_option("--max-pp", popt.max_pp, "largest pipeline-parallel size to consider")->check(kPositive);
+  plan->add_option("--max-cp", popt.max_cp, "largest context-parallel size to consider")->check(kPositive);
+  plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(kPositive);
   plan->add_option("--fix", plan_fix, "fix a parallel setting, e.g. --fix pp=4 --fix recompute=full (repeatable)");
-  plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(CLI::NonNegativeNumber);
+  plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(kNonNegative);
   plan->add_option("--memory-headroom", popt.memory_headroom,
                    "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
       ->check(CLI::Range(0.0, 0.9));
@@ -364,13 +379,13 @@ int run(int argc, char** argv) {
   sopt.plan.top_k = 3;
   auto* cap = app.add_subcommand("capacity", "size the cluster (whole nodes) that trains a token budget before a deadline");
   add_run_flags(cap, cap_run, false, "run file (JSON): model, hardware, training; cluster size and parallel are chosen");
-  cap->add_option("--tokens", sopt.tokens, "token budget")->check(CLI::PositiveNumber);
-  cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(CLI::PositiveNumber);
-  cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(CLI::PositiveNumber);
-  cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(CLI::NonNegativeNumber);
+  cap->add_option("--tokens", sopt.tokens, "token budget")->check(kPositive);
+  cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(kPositive);
+  cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(kPositive);
+  cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(kNonNegative);
   cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
       ->check(CLI::Range(0.001, 1.0));
-  cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(CLI::PositiveNumber);
+  cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(kPositive);
   cap->add_option("--memory-headroom", sopt.plan.memory_headroom,
                   "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
       ->check(CLI::Range(0.0, 0.9));
