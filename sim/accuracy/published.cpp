@@ -267,6 +267,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["attention"] = "flash2";
     notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");
   }
+  if (torchtitan && contains(fw, "2024")) {
+    // torchtitan's Llama 3 attention (2024) repeats K and V to the query heads and calls SDPA
+    // without grouped-query support, so attention and any CP exchange see the expanded tensors.
+    training["repeat_kv"] = true;
+    notes.push_back("training: K/V repeated to the query heads before SDPA (torchtitan's 2024 Llama 3 attention calls repeat_kv)");
+  }
   if (torchtitan && contains(lower(str(r, "precision")), "float8 all-gather")) {
     training["gather_dtype"] = "fp8";
     notes.push_back("training: FSDP float8 all-gather: weights are cast to fp8 on the shard and gathered in fp8 (the row says so)");
@@ -389,6 +395,11 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       parallel["zero3_recompute_regather"] = true;
       notes.push_back("parallel: DeepSpeed ZeRO-3 releases parameters after each module's forward, so the recomputed forward gathers them again");
     }
+  }
+  if (torchtitan && cp > 1) {
+    parallel["cp_comm"] = "rotate-allgather";
+    notes.push_back("parallel: PyTorch context_parallel with its default all-gather rotation: the K/V all-gather hides only behind the first "
+                    "block, per-block merges run in fp32, dK/dV accumulate in fp32 around the ring");
   }
   if (torchtitan && recompute_of(r) == "selective") {
     parallel["recompute"] = "selective-op";

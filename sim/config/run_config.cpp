@@ -31,6 +31,16 @@ std::string to_string(Schedule s) {
   return "?";
 }
 
+std::string to_string(CpComm c) {
+  switch (c) {
+    case CpComm::kRing: return "ring";
+    case CpComm::kAllGather: return "allgather";
+    case CpComm::kUlysses: return "ulysses";
+    case CpComm::kRotateAllGather: return "rotate-allgather";
+  }
+  return "?";
+}
+
 std::string to_string(Optimizer o) { return o == Optimizer::kAdam ? "adam" : "sgd"; }
 
 namespace {
@@ -71,6 +81,7 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.loss = r.get_choice("loss", {"fused", "eager"}, "fused") == "eager" ? LossImpl::kEager : LossImpl::kFused;
   t.lp_grads = r.get_bool("lp_grads", false);
   t.fused_elementwise = r.get_bool("fused_elementwise", true);
+  t.repeat_kv = r.get_bool("repeat_kv", false);
   r.finish();
 }
 
@@ -132,8 +143,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.bucket_mb = r.get_number("bucket_mb", 0.001, 1e6, 25.0);
   p.first_stage_layers = r.get_int("first_stage_layers", 0, 100000, -1);
   p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
-  const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses"}, "ring");
-  p.cp_comm = cpc == "ulysses" ? CpComm::kUlysses : cpc == "allgather" ? CpComm::kAllGather : CpComm::kRing;
+  const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather"}, "ring");
+  p.cp_comm = cpc == "ulysses"            ? CpComm::kUlysses
+              : cpc == "allgather"        ? CpComm::kAllGather
+              : cpc == "rotate-allgather" ? CpComm::kRotateAllGather
+                                          : CpComm::kRing;
   p.cp_load_balance = r.get_bool("cp_load_balance", true);
   if (const Json* mj = r.get_raw("moe"); mj != nullptr) parse_moe(ObjectReader(*mj, r.child_path("moe"), r.issues()), p.moe);
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);

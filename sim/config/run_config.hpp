@@ -22,7 +22,12 @@ enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
 // kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
 // kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
 enum class AttentionImpl { kFlash, kFlash2, kUnfused };
-enum class CpComm { kRing, kAllGather, kUlysses };
+// Context-parallel exchange of K/V: kRing (p2p ring, each hop hidden behind a block), kAllGather
+// (gather every shard, one attention, reduce-scatter dK/dV), kUlysses (all-to-all of heads),
+// kRotateAllGather (the ring loop of blocks and online-softmax merges whose K/V shards arrive by
+// one all-gather issued before the first block; dK/dV accumulate in fp32 and travel the ring;
+// PyTorch context_parallel's default rotation).
+enum class CpComm { kRing, kAllGather, kUlysses, kRotateAllGather };
 enum class MoeDispatcher { kAllToAll, kAllGather };
 
 // How tokens reach the experts of a MoE layer: the dispatcher, the expert capacity and the
@@ -54,6 +59,7 @@ struct MoeRouting {
 std::string to_string(Recompute r);
 std::string to_string(Schedule s);
 std::string to_string(Optimizer o);
+std::string to_string(CpComm c);
 
 struct Cluster {
   int64_t num_gpus = 0;
@@ -93,6 +99,10 @@ struct Training {
   // false: eager PyTorch, where RMSNorm, rotary embeddings and the gated activation run as
   // chains of separate kernels, each a full pass over memory.
   bool fused_elementwise = true;
+  // K and V repeated to the query heads before the attention call (an attention kernel called
+  // without grouped-query support, e.g. torchtitan's repeat_kv): attention and any
+  // context-parallel exchange see the expanded tensors.
+  bool repeat_kv = false;
 };
 
 struct Parallel {

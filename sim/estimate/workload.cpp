@@ -390,6 +390,13 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     F.push_back(mem_op(c, "rope", 2.0 * e * T * (q_width + kv_width) * eager_factor(c, Eager::kRope)));
     B.push_back(mem_op(c, "rope.bwd", 2.0 * e * T * (q_width + kv_width) * eager_factor(c, Eager::kRope)));
   }
+  // K and V as the attention call (and any CP exchange) sees them: repeated to the query heads
+  // when the framework expands them first (a copy forward, a sum over the repeats backward).
+  const double kv_att = rc_.training.repeat_kv ? std::max(kv_width, q_width) : kv_width;
+  if (kv_att > kv_width) {
+    F.push_back(mem_op(c, "repeat_kv", 2.0 * e * T * (kv_width + kv_att)));
+    B.push_back(mem_op(c, "repeat_kv.bwd", 2.0 * e * T * (kv_att + kv_width)));
+  }
 
   // Attention core.
   const double s = static_cast<double>(rc_.training.seq_len);
@@ -439,7 +446,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   af.time = attn_f;
   af.flops = attn_flops;
   af.attention = cost::AttentionShape{static_cast<double>(p.micro_batch_size), heads_local, s / cp, s, d_qk, d_v, true};
-  af.saved_bytes = e * T * (q_width + 2.0 * kv_width);
+  af.saved_bytes = e * T * (q_width + 2.0 * kv_att);
   if (rc_.training.attention == config::AttentionImpl::kUnfused) {
     af.score_bytes = heads_local * s * T * (e + (rc_.training.dropout ? 1.0 + e : 0.0));
   } else {
@@ -454,8 +461,31 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
 
   // Context parallel communication around the attention core.
   if (p.cp > 1) {
-    const double kv_bytes = T * 2.0 * kv_width * e;  // local K and V
-    if (p.cp_comm == config::CpComm::kRing) {
+    const double kv_bytes = T * 2.0 * kv_att * e;  // local K and V
+    if (p.cp_comm == config::CpComm::kRotateAllGather) {
+      // The ring loop of cp blocks and online-softmax merges, its K/V from one all-gather
+      // issued before the first (local) block, which alone hides it; the same in backward,
+      // where dK/dV accumulate in fp32 and travel the ring, each hop hidden by the next
+      // block, the last one waited for.
+      const double dkv_bytes = T * 2.0 * kv_att * 4.0;
+      F.push_back(comm_op(c, "cp_rotate.kv_allgather", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp, attn_f / cp));
+      B.push_back(comm_op(c, "cp_rotate.kv_allgather", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp, attn_b / cp));
+      for (int64_t hop = 0; hop < p.cp; ++hop) {
+        B.push_back(comm_op(c, "cp_rotate.dkv", CommKind::kCp, Collective::kSendRecv, dkv_bytes, places_.cp,
+                            hop + 1 < p.cp ? attn_b / cp : Duration(0)));
+      }
+      // Eager element-wise work per block, in bytes per element (the slowest rank merges whole
+      // blocks). Forward: the block output cast to fp32 (e + 4) and merged into the running
+      // fp32 output in three passes (out - block: 12; times the sigmoid of the log-sum-exp
+      // difference: 8; subtracted from out: 12), and K/V concatenated for the rotation (2e);
+      // the output is cast to fp32 before the loop and back after it. Backward: dQ and dK/dV
+      // added into fp32 accumulators (8 + e), dK/dV concatenated for the ring (8), K/V again
+      // (2e); the accumulators are zeroed before the loop (4) and cast back after it (4 + e).
+      const double out_el = T * v_width, kv_el = T * 2.0 * kv_att;
+      F.push_back(mem_op(c, "cp_rotate.merge", (cp - 1.0) * ((36.0 + e) * out_el + 2.0 * e * kv_el) + 2.0 * (4.0 + e) * out_el));
+      B.push_back(mem_op(c, "cp_rotate.accumulate", cp * ((8.0 + e) * (out_el + kv_el) + 8.0 * kv_el) +
+                                                      (cp - 1.0) * 2.0 * e * kv_el + (8.0 + e) * (out_el + kv_el)));
+    } else if (p.cp_comm == config::CpComm::kRing) {
       // cp-1 hops, each hidden behind one block of the attention computation.
       for (int64_t hop = 0; hop + 1 < p.cp; ++hop) {
         F.push_back(comm_op(c, "cp_ring.kv", CommKind::kCp, Collective::kSendRecv, kv_bytes, places_.cp, attn_f / cp));
@@ -466,7 +496,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
       B.push_back(comm_op(c, "cp_ag.kv", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp));
       B.push_back(comm_op(c, "cp_rs.dkv", CommKind::kCp, Collective::kReduceScatter, kv_bytes * cp, places_.cp));
     } else {
-      const double qkv_bytes = T * (q_width + 2.0 * kv_width) * e;
+      const double qkv_bytes = T * (q_width + 2.0 * kv_att) * e;
       const double o_bytes = T * v_width * e;
       F.push_back(comm_op(c, "ulysses.a2a_qkv", CommKind::kCp, Collective::kAllToAll, qkv_bytes, places_.cp));
       F.push_back(comm_op(c, "ulysses.a2a_out", CommKind::kCp, Collective::kAllToAll, o_bytes, places_.cp));

@@ -134,6 +134,9 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
     kv_w = kv_local * static_cast<double>(m.head_dim);
     v_w = heads_local * static_cast<double>(m.head_dim);
   }
+  // Attention keeps its Q, K and V; K and V repeated to the query heads when the framework
+  // expands them before the call (selective recompute rebuilds them from the QKV output).
+  if (rc.training.repeat_kv && p.recompute == Recompute::kNone) kv_w = std::max(kv_w, q_w);
   double split = e * (q_w + kv_w + kv_w) + e * v_w;
   const double mlp_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
   if (!moe_layer) {

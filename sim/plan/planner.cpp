@@ -78,8 +78,9 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   num("ep", a.ep, b.ep);
   if (a.ep > 1 || b.ep > 1) num("etp", a.etp, b.etp);  // etp only means something with experts
   num("vpp", a.vpp, b.vpp);
-  auto cpm = [](config::CpComm c) { return c == config::CpComm::kRing ? "ring" : c == config::CpComm::kAllGather ? "all-gather" : "Ulysses"; };
-  if (a.cp > 1 && b.cp > 1 && a.cp_comm != b.cp_comm) d.push_back(std::string("CP ") + cpm(a.cp_comm) + " vs " + cpm(b.cp_comm));
+  if (a.cp > 1 && b.cp > 1 && a.cp_comm != b.cp_comm) {
+    d.push_back("CP " + config::to_string(a.cp_comm) + " vs " + config::to_string(b.cp_comm));
+  }
   num("micro-batch", a.micro_batch_size, b.micro_batch_size);
   num("ZeRO stage", a.effective_zero(), b.effective_zero());
   if (a.recompute != b.recompute) d.push_back("recompute " + config::to_string(a.recompute) + " vs " + config::to_string(b.recompute));
@@ -147,7 +148,7 @@ std::string explain(const PlanResult& r) {
 std::string layout_text(const Parallel& p) {
   std::ostringstream o;
   o << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp << " cp " << p.cp;
-  if (p.cp > 1) o << (p.cp_comm == config::CpComm::kRing ? " ring" : p.cp_comm == config::CpComm::kAllGather ? " allgather" : " ulysses");
+  if (p.cp > 1) o << " " << config::to_string(p.cp_comm);
   if (p.ep > 1) o << " ep " << p.ep;
   if (p.etp > 1) o << " etp " << p.etp;
   if (p.vpp > 1) o << " vpp " << p.vpp;

@@ -212,6 +212,66 @@ TEST(ContextParallel, CausalWithoutLoadBalancingIsSlower) {
   EXPECT_GT(no_lb.dense_layer().fwd_time().value(), lb.dense_layer().fwd_time().value());
 }
 
+// K/V repeated to the query heads before attention (repeat_kv): a ring exchange moves
+// heads / kv_heads times the bytes (Llama-3.1-8B: 32 / 8), and the copy costs a memory pass.
+TEST(ContextParallel, RepeatedKvMovesExpandedTensors) {
+  Json j = cp_run(131072, 8, 8);
+  const WorkloadBuilder plain(parse(j));
+  j["training"]["repeat_kv"] = true;
+  const WorkloadBuilder expanded(parse(j));
+  EXPECT_DOUBLE_EQ(sum_bytes(expanded.dense_layer().fwd, CommKind::kCp), 4.0 * sum_bytes(plain.dense_layer().fwd, CommKind::kCp));
+  const double T = 131072.0 / 8.0, e = 2.0;
+  EXPECT_GT(op_time(expanded.dense_layer().fwd, "repeat_kv"), 0.0);
+  const double copy_bytes = 2.0 * e * T * (1024.0 + 4096.0);  // read K, V; write them at 32 heads
+  for (const auto& o : expanded.dense_layer().fwd) {
+    if (o.name == "repeat_kv") {
+      EXPECT_DOUBLE_EQ(o.bytes.value(), copy_bytes);
+    }
+  }
+}
+
+// PyTorch's all-gather rotation: one all-gather of every rank's K/V, hidden only by the first
+// (local) block, so it is exposed when a block is shorter than the gather; dK/dV travel the
+// ring in fp32 (cp hops, the last one waited for); the fp32 merges cost memory passes.
+TEST(ContextParallel, RotateAllGatherHidesBehindFirstBlockOnly) {
+  auto run = [](int64_t seq, int64_t gpus_per_node) {
+    Json j = cp_run(seq, 8, gpus_per_node);
+    j["parallel"]["cp_comm"] = "rotate-allgather";
+    return parse(j);
+  };
+  const RunConfig across_nodes = run(16384, 1);
+  const WorkloadBuilder short_blocks(across_nodes);
+  const LayerCost& lc = short_blocks.dense_layer();
+  const double T = 16384.0 / 8.0, kv_width = 1024.0, e = 2.0;
+  const double kv_bytes = T * 2.0 * kv_width * e;
+  int gathers = 0, hops = 0, exposed_hops = 0;
+  for (const auto& o : lc.fwd) {
+    if (o.name == "cp_rotate.kv_allgather") {
+      ++gathers;
+      EXPECT_DOUBLE_EQ(o.bytes.value(), kv_bytes * 8.0);
+      EXPECT_NEAR(o.hidden_by.value(), op_time(lc.fwd, "attention") / 8.0, 1e-9);
+    }
+  }
+  for (const auto& o : lc.bwd) {
+    if (o.name != "cp_rotate.dkv") continue;
+    ++hops;
+    EXPECT_DOUBLE_EQ(o.bytes.value(), T * 2.0 * kv_width * 4.0);  // fp32 accumulators
+    exposed_hops += o.hidden_by.value() == 0.0;
+  }
+  EXPECT_EQ(gathers, 1);
+  EXPECT_EQ(hops, 8);
+  EXPECT_EQ(exposed_hops, 1);
+  // At 16k tokens over the network one block cannot cover the gather; the p2p ring can hide
+  // each hop behind a block, so it exposes less.
+  Json ring = cp_run(16384, 8, 1);
+  const WorkloadBuilder ring_wb(parse(ring));
+  EXPECT_GT(lc.cp_exposed.value(), 0.0);
+  EXPECT_GT(lc.cp_exposed.value(), ring_wb.dense_layer().cp_exposed.value());
+  EXPECT_GT(op_time(lc.fwd, "cp_rotate.merge"), 0.0);
+  EXPECT_GT(op_time(lc.bwd, "cp_rotate.accumulate"), 0.0);
+  EXPECT_EQ(config::to_string(across_nodes.parallel.cp_comm), "rotate-allgather");
+}
+
 // Ulysses splits heads over cp, so cp is bounded by the KV heads per TP rank.
 TEST(ContextParallel, UlyssesBoundedByHeads) {
   Json j = cp_run(8192, 8, 8);

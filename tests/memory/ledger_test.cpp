@@ -400,6 +400,26 @@ TEST(Activations, SelectiveOpKeepsEveryOtherMatmul) {
   expect_rel(layer_activation_bytes(rc, false).value(), 16384.0 * (31744.0 * 2.0 + 128.0));
 }
 
+// K/V repeated to the query heads before attention: without recompute the attention keeps the
+// expanded K and V (Llama-3.1-8B: 32 heads instead of 8, so 2 x (4096 - 1024) more bf16
+// elements per token); op-level checkpointing keeps matmul outputs only, so it is unchanged.
+TEST(Activations, RepeatedKvKeptOnlyWithoutRecompute) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}, {"attention", "flash2"}}},
+            {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", "none"}}}};
+  Json expanded = j;
+  expanded["training"]["repeat_kv"] = true;
+  const double tokens = 16384.0;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(config::parse_run(expanded, "<ledger-test>", ""), false).value() -
+                       layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(),
+                   tokens * 2.0 * 2.0 * (4096.0 - 1024.0));
+  j["parallel"]["recompute"] = expanded["parallel"]["recompute"] = "selective-op";
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(config::parse_run(expanded, "<ledger-test>", ""), false).value(),
+                   layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value());
+}
+
 // Two stages of tp 2 with sequence parallelism on 4 GPUs, two micro-batches.
 Layout pp2_tp2_sp() {
   Layout l;
