@@ -102,6 +102,34 @@ double loss_peak_bytes_per_logit(const config::RunConfig& rc) {
   return e + (rc.training.fp32_logits ? 4.0 : 0.0);
 }
 
+Bytes cp_attention_working_bytes(const config::RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  if (p.cp <= 1 || (p.cp_comm != config::CpComm::kRotateAllGather && p.cp_comm != config::CpComm::kAllGather)) return Bytes(0);
+  const double e = act_bytes_per_element(rc);
+  const double t = static_cast<double>(p.tp);
+  const double cp = static_cast<double>(p.cp);
+  const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / cp;
+  const double heads_local = static_cast<double>(m.heads) / t;
+  double q_w = 0, k_w = 0, v_w = 0;
+  if (m.mla.enabled()) {
+    q_w = k_w = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    v_w = heads_local * static_cast<double>(m.mla.v_head_dim);
+  } else {
+    const double d = static_cast<double>(m.head_dim);
+    q_w = heads_local * d;
+    k_w = v_w = (rc.training.repeat_kv ? heads_local : std::max(static_cast<double>(m.kv_heads), t) / t) * d;
+  }
+  const double kv_el = T * (k_w + v_w);  // this rank's K and V as exchanged
+  if (p.cp_comm == config::CpComm::kAllGather) {
+    // Every rank's K/V gathered, and their gradients at full length before the reduce-scatter.
+    return Bytes(2.0 * e * kv_el * cp);
+  }
+  // Rotation by all-gather: every rank's K/V, the fp32 dK/dV accumulators, the partial sums
+  // received from the ring and the concatenated copy sent on, and the fp32 dQ accumulator.
+  return Bytes(e * kv_el * cp + 3.0 * 4.0 * kv_el + 4.0 * T * q_w);
+}
+
 Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -319,6 +347,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     no_recompute.parallel.recompute = Recompute::kNone;
     const Bytes full_layer = layer_activation_bytes(no_recompute, moe_layers > 0);
     st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
+    // A context-parallel attention backward also holds the exchanged K/V and its accumulators.
+    st.transient += cp_attention_working_bytes(rc);
     if (rc.training.lp_grads && zero < 3) {
       // Accumulating each micro-batch's 16-bit gradients into the fp32 buffer casts one
       // parameter's gradient at a time to fp32 (grad.to(float32) before the add), so the largest

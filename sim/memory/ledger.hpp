@@ -90,6 +90,12 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n);
 // Activation bytes of one transformer layer for one micro-batch on one rank.
 core::Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer);
 
+// Extra bytes live while a context-parallel attention runs its backward, beyond one rank's own
+// layer activations: gathered K/V of every CP rank (all-gather variants) and, for PyTorch's
+// all-gather rotation, the fp32 dQ/dK/dV accumulators and the ring's dK/dV buffers. 0 without
+// CP, for the p2p ring and for Ulysses.
+core::Bytes cp_attention_working_bytes(const config::RunConfig& rc);
+
 // Bytes per token of one layer kept under op-level selective checkpointing.
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer);
 

@@ -420,6 +420,29 @@ TEST(Activations, RepeatedKvKeptOnlyWithoutRecompute) {
                    layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value());
 }
 
+// A context-parallel attention backward holds more than the rank's own layer: with PyTorch's
+// all-gather rotation every rank's K/V (as exchanged), fp32 dK/dV accumulators, the partial
+// sums received and the copy sent on, and the fp32 dQ accumulator; with the all-gather variant
+// the gathered K/V and their full-length gradients; nothing extra for the p2p ring. Llama-3.1-8B,
+// cp 8 at 256k tokens (T = 32768 per rank), K/V repeated to 32 heads of 128: 8192 elements.
+TEST(Ledger, ContextParallelAttentionWorkingSet) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 262144}, {"global_batch_size", 1}, {"attention", "flash2"}, {"repeat_kv", true}}},
+            {"parallel", {{"cp", 8}, {"fsdp", true}, {"micro_batch_size", 1}, {"recompute", "full"}, {"cp_comm", "rotate-allgather"}}}};
+  const double T = 32768.0, kv = T * 8192.0, e = 2.0;
+  const RunConfig rotate = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_DOUBLE_EQ(cp_attention_working_bytes(rotate).value(), e * kv * 8.0 + 12.0 * kv + 4.0 * T * 4096.0);
+  j["parallel"]["cp_comm"] = "allgather";
+  EXPECT_DOUBLE_EQ(cp_attention_working_bytes(config::parse_run(j, "<ledger-test>", "")).value(), 2.0 * e * kv * 8.0);
+  j["parallel"]["cp_comm"] = "ring";
+  const RunConfig ring = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_DOUBLE_EQ(cp_attention_working_bytes(ring).value(), 0.0);
+  EXPECT_DOUBLE_EQ(compute_ledger(rotate).stages[0].transient.value() - compute_ledger(ring).stages[0].transient.value(),
+                   cp_attention_working_bytes(rotate).value());
+}
+
 // Two stages of tp 2 with sequence parallelism on 4 GPUs, two micro-batches.
 Layout pp2_tp2_sp() {
   Layout l;
