@@ -38,6 +38,27 @@ double act_bytes_per_element(const config::RunConfig& rc) {
   return rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
 }
 
+// Widths (elements per token) of Q, K and V on one TP rank; K and V at the query heads when
+// `expanded` (repeated before the attention call). GQA heads are replicated when tp exceeds them.
+struct AttentionWidths {
+  double q = 0, k = 0, v = 0;
+};
+AttentionWidths attention_widths(const config::RunConfig& rc, bool expanded) {
+  const auto& m = rc.model;
+  const double t = static_cast<double>(rc.parallel.tp);
+  const double heads_local = static_cast<double>(m.heads) / t;
+  AttentionWidths w;
+  if (m.mla.enabled()) {
+    w.q = w.k = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    w.v = heads_local * static_cast<double>(m.mla.v_head_dim);
+    return w;
+  }
+  const double d = static_cast<double>(m.head_dim);
+  w.q = heads_local * d;
+  w.k = w.v = (expanded ? heads_local : std::max(static_cast<double>(m.kv_heads), t) / t) * d;
+  return w;
+}
+
 }  // namespace
 
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer) {
@@ -103,23 +124,13 @@ double loss_peak_bytes_per_logit(const config::RunConfig& rc) {
 }
 
 Bytes cp_attention_working_bytes(const config::RunConfig& rc) {
-  const auto& m = rc.model;
   const auto& p = rc.parallel;
   if (p.cp <= 1 || (p.cp_comm != config::CpComm::kRotateAllGather && p.cp_comm != config::CpComm::kAllGather)) return Bytes(0);
   const double e = act_bytes_per_element(rc);
-  const double t = static_cast<double>(p.tp);
   const double cp = static_cast<double>(p.cp);
   const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / cp;
-  const double heads_local = static_cast<double>(m.heads) / t;
-  double q_w = 0, k_w = 0, v_w = 0;
-  if (m.mla.enabled()) {
-    q_w = k_w = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
-    v_w = heads_local * static_cast<double>(m.mla.v_head_dim);
-  } else {
-    const double d = static_cast<double>(m.head_dim);
-    q_w = heads_local * d;
-    k_w = v_w = (rc.training.repeat_kv ? heads_local : std::max(static_cast<double>(m.kv_heads), t) / t) * d;
-  }
+  const AttentionWidths w = attention_widths(rc, rc.training.repeat_kv);
+  const double q_w = w.q, k_w = w.k, v_w = w.v;
   const double kv_el = T * (k_w + v_w);  // this rank's K and V as exchanged
   if (p.cp_comm == config::CpComm::kAllGather) {
     // Every rank's K/V gathered, and their gradients at full length before the reduce-scatter.
@@ -147,25 +158,16 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   // Replicated terms (per token).
   double replicated = 2.0 * e * h + e * h + e * h;
   if (rc.training.dropout) replicated += 2.0 * h;
-  // Terms split across TP.
+  // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
+  // when the framework expands them before the call (selective recompute rebuilds them from
+  // the QKV output).
   const double heads_local = static_cast<double>(m.heads) / t;
-  double q_w = 0, kv_w = 0, v_w = 0;
-  if (m.mla.enabled()) {
-    q_w = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
-    kv_w = q_w;
-    v_w = heads_local * static_cast<double>(m.mla.v_head_dim);
-    // Latent inputs of the up-projections (replicated).
-    replicated += e * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
-  } else {
-    const double kv_local = std::max(static_cast<double>(m.kv_heads), t) / t;
-    q_w = heads_local * static_cast<double>(m.head_dim);
-    kv_w = kv_local * static_cast<double>(m.head_dim);
-    v_w = heads_local * static_cast<double>(m.head_dim);
-  }
-  // Attention keeps its Q, K and V; K and V repeated to the query heads when the framework
-  // expands them before the call (selective recompute rebuilds them from the QKV output).
-  if (rc.training.repeat_kv && p.recompute == Recompute::kNone) kv_w = std::max(kv_w, q_w);
-  double split = e * (q_w + kv_w + kv_w) + e * v_w;
+  const AttentionWidths w = attention_widths(rc, rc.training.repeat_kv && p.recompute == Recompute::kNone);
+  const double q_w = w.q, kv_w = w.k;
+  const double out_w = m.mla.enabled() ? w.v : w.q;  // the attention output the projection keeps
+  // MLA: the latent inputs of the up-projections (replicated).
+  if (m.mla.enabled()) replicated += e * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
+  double split = e * (q_w + kv_w + kv_w) + e * out_w;
   const double mlp_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
   if (!moe_layer) {
     split += mlp_passes * e * static_cast<double>(m.ffn_hidden) / t;
