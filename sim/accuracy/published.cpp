@@ -408,6 +408,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   if (torchtitan && pp > 1) {
     parallel["keep_stage_outputs"] = true;
     notes.push_back("parallel: torch.distributed.pipelining keeps each in-flight micro-batch's stage output until its backward");
+    parallel["recv_buffer_per_microbatch"] = true;
+    notes.push_back("parallel: torch.distributed.pipelining allocates a receive buffer per micro-batch for stage inputs and output gradients (PipelineStage _prepare_forward_infra / _setup_backward_recv_info)");
     if (parallel.contains("fsdp")) {
       parallel["reshard_after_forward"] = false;
       notes.push_back("parallel: FSDP does not reshard after forward under pipeline parallelism (torchtitan)");

@@ -155,6 +155,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
   p.no_sync = r.get_bool("no_sync", true);
   p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
+  p.recv_buffer_per_microbatch = r.get_bool("recv_buffer_per_microbatch", false);
   p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
   p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
   r.finish();

@@ -141,6 +141,10 @@ struct Parallel {
   // Pipeline engines that keep each in-flight micro-batch's stage output until its backward
   // (DeepSpeed's pipe buffers); Megatron frees the output's data once it is sent.
   bool keep_stage_outputs = false;
+  // Pipeline runtimes that allocate a receive buffer per micro-batch once and hold them for the
+  // run (torch.distributed.pipelining: the stage input of every non-first stage chunk and the
+  // output gradient of every non-last one); others reuse one buffer.
+  bool recv_buffer_per_microbatch = false;
   // Tensor parallelism through DTensor (torchtitan): a column-parallel linear saves its
   // all-gathered (sequence-replicated) input for the weight gradient, where Megatron saves the
   // sequence-parallel shard and gathers it again in backward: the output layer (never

@@ -368,6 +368,14 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // The stage output of every in-flight micro-batch stays in the engine's pipe buffers.
       st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0) * std::ceil(inflight));
     }
+    if (p.recv_buffer_per_microbatch && p.pp > 1) {
+      // One receive buffer per micro-batch for each local stage chunk's input (not the model's
+      // first chunk) and output gradient (not its last), allocated once and kept.
+      const double boundary = e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0);
+      const double chunks = static_cast<double>(std::max<int64_t>(1, p.vpp));
+      const double inputs = chunks - (s == 0 ? 1.0 : 0.0), grads = chunks - (s == p.pp - 1 ? 1.0 : 0.0);
+      st.buffers += Bytes(boundary * static_cast<double>(rc.num_microbatches) * (inputs + grads));
+    }
     if (s == p.pp - 1) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));

@@ -443,7 +443,7 @@ TEST(Ledger, ContextParallelAttentionWorkingSet) {
                    cp_attention_working_bytes(rotate).value());
 }
 
-// Two stages of tp 2 with sequence parallelism on 4 GPUs, two micro-batches.
+// Two stages of tp 2 with sequence parallelism on 4 GPUs, four micro-batches (global batch 4 x mbs, dp 1).
 Layout pp2_tp2_sp() {
   Layout l;
   l.pp = 2;
@@ -474,6 +474,17 @@ TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
   const double inflight0 = std::ceil(inflight_microbatches(base, 0));
   expect_rel(with_keep.stages[0].activations.value() - b0.activations.value(), 2.0 * s * b * h / 2.0 * inflight0);
   EXPECT_DOUBLE_EQ(with_keep.stages[1].activations.value(), b1.activations.value());
+
+  // torch.distributed.pipelining: a receive buffer per micro-batch, the stage boundary
+  // s*b*h*2/tp under SP: output gradients on the first stage, inputs on the last.
+  RunConfig recv = base;
+  recv.parallel.recv_buffer_per_microbatch = true;
+  const MemoryLedger with_recv = compute_ledger(recv);
+  const double boundary = 2.0 * s * b * h / 2.0;
+  const double m = static_cast<double>(base.num_microbatches);
+  EXPECT_EQ(base.num_microbatches, 4);
+  expect_rel(with_recv.stages[0].buffers.value() - b0.buffers.value(), boundary * m);
+  expect_rel(with_recv.stages[1].buffers.value() - b1.buffers.value(), boundary * m);
 
   // DTensor TP: the LM head keeps its gathered input instead of its shard (s*b*h*2*(1 - 1/tp) more
   // on the last stage); each layer
