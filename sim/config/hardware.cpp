@@ -1,6 +1,7 @@
 #include "sim/config/hardware.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "sim/core/embedded.hpp"
@@ -103,6 +104,33 @@ namespace {
 
 const std::vector<std::string> kDtypes = {"fp32", "tf32", "bf16", "fp16", "fp8"};
 
+// {"64": 0.73, "128": 1.0, ...}: attention throughput factors by head dimension, sorted.
+std::vector<std::pair<double, double>> head_dim_scale(ObjectReader& r, const char* key) {
+  std::vector<std::pair<double, double>> points;
+  const Json* j = r.get_raw(key);
+  if (j == nullptr) return points;
+  const std::string path = r.child_path(key);
+  if (!j->is_object() || j->empty()) {
+    r.issues().add(path, "expected an object of head dimension -> factor, e.g. {\"64\": 0.73, \"128\": 1.0}");
+    return points;
+  }
+  for (const auto& [k, v] : j->items()) {
+    char* end = nullptr;
+    const long d = std::strtol(k.c_str(), &end, 10);
+    if (k.empty() || *end != '\0' || d < 8 || d > 1024) {
+      r.issues().add(path + "." + k, "head dimension must be an integer in [8, 1024]");
+      continue;
+    }
+    if (!v.is_number() || v.get<double>() <= 0.0 || v.get<double>() > 10.0) {
+      r.issues().add(path + "." + k, "got " + core::show(v) + "; expected a factor in (0, 10]");
+      continue;
+    }
+    points.emplace_back(static_cast<double>(d), v.get<double>());
+  }
+  std::sort(points.begin(), points.end());
+  return points;
+}
+
 HardwareProfile parse_profile_object(const Json& j, const std::string& path, Issues& issues) {
   HardwareProfile hw;
   ObjectReader r(j, path, issues);
@@ -165,6 +193,8 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.attention_bwd = er.get_number("attention_bwd", 0.01, 1.0, 0.4);
     hw.efficiency.attention_flash2_fwd = er.get_number("attention_flash2_fwd", 0.01, 1.0, hw.efficiency.attention_fwd);
     hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
+    hw.efficiency.attention_head_dim_scale = head_dim_scale(er, "attention_head_dim_scale");
+    hw.efficiency.attention_flash2_head_dim_scale = head_dim_scale(er, "attention_flash2_head_dim_scale");
     hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
     hw.efficiency.optimizer_rate = er.get_number("optimizer_rate", 0.0, 1e15, 0.0);
     hw.efficiency.kernel_overhead =

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/core/json_reader.hpp"
@@ -79,6 +80,11 @@ struct Efficiency {
   double attention_bwd = 0.4;        // fused attention backward
   double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)
   double attention_flash2_bwd = 0.4;
+  // Attention kernel throughput by head dimension relative to the efficiencies above (which
+  // hold at the points' 1.0): (head dim, factor) points, interpolated in log2 of the head dim
+  // and held flat beyond the ends; empty: no dependence measured. Fused and FlashAttention-2
+  // kernels scale differently (their tiling differs).
+  std::vector<std::pair<double, double>> attention_head_dim_scale, attention_flash2_head_dim_scale;
   double memory_bound = 0.8;         // fraction of HBM bandwidth that element-wise kernels reach
   // Parameters per second the optimizer kernel updates when it is compute-bound (measured by
   // the CPU calibration); 0: the optimizer is bound by memory traffic alone (fused GPU Adam).

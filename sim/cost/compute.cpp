@@ -1,6 +1,7 @@
 #include "sim/cost/compute.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace stepcast::cost {
 
@@ -36,11 +37,26 @@ core::Flops AttentionShape::forward_flops() const {
   return core::Flops(causal && sk >= sq ? full * 0.5 * (1.0 + 1.0 / std::max(1.0, sq)) : full);
 }
 
+double head_dim_factor(const std::vector<std::pair<double, double>>& points, double head_dim) {
+  if (points.empty()) return 1.0;
+  if (head_dim <= points.front().first) return points.front().second;
+  if (head_dim >= points.back().first) return points.back().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const auto& [d1, f1] = points[i];
+    if (head_dim > d1) continue;
+    const auto& [d0, f0] = points[i - 1];
+    const double w = std::log2(head_dim / d0) / std::log2(d1 / d0);
+    return f0 + w * (f1 - f0);
+  }
+  return points.back().second;
+}
+
 Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, bool flash2) {
   const auto& ef = hw.efficiency;
   const double kernel = flash2 ? (backward ? ef.attention_flash2_bwd : ef.attention_flash2_fwd)
                                : (backward ? ef.attention_bwd : ef.attention_fwd);
-  const double eff = kernel *
+  const double by_head_dim = head_dim_factor(flash2 ? ef.attention_flash2_head_dim_scale : ef.attention_head_dim_scale, a.d_qk);
+  const double eff = kernel * by_head_dim *
                      hw.efficiency.sustained_clock * ramp(a.sk, hw.efficiency.gemm_half_dim);
   const core::Flops f = backward ? a.forward_flops() * 2.5 : a.forward_flops();
   return f / core::FlopRate(hw.peak_for(sixteen_bit(hw)).value() * eff) + hw.efficiency.kernel_overhead;

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "sim/config/hardware.hpp"
 #include "sim/core/units.hpp"
@@ -39,7 +41,12 @@ struct AttentionShape {
   [[nodiscard]] core::Flops forward_flops() const;
 };
 
-// flash2: FlashAttention-2 efficiencies of the profile (attention_flash2_fwd/bwd).
+// The profile's attention throughput factor at a head dimension (1 when none is given):
+// linear in log2(head dim) between the points, flat beyond them.
+double head_dim_factor(const std::vector<std::pair<double, double>>& points, double head_dim);
+
+// flash2: FlashAttention-2 efficiencies of the profile (attention_flash2_fwd/bwd); both kinds
+// scale with the query/key head dimension by the profile's head-dimension factors.
 core::Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, bool flash2 = false);
 core::Duration unfused_attention_time(const AttentionShape& a, bool backward, bool dropout,
                                       hw::Dtype dtype, const hw::HardwareProfile& hw);
