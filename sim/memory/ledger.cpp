@@ -219,6 +219,9 @@ std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int6
     group(p.ep);
     group(p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp));
   }
+  // Gradient-norm clipping (and the fp16 overflow check) all-reduce over the model-parallel
+  // group, tp x pp ranks (Megatron's and DeepSpeed's get_model_parallel_group).
+  if (p.pp > 1) group(p.tp * p.pp);
   if (stage > 0) ++pairs;
   if (stage < p.pp - 1) ++pairs;
   if (p.pp > 1 && rc.model.tied_embeddings && (stage == 0 || stage == p.pp - 1)) ++pairs;

@@ -563,9 +563,10 @@ TEST(Ledger, NoReshardHoldsAllGatheredParametersBesideTheShard) {
 
 
 // NCCL communicators per rank: with 16 GPUs as tp 2 x pp 4 x dp 2 and tied embeddings, every rank
-// joins the world group (16 ranks); TP and DP groups are pairs, and so are its pipeline
-// neighbours and, on the first and last stage, the embedding pair. Their buffers add to the
-// runtime reserve at the profile's per-communicator sizes.
+// joins the world group (16 ranks) and the model-parallel group of the gradient-norm reduction
+// (tp x pp = 8 ranks); TP and DP groups are pairs, and so are its pipeline neighbours and, on
+// the first and last stage, the embedding pair. Their buffers add to the runtime reserve at the
+// profile's per-communicator sizes.
 using CommCount = std::pair<int64_t, int64_t>;
 TEST(Ledger, NcclCommunicatorsAddTheirBuffers) {
   Layout l;
@@ -576,19 +577,20 @@ TEST(Ledger, NcclCommunicatorsAddTheirBuffers) {
   RunConfig rc = gpt_run(l);
   ASSERT_EQ(rc.parallel.dp, 2);
   ASSERT_TRUE(rc.model.tied_embeddings);
-  // stage: {multi, pairs} = world; tp, dp, neighbours (1 or 2), embedding pair (ends only)
-  EXPECT_EQ(nccl_communicators(rc, 0), (CommCount{1, 4}));
-  EXPECT_EQ(nccl_communicators(rc, 1), (CommCount{1, 4}));
-  EXPECT_EQ(nccl_communicators(rc, 3), (CommCount{1, 4}));
+  // stage: {multi, pairs} = world, model-parallel; tp, dp, neighbours (1 or 2), embedding pair
+  // (ends only)
+  EXPECT_EQ(nccl_communicators(rc, 0), (CommCount{2, 4}));
+  EXPECT_EQ(nccl_communicators(rc, 1), (CommCount{2, 4}));
+  EXPECT_EQ(nccl_communicators(rc, 3), (CommCount{2, 4}));
   rc.model.tied_embeddings = false;
-  EXPECT_EQ(nccl_communicators(rc, 0), (CommCount{1, 3}));
+  EXPECT_EQ(nccl_communicators(rc, 0), (CommCount{2, 3}));
   rc.hardware.runtime_reserved = core::Bytes(1e9);
   rc.hardware.nccl_comm_memory = core::Bytes(700e6);
   rc.hardware.nccl_pair_memory = core::Bytes(500e6);
   const MemoryLedger led = compute_ledger(rc);
-  EXPECT_DOUBLE_EQ(led.stages[0].runtime.value(), 1e9 + 700e6 + 3 * 500e6);
-  EXPECT_DOUBLE_EQ(led.stages[1].runtime.value(), 1e9 + 700e6 + 4 * 500e6);
-  EXPECT_DOUBLE_EQ(led.stages[1].nccl.value(), 700e6 + 4 * 500e6);
+  EXPECT_DOUBLE_EQ(led.stages[0].runtime.value(), 1e9 + 2 * 700e6 + 3 * 500e6);
+  EXPECT_DOUBLE_EQ(led.stages[1].runtime.value(), 1e9 + 2 * 700e6 + 4 * 500e6);
+  EXPECT_DOUBLE_EQ(led.stages[1].nccl.value(), 2 * 700e6 + 4 * 500e6);
   // Pure data parallelism over every GPU uses the world group alone.
   Layout d;
   d.gpus = 8;
