@@ -1,8 +1,8 @@
 #include "sim/config/run_config.hpp"
 
-#include <limits>
-
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 
 namespace stepcast::config {
@@ -144,10 +144,9 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.first_stage_layers = r.get_int("first_stage_layers", 0, 100000, -1);
   p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
   const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather"}, "ring");
-  p.cp_comm = cpc == "ulysses"            ? CpComm::kUlysses
-              : cpc == "allgather"        ? CpComm::kAllGather
-              : cpc == "rotate-allgather" ? CpComm::kRotateAllGather
-                                          : CpComm::kRing;
+  for (const CpComm c : {CpComm::kRing, CpComm::kAllGather, CpComm::kUlysses, CpComm::kRotateAllGather}) {
+    if (to_string(c) == cpc) p.cp_comm = c;
+  }
   p.cp_load_balance = r.get_bool("cp_load_balance", true);
   if (const Json* mj = r.get_raw("moe"); mj != nullptr) parse_moe(ObjectReader(*mj, r.child_path("moe"), r.issues()), p.moe);
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
@@ -450,6 +449,22 @@ RunConfig load_run_file(const std::string& path) {
   Json j = core::load_json_file(path);
   const auto parent = std::filesystem::path(path).parent_path().string();
   return parse_run(j, path, parent);
+}
+
+AttentionWidths attention_widths(const RunConfig& rc, bool expanded) {
+  const auto& m = rc.model;
+  const double t = static_cast<double>(rc.parallel.tp);
+  const double heads_local = static_cast<double>(m.heads) / t;
+  AttentionWidths w;
+  if (m.mla.enabled()) {
+    w.q = w.k = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    w.v = w.out = heads_local * static_cast<double>(m.mla.v_head_dim);
+    return w;
+  }
+  const double d = static_cast<double>(m.head_dim);
+  w.q = w.out = heads_local * d;
+  w.k = w.v = (expanded ? heads_local : std::max(static_cast<double>(m.kv_heads), t) / t) * d;
+  return w;
 }
 
 }  // namespace stepcast::config

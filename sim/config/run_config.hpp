@@ -216,4 +216,12 @@ RunConfig load_run_file(const std::string& path);
 // Fills derived fields and checks the layout against the model; records problems in issues.
 void derive_and_validate(RunConfig& rc, core::Issues& issues);
 
+// Widths (elements per token) of attention's Q, K and V and of its output on one TP rank.
+// K and V are at the query heads when `expanded` (repeated before the attention call), else at
+// the key/value heads, replicated when tp exceeds them; MLA has as many K as Q heads.
+struct AttentionWidths {
+  double q = 0, k = 0, v = 0, out = 0;
+};
+AttentionWidths attention_widths(const RunConfig& rc, bool expanded);
+
 }  // namespace stepcast::config

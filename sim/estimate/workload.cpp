@@ -351,15 +351,11 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   F.back().saved_bytes = e * h * c.T_rep;
   B.push_back(mem_op(c, "norm1.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double heads_local = static_cast<double>(m.heads) / c.t;
-  double q_width = 0, kv_width = 0, v_width = 0;
+  const config::AttentionWidths widths = config::attention_widths(rc_, false);
+  const double q_width = widths.q, kv_width = widths.k, v_width = widths.out;
   Duration qkv_fwd, qkv_bwd;
   const size_t qkv_start_f = F.size(), qkv_start_b = B.size();
   if (m.mla.enabled()) {
-    const double d_qk = static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
-    const double d_v = static_cast<double>(m.mla.v_head_dim);
-    q_width = heads_local * d_qk;
-    kv_width = heads_local * d_qk;
-    v_width = heads_local * d_v;
     if (m.mla.q_lora_rank > 0) {
       linear(c, F, B, "q_down", T, static_cast<double>(m.mla.q_lora_rank), h);
       linear(c, F, B, "q_up", T, q_width, static_cast<double>(m.mla.q_lora_rank));
@@ -370,11 +366,6 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     linear(c, F, B, "kv_down", T, kvr + static_cast<double>(m.mla.qk_rope_head_dim), h);
     linear(c, F, B, "kv_up", T, heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim), kvr);
   } else {
-    const double d = static_cast<double>(m.head_dim);
-    const double kv_local = std::max(static_cast<double>(m.kv_heads), c.t) / c.t;  // replicated when tp > kv heads
-    q_width = heads_local * d;
-    kv_width = kv_local * d;
-    v_width = heads_local * d;
     linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h, 1.0, e * h * in_tokens);
   }
   qkv_fwd = Duration(sum_time(F, qkv_start_f));
@@ -392,7 +383,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   }
   // K and V as the attention call (and any CP exchange) sees them: repeated to the query heads
   // when the framework expands them first (a copy forward, a sum over the repeats backward).
-  const double kv_att = rc_.training.repeat_kv ? std::max(kv_width, q_width) : kv_width;
+  const double kv_att = config::attention_widths(rc_, rc_.training.repeat_kv).k;
   if (kv_att > kv_width) {
     F.push_back(mem_op(c, "repeat_kv", 2.0 * e * T * (kv_width + kv_att)));
     B.push_back(mem_op(c, "repeat_kv.bwd", 2.0 * e * T * (kv_att + kv_width)));

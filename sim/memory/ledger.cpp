@@ -38,27 +38,6 @@ double act_bytes_per_element(const config::RunConfig& rc) {
   return rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
 }
 
-// Widths (elements per token) of Q, K and V on one TP rank; K and V at the query heads when
-// `expanded` (repeated before the attention call). GQA heads are replicated when tp exceeds them.
-struct AttentionWidths {
-  double q = 0, k = 0, v = 0;
-};
-AttentionWidths attention_widths(const config::RunConfig& rc, bool expanded) {
-  const auto& m = rc.model;
-  const double t = static_cast<double>(rc.parallel.tp);
-  const double heads_local = static_cast<double>(m.heads) / t;
-  AttentionWidths w;
-  if (m.mla.enabled()) {
-    w.q = w.k = heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
-    w.v = heads_local * static_cast<double>(m.mla.v_head_dim);
-    return w;
-  }
-  const double d = static_cast<double>(m.head_dim);
-  w.q = heads_local * d;
-  w.k = w.v = (expanded ? heads_local : std::max(static_cast<double>(m.kv_heads), t) / t) * d;
-  return w;
-}
-
 }  // namespace
 
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer) {
@@ -129,16 +108,15 @@ Bytes cp_attention_working_bytes(const config::RunConfig& rc) {
   const double e = act_bytes_per_element(rc);
   const double cp = static_cast<double>(p.cp);
   const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / cp;
-  const AttentionWidths w = attention_widths(rc, rc.training.repeat_kv);
-  const double q_w = w.q, k_w = w.k, v_w = w.v;
-  const double kv_el = T * (k_w + v_w);  // this rank's K and V as exchanged
+  const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv);
+  const double kv_el = T * (w.k + w.v);  // this rank's K and V as exchanged
   if (p.cp_comm == config::CpComm::kAllGather) {
     // Every rank's K/V gathered, and their gradients at full length before the reduce-scatter.
     return Bytes(2.0 * e * kv_el * cp);
   }
   // Rotation by all-gather: every rank's K/V, the fp32 dK/dV accumulators, the partial sums
   // received from the ring and the concatenated copy sent on, and the fp32 dQ accumulator.
-  return Bytes(e * kv_el * cp + 3.0 * 4.0 * kv_el + 4.0 * T * q_w);
+  return Bytes(e * kv_el * cp + 3.0 * 4.0 * kv_el + 4.0 * T * w.q);
 }
 
 Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
@@ -162,9 +140,8 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   // when the framework expands them before the call (selective recompute rebuilds them from
   // the QKV output).
   const double heads_local = static_cast<double>(m.heads) / t;
-  const AttentionWidths w = attention_widths(rc, rc.training.repeat_kv && p.recompute == Recompute::kNone);
-  const double q_w = w.q, kv_w = w.k;
-  const double out_w = m.mla.enabled() ? w.v : w.q;  // the attention output the projection keeps
+  const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && p.recompute == Recompute::kNone);
+  const double q_w = w.q, kv_w = w.k, out_w = w.out;
   // MLA: the latent inputs of the up-projections (replicated).
   if (m.mla.enabled()) replicated += e * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
   double split = e * (q_w + kv_w + kv_w) + e * out_w;
@@ -363,18 +340,20 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     }
     const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
                           static_cast<double>(p.cp);
+    const bool sp = p.sp && p.tp > 1;
+    // One micro-batch's hidden states at a stage boundary (the sequence shard under SP).
+    const double boundary = e * h * tokens / (sp ? t : 1.0);
     if (s == 0 && m.embedding_norm) {
       // The embedding norm keeps its input (the looked-up embeddings) for backward.
-      st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0) * inflight);
+      st.activations += Bytes(boundary * inflight);
     }
     if (p.keep_stage_outputs && s < p.pp - 1) {
       // The stage output of every in-flight micro-batch stays in the engine's pipe buffers.
-      st.activations += Bytes(e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0) * std::ceil(inflight));
+      st.activations += Bytes(boundary * std::ceil(inflight));
     }
     if (p.recv_buffer_per_microbatch && p.pp > 1) {
       // One receive buffer per micro-batch for each local stage chunk's input (not the model's
       // first chunk) and output gradient (not its last), allocated once and kept.
-      const double boundary = e * h * tokens / ((p.sp && p.tp > 1) ? t : 1.0);
       const double chunks = static_cast<double>(std::max<int64_t>(1, p.vpp));
       const double inputs = chunks - (s == 0 ? 1.0 : 0.0), grads = chunks - (s == p.pp - 1 ? 1.0 : 0.0);
       st.buffers += Bytes(boundary * static_cast<double>(rc.num_microbatches) * (inputs + grads));
@@ -386,11 +365,10 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // (and the loss's copy) of all m micro-batches; the other schedules back-propagate each
       // micro-batch through the output layer right after its forward.
       if (p.schedule == Schedule::kGpipe) st.activations += st.logits * (static_cast<double>(rc.num_microbatches) - 1.0);
-      const bool sp = p.sp && p.tp > 1;
       // Per micro-batch in flight: the final norm's input and the LM head's input (the sequence
       // shard under SP, re-gathered in backward, unless the gathered input is kept).
       const bool keeps_gathered = sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
-      st.activations += Bytes((e * h * tokens / (sp ? t : 1.0) + e * h * tokens / (sp && !keeps_gathered ? t : 1.0)) * inflight);
+      st.activations += Bytes((boundary + e * h * tokens / (sp && !keeps_gathered ? t : 1.0)) * inflight);
     }
     // Buffers.
     if (zero >= 3) {
