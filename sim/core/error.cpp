@@ -18,7 +18,16 @@ ConfigError::ConfigError(std::vector<std::string> issues)
     : UserError(join_issues(issues)), issues_(std::move(issues)) {}
 
 void Issues::add(const std::string& path, const std::string& message) {
+  for (const auto& w : wrong_type_) {
+    const bool under = path.size() > w.size() && path.compare(0, w.size(), w) == 0 && (path[w.size()] == '.' || path[w.size()] == '[');
+    if (path == w || under) return;
+  }
   lines_.push_back(path.empty() ? message : path + ": " + message);
+}
+
+void Issues::add_wrong_type(const std::string& path, const std::string& message) {
+  add(path, message);
+  if (!path.empty()) wrong_type_.push_back(path);
 }
 
 void Issues::throw_if_any() const {

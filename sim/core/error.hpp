@@ -37,6 +37,9 @@ class InternalError : public std::logic_error {
 class Issues {
  public:
   void add(const std::string& path, const std::string& message);
+  // A value of the wrong JSON type: recorded, and every later problem at or under `path` (a
+  // required key missing from a section that is not an object, ...) is dropped as its echo.
+  void add_wrong_type(const std::string& path, const std::string& message);
   [[nodiscard]] bool empty() const { return lines_.empty(); }
   [[nodiscard]] size_t size() const { return lines_.size(); }
   void throw_if_any() const;
@@ -44,6 +47,7 @@ class Issues {
 
  private:
   std::vector<std::string> lines_;
+  std::vector<std::string> wrong_type_;
 };
 
 [[noreturn]] void internal_failure(const char* expr, const char* file, int line, const std::string& msg);

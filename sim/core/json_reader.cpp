@@ -38,7 +38,7 @@ ObjectReader::ObjectReader(const Json& j, std::string path, Issues& issues)
   if (j.is_object()) {
     obj_ = &j;
   } else {
-    issues_->add(path_, "expected a JSON object, got " + show(j));
+    issues_->add_wrong_type(path_, "expected a JSON object, got " + show(j));
   }
 }
 

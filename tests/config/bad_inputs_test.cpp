@@ -187,6 +187,21 @@ TEST(BadInputs, UnreadableFileSaysWhy) {
 }
 
 // A run file that is not an object at all.
+// A section of the wrong type is one problem: its required keys are not reported missing as
+// well, while problems elsewhere in the file still are.
+TEST(BadInputs, WrongTypeSectionIsOneProblem) {
+  Json run = Json::parse(kBase);
+  run.merge_patch(Json::parse(R"({"training": 65536, "parallel": {"recompute": "sometimes"}})"));
+  try {
+    parse_run(run, "<test>", "");
+    ADD_FAILURE() << "no error";
+  } catch (const core::ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 2u) << e.what();
+    EXPECT_NE(e.issues()[0].find("$.training: expected a JSON object, got 65536"), std::string::npos) << e.what();
+    EXPECT_NE(e.issues()[1].find("$.parallel.recompute"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BadInputs, TopLevelNotAnObject) {
   EXPECT_THROW(parse_run(Json::array({1, 2}), "<test>", ""), core::ConfigError);
 }
