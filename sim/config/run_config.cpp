@@ -112,6 +112,8 @@ void parse_moe(ObjectReader r, MoeRouting& m) {
   r.finish();
 }
 
+std::vector<int64_t> int_list(const Json& j, const std::string& path, Issues& issues);
+
 void parse_parallel(ObjectReader r, RunConfig& rc) {
   auto& p = rc.parallel;
   p.tp = r.get_int("tp", 1, 1024, 1);
@@ -143,6 +145,9 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.bucket_mb = r.get_number("bucket_mb", 0.001, 1e6, 25.0);
   p.first_stage_layers = r.get_int("first_stage_layers", 0, 100000, -1);
   p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
+  if (const Json* sj = r.get_raw("stage_layers"); sj != nullptr) {
+    p.stage_layer_list = int_list(*sj, r.child_path("stage_layers"), r.issues());
+  }
   const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather"}, "ring");
   for (const CpComm c : {CpComm::kRing, CpComm::kAllGather, CpComm::kUlysses, CpComm::kRotateAllGather}) {
     if (to_string(c) == cpc) p.cp_comm = c;
@@ -308,15 +313,38 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     issues.add("$.parallel.moe", "the model has no experts (dense); remove the moe routing block");
   }
 
-  // Pipeline split.
+  // Pipeline split: the layers of every virtual stage (chunk c of stage s is virtual stage
+  // c * pp + s), then each stage's total.
   const int64_t L = m.num_layers;
-  rc.stage_layers.assign(static_cast<size_t>(p.pp), 0);
+  const int64_t vstages = p.pp * p.vpp;
+  std::vector<int64_t> vs(static_cast<size_t>(vstages), 0);
+  bool split_ok = true;
   const bool uneven = p.first_stage_layers >= 0 || p.last_stage_layers >= 0;
-  if (p.pp == 1) {
+  if (!p.stage_layer_list.empty()) {
+    const auto& list = p.stage_layer_list;
+    int64_t sum = 0;
+    for (int64_t x : list) sum += x;
+    if (uneven) {
+      issues.add("$.parallel.stage_layers", "give either stage_layers or first_stage_layers/last_stage_layers, not both");
+      split_ok = false;
+    } else if (static_cast<int64_t>(list.size()) != vstages) {
+      issues.add("$.parallel.stage_layers", "has " + n(static_cast<int64_t>(list.size())) + " entries; expected one per virtual stage, pp*vpp = " +
+                                                n(p.pp) + "*" + n(p.vpp) + " = " + n(vstages));
+      split_ok = false;
+    } else if (std::find(list.begin(), list.end(), 0) != list.end()) {
+      issues.add("$.parallel.stage_layers", "every virtual stage needs at least one layer");
+      split_ok = false;
+    } else if (sum != L) {
+      issues.add("$.parallel.stage_layers", "adds up to " + n(sum) + " layers; the model has num_layers " + n(L));
+      split_ok = false;
+    } else {
+      vs = list;
+    }
+  } else if (p.pp == 1) {
     if (uneven) issues.add("$.parallel.first_stage_layers", "uneven stage sizes need pp > 1");
-    rc.stage_layers[0] = L;
+    vs.assign(static_cast<size_t>(vstages), L / vstages);
+    split_ok = L % vstages == 0;  // vpp > 1 without pp is reported below
   } else if (uneven) {
-    if (p.vpp > 1) issues.add("$.parallel.vpp", "uneven first/last stages cannot be combined with vpp > 1");
     const int64_t first = p.first_stage_layers;
     const int64_t last = p.last_stage_layers;
     const int64_t middle_stages = p.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
@@ -325,23 +353,38 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
       issues.add("$.parallel.first_stage_layers",
                  n(L) + " layers minus first (" + n(std::max<int64_t>(first, 0)) + ") and last (" +
                      n(std::max<int64_t>(last, 0)) + ") stages leaves " + n(rest) + " layers, which do not split evenly over the other " + n(middle_stages) + " stages");
+      split_ok = false;
     } else {
-      const int64_t per = middle_stages > 0 ? rest / middle_stages : 0;
-      for (int64_t s = 0; s < p.pp; ++s) rc.stage_layers[static_cast<size_t>(s)] = per;
-      if (first >= 0) rc.stage_layers.front() = first;
-      if (last >= 0) rc.stage_layers.back() = last;
+      std::vector<int64_t> per_stage(static_cast<size_t>(p.pp), middle_stages > 0 ? rest / middle_stages : 0);
+      if (first >= 0) per_stage.front() = first;
+      if (last >= 0) per_stage.back() = last;
+      // Megatron splits each stage's layers evenly over its virtual chunks.
+      for (int64_t s = 0; s < p.pp && split_ok; ++s) {
+        const int64_t k = per_stage[static_cast<size_t>(s)];
+        if (k % p.vpp != 0 || k == 0) {
+          issues.add(s == 0 ? "$.parallel.first_stage_layers" : s == p.pp - 1 ? "$.parallel.last_stage_layers" : "$.parallel.vpp",
+                     "stage " + n(s) + " would hold " + n(k) + " layers, which do not split evenly over its vpp = " + n(p.vpp) +
+                         " chunks; give the layers of every virtual stage in stage_layers instead");
+          split_ok = false;
+        }
+        for (int64_t c = 0; c < p.vpp; ++c) vs[static_cast<size_t>(c * p.pp + s)] = k / p.vpp;
+      }
     }
+  } else if (L % vstages != 0) {
+    issues.add(p.vpp > 1 ? "$.parallel.vpp" : "$.parallel.pp",
+               "num_layers " + n(L) + " is not divisible by pp*vpp = " + n(p.pp) + "*" + n(p.vpp) + " = " + n(vstages) +
+                   "; use first_stage_layers/last_stage_layers or stage_layers for an uneven split");
+    split_ok = false;
   } else {
-    if (L % (p.pp * p.vpp) != 0) {
-      issues.add(p.vpp > 1 ? "$.parallel.vpp" : "$.parallel.pp",
-                 "num_layers " + n(L) + " is not divisible by pp*vpp = " + n(p.pp) + "*" + n(p.vpp) + " = " + n(p.pp * p.vpp) + "; use first_stage_layers/last_stage_layers for an uneven split");
-    } else {
-      for (auto& s : rc.stage_layers) s = L / p.pp;
-    }
+    vs.assign(static_cast<size_t>(vstages), L / vstages);
   }
-  rc.stage_first_layer.assign(static_cast<size_t>(p.pp), 0);
-  for (size_t s = 1; s < rc.stage_layers.size(); ++s) {
-    rc.stage_first_layer[s] = rc.stage_first_layer[s - 1] + rc.stage_layers[s - 1];
+  if (!split_ok) vs.assign(static_cast<size_t>(vstages), 0);
+  rc.vstage_layers = vs;
+  rc.vstage_first_layer.assign(static_cast<size_t>(vstages), 0);
+  for (size_t i = 1; i < vs.size(); ++i) rc.vstage_first_layer[i] = rc.vstage_first_layer[i - 1] + vs[i - 1];
+  rc.stage_layers.assign(static_cast<size_t>(p.pp), 0);
+  for (int64_t c = 0; c < p.vpp; ++c) {
+    for (int64_t s = 0; s < p.pp; ++s) rc.stage_layers[static_cast<size_t>(s)] += vs[static_cast<size_t>(c * p.pp + s)];
   }
 
   // Schedules.
@@ -465,6 +508,15 @@ AttentionWidths attention_widths(const RunConfig& rc, bool expanded) {
   w.q = w.out = heads_local * d;
   w.k = w.v = (expanded ? heads_local : std::max(static_cast<double>(m.kv_heads), t) / t) * d;
   return w;
+}
+
+std::vector<int64_t> RunConfig::stage_layer_ids(int64_t stage) const {
+  std::vector<int64_t> out;
+  for (int64_t c = 0; c < parallel.vpp; ++c) {
+    const int64_t first = chunk_first_layer(stage, c);
+    for (int64_t i = 0; i < chunk_layers(stage, c); ++i) out.push_back(first + i);
+  }
+  return out;
 }
 
 }  // namespace stepcast::config

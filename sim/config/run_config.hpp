@@ -124,8 +124,15 @@ struct Parallel {
   Recompute recompute = Recompute::kNone;
   Schedule schedule = Schedule::kOneFOneB;
   double bucket_mb = 25.0;  // DDP gradient bucket size in MB (1e6 bytes)
-  int64_t first_stage_layers = -1;  // -1 = even split
+  // Uneven pipeline split, Megatron's way: the first / last pipeline stage holds this many
+  // layers and the other stages share the rest evenly (with vpp > 1, every stage's layers
+  // split evenly over its vpp chunks). -1 = even split.
+  int64_t first_stage_layers = -1;
   int64_t last_stage_layers = -1;
+  // Or the layers of every virtual stage in pipeline order (pp * vpp entries; virtual stage
+  // c * pp + s is chunk c of pipeline stage s), as split points give them (torchtitan).
+  // Empty = derived from the two fields above.
+  std::vector<int64_t> stage_layer_list;
   CpComm cp_comm = CpComm::kRing;
   // Causal context parallelism splits the sequence into 2*cp chunks and gives rank i chunks i
   // and 2cp-1-i so every rank does the same attention work; false: contiguous 1/cp slices,
@@ -198,9 +205,19 @@ struct RunConfig {
   // --- derived (filled by validation) ---
   int64_t num_microbatches = 0;             // per DP rank per step
   int64_t padded_vocab = 0;                 // vocab padded to a multiple of 128 * tp
-  std::vector<int64_t> stage_layers;        // transformer layers on each pipeline stage
-  std::vector<int64_t> stage_first_layer;   // global index of each stage's first layer
+  std::vector<int64_t> stage_layers;          // transformer layers on each pipeline stage
+  std::vector<int64_t> vstage_layers;         // ... on each virtual stage (pp * vpp, pipeline order)
+  std::vector<int64_t> vstage_first_layer;    // global index of each virtual stage's first layer
 
+  // Chunk c of pipeline stage s is virtual stage c * pp + s.
+  [[nodiscard]] int64_t chunk_layers(int64_t stage, int64_t chunk) const {
+    return vstage_layers[static_cast<size_t>(chunk * parallel.pp + stage)];
+  }
+  [[nodiscard]] int64_t chunk_first_layer(int64_t stage, int64_t chunk) const {
+    return vstage_first_layer[static_cast<size_t>(chunk * parallel.pp + stage)];
+  }
+  // The global indices of a pipeline stage's layers, chunk by chunk.
+  [[nodiscard]] std::vector<int64_t> stage_layer_ids(int64_t stage) const;
   [[nodiscard]] int64_t tokens_per_step() const { return training.global_batch_size * training.seq_len; }
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
 };

@@ -523,15 +523,9 @@ void StepBuilder::build_slots() {
   slots_.resize(static_cast<size_t>(pp_));
   chunk_slots_.resize(static_cast<size_t>(pp_));
   for (int32_t s = 0; s < pp_; ++s) {
-    const auto& st = ledger_.stages[static_cast<size_t>(s)];
-    const int64_t first = rc_.stage_first_layer[static_cast<size_t>(s)];
-    const int64_t n = st.layers;
     auto& sl = slots_[static_cast<size_t>(s)];
     auto& cs = chunk_slots_[static_cast<size_t>(s)];
     cs.assign(static_cast<size_t>(v_), {});
-    // Interleaved chunk c of stage s holds layers [(c*p + s) * L/(p*v), ...): with even
-    // splits the stage's layers are split into v equal runs by chunk.
-    const int64_t per_chunk = std::max<int64_t>(1, n / v_);
     const double t = static_cast<double>(p_.tp);
     const double h = static_cast<double>(m.hidden);
     const double vh = static_cast<double>(rc_.padded_vocab) * h / t;
@@ -549,14 +543,16 @@ void StepBuilder::build_slots() {
       sl.push_back(make(&wb_.embedding(), -1, tensors));
       cs[0].push_back(sl.size() - 1);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t layer = first + i;
-      const bool moe = m.is_moe_layer(layer);
-      const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
-      auto tensors = estimate::layer_tensors(rc_, moe);
-      sl.push_back(make(lc, static_cast<int32_t>(layer), std::move(tensors.dense), std::move(tensors.expert)));
-      const int64_t c = std::min<int64_t>(v_ - 1, i / per_chunk);
-      cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
+    // Chunk c of stage s is virtual stage c * pp + s, with its own run of layers.
+    for (int32_t c = 0; c < v_; ++c) {
+      const int64_t first = rc_.chunk_first_layer(s, c);
+      for (int64_t layer = first; layer < first + rc_.chunk_layers(s, c); ++layer) {
+        const bool moe = m.is_moe_layer(layer);
+        const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
+        auto tensors = estimate::layer_tensors(rc_, moe);
+        sl.push_back(make(lc, static_cast<int32_t>(layer), std::move(tensors.dense), std::move(tensors.expert)));
+        cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
+      }
     }
     if (s == pp_ - 1 && !ideal_) {
       std::vector<double> tensors{m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h)};

@@ -82,10 +82,9 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.model_flops += lc.model_flops.value() * count;
   };
   const auto s = static_cast<size_t>(stage);
-  const int64_t first = rc.stage_first_layer[s];
   const int64_t layers = rc.stage_layers[s];
   int64_t moe_layers = 0;
-  for (int64_t l = first; l < first + layers; ++l) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
+  for (const int64_t l : rc.stage_layer_ids(stage)) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
   add(wb.dense_layer(), static_cast<double>(layers - moe_layers));
   if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
   if (stage == 0) add(wb.embedding(), 1.0);

@@ -265,10 +265,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     StageMemory st;
     st.stage = s;
     st.layers = rc.stage_layers[static_cast<size_t>(s)];
-    const int64_t first = rc.stage_first_layer[static_cast<size_t>(s)];
     double dense_params = 0, expert_params = 0, largest_layer = 0;
     int64_t moe_layers = 0;
-    for (int64_t l = first; l < first + st.layers; ++l) {
+    for (const int64_t l : rc.stage_layer_ids(s)) {
       double layer_dense = m.attention_params() / t;
       double layer_expert = 0;
       if (m.is_moe_layer(l)) {

@@ -109,6 +109,14 @@ const std::vector<BadCase> kCases = {
     {"TpLargerThanNode", R"({"model": "llama3.1-70b", "cluster": {"num_gpus": 16}, "parallel": {"tp": 16}})",
      {"$.parallel.tp", "got 16", "one node"}},
     // 32 layers - 5 (first) - 4 (last) = 23 do not split over the 2 middle stages.
+    // A per-virtual-stage list of the wrong length, one that does not add up to the model's
+    // layers, and Megatron's uneven split whose stage does not divide over its chunks.
+    {"StageLayersWrongLength", R"({"parallel": {"tp": 2, "pp": 4, "stage_layers": [8, 8, 16]}})",
+     {"$.parallel.stage_layers", "3 entries", "pp*vpp = 4*1 = 4"}},
+    {"StageLayersWrongSum", R"({"parallel": {"tp": 2, "pp": 4, "stage_layers": [8, 8, 8, 7]}})",
+     {"$.parallel.stage_layers", "adds up to 31", "num_layers 32"}},
+    {"UnevenSplitNotDividingChunks", R"({"parallel": {"tp": 2, "pp": 2, "vpp": 2, "first_stage_layers": 15}})",
+     {"$.parallel.first_stage_layers", "15 layers", "vpp = 2"}},
     {"UnevenPpSplitDoesNotAddUp", R"({"parallel": {"tp": 2, "pp": 4, "first_stage_layers": 5, "last_stage_layers": 4}})",
      {"$.parallel.first_stage_layers", "23", "2 stages"}},
     // Causal ring attention load-balances 2*cp chunks: 4100 tokens do not split into 8.

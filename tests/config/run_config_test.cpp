@@ -37,7 +37,7 @@ TEST(RunConfig, DerivesDpAndMicroBatches) {
   ASSERT_EQ(rc.stage_layers.size(), 2u);
   EXPECT_EQ(rc.stage_layers[0], 16);
   EXPECT_EQ(rc.stage_layers[1], 16);
-  EXPECT_EQ(rc.stage_first_layer[1], 16);
+  EXPECT_EQ(rc.chunk_first_layer(1, 0), 16);
   EXPECT_EQ(rc.parallel.etp, rc.parallel.tp);  // etp defaults to tp
 }
 
@@ -62,7 +62,27 @@ TEST(RunConfig, UnevenPipelineSplit) {
   EXPECT_EQ(rc.stage_layers.back(), 7);
   for (size_t s = 1; s + 1 < rc.stage_layers.size(); ++s) EXPECT_EQ(rc.stage_layers[s], 8) << s;
   EXPECT_EQ(std::accumulate(rc.stage_layers.begin(), rc.stage_layers.end(), int64_t{0}), 126);
-  EXPECT_EQ(rc.stage_first_layer.back(), 126 - 7);
+  EXPECT_EQ(rc.chunk_first_layer(15, 0), 126 - 7);
+}
+
+// With virtual stages, chunk c of stage s is virtual stage c*pp + s: its layers follow those
+// of virtual stage c*pp + s - 1. Megatron's first/last stage counts split evenly over a
+// stage's chunks; a per-virtual-stage list (torchtitan's split points) gives any split.
+TEST(RunConfig, VirtualStageSplits) {
+  const std::string base = R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 16}, "parallel": {"pp": 4, "vpp": 2, )";
+  // Even: 32 layers over 8 virtual stages of 4.
+  RunConfig rc = parse(base + "\"schedule\": \"interleaved\"}}");
+  EXPECT_EQ(rc.stage_layers, (std::vector<int64_t>{8, 8, 8, 8}));
+  EXPECT_EQ(rc.stage_layer_ids(1), (std::vector<int64_t>{4, 5, 6, 7, 20, 21, 22, 23}));
+  // Megatron: stage 0 and stage 3 hold 6 layers (3 per chunk), stages 1 and 2 hold 10 (5 each).
+  rc = parse(base + "\"first_stage_layers\": 6, \"last_stage_layers\": 6}}");
+  EXPECT_EQ(rc.vstage_layers, (std::vector<int64_t>{3, 5, 5, 3, 3, 5, 5, 3}));
+  EXPECT_EQ(rc.stage_layer_ids(0), (std::vector<int64_t>{0, 1, 2, 16, 17, 18}));
+  // An explicit list: the first and last virtual stages one layer short.
+  rc = parse(base + "\"stage_layers\": [3, 4, 4, 4, 4, 4, 4, 5]}}");
+  EXPECT_EQ(rc.stage_layers, (std::vector<int64_t>{7, 8, 8, 9}));
+  EXPECT_EQ(rc.stage_layer_ids(3), (std::vector<int64_t>{11, 12, 13, 14, 27, 28, 29, 30, 31}));
 }
 
 // Every shipped example run file parses and validates.
