@@ -367,7 +367,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     parallel["last_stage_layers"] = 5;
     notes.push_back("parallel: BLOOM counts the embedding as a pipeline slot, so the first and last stages hold 5 layers and the rest 6");
   }
-  if (pp > 1 && inum(r, "layers") % (pp * std::max<int64_t>(1, vp)) != 0 && fam != Family::kBloom) {
+  const int64_t vstages = pp * parallel.value("vpp", int64_t{1});
+  if (pp > 1 && inum(r, "layers") % vstages != 0 && torchtitan) {
+    // torchtitan's automatic split points (generate_split_points).
+    const Json list = config::balanced_stage_layers(inum(r, "layers"), vstages);
+    parallel["stage_layers"] = list;
+    notes.push_back("parallel: torchtitan's automatic split points over " + std::to_string(vstages) + " virtual stages: " + list.dump() + " layers");
+  } else if (pp > 1 && inum(r, "layers") % vstages != 0 && fam != Family::kBloom) {
     const int64_t L = inum(r, "layers");
     const int64_t per = (L + pp - 1) / pp;
     const int64_t ends = L - per * (pp - 2);
@@ -499,7 +505,7 @@ namespace {
 // Layout keys the planner chooses; the rest of a published run's parallel block describes the
 // framework (pipeline buffers, DTensor behaviour, MoE routing) and stays fixed.
 const char* const kLayoutKeys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "micro_batch_size", "zero_stage",
-                                   "fsdp", "recompute", "schedule", "first_stage_layers", "last_stage_layers",
+                                   "fsdp", "recompute", "schedule", "first_stage_layers", "last_stage_layers", "stage_layers",
                                    "reshard_after_forward", "cp_comm"};
 
 void compare_with_planner(AccuracyResult& res) {

@@ -510,6 +510,20 @@ AttentionWidths attention_widths(const RunConfig& rc, bool expanded) {
   return w;
 }
 
+std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
+  std::vector<int64_t> out;
+  const int64_t base = layers / stages;
+  int64_t extra = layers % stages, used = 0;
+  for (int64_t i = 0; i + 1 < stages; ++i) {
+    const int64_t k = base + (i > 0 && extra > 0 ? 1 : 0);
+    if (i > 0 && extra > 0) --extra;
+    out.push_back(k);
+    used += k;
+  }
+  out.push_back(layers - used);
+  return out;
+}
+
 std::vector<int64_t> RunConfig::stage_layer_ids(int64_t stage) const {
   std::vector<int64_t> out;
   for (int64_t c = 0; c < parallel.vpp; ++c) {

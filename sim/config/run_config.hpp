@@ -222,6 +222,12 @@ struct RunConfig {
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
 };
 
+// An uneven split of `layers` over `stages` (virtual) pipeline stages as torchtitan's automatic
+// split points make it: each gets layers / stages, the middle ones one more while the
+// remainder lasts, and the last what is left (so the first and last, which also hold the
+// embedding and the output layer, are the short ones).
+std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages);
+
 // Parses and validates a run file object. base_dir resolves relative model paths.
 // Throws core::ConfigError listing every problem.
 // validate_layout = false parses every section but leaves the layout unchecked and underived

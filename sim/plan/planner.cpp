@@ -156,6 +156,7 @@ std::string layout_text(const Parallel& p) {
     << config::to_string(p.recompute);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
   if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers << " last " << p.last_stage_layers;
+  if (!p.stage_layer_list.empty()) o << " stages " << Json(p.stage_layer_list).dump();
   return o.str();
 }
 
@@ -212,11 +213,18 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
             scheds = {Schedule::kOneFOneB, Schedule::kZbH1};
           }
           int64_t first = -1, last = -1;
+          std::vector<int64_t> stage_list;
           if (fixed("first_stage_layers") || fixed("last_stage_layers")) {
             first = bp.first_stage_layers;
             last = bp.last_stage_layers;
+          } else if (fixed("stage_layers")) {
+            stage_list = bp.stage_layer_list;
           } else if (L % (pp * vpp) != 0) {
-            if (vpp > 1 || !uneven_split(L, pp, first, last)) {
+            // Megatron's shorter first and last stages without virtual stages; with them, the
+            // balanced split over every virtual stage (torchtitan's split points).
+            if (vpp > 1 && L >= pp * vpp) {
+              stage_list = config::balanced_stage_layers(L, pp * vpp);
+            } else if (vpp > 1 || !uneven_split(L, pp, first, last)) {
               ++res.enumerated;
               ++res.rejected["layers do not split over pp*vpp"];
               continue;
@@ -260,6 +268,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                     p.schedule = sc;
                     p.first_stage_layers = first;
                     p.last_stage_layers = last;
+                    p.stage_layer_list = stage_list;
                     cands.push_back(p);
                   }
                 }
@@ -415,6 +424,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
                 {"recompute", config::to_string(p.recompute)}, {"schedule", config::to_string(p.schedule)}};
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
+    if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
     Json br = {{"compute", c.breakdown().compute}, {"recompute", c.breakdown().recompute}, {"bubble", c.breakdown().bubble},
                {"optimizer", c.breakdown().optimizer}, {"exposed_comm", c.breakdown().exposed_comm}};
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},

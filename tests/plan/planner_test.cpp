@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include <set>
 
 #include "sim/core/error.hpp"
@@ -112,12 +115,25 @@ TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   o.top_k = 1;
   const PlanResult r = plan(j, "<plan-test>", "", o);
   ASSERT_FALSE(r.ranked.empty());
+  bool interleaved = false;
   for (const auto& c : r.ranked) {
     if (c.rc.parallel.vpp == 1) {
       EXPECT_EQ(c.rc.parallel.first_stage_layers, 7);
       EXPECT_EQ(c.rc.parallel.last_stage_layers, 7);
+    } else {
+      // With virtual stages: one list over pp*vpp virtual stages, the first and last shortest
+      // and every pipeline stage within one layer of the others.
+      interleaved = true;
+      const auto& v = c.rc.vstage_layers;
+      ASSERT_EQ(static_cast<int64_t>(v.size()), 16 * c.rc.parallel.vpp);
+      EXPECT_EQ(std::accumulate(v.begin(), v.end(), int64_t{0}), 126);
+      EXPECT_EQ(v.front(), *std::min_element(v.begin(), v.end()));
+      EXPECT_EQ(v.back(), *std::min_element(v.begin(), v.end()));
+      const auto [lo, hi] = std::minmax_element(c.rc.stage_layers.begin(), c.rc.stage_layers.end());
+      EXPECT_LE(*hi - *lo, 1);
     }
   }
+  EXPECT_TRUE(interleaved) << "no interleaved layout ranked";
 }
 
 TEST(Planner, BadRunFileIsAConfigError) {
