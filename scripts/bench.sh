@@ -25,8 +25,8 @@ plan70_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpu
 plan405_cmd="./build/stepcast plan --model llama3.1-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch 2048"
 plan70=$(plan_time $plan70_cmd)
 plan405=$(plan_time $plan405_cmd)
-plan70_head=$($plan70_cmd | head -1)
-plan405_head=$($plan405_cmd | head -1)
+plan70_head=$($plan70_cmd | sed -n 1p)  # sed reads to the end: no SIGPIPE under pipefail
+plan405_head=$($plan405_cmd | sed -n 1p)
 {
   echo "# stepcast performance"
   echo
