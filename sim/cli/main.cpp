@@ -294,6 +294,10 @@ int run(int argc, char** argv) {
   est->add_option("run", est_file, "run file (JSON)")->required();
   est->add_flag("--json", est_json, "print the output contract as JSON");
   est->add_flag("--allow-oom", est_allow_oom, "report the estimate even when the layout does not fit");
+  // What-if settings over the run file, shared by estimate, simulate and memory.
+  std::vector<std::string> run_sets;
+  const char* set_help = "override a run-file field, e.g. --set parallel.tp=4 --set training.precision=fp8 (repeatable; VALUE is JSON or a string)";
+  est->add_option("--set", run_sets, set_help)->allow_extra_args(false);
 
   // simulate
   std::string sim_file, sim_trace;
@@ -301,6 +305,7 @@ int run(int argc, char** argv) {
   auto* sim = app.add_subcommand("simulate", "discrete-event simulation of one training step of a run file");
   sim->add_option("run", sim_file, "run file (JSON)")->required();
   sim->add_flag("--json", sim_json, "print the output contract as JSON");
+  sim->add_option("--set", run_sets, set_help)->allow_extra_args(false);
   sim->add_option("--trace", sim_trace, "write a Perfetto / Chrome trace of the step here");
   sim->add_flag("--allow-oom", sim_allow_oom, "simulate even when the layout does not fit");
   sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
@@ -322,6 +327,7 @@ int run(int argc, char** argv) {
   auto* mem = app.add_subcommand("memory", "per-stage memory ledger of a run file");
   mem->add_option("run", mem_file, "run file (JSON)")->required();
   mem->add_flag("--json", mem_json, "print the ledger as JSON");
+  mem->add_option("--set", run_sets, set_help)->allow_extra_args(false);
 
   // models / hardware
   auto* models = app.add_subcommand("models", "list the built-in model zoo");
@@ -364,7 +370,7 @@ int run(int argc, char** argv) {
   plan->add_option("--max-pp", popt.max_pp, "largest pipeline-parallel size to consider")->check(kPositive);
   plan->add_option("--max-cp", popt.max_cp, "largest context-parallel size to consider")->check(kPositive);
   plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(kPositive);
-  plan->add_option("--fix", plan_fix, "fix a parallel setting, e.g. --fix pp=4 --fix recompute=full (repeatable)");
+  plan->add_option("--fix", plan_fix, "fix a parallel setting, e.g. --fix pp=4 --fix recompute=full (repeatable)")->allow_extra_args(false);
   plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(kNonNegative);
   plan->add_option("--memory-headroom", popt.memory_headroom,
                    "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
@@ -594,7 +600,7 @@ int run(int argc, char** argv) {
   }
 
   if (est->parsed()) {
-    const auto rc = stepcast::config::load_run_file(est_file);
+    const auto rc = stepcast::config::load_run_file(est_file, run_sets);
     const auto e = stepcast::estimate::estimate_step(rc);
     if (!e.memory.fits() && !est_allow_oom) {
       std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(e.memory)
@@ -609,7 +615,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (sim->parsed()) {
-    const auto rc = stepcast::config::load_run_file(sim_file);
+    const auto rc = stepcast::config::load_run_file(sim_file, run_sets);
     const auto ledger = stepcast::memory::compute_ledger(rc);
     if (!ledger.fits() && !sim_allow_oom) {
       std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(ledger)
@@ -653,7 +659,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (mem->parsed()) {
-    const auto rc = stepcast::config::load_run_file(mem_file);
+    const auto rc = stepcast::config::load_run_file(mem_file, run_sets);
     const auto l = stepcast::memory::compute_ledger(rc);
     if (mem_json) {
       Json j = stepcast::report::ledger_json(l);

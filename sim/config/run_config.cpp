@@ -488,8 +488,9 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
   return rc;
 }
 
-RunConfig load_run_file(const std::string& path) {
+RunConfig load_run_file(const std::string& path, const std::vector<std::string>& overrides) {
   Json j = core::load_json_file(path);
+  core::apply_overrides(j, overrides, "--set");
   const auto parent = std::filesystem::path(path).parent_path().string();
   return parse_run(j, path, parent);
 }

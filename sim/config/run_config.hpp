@@ -234,7 +234,8 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages);
 // (the planner fills in and validates each candidate layout itself).
 RunConfig parse_run(const core::Json& j, const std::string& source_name, const std::string& base_dir,
                     bool validate_layout = true);
-RunConfig load_run_file(const std::string& path);
+// overrides: "PATH=VALUE" settings applied to the file's JSON before validation (the CLI's --set).
+RunConfig load_run_file(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Fills derived fields and checks the layout against the model; records problems in issues.
 void derive_and_validate(RunConfig& rc, core::Issues& issues);

@@ -1,5 +1,6 @@
 #include "sim/core/json_reader.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,51 @@ Json load_json_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_json_text(ss.str(), path);
+}
+
+std::optional<std::string> set_json_path(Json& j, const std::string& dotted, const Json& v, bool replace) {
+  Json* at = &j;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = dotted.find('.', start);
+    const std::string key = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      (*at)[key] = v;
+      return std::nullopt;
+    }
+    Json& next = (*at)[key];
+    if (!next.is_object()) {
+      if (!next.is_null() && !replace) return dotted.substr(0, dot);
+      next = Json::object();
+    }
+    at = &next;
+    start = dot + 1;
+  }
+}
+
+void apply_overrides(Json& j, const std::vector<std::string>& overrides, const std::string& flag) {
+  if (!j.is_object()) return;  // the run file's own error comes first
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    const std::string path = o.substr(0, eq);
+    const bool bad_path = path.empty() || path.front() == '.' || path.back() == '.' || path.find("..") != std::string::npos;
+    if (eq == std::string::npos || bad_path) {
+      throw UserError(flag + " " + o + ": expected PATH=VALUE, e.g. parallel.tp=4 or training.precision=fp8");
+    }
+    const std::string text = o.substr(eq + 1);
+    const Json parsed = Json::parse(text, nullptr, false);
+    const Json v = parsed.is_discarded() ? Json(text) : parsed;
+    if (const auto blocked = set_json_path(j, path, v, false)) {
+      const Json* at = &j;
+      for (size_t start = 0; start <= blocked->size();) {
+        const size_t dot = std::min(blocked->find('.', start), blocked->size());
+        at = &at->at(blocked->substr(start, dot - start));
+        start = dot + 1;
+      }
+      throw UserError(flag + " " + o + ": $." + *blocked + " is " + show(*at) + ", not an object; replace it whole (e.g. " + flag + " " +
+                      *blocked + "='{...}')");
+    }
+  }
 }
 
 ObjectReader::ObjectReader(const Json& j, std::string path, Issues& issues)

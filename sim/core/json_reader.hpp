@@ -32,6 +32,15 @@ Json parse_json_text(const std::string& text, const std::string& source_name);
 // Reads and parses a file; throws UserError when it cannot be read or parsed.
 Json load_json_file(const std::string& path);
 
+// Sets the value at a dotted path ("parallel.tp"), creating missing objects on the way. An
+// intermediate value that is not an object is replaced by one when `replace` is true; otherwise
+// the call changes nothing and returns that intermediate's dotted path.
+std::optional<std::string> set_json_path(Json& j, const std::string& dotted, const Json& v, bool replace);
+
+// Applies "PATH=VALUE" overrides (VALUE is JSON when it parses, else a string), as the CLI's
+// --set gives them; `flag` names the option in errors.
+void apply_overrides(Json& j, const std::vector<std::string>& overrides, const std::string& flag);
+
 class ObjectReader {
  public:
   // Records a problem (and behaves as an empty object) when j is not an object.

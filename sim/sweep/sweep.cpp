@@ -24,23 +24,6 @@ namespace {
 
 const char* const kSections[] = {"model", "hardware", "cluster", "training", "parallel", "scenario"};
 
-void set_field(Json& j, const std::string& field, const Json& v) {
-  Json* at = &j;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = field.find('.', start);
-    const std::string key = field.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (dot == std::string::npos) {
-      (*at)[key] = v;
-      return;
-    }
-    Json& next = (*at)[key];
-    if (!next.is_object()) next = Json::object();  // a zoo name replaced by an object path
-    at = &next;
-    start = dot + 1;
-  }
-}
-
 std::string part_path(const std::string& out, int rank) { return out + ".part" + std::to_string(rank); }
 
 std::vector<std::string> part_files(const std::string& out) {
@@ -111,7 +94,7 @@ Json SweepSpec::settings(size_t i) const {
 Json SweepSpec::run(size_t i) const {
   Json r = base;
   const Json s = settings(i);
-  for (const auto& [field, v] : s.items()) set_field(r, field, v);
+  for (const auto& [field, v] : s.items()) core::set_json_path(r, field, v, true);  // a zoo name gives way to an object
   return r;
 }
 

@@ -85,6 +85,32 @@ TEST(RunConfig, VirtualStageSplits) {
   EXPECT_EQ(rc.stage_layer_ids(3), (std::vector<int64_t>{11, 12, 13, 14, 27, 28, 29, 30, 31}));
 }
 
+// --set: dotted PATH=VALUE settings over a run file, JSON values or plain strings; a path
+// through a value that is not an object, or a malformed setting, is one error naming it.
+TEST(RunConfig, OverridesFromTheCommandLine) {
+  const std::string f = std::string(STEPCAST_SOURCE_DIR) + "/configs/examples/llama3.1-8b-h100x8.json";
+  const RunConfig rc = load_run_file(f, {"parallel.tp=2", "training.precision=fp8", "parallel.recompute=\"full\""});
+  EXPECT_EQ(rc.parallel.tp, 2);
+  EXPECT_EQ(rc.training.precision, hw::Dtype::kFp8);
+  EXPECT_EQ(rc.parallel.recompute, Recompute::kFull);
+  try {
+    load_run_file(f, {"model.hidden_size=5"});
+    ADD_FAILURE() << "no error";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.model is \"llama3.1-8b\", not an object"), std::string::npos) << e.what();
+  }
+  for (const char* bad : {"parallel.tp", "=4", "parallel..tp=4", ".tp=4"}) {
+    try {
+      load_run_file(f, {bad});
+      ADD_FAILURE() << bad;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("expected PATH=VALUE"), std::string::npos) << e.what();
+    }
+  }
+  // An unknown field set this way is the validator's usual error.
+  EXPECT_THROW(load_run_file(f, {"parallel.tpp=2"}), core::ConfigError);
+}
+
 // Every shipped example run file parses and validates.
 TEST(RunConfig, ExampleConfigsLoad) {
   for (const char* f : {"gpt3-175b-h100x1024.json", "llama3.1-405b-h100x16384.json", "llama3.1-8b-h100x8.json"}) {
