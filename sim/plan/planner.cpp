@@ -220,11 +220,14 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
           } else if (fixed("stage_layers")) {
             stage_list = bp.stage_layer_list;
           } else if (L % (pp * vpp) != 0) {
-            // Megatron's shorter first and last stages without virtual stages; with them, the
-            // balanced split over every virtual stage (torchtitan's split points).
-            if (vpp > 1 && L >= pp * vpp) {
+            // Megatron's shorter first and last stages without virtual stages where they
+            // exist; otherwise the balanced split over every virtual stage (torchtitan's
+            // split points).
+            if (vpp == 1 && uneven_split(L, pp, first, last)) {
+              // first / last set
+            } else if (L >= pp * vpp) {
               stage_list = config::balanced_stage_layers(L, pp * vpp);
-            } else if (vpp > 1 || !uneven_split(L, pp, first, last)) {
+            } else {
               ++res.enumerated;
               ++res.rejected["layers do not split over pp*vpp"];
               continue;

@@ -136,6 +136,20 @@ TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   EXPECT_TRUE(interleaved) << "no interleaved layout ranked";
 }
 
+// Two stages cannot take Megatron's shorter first and last stages: an odd layer count splits
+// as torchtitan's split points do, the remainder on the last stage.
+TEST(Planner, OddLayersOnTwoStagesSplitByList) {
+  Json j = run_8b();
+  j["model"] = {{"hidden_size", 1024}, {"num_attention_heads", 8}, {"num_hidden_layers", 13}, {"intermediate_size", 4096},
+                {"vocab_size", 32000}, {"hidden_act", "silu"}};
+  j["parallel"] = {{"pp", 2}, {"tp", 1}};
+  PlanOptions o = small_options();
+  o.top_k = 0;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) EXPECT_EQ(c.rc.stage_layers, (std::vector<int64_t>{6, 7})) << c.rc.parallel.pp;
+}
+
 TEST(Planner, BadRunFileIsAConfigError) {
   Json j = run_8b();
   j["training"]["seq_len"] = -1;
