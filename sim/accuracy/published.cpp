@@ -10,7 +10,9 @@
 #include <map>
 #include <sstream>
 
+#include "models/model_spec.hpp"
 #include "sim/config/run_config.hpp"
+#include "sim/core/embedded.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/memory/ledger.hpp"
@@ -33,7 +35,7 @@ std::string lower(std::string s) {
   return s;
 }
 
-enum class Family { kMegatronGpt, kGpt3, kLlama, kNemotron, kMpt, kBloom, kQwenMoe, kGptOss, kUnknown };
+enum class Family { kMegatronGpt, kGpt3, kLlama, kNemotron, kMpt, kBloom, kQwenMoe, kGptOss, kMixtral, kDeepSeek, kUnknown };
 
 Family family_of(const Json& r) {
   const std::string m = lower(str(r, "model"));
@@ -42,7 +44,9 @@ Family family_of(const Json& r) {
   if (contains(m, "llama")) return Family::kLlama;
   if (contains(m, "nemotron")) return Family::kNemotron;
   if (contains(m, "qwen3")) return Family::kQwenMoe;
-  if (contains(m, "gpt oss") || contains(m, "gpt_oss")) return Family::kGptOss;
+  if (contains(m, "mixtral")) return Family::kMixtral;
+  if (contains(m, "deepseek")) return Family::kDeepSeek;
+  if (contains(m, "gpt oss") || contains(m, "gpt_oss") || contains(m, "gpt-oss")) return Family::kGptOss;
   if (contains(m, "gpt3-175b")) return Family::kGpt3;
   if (contains(m, "gpt")) return Family::kMegatronGpt;
   return Family::kUnknown;
@@ -82,21 +86,142 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   return true;
 }
 
+// Zoo model names of a family (Llama narrowed by the generation the row names).
+std::vector<std::string> family_zoo(const Json& r, Family f) {
+  const std::string m = lower(str(r, "model"));
+  std::vector<std::string> prefixes;
+  switch (f) {
+    case Family::kLlama: {
+      const bool two = contains(m, "llama 2") || contains(m, "llama-2") || contains(m, "llama2");
+      const bool three = contains(m, "llama 3") || contains(m, "llama-3") || contains(m, "llama3");
+      if (two || !three) prefixes.push_back("llama2-");
+      if (three || !two) prefixes.push_back("llama3");
+      break;
+    }
+    case Family::kNemotron: prefixes = {"nemotron4-"}; break;
+    case Family::kGpt3: prefixes = {"gpt3-"}; break;
+    case Family::kQwenMoe: prefixes = {"qwen3-"}; break;
+    case Family::kGptOss: prefixes = {"gpt-oss-"}; break;
+    case Family::kMixtral: prefixes = {"mixtral-"}; break;
+    case Family::kDeepSeek: prefixes = {"deepseek-"}; break;
+    default: break;
+  }
+  std::vector<std::string> out;
+  for (const auto& n : model::zoo_names()) {
+    for (const auto& p : prefixes) {
+      if (n.rfind(p, 0) == 0) out.push_back(n);
+    }
+  }
+  return out;
+}
+
+// The row's model from the zoo: the family member whose dimensions match every one the row
+// gives (layers, hidden, heads, KV heads, FFN, vocab, experts), nearest in parameters when the
+// row gives none. When the row's dimensions match no member, the nearest member's
+// architecture (activation, norm, positions, MoE routing) with the row's dimensions.
+Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std::string& reason) {
+  const std::vector<std::string> names = family_zoo(r, f);
+  if (names.empty()) {
+    reason = "no built-in model of the row's family";
+    return nullptr;
+  }
+  struct Score {
+    std::string name;
+    int mismatches = 0;
+    double param_gap = 0;
+  };
+  std::vector<Score> scores;
+  for (const auto& n : names) {
+    const model::ModelSpec z = model::zoo_model(n);
+    Score sc{n, 0, 0};
+    auto check = [&](const char* key, int64_t v) {
+      if (has(r, key) && inum(r, key) != v) ++sc.mismatches;
+    };
+    check("layers", z.num_layers);
+    check("hidden", z.hidden);
+    check("heads", z.heads);
+    check("kv_heads", z.kv_heads);
+    check("vocab", z.vocab);
+    if (z.moe.enabled()) {
+      check("moe_experts", z.moe.num_experts);
+      check("moe_topk", z.moe.top_k);
+      check("moe_ffn_hidden", z.moe.expert_ffn);
+    } else {
+      check("ffn_hidden", z.ffn_hidden);
+    }
+    if (has(r, "params_b") && num(r, "params_b") > 0) sc.param_gap = std::fabs(std::log(z.total_params() / (num(r, "params_b") * 1e9)));
+    scores.push_back(sc);
+  }
+  std::sort(scores.begin(), scores.end(), [](const Score& a, const Score& b) {
+    return a.mismatches != b.mismatches ? a.mismatches < b.mismatches : a.param_gap != b.param_gap ? a.param_gap < b.param_gap : a.name < b.name;
+  });
+  const Score& best = scores.front();
+  const bool dims = has(r, "layers") && has(r, "hidden");
+  if (best.mismatches == 0) {
+    if (!dims) notes.push_back("model: " + best.name + ", the built-in " + str(r, "model") + " nearest in parameter count (the row gives no dimensions)");
+    return best.name;
+  }
+  if (!dims) {
+    notes.push_back("model: " + best.name + " (nearest built-in model by parameter count; the row gives no layers/hidden)");
+    return best.name;
+  }
+  // The row's dimensions on the nearest member's architecture.
+  Json m;
+  for (const auto& e : embedded::zoo_models()) {
+    if (e.name == best.name) m = Json::parse(e.text);
+  }
+  m["name"] = str(r, "model");
+  m["source"] = "data/published-runs.jsonl row " + str(r, "id") + ": " + best.name + "'s architecture with the row's dimensions";
+  const bool gpt2_keys = m.contains("n_layer");  // GPT-2 style key names
+  m[gpt2_keys ? "n_layer" : "num_hidden_layers"] = inum(r, "layers");
+  m[gpt2_keys ? "n_embd" : "hidden_size"] = inum(r, "hidden");
+  if (has(r, "heads")) {
+    const model::ModelSpec z = model::zoo_model(best.name);
+    // An explicit head width that differs from hidden / heads (gpt-oss: 64) is the family's;
+    // one that equals it follows the row's dimensions.
+    if (z.head_dim == 0 || z.head_dim * z.heads == z.hidden) m.erase("head_dim");
+    m[gpt2_keys ? "n_head" : "num_attention_heads"] = inum(r, "heads");
+  }
+  if (m.contains("layer_types") && m["layer_types"].is_array() && !m["layer_types"].empty()) {
+    // Per-layer attention kinds (sliding / full) repeat their pattern over the row's layers.
+    const Json pattern = m["layer_types"];
+    Json types = Json::array();
+    for (int64_t i = 0; i < inum(r, "layers"); ++i) types.push_back(pattern[static_cast<size_t>(i) % pattern.size()]);
+    m["layer_types"] = types;
+  }
+  if (has(r, "kv_heads") && !gpt2_keys) m["num_key_value_heads"] = inum(r, "kv_heads");
+  if (has(r, "vocab")) m["vocab_size"] = inum(r, "vocab");
+  if (has(r, "ffn_hidden") && !m.contains("moe_intermediate_size")) m[gpt2_keys ? "n_inner" : "intermediate_size"] = inum(r, "ffn_hidden");
+  if (gpt2_keys && has(r, "seq_len")) m["n_positions"] = std::max(inum(r, "seq_len"), m.value("n_positions", int64_t{0}));
+  for (const char* k : {"num_local_experts", "n_routed_experts", "num_experts"}) {
+    if (m.contains(k) && has(r, "moe_experts")) m[k] = inum(r, "moe_experts");
+  }
+  for (const char* k : {"num_experts_per_tok", "experts_per_token"}) {
+    if (m.contains(k) && has(r, "moe_topk")) m[k] = inum(r, "moe_topk");
+  }
+  if (has(r, "moe_ffn_hidden")) {
+    if (m.contains("moe_intermediate_size")) {
+      m["moe_intermediate_size"] = inum(r, "moe_ffn_hidden");
+    } else if (m.contains("num_local_experts")) {
+      m["intermediate_size"] = inum(r, "moe_ffn_hidden");  // Mixtral: the experts' FFN
+    }
+  }
+  notes.push_back("model: " + best.name + "'s architecture with the row's dimensions (no built-in model has them)");
+  return m;
+}
+
 Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::string& reason) {
   const int64_t layers = inum(r, "layers");
   const int64_t hidden = inum(r, "hidden");
   const int64_t heads = inum(r, "heads");
   switch (f) {
-    case Family::kLlama: {
-      const double pb = num(r, "params_b");
-      if (pb < 20) return "llama3.1-8b";
-      if (pb < 100) return "llama3.1-70b";
-      return "llama3.1-405b";
-    }
-    case Family::kNemotron: return "nemotron4-15b";
-    case Family::kGpt3: return "gpt3-175b";
-    case Family::kQwenMoe: return "qwen3-30b-a3b";
-    case Family::kGptOss: return "gpt-oss-120b";
+    case Family::kLlama:
+    case Family::kNemotron:
+    case Family::kGpt3:
+    case Family::kQwenMoe:
+    case Family::kGptOss:
+    case Family::kMixtral:
+    case Family::kDeepSeek: return zoo_model_for(r, f, notes, reason);
     default: break;
   }
   if (layers <= 0 || hidden <= 0 || heads <= 0) {
@@ -433,6 +558,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("moe: balanced routing (forced by the benchmark), dropless, all-to-all dispatcher");
     }
     parallel["moe"] = moe;
+  } else if (fam == Family::kMixtral || fam == Family::kDeepSeek) {
+    parallel["moe"] = Json{{"dispatcher", "alltoall"}, {"imbalance", 1.0}};
+    notes.push_back("moe: routing not stated: balanced (load-balancing loss), dropless, all-to-all dispatcher (Megatron-Core defaults)");
   }
 
   Json measured = Json::object();

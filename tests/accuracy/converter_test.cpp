@@ -1,0 +1,75 @@
+// Published rows become run files: the model is the zoo member whose dimensions match the
+// row, whatever its size (not one member per family), and a row whose dimensions no member has
+// gets the nearest member's architecture with its own dimensions.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/accuracy/published.hpp"
+#include "sim/config/run_config.hpp"
+
+namespace stepcast::accuracy {
+namespace {
+
+using core::Json;
+
+// A NeMo-style H100 row; each test sets the model fields.
+Json base_row() {
+  return Json{{"id", "test-row"},          {"row_type", "training_run"}, {"source", "test"},
+              {"gpu_type", "H100 SXM 80GB"}, {"num_gpus", 64},             {"gpus_per_node", 8},
+              {"framework", "NeMo 24.11 (Megatron-Core)"}, {"precision", "BF16"}, {"tp", 8},
+              {"pp", 4},                      {"seq_len", 4096},            {"micro_batch", 1},
+              {"global_batch_seqs", 64},      {"iteration_time_s", 10.0}};
+}
+
+Json converted(const Json& row) {
+  Json run;
+  std::string reason;
+  EXPECT_TRUE(row_to_run(row, run, reason)) << reason;
+  return run;
+}
+
+TEST(PublishedRows, ZooMemberMatchingTheRowsDimensions) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 2 70B"}, {"layers", 80}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"vocab", 32000}});
+  EXPECT_EQ(converted(r)["model"], "llama2-70b");
+  r.update(Json{{"model", "Llama 3.1 70B"}, {"vocab", 128256}});
+  EXPECT_EQ(converted(r)["model"], "llama3.1-70b");
+  r = base_row();
+  r.update(Json{{"model", "Nemotron-4 340B"}, {"layers", 96}, {"hidden", 18432}, {"heads", 96}});
+  EXPECT_EQ(converted(r)["model"], "nemotron4-340b");
+  r = base_row();
+  r.update(Json{{"model", "Qwen3-235B-A22B"}, {"layers", 94}, {"hidden", 4096}, {"moe_experts", 128}, {"moe_topk", 8}, {"ep", 8}});
+  EXPECT_EQ(converted(r)["model"], "qwen3-235b-a22b");
+  r = base_row();
+  r.update(Json{{"model", "Mixtral 8x7B"}, {"layers", 32}, {"hidden", 4096}, {"moe_experts", 8}, {"moe_topk", 2}, {"ep", 8}, {"tp", 1}});
+  const Json run = converted(r);
+  EXPECT_EQ(run["model"], "mixtral-8x7b");
+  EXPECT_TRUE(run["parallel"].contains("moe"));
+}
+
+TEST(PublishedRows, NearestMemberByParametersWithoutDimensions) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 13B"}, {"params_b", 13.0}});
+  const Json run = converted(r);
+  EXPECT_EQ(run["model"], "llama2-13b");
+  EXPECT_NE(run["assumptions"].dump().find("parameter count"), std::string::npos);
+}
+
+TEST(PublishedRows, UnknownSizeTakesTheFamilyArchitectureWithTheRowsDimensions) {
+  Json r = base_row();
+  r.update(Json{{"model", "GPT-OSS 20B"}, {"layers", 24}, {"hidden", 2880}, {"heads", 64}, {"kv_heads", 8}, {"moe_experts", 32},
+                {"moe_topk", 4}, {"ep", 8}, {"tp", 1}, {"pp", 1}});
+  const Json run = converted(r);
+  ASSERT_TRUE(run["model"].is_object()) << run["model"].dump();
+  EXPECT_EQ(run["model"]["num_hidden_layers"], 24);
+  EXPECT_EQ(run["model"]["num_local_experts"], 32);
+  // It is a valid model: the run file parses, with gpt-oss's attention sinks / sliding window kept.
+  const auto rc = config::parse_run(run, "<test>", "");
+  EXPECT_EQ(rc.model.num_layers, 24);
+  EXPECT_EQ(rc.model.moe.num_experts, 32);
+  EXPECT_EQ(rc.model.moe.top_k, 4);
+}
+
+}  // namespace
+}  // namespace stepcast::accuracy
