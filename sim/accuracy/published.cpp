@@ -56,6 +56,13 @@ Family family_of(const Json& r) {
 // hardware differs from the built-in part).
 bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason) {
   const std::string g = str(r, "gpu_type");
+  const std::string gl = lower(g);
+  // Board variants the SXM profiles do not describe (lower power, PCIe or NVL pairs instead of
+  // an NVSwitch node, a 72-GPU NVLink domain): no profile rather than a wrong one.
+  if (contains(gl, "pcie") || contains(gl, " nvl") || contains(gl, "gb200") || contains(gl, "gh200") || contains(gl, "gb300")) {
+    reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
+    return false;
+  }
   if (contains(g, "V100") && contains(g, "DGX-2H")) {
     hw = Json{{"base", "v100-sxm-32gb"},
               {"name", "v100-sxm3-32gb-dgx2h"},
@@ -67,6 +74,8 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     hw = contains(g, "40GB") ? "a100-sxm-40gb" : "a100-sxm-80gb";
   } else if (contains(g, "H200")) {
     hw = "h200";
+  } else if (contains(g, "H800")) {
+    hw = "h800";
   } else if (contains(g, "H100") && contains(g, "96GB")) {
     hw = Json{{"base", "h100-sxm"},
               {"name", "h100-96gb-500w"},

@@ -71,5 +71,20 @@ TEST(PublishedRows, UnknownSizeTakesTheFamilyArchitectureWithTheRowsDimensions) 
   EXPECT_EQ(rc.model.moe.top_k, 4);
 }
 
+// H800 rows use the h800 profile; boards the SXM profiles do not describe are listed with the
+// reason instead of being predicted on the wrong hardware.
+TEST(PublishedRows, HardwareByBoard) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"gpu_type", "H800 SXM5 80GB"}});
+  EXPECT_EQ(converted(r)["hardware"], "h800");
+  for (const char* board : {"H100 PCIe 80GB", "H100 NVL 94GB", "GB200 NVL72"}) {
+    r["gpu_type"] = board;
+    Json run;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(r, run, reason)) << board;
+    EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::accuracy
