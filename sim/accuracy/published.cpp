@@ -270,6 +270,13 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
   return m;
 }
 
+// The row's fsdp field names a sharding ("FSDP FULL_SHARD", "FSDP2 (fully shard), degree=1024"),
+// or says there is none.
+bool fsdp_of(const Json& r) {
+  const std::string f = lower(str(r, "fsdp"));
+  return !f.empty() && f != "0" && f != "no" && f != "none" && f != "false" && f != "off" && !contains(f, "no_shard");
+}
+
 std::string precision_of(const Json& r) {
   const std::string p = lower(str(r, "precision"));
   if (contains(p, "fp8") || contains(p, "float8")) return "fp8";
@@ -299,10 +306,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     reason = "model family not recognised";
     return false;
   }
-  if (!has(r, "tp") || !has(r, "pp")) {
+  // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.
+  const bool sharded_dp = fsdp_of(r) || inum(r, "zero_stage", 0) > 0;
+  if ((!has(r, "tp") || !has(r, "pp")) && !(sharded_dp && !has(r, "tp") && !has(r, "pp"))) {
     reason = "layout not stated (only the model-parallel product is given)";
     return false;
   }
+  if (!has(r, "tp") && !has(r, "pp")) notes.push_back("parallel: tp 1, pp 1 (a sharded data-parallel run that states no model parallelism)");
   if (!has(r, "seq_len")) {
     reason = "sequence length not stated";
     return false;
@@ -476,8 +486,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     parallel["tp_comm_overlap"] = true;
     notes.push_back("parallel: async TP overlaps TP communication with the GEMMs");
   }
-  const std::string fsdp = lower(str(r, "fsdp"));
-  if (!fsdp.empty() && !contains(fsdp, "0")) {
+  if (fsdp_of(r)) {
     parallel["fsdp"] = true;
   } else if (inum(r, "zero_stage", 0) > 0) {
     parallel["zero_stage"] = inum(r, "zero_stage");

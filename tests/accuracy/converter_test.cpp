@@ -71,6 +71,25 @@ TEST(PublishedRows, UnknownSizeTakesTheFamilyArchitectureWithTheRowsDimensions) 
   EXPECT_EQ(rc.model.moe.top_k, 4);
 }
 
+// A sharded data-parallel run without model parallelism may leave tp and pp out; any FSDP
+// degree (1024 included) is FSDP.
+TEST(PublishedRows, ShardedDataParallelRows) {
+  Json r = base_row();
+  r.erase("tp");
+  r.erase("pp");
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"num_gpus", 1024}, {"global_batch_seqs", 1024},
+                {"fsdp", "FSDP2 (fully shard), degree=1024"}});
+  const Json run = converted(r);
+  EXPECT_EQ(run["parallel"]["pp"], 1);
+  EXPECT_EQ(run["parallel"].value("tp", 1), 1);
+  EXPECT_EQ(run["parallel"]["fsdp"], true);
+  r.erase("fsdp");
+  Json out;
+  std::string reason;
+  EXPECT_FALSE(row_to_run(r, out, reason));  // nothing says it is data parallel only
+  EXPECT_NE(reason.find("layout not stated"), std::string::npos);
+}
+
 // H800 rows use the h800 profile; boards the SXM profiles do not describe are listed with the
 // reason instead of being predicted on the wrong hardware.
 TEST(PublishedRows, HardwareByBoard) {
