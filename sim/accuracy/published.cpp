@@ -350,6 +350,14 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   Json training = {{"seq_len", inum(r, "seq_len")}, {"precision", precision_of(r)}};
   int64_t gbs = inum(r, "global_batch_seqs");
   int64_t mbs = inum(r, "micro_batch");
+  if (gbs <= 0 && inum(r, "global_batch_tokens") > 0 && inum(r, "global_batch_tokens") % inum(r, "seq_len", 1) == 0) {
+    gbs = inum(r, "global_batch_tokens") / inum(r, "seq_len");
+    notes.push_back("training: global batch = " + std::to_string(gbs) + " sequences (the row's global batch tokens / sequence length)");
+  }
+  if (gbs <= 0 && mbs > 0 && inum(r, "grad_accum") > 0) {
+    gbs = mbs * inum(r, "grad_accum") * dp;
+    notes.push_back("training: global batch = micro-batch x gradient accumulation x dp = " + std::to_string(gbs) + " sequences");
+  }
   if (gbs <= 0 && torchtitan) {
     gbs = 8 * dp;
     notes.push_back("training: global batch = 8 sequences per data-parallel rank (torchtitan 'local batch size 8')");

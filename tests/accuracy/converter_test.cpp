@@ -90,6 +90,17 @@ TEST(PublishedRows, ShardedDataParallelRows) {
   EXPECT_NE(reason.find("layout not stated"), std::string::npos);
 }
 
+// The global batch from tokens, or from micro-batch x accumulation x dp.
+TEST(PublishedRows, GlobalBatchFromOtherFields) {
+  Json r = base_row();
+  r.erase("global_batch_seqs");
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"global_batch_tokens", 1048576}});
+  EXPECT_EQ(converted(r)["training"]["global_batch_size"], 256);
+  r.erase("global_batch_tokens");
+  r.update(Json{{"micro_batch", 2}, {"grad_accum", 4}});
+  EXPECT_EQ(converted(r)["training"]["global_batch_size"], 2 * 4 * 64);
+}
+
 // H800 rows use the h800 profile; boards the SXM profiles do not describe are listed with the
 // reason instead of being predicted on the wrong hardware.
 TEST(PublishedRows, HardwareByBoard) {
