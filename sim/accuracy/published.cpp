@@ -113,6 +113,7 @@ std::vector<std::string> family_zoo(const Json& r, Family f) {
     case Family::kGptOss: prefixes = {"gpt-oss-"}; break;
     case Family::kMixtral: prefixes = {"mixtral-"}; break;
     case Family::kDeepSeek: prefixes = {"deepseek-"}; break;
+    case Family::kUnknown: prefixes = {"llama3", "mixtral-"}; break;  // a modern dense or MoE decoder
     default: break;
   }
   std::vector<std::string> out;
@@ -151,6 +152,8 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
     check("heads", z.heads);
     check("kv_heads", z.kv_heads);
     check("vocab", z.vocab);
+    // A dense member for an MoE row, or the reverse, is a different architecture.
+    if (z.moe.enabled() != (inum(r, "moe_experts") > 0)) sc.mismatches += 2;
     if (z.moe.enabled()) {
       check("moe_experts", z.moe.num_experts);
       check("moe_topk", z.moe.top_k);
@@ -215,7 +218,9 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
       m["intermediate_size"] = inum(r, "moe_ffn_hidden");  // Mixtral: the experts' FFN
     }
   }
-  notes.push_back("model: " + best.name + "'s architecture with the row's dimensions (no built-in model has them)");
+  notes.push_back(f == Family::kUnknown ? "model: a family the zoo lacks, taken as a Llama-style decoder (" + best.name +
+                                             "'s gated SiLU MLP, RMSNorm, RoPE, untied embeddings) with the row's dimensions"
+                                       : "model: " + best.name + "'s architecture with the row's dimensions (no built-in model has them)");
   return m;
 }
 
@@ -230,7 +235,8 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
     case Family::kQwenMoe:
     case Family::kGptOss:
     case Family::kMixtral:
-    case Family::kDeepSeek: return zoo_model_for(r, f, notes, reason);
+    case Family::kDeepSeek:
+    case Family::kUnknown: return zoo_model_for(r, f, notes, reason);
     default: break;
   }
   if (layers <= 0 || hidden <= 0 || heads <= 0) {
@@ -302,8 +308,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   std::vector<std::string> notes;
   const std::string id = str(r, "id");
   const Family fam = family_of(r);
-  if (fam == Family::kUnknown) {
-    reason = "model family not recognised";
+  if (fam == Family::kUnknown && !(has(r, "layers") && has(r, "hidden") && has(r, "heads"))) {
+    reason = "model family not recognised and the row gives no layers/hidden/heads";
     return false;
   }
   // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.

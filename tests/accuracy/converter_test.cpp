@@ -71,6 +71,27 @@ TEST(PublishedRows, UnknownSizeTakesTheFamilyArchitectureWithTheRowsDimensions) 
   EXPECT_EQ(rc.model.moe.top_k, 4);
 }
 
+// A family the zoo lacks, with its dimensions given, is a Llama-style decoder of those
+// dimensions (MoE when the row has experts); without dimensions it is not predicted.
+TEST(PublishedRows, UnknownFamilyWithDimensions) {
+  Json r = base_row();
+  r.update(Json{{"model", "Mistral 7B"}, {"layers", 32}, {"hidden", 4096}, {"heads", 32}, {"kv_heads", 8}, {"ffn_hidden", 14336},
+                {"vocab", 32000}, {"tp", 1}, {"pp", 1}});
+  Json run = converted(r);
+  ASSERT_TRUE(run["model"].is_object());
+  EXPECT_EQ(run["model"]["vocab_size"], 32000);
+  EXPECT_EQ(run["model"]["hidden_act"], "silu");
+  EXPECT_EQ(config::parse_run(run, "<test>", "").model.moe.num_experts, 0);
+  r.update(Json{{"model", "Some MoE 8x3B"}, {"moe_experts", 8}, {"moe_topk", 2}, {"ep", 8}});
+  run = converted(r);
+  EXPECT_EQ(config::parse_run(run, "<test>", "").model.moe.num_experts, 8);
+  r = base_row();
+  r["model"] = "Mystery 7B";
+  std::string reason;
+  EXPECT_FALSE(row_to_run(r, run, reason));
+  EXPECT_NE(reason.find("not recognised"), std::string::npos);
+}
+
 // A sharded data-parallel run without model parallelism may leave tp and pp out; any FSDP
 // degree (1024 included) is FSDP.
 TEST(PublishedRows, ShardedDataParallelRows) {
