@@ -525,19 +525,24 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     notes.push_back("parallel: BLOOM counts the embedding as a pipeline slot, so the first and last stages hold 5 layers and the rest 6");
   }
   const int64_t vstages = pp * parallel.value("vpp", int64_t{1});
-  if (pp > 1 && inum(r, "layers") % vstages != 0 && torchtitan) {
-    // torchtitan's automatic split points (generate_split_points).
-    const Json list = config::balanced_stage_layers(inum(r, "layers"), vstages);
-    parallel["stage_layers"] = list;
-    notes.push_back("parallel: torchtitan's automatic split points over " + std::to_string(vstages) + " virtual stages: " + list.dump() + " layers");
-  } else if (pp > 1 && inum(r, "layers") % vstages != 0 && fam != Family::kBloom) {
-    const int64_t L = inum(r, "layers");
+  // The model's own layer count (the row may not state it).
+  const int64_t L = model.is_string() ? model::zoo_model(model.get<std::string>()).num_layers
+                                      : model.value("num_hidden_layers", model.value("n_layer", inum(r, "layers")));
+  if (pp > 1 && L % vstages != 0 && fam != Family::kBloom) {
     const int64_t per = (L + pp - 1) / pp;
     const int64_t ends = L - per * (pp - 2);
-    if (ends >= 2 && vp <= 1) {
+    if (!torchtitan && vstages == pp && pp >= 3 && ends >= 2 && ends <= 2 * per) {
+      // Megatron: shorter first and last stages take the remainder.
       parallel["first_stage_layers"] = ends / 2;
       parallel["last_stage_layers"] = ends - ends / 2;
       notes.push_back("parallel: uneven split, first/last stages take the remainder");
+    } else if (L >= vstages) {
+      // torchtitan's automatic split points (generate_split_points); for other frameworks the
+      // same balanced split over every virtual stage, the first and last shortest.
+      const Json list = config::balanced_stage_layers(L, vstages);
+      parallel["stage_layers"] = list;
+      notes.push_back(std::string(torchtitan ? "parallel: torchtitan's automatic split points over " : "parallel: uneven split (not stated), balanced over ") +
+                      std::to_string(vstages) + " virtual stages: " + list.dump() + " layers");
     }
   }
   parallel["recompute"] = recompute_of(r);

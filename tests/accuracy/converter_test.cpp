@@ -92,6 +92,23 @@ TEST(PublishedRows, UnknownFamilyWithDimensions) {
   EXPECT_NE(reason.find("not recognised"), std::string::npos);
 }
 
+// Layers that do not divide the (virtual) stages: Megatron's shorter first and last stages
+// without virtual stages, the balanced list with them; the run file validates either way.
+TEST(PublishedRows, UnevenSplits) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 405B"}, {"params_b", 405.0}, {"num_gpus", 1024}, {"tp", 8}, {"pp", 8}, {"cp", 2}, {"vp", 8},
+                {"global_batch_seqs", 64}});
+  Json run = converted(r);
+  ASSERT_TRUE(run["parallel"].contains("stage_layers")) << run["parallel"].dump();
+  EXPECT_EQ(run["parallel"]["stage_layers"].size(), 64u);
+  EXPECT_EQ(config::parse_run(run, "<test>", "").stage_layers.size(), 8u);
+  r.erase("vp");
+  r["pp"] = 16;
+  run = converted(r);
+  EXPECT_EQ(run["parallel"]["first_stage_layers"], 7);
+  EXPECT_EQ(run["parallel"]["last_stage_layers"], 7);
+}
+
 // A sharded data-parallel run without model parallelism may leave tp and pp out; any FSDP
 // degree (1024 included) is FSDP.
 TEST(PublishedRows, ShardedDataParallelRows) {
