@@ -583,7 +583,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("parallel: FSDP does not reshard after forward under pipeline parallelism (torchtitan)");
     }
   }
-  if (fam == Family::kQwenMoe || fam == Family::kGptOss) {
+  const bool moe_model = model.is_string() ? model::zoo_model(model.get<std::string>()).moe.enabled()
+                                            : (model.contains("num_local_experts") || model.contains("n_routed_experts") || model.contains("num_experts"));
+  const bool bridge = contains(fw, "megatron-bridge");
+  if (moe_model && bridge) {
     // Megatron-Bridge benchmarks force balanced routing (random router logits: per-expert
     // counts within a few percent of the mean at these token counts).
     Json moe = {{"dispatcher", "alltoall"}, {"imbalance", 1.0}};
@@ -595,7 +598,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("moe: balanced routing (forced by the benchmark), dropless, all-to-all dispatcher");
     }
     parallel["moe"] = moe;
-  } else if (fam == Family::kMixtral || fam == Family::kDeepSeek) {
+  } else if (moe_model) {
     parallel["moe"] = Json{{"dispatcher", "alltoall"}, {"imbalance", 1.0}};
     notes.push_back("moe: routing not stated: balanced (load-balancing loss), dropless, all-to-all dispatcher (Megatron-Core defaults)");
   }
