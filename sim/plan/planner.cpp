@@ -223,11 +223,9 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
             // Megatron's shorter first and last stages without virtual stages where they
             // exist; otherwise the balanced split over every virtual stage (torchtitan's
             // split points).
-            if (vpp == 1 && uneven_split(L, pp, first, last)) {
-              // first / last set
-            } else if (L >= pp * vpp) {
-              stage_list = config::balanced_stage_layers(L, pp * vpp);
-            } else {
+            const bool megatron_ends = vpp == 1 && uneven_split(L, pp, first, last);  // sets first, last
+            if (!megatron_ends && L >= pp * vpp) stage_list = config::balanced_stage_layers(L, pp * vpp);
+            if (!megatron_ends && stage_list.empty()) {
               ++res.enumerated;
               ++res.rejected["layers do not split over pp*vpp"];
               continue;
