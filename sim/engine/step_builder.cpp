@@ -398,10 +398,15 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   build_slots();
 }
 
-double StepBuilder::chunk_activation_bytes(int32_t s) const {
+double StepBuilder::chunk_activation_bytes(int32_t s, int32_t c) const {
   const auto& st = ledger_.stages[static_cast<size_t>(s)];
   const double inflight = memory::inflight_microbatches(rc_, s);
-  return inflight > 0 ? st.activations.value() / inflight / static_cast<double>(v_) : 0.0;
+  if (inflight <= 0) return 0.0;
+  // The ledger's layer activations at the peak are exact per chunk; its other per-micro-batch
+  // terms (stage boundaries, kept outputs) are shared evenly.
+  const double layers = memory::stage_layer_activation_bytes(rc_, s).value();
+  return (st.activations.value() - layers) / inflight / static_cast<double>(v_) +
+         memory::chunk_layer_activation_bytes(rc_, s, c).value();
 }
 
 Tick StepBuilder::scaled(double seconds, int64_t r, uint64_t index) const {

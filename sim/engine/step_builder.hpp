@@ -62,6 +62,7 @@ class StepBuilder {
   [[nodiscard]] int64_t ranks() const { return ranks_; }
   [[nodiscard]] int64_t per_stage() const { return per_stage_; }
   [[nodiscard]] const memory::MemoryLedger& ledger() const { return ledger_; }
+  [[nodiscard]] const config::RunConfig& rc() const { return rc_; }
   [[nodiscard]] const estimate::WorkloadBuilder& workload() const { return wb_; }
   // The layer slots of stage s, and for each of its chunks the slot indices in forward order.
   [[nodiscard]] const std::vector<Slot>& slots(int32_t s) const { return slots_[static_cast<size_t>(s)]; }
@@ -74,7 +75,9 @@ class StepBuilder {
   }
   [[nodiscard]] int32_t stage_of(int64_t sim_rank) const { return static_cast<int32_t>(sim_rank / per_stage_); }
   // Activation bytes one micro-batch chunk stores on stage s (from the ledger).
-  [[nodiscard]] double chunk_activation_bytes(int32_t s) const;
+  // Activations one micro-batch's pass of chunk c stores on stage s (its layers' share plus the
+  // stage's other per-micro-batch terms).
+  [[nodiscard]] double chunk_activation_bytes(int32_t s, int32_t c) const;
   // Pass tasks per simulated rank, indexed chunk * m + micro-batch.
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& forward_passes() const { return fwd_; }
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& backward_passes() const { return bwd_; }

@@ -31,8 +31,11 @@ class StepObserver : public Observer {
     act_.assign(n, 0);
     peak_act_.assign(n, 0);
     wait_.assign(n, 0);
-    chunk_bytes_.resize(static_cast<size_t>(pp));
-    for (int32_t s = 0; s < pp; ++s) chunk_bytes_[static_cast<size_t>(s)] = b.chunk_activation_bytes(s);
+    v_ = static_cast<int32_t>(b.rc().parallel.vpp);
+    chunk_bytes_.resize(static_cast<size_t>(pp * v_));
+    for (int32_t s = 0; s < pp; ++s) {
+      for (int32_t c = 0; c < v_; ++c) chunk_bytes_[static_cast<size_t>(s * v_ + c)] = b.chunk_activation_bytes(s, c);
+    }
   }
   void on_start(const TaskGraph& g, TaskId id, Tick ready, Tick start) override {
     const Task& t = g.task(id);
@@ -62,13 +65,13 @@ class StepObserver : public Observer {
     if (t.kind == TaskKind::kForward && b_.forward_passes()[r][k].first == id) {
       ++inflight_[r];
       max_inflight_[r] = std::max(max_inflight_[r], inflight_[r]);
-      act_[r] += chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank))];
+      act_[r] += chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk)];
       peak_act_[r] = std::max(peak_act_[r], act_[r]);
     }
     if ((t.kind == TaskKind::kBackward || t.kind == TaskKind::kTpComm || t.kind == TaskKind::kPpSend) &&
         !b_.backward_passes()[r].empty() && b_.backward_passes()[r][k].last_compute == id) {
       --inflight_[r];
-      act_[r] -= chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank))];
+      act_[r] -= chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk)];
     }
   }
 
@@ -78,8 +81,8 @@ class StepObserver : public Observer {
 
  private:
   const StepBuilder& b_;
-  int32_t m_ = 1;
-  std::vector<double> chunk_bytes_;
+  int32_t m_ = 1, v_ = 1;
+  std::vector<double> chunk_bytes_;  // [stage * vpp + chunk]
 };
 
 }  // namespace

@@ -248,6 +248,35 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
   return m;
 }
 
+Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
+  const Bytes dense = layer_activation_bytes(rc, false);
+  const Bytes moe = rc.model.moe.enabled() ? layer_activation_bytes(rc, true) : dense;
+  Bytes out(0);
+  const int64_t first = rc.chunk_first_layer(stage, chunk);
+  for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
+  return out;
+}
+
+Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
+  const int64_t v = rc.parallel.vpp;
+  const double inflight = inflight_microbatches(rc, stage);
+  if (rc.parallel.schedule != Schedule::kInterleaved || v <= 1) {
+    Bytes per_mb(0);
+    for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);
+    return per_mb * inflight;
+  }
+  const auto passes = static_cast<int64_t>(std::llround(inflight * static_cast<double>(v)));
+  const int64_t pp = rc.parallel.pp;
+  Bytes out(0);
+  for (int64_t c = 0; c < v; ++c) {
+    // Forwards k < passes with (k / pp) mod v == c.
+    int64_t count = 0;
+    for (int64_t k = 0; k < passes; ++k) count += (k / pp) % v == c ? 1 : 0;
+    out += chunk_layer_activation_bytes(rc, stage, c) * static_cast<double>(count);
+  }
+  return out;
+}
+
 MemoryLedger compute_ledger(const config::RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -320,8 +349,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const Bytes dense_act = layer_activation_bytes(rc, false);
     const Bytes moe_act = m.moe.enabled() ? layer_activation_bytes(rc, true) : dense_act;
     st.activation_per_layer = moe_layers > 0 ? moe_act : dense_act;
-    const Bytes per_mb = dense_act * static_cast<double>(st.layers - moe_layers) + moe_act * static_cast<double>(moe_layers);
-    st.activations = per_mb * inflight;
+    st.activations = stage_layer_activation_bytes(rc, s);
     // Backward working set: one layer's activation gradients; under full recompute also the
     // layer being rebuilt.
     config::RunConfig no_recompute = rc;

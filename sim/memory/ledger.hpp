@@ -120,6 +120,14 @@ double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab);
 
 double inflight_microbatches(const config::RunConfig& rc, int64_t stage);
 
+// One micro-batch's saved activations of the layers of chunk `chunk` of pipeline stage `stage`.
+core::Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
+// The stage's saved layer activations at its peak: in-flight micro-batches times the stage's
+// layers; under the interleaved schedule the in-flight (chunk, micro-batch) passes are those
+// of Megatron's order (the k-th forward runs chunk (k / pp) mod vpp), each with its chunk's
+// own layers.
+core::Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage);
+
 MemoryLedger compute_ledger(const config::RunConfig& rc);
 
 }  // namespace stepcast::memory

@@ -270,6 +270,25 @@ TEST(Inflight, InterleavedHoldsMore) {
   EXPECT_GT(inflight_microbatches(rc, 0), plain);
 }
 
+// Uneven chunks under interleaving: the in-flight passes are those of Megatron's order (the
+// k-th forward runs chunk (k / pp) mod vpp), each holding its own chunk's layers.
+TEST(Inflight, InterleavedUnevenChunksCountTheirOwnLayers) {
+  Json j = {{"model", {{"hidden_size", 1024}, {"num_attention_heads", 16}, {"num_hidden_layers", 16}, {"intermediate_size", 4096},
+                       {"vocab_size", 32768}, {"hidden_act", "silu"}}},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 2}}},
+            {"training", {{"seq_len", 1024}, {"global_batch_size", 4}}},
+            {"parallel", {{"pp", 2}, {"vpp", 2}, {"stage_layers", {3, 4, 4, 5}}}}};
+  const RunConfig rc = config::parse_run(j, "<ledger-test>", "");
+  const double layer = layer_activation_bytes(rc, false).value();
+  // Stage 1 (chunks of 4 and 5 layers), m = 4: 2(pp - 1 - 1) + (v - 1) pp + 1 = 3 passes in
+  // flight, two of chunk 0 and one of chunk 1.
+  EXPECT_DOUBLE_EQ(stage_layer_activation_bytes(rc, 1).value(), (2 * 4 + 1 * 5) * layer);
+  // Stage 0 (chunks of 3 and 4 layers): 2(pp - 1) + (v - 1) pp + 1 = 5 passes, chunks 0, 0, 1,
+  // 1, 0.
+  EXPECT_DOUBLE_EQ(stage_layer_activation_bytes(rc, 0).value(), (3 * 3 + 2 * 4) * layer);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Whole ledger.
 
