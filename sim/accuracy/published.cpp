@@ -642,6 +642,17 @@ double measured_step(const Json& r, const config::RunConfig& rc, std::string& fr
     from = "tokens_per_s_per_gpu";
     return static_cast<double>(rc.tokens_per_step()) / (num(r, "tokens_per_s_per_gpu") * static_cast<double>(rc.cluster.num_gpus));
   }
+  if (has(r, "tokens_per_s_total")) {
+    from = "tokens_per_s_total";
+    return static_cast<double>(rc.tokens_per_step()) / num(r, "tokens_per_s_total");
+  }
+  if (!has(r, "tflops_per_gpu") && has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu")) {
+    // MFU alone: the step that gives it with stepcast's model FLOPs (6 x parameters x tokens
+    // plus the attention term) and the row's peak.
+    from = "mfu (stepcast's model FLOPs, the row's peak)";
+    return estimate::model_flops_per_step(rc) /
+           (num(r, "mfu") * num(r, "mfu_peak_tflops_per_gpu") * 1e12 * static_cast<double>(rc.cluster.num_gpus));
+  }
   if (has(r, "tflops_per_gpu")) {
     from = "tflops_per_gpu (Megatron Eq. 3)";
     const double f = megatron_eq3_flops(static_cast<double>(rc.training.global_batch_size),
@@ -747,7 +758,8 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
     Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
     if (str(r, "row_type") != "training_run") continue;
     const std::string id = str(r, "id");
-    if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tflops_per_gpu")) {
+    if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") &&
+        !(has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu"))) {
       res.skipped.push_back({id, "no measured step time or throughput"});
       continue;
     }

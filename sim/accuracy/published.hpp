@@ -32,7 +32,7 @@ struct RowResult {
   std::string hardware;
   int64_t num_gpus = 0;
   std::string layout;
-  std::string measured_from;  // iteration_time_s | tokens_per_s_per_gpu | tflops_per_gpu
+  std::string measured_from;  // iteration_time_s | tokens_per_s_per_gpu | tokens_per_s_total | mfu | tflops_per_gpu
   double measured_s = 0;
   double predicted_s = 0;
   double error = 0;           // (predicted - measured) / measured

@@ -3,10 +3,12 @@
 // gets the nearest member's architecture with its own dimensions.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "sim/accuracy/published.hpp"
 #include "sim/config/run_config.hpp"
+#include "sim/estimate/estimate.hpp"
 
 namespace stepcast::accuracy {
 namespace {
@@ -152,6 +154,30 @@ TEST(PublishedRows, HardwareByBoard) {
     EXPECT_FALSE(row_to_run(r, run, reason)) << board;
     EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
   }
+}
+
+// The measured step from whole-job throughput, or from MFU with the row's peak.
+TEST(PublishedRows, MeasuredStepFromThroughputOrMfu) {
+  Json a = base_row();
+  a.erase("iteration_time_s");
+  a.update(Json{{"id", "by-total"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"tokens_per_s_total", 524288.0}});
+  Json b = a;
+  b.erase("tokens_per_s_total");
+  b.update(Json{{"id", "by-mfu"}, {"mfu", 0.4}, {"mfu_peak_tflops_per_gpu", 989}});
+  const std::string path = ::testing::TempDir() + "/rows.jsonl";
+  {
+    std::ofstream f(path);
+    f << a.dump() << "\n" << b.dump() << "\n";
+  }
+  AccuracyOptions o;
+  o.data_path = path;
+  const AccuracyResult res = run_accuracy(o);
+  ASSERT_EQ(res.rows.size(), 2u);
+  // 64 sequences of 4096 tokens at 524,288 tokens/s.
+  EXPECT_DOUBLE_EQ(res.rows[0].measured_s, 64.0 * 4096.0 / 524288.0);
+  EXPECT_EQ(res.rows[0].measured_from, "tokens_per_s_total");
+  const auto rc = config::parse_run(res.rows[1].run, "<test>", "");
+  EXPECT_NEAR(res.rows[1].measured_s, estimate::model_flops_per_step(rc) / (0.4 * 989e12 * 64), 1e-9);
 }
 
 }  // namespace
