@@ -918,8 +918,9 @@ std::string AccuracyResult::markdown() const {
        "`data/published-runs.jsonl`. Each row is converted into an ordinary run file (in `configs/published/`, "
        "with its assumptions listed) and predicted with the analytical estimate (`stepcast estimate`). Error = "
        "(predicted - measured) / measured step time. Where a row gives only throughput, the measured step time is "
-       "global tokens / (tokens/s/GPU x GPUs); where it gives only TFLOP/s (Megatron 2021 paper), it is the paper's "
-       "Eq. 3 FLOPs (which count recomputation) / (TFLOP/s x GPUs).\n\n";
+       "global tokens / (tokens/s/GPU x GPUs) or global tokens / (tokens/s of the job); where it gives only MFU, "
+       "stepcast's model FLOPs / (MFU x the row's peak x GPUs); where it gives only TFLOP/s (Megatron 2021 paper), "
+       "it is the paper's Eq. 3 FLOPs (which count recomputation) / (TFLOP/s x GPUs).\n\n";
   o << "The `simulate` columns run the same run files through the discrete-event simulator "
        "(`stepcast simulate`, one representative rank per pipeline stage).\n\n";
   o << "## Mean absolute percentage error by source\n\n| source | rows | estimate MAPE | estimate worst | simulate MAPE | simulate worst |\n"
