@@ -130,7 +130,13 @@ std::vector<std::string> family_zoo(const Json& r, Family f) {
 // row gives none. When the row's dimensions match no member, the nearest member's
 // architecture (activation, norm, positions, MoE routing) with the row's dimensions.
 Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std::string& reason) {
-  const std::vector<std::string> names = family_zoo(r, f);
+  std::vector<std::string> names = family_zoo(r, f);
+  // A family whose built-in members are all dense (or all MoE) lends its architecture only to
+  // rows of the same kind: an MoE row of a dense family (Llama 4) takes Mixtral's routing, a
+  // dense row of an MoE family (a dense Qwen3) a Llama-style decoder.
+  const bool row_moe = inum(r, "moe_experts") > 0;
+  const bool any_kind = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return model::zoo_model(n).moe.enabled() == row_moe; });
+  if (!names.empty() && !any_kind) names.push_back(row_moe ? "mixtral-8x7b" : "llama3.1-8b");
   if (names.empty()) {
     reason = "no built-in model of the row's family";
     return nullptr;
@@ -152,8 +158,8 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
     check("heads", z.heads);
     check("kv_heads", z.kv_heads);
     check("vocab", z.vocab);
-    // A dense member for an MoE row, or the reverse, is a different architecture.
-    if (z.moe.enabled() != (inum(r, "moe_experts") > 0)) sc.mismatches += 2;
+    // A dense member for an MoE row, or the reverse, is a different architecture: ranked last.
+    if (z.moe.enabled() != row_moe) sc.mismatches += 100;
     if (z.moe.enabled()) {
       check("moe_experts", z.moe.num_experts);
       check("moe_topk", z.moe.top_k);

@@ -111,6 +111,20 @@ TEST(PublishedRows, UnevenSplits) {
   EXPECT_EQ(run["parallel"]["last_stage_layers"], 7);
 }
 
+// An MoE row of a dense family, and a dense row of an MoE family, keep their own kind.
+TEST(PublishedRows, KindFollowsTheRow) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 4 Scout"}, {"layers", 48}, {"hidden", 5120}, {"heads", 40}, {"kv_heads", 8}, {"vocab", 202048},
+                {"moe_experts", 16}, {"moe_topk", 1}, {"moe_ffn_hidden", 8192}, {"ep", 8}, {"tp", 1}, {"pp", 1}});
+  EXPECT_EQ(config::parse_run(converted(r), "<test>", "").model.moe.num_experts, 16);
+  r = base_row();
+  r.update(Json{{"model", "Qwen3 32B"}, {"layers", 64}, {"hidden", 5120}, {"heads", 64}, {"kv_heads", 8}, {"ffn_hidden", 25600},
+                {"vocab", 151936}});
+  const auto rc = config::parse_run(converted(r), "<test>", "");
+  EXPECT_EQ(rc.model.moe.num_experts, 0);
+  EXPECT_EQ(rc.model.ffn_hidden, 25600);
+}
+
 // A sharded data-parallel run without model parallelism may leave tp and pp out; any FSDP
 // degree (1024 included) is FSDP.
 TEST(PublishedRows, ShardedDataParallelRows) {
