@@ -214,6 +214,7 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
   for (const char* k : {"num_local_experts", "n_routed_experts", "num_experts"}) {
     if (m.contains(k) && has(r, "moe_experts")) m[k] = inum(r, "moe_experts");
   }
+  if (inum(r, "moe_shared_experts") > 0) m["n_shared_experts"] = inum(r, "moe_shared_experts");  // each of the routed experts' width
   for (const char* k : {"num_experts_per_tok", "experts_per_token"}) {
     if (m.contains(k) && has(r, "moe_topk")) m[k] = inum(r, "moe_topk");
   }

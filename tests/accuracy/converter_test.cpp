@@ -115,8 +115,11 @@ TEST(PublishedRows, UnevenSplits) {
 TEST(PublishedRows, KindFollowsTheRow) {
   Json r = base_row();
   r.update(Json{{"model", "Llama 4 Scout"}, {"layers", 48}, {"hidden", 5120}, {"heads", 40}, {"kv_heads", 8}, {"vocab", 202048},
-                {"moe_experts", 16}, {"moe_topk", 1}, {"moe_ffn_hidden", 8192}, {"ep", 8}, {"tp", 1}, {"pp", 1}});
-  EXPECT_EQ(config::parse_run(converted(r), "<test>", "").model.moe.num_experts, 16);
+                {"moe_experts", 16}, {"moe_topk", 1}, {"moe_ffn_hidden", 8192}, {"moe_shared_experts", 1}, {"ep", 8}, {"tp", 1}, {"pp", 1}});
+  const auto scout = config::parse_run(converted(r), "<test>", "");
+  EXPECT_EQ(scout.model.moe.num_experts, 16);
+  EXPECT_EQ(scout.model.moe.shared_experts, 1);
+  EXPECT_EQ(scout.model.moe.expert_ffn, 8192);
   r = base_row();
   r.update(Json{{"model", "Qwen3 32B"}, {"layers", 64}, {"hidden", 5120}, {"heads", 64}, {"kv_heads", 8}, {"ffn_hidden", 25600},
                 {"vocab", 151936}});
