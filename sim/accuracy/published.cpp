@@ -536,12 +536,11 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   const int64_t L = model.is_string() ? model::zoo_model(model.get<std::string>()).num_layers
                                       : model.value("num_hidden_layers", model.value("n_layer", inum(r, "layers")));
   if (pp > 1 && L % vstages != 0 && fam != Family::kBloom) {
-    const int64_t per = (L + pp - 1) / pp;
-    const int64_t ends = L - per * (pp - 2);
-    if (!torchtitan && vstages == pp && pp >= 3 && ends >= 2 && ends <= 2 * per) {
+    int64_t first = 0, last = 0;
+    if (!torchtitan && vstages == pp && config::megatron_end_stages(L, pp, first, last)) {
       // Megatron: shorter first and last stages take the remainder.
-      parallel["first_stage_layers"] = ends / 2;
-      parallel["last_stage_layers"] = ends - ends / 2;
+      parallel["first_stage_layers"] = first;
+      parallel["last_stage_layers"] = last;
       notes.push_back("parallel: uneven split, first/last stages take the remainder");
     } else if (L >= vstages) {
       // torchtitan's automatic split points (generate_split_points); for other frameworks the

@@ -571,8 +571,7 @@ int run(int argc, char** argv) {
       const auto eq = f.find('=');
       if (eq == std::string::npos || eq == 0) throw stepcast::core::UserError("--fix " + f + ": expected KEY=VALUE, e.g. pp=4");
       const std::string key = f.substr(0, eq), val = f.substr(eq + 1);
-      Json v = Json::parse(val, nullptr, false);
-      run["parallel"][key] = v.is_discarded() ? Json(val) : v;
+      run["parallel"][key] = stepcast::core::setting_value(val);
     }
     const auto r = stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));

@@ -525,6 +525,16 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
   return out;
 }
 
+bool megatron_end_stages(int64_t layers, int64_t pp, int64_t& first, int64_t& last) {
+  if (pp < 3) return false;
+  const int64_t per = (layers + pp - 1) / pp;
+  const int64_t ends = layers - per * (pp - 2);
+  if (ends < 2 || ends > 2 * per) return false;
+  first = ends / 2;
+  last = ends - first;
+  return true;
+}
+
 std::vector<int64_t> RunConfig::stage_layer_ids(int64_t stage) const {
   std::vector<int64_t> out;
   for (int64_t c = 0; c < parallel.vpp; ++c) {

@@ -228,6 +228,11 @@ struct RunConfig {
 // embedding and the output layer, are the short ones).
 std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages);
 
+// Megatron-style uneven split over pp >= 3 stages: the middle stages take ceil(layers / pp) and
+// the first and last share what is left (the first one layer fewer when odd). Returns false
+// when that cannot work.
+bool megatron_end_stages(int64_t layers, int64_t pp, int64_t& first, int64_t& last);
+
 // Parses and validates a run file object. base_dir resolves relative model paths.
 // Throws core::ConfigError listing every problem.
 // validate_layout = false parses every section but leaves the layout unchecked and underived

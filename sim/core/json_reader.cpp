@@ -1,6 +1,5 @@
 #include "sim/core/json_reader.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +33,12 @@ Json load_json_file(const std::string& path) {
   return parse_json_text(ss.str(), path);
 }
 
-std::optional<std::string> set_json_path(Json& j, const std::string& dotted, const Json& v, bool replace) {
+Json setting_value(const std::string& text) {
+  const Json parsed = Json::parse(text, nullptr, false);
+  return parsed.is_discarded() ? Json(text) : parsed;
+}
+
+std::optional<BlockedPath> set_json_path(Json& j, const std::string& dotted, const Json& v, bool replace) {
   Json* at = &j;
   size_t start = 0;
   while (true) {
@@ -46,7 +50,7 @@ std::optional<std::string> set_json_path(Json& j, const std::string& dotted, con
     }
     Json& next = (*at)[key];
     if (!next.is_object()) {
-      if (!next.is_null() && !replace) return dotted.substr(0, dot);
+      if (!next.is_null() && !replace) return BlockedPath{dotted.substr(0, dot), next};
       next = Json::object();
     }
     at = &next;
@@ -63,18 +67,9 @@ void apply_overrides(Json& j, const std::vector<std::string>& overrides, const s
     if (eq == std::string::npos || bad_path) {
       throw UserError(flag + " " + o + ": expected PATH=VALUE, e.g. parallel.tp=4 or training.precision=fp8");
     }
-    const std::string text = o.substr(eq + 1);
-    const Json parsed = Json::parse(text, nullptr, false);
-    const Json v = parsed.is_discarded() ? Json(text) : parsed;
-    if (const auto blocked = set_json_path(j, path, v, false)) {
-      const Json* at = &j;
-      for (size_t start = 0; start <= blocked->size();) {
-        const size_t dot = std::min(blocked->find('.', start), blocked->size());
-        at = &at->at(blocked->substr(start, dot - start));
-        start = dot + 1;
-      }
-      throw UserError(flag + " " + o + ": $." + *blocked + " is " + show(*at) + ", not an object; replace it whole (e.g. " + flag + " " +
-                      *blocked + "='{...}')");
+    if (const auto blocked = set_json_path(j, path, setting_value(o.substr(eq + 1)), false)) {
+      throw UserError(flag + " " + o + ": $." + blocked->path + " is " + show(blocked->value) + ", not an object; replace it whole (e.g. " +
+                      flag + " " + blocked->path + "='{...}')");
     }
   }
 }

@@ -34,8 +34,15 @@ Json load_json_file(const std::string& path);
 
 // Sets the value at a dotted path ("parallel.tp"), creating missing objects on the way. An
 // intermediate value that is not an object is replaced by one when `replace` is true; otherwise
-// the call changes nothing and returns that intermediate's dotted path.
-std::optional<std::string> set_json_path(Json& j, const std::string& dotted, const Json& v, bool replace);
+// the call changes nothing and returns that intermediate's dotted path and value.
+struct BlockedPath {
+  std::string path;
+  Json value;
+};
+std::optional<BlockedPath> set_json_path(Json& j, const std::string& dotted, const Json& v, bool replace);
+
+// A command-line setting's VALUE: JSON when it parses, else the text as a string.
+Json setting_value(const std::string& text);
 
 // Applies "PATH=VALUE" overrides (VALUE is JSON when it parses, else a string), as the CLI's
 // --set gives them; `flag` names the option in errors.

@@ -40,18 +40,6 @@ struct Sharding {
   bool fsdp;
 };
 
-// Megatron-style uneven split: the middle stages take ceil(L/pp) layers and the first and last
-// share what is left (the first one layer fewer when odd). Returns false when it cannot work.
-bool uneven_split(int64_t L, int64_t pp, int64_t& first, int64_t& last) {
-  if (pp < 3) return false;
-  const int64_t per = (L + pp - 1) / pp;
-  const int64_t ends = L - per * (pp - 2);
-  if (ends < 2 || ends > 2 * per) return false;
-  first = ends / 2;
-  last = ends - first;
-  return true;
-}
-
 using core::fmt;
 
 // Time categories compared in the explanation (seconds per step).
@@ -223,7 +211,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
             // Megatron's shorter first and last stages without virtual stages where they
             // exist; otherwise the balanced split over every virtual stage (torchtitan's
             // split points).
-            const bool megatron_ends = vpp == 1 && uneven_split(L, pp, first, last);  // sets first, last
+            const bool megatron_ends = vpp == 1 && config::megatron_end_stages(L, pp, first, last);  // sets first, last
             if (!megatron_ends && L >= pp * vpp) stage_list = config::balanced_stage_layers(L, pp * vpp);
             if (!megatron_ends && stage_list.empty()) {
               ++res.enumerated;
