@@ -27,14 +27,35 @@ struct HeldOut {
   [[nodiscard]] double error() const { return predicted_s / measured_s - 1.0; }
 };
 
+// GEMMs of one dtype: the shapes as measured and their fit (the half-dimension is shared by
+// every dtype of a suite; the rate is this dtype's).
+struct DtypeGemm {
+  std::string dtype;               // bf16, fp16, fp8, tf32, fp32
+  double bytes_per_element = 2;    // operand size (fp8 operands write a 16-bit result)
+  GemmFit fit;
+  std::vector<GemmSample> samples;
+};
+
+// A memory-bound kernel as measured: what it moves and computes, and its median time.
+struct KernelSample {
+  std::string name;                // "rmsnorm 16384x4096"
+  double bytes = 0, flops = 0, seconds = 0;
+};
+
 struct SuiteResult {
   int ranks = 1;
   core::Json profile;        // the hardware profile (parse_hardware reads it)
-  GemmFit gemm;
-  std::vector<GemmSample> gemm_samples;  // the fitted shapes as measured
+  GemmFit gemm;              // the reference dtype's fit (bf16 on GPUs, fp32 on CPUs)
+  std::vector<GemmSample> gemm_samples;  // the fitted shapes as measured, reference dtype
   double bytes_per_element = 4;          // GEMM operand size (fp32 on CPUs, bf16 on GPUs)
+  // Every dtype measured (GPUs); empty: the reference fit stands for every dtype of the profile.
+  std::vector<DtypeGemm> gemm_dtypes;
+  std::vector<KernelSample> elementwise;  // norm, activation, residual kernels (GPUs)
+  std::vector<std::string> not_measured;  // benchmarks skipped, each with the reason
   double copy_bandwidth = 0; // bytes/s moved (read + write)
   double optimizer_rate = 0; // parameters/s of the Adam kernel (0: not measured)
+  // Per operation and group size (CollFit::ranks): groups of consecutive ranks, all groups of a
+  // size measured at once; the CPU suite measures the whole world only.
   std::vector<CollFit> collectives;
   std::vector<HeldOut> held_out;  // filled on rank 0
 };

@@ -1,8 +1,11 @@
 #include "calibrate/cuda_device.hpp"
 #include "calibrate/cuda_check.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include "calibrate/nccl_api.hpp"
 
@@ -20,19 +23,33 @@ using cudacheck::check;
 
 cudaStream_t g_stream = nullptr;
 cublasHandle_t g_blas = nullptr;
+cublasLtHandle_t g_lt = nullptr;
+std::vector<ncclComm_t> g_comms;  // every communicator made; g_comm is the selected one
 ncclComm_t g_comm = nullptr;
 
-
-// Deterministic non-zero values in [0.5, 1.5) from a hash of the index.
-__global__ void fill_bf16(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = __float2bfloat16(0.5f + static_cast<float>(x & 0xffff) / 65536.0f);
-  }
+__device__ __host__ inline float hash_value(size_t i, unsigned seed) {
+  unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  x ^= x >> 15;
+  return 0.5f + static_cast<float>(x & 0xffff) / 65536.0f;
 }
+
+__device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+__device__ inline void store(__half* p, float v) { *p = __float2half(v); }
+__device__ inline void store(float* p, float v) { *p = v; }
+__device__ inline void store(__nv_fp8_e4m3* p, float v) { *p = __nv_fp8_e4m3(v); }
+inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float to_float(__half v) { return __half2float(v); }
+inline float to_float(float v) { return v; }
+inline float to_float(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+
+// Deterministic non-zero values in [0.5, 1.5) from a hash of the index (random, never zero).
+template <typename T>
+__global__ void fill_values(T* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) store(p + i, hash_value(i, seed));
+}
+
 
 struct Events {
   cudaEvent_t a{}, b{};
@@ -67,53 +84,257 @@ DeviceInfo open(int device) {
   check(cudaStreamCreate(&g_stream), "stream");
   check(cublasCreate(&g_blas), "cublasCreate");
   check(cublasSetStream(g_blas, g_stream), "cublasSetStream");
-  return DeviceInfo{prop.name, static_cast<double>(prop.totalGlobalMem), prop.multiProcessorCount};
+  check(cublasLtCreate(&g_lt), "cublasLtCreate");
+  return DeviceInfo{prop.name, static_cast<double>(prop.totalGlobalMem), prop.multiProcessorCount, prop.major, prop.minor};
 }
 
 void close() {
+  if (g_lt != nullptr) cublasLtDestroy(g_lt);
+  g_lt = nullptr;
   if (g_blas != nullptr) cublasDestroy(g_blas);
   if (g_stream != nullptr) cudaStreamDestroy(g_stream);
   g_blas = nullptr;
   g_stream = nullptr;
 }
 
-Measurement time_gemm_bf16(int m, int n, int k, const MeasureOptions& mo) {
+namespace {
+
+// C[0][0] of a product checked against a host dot product of A's first row and B's first
+// column (read back as `row` and `col`), to the output's precision.
+template <typename In, typename Out>
+void check_product(const std::vector<In>& row, const std::vector<In>& col, Out c00, const char* dtype) {
+  double want = 0;
+  for (size_t i = 0; i < row.size(); ++i) want += static_cast<double>(to_float(row[i])) * static_cast<double>(to_float(col[i]));
+  const double got = to_float(c00);
+  if (std::abs(got - want) > 2e-2 * std::abs(want)) {
+    throw std::runtime_error(std::string(dtype) + " GEMM result check failed: " + std::to_string(got) + " vs " + std::to_string(want));
+  }
+}
+
+// cublasGemmEx: row-major C[m x n] = A[m x k] B[k x n] as column-major C^T = B^T A^T; operands
+// rotate over three random sets.
+template <typename T>
+Measurement gemm_ex(int m, int n, int k, cudaDataType_t type, cublasComputeType_t compute, const char* dtype, const MeasureOptions& mo) {
   const size_t a = static_cast<size_t>(m) * k, b = static_cast<size_t>(k) * n, c = static_cast<size_t>(m) * n;
   const int sets = 3;
-  __nv_bfloat16* buf = nullptr;
-  check(cudaMalloc(&buf, (sets * (a + b) + c) * sizeof(__nv_bfloat16)), "malloc");
-  fill_bf16<<<1024, 256, 0, g_stream>>>(buf, sets * (a + b) + c, 7u + static_cast<unsigned>(m));
+  T* buf = nullptr;
+  check(cudaMalloc(&buf, (sets * (a + b) + c) * sizeof(T)), "malloc");
+  fill_values<<<1024, 256, 0, g_stream>>>(buf, sets * (a + b) + c, 7u + static_cast<unsigned>(m));
   check(cudaGetLastError(), "fill");
   const float alpha = 1.0f, beta = 0.0f;
   Events ev;
   int next = 0;
-  // Row-major C = A B is column-major C^T = B^T A^T.
   auto once = [&]() {
     const int i = next++ % sets;
-    const __nv_bfloat16* A = buf + static_cast<size_t>(i) * (a + b);
-    const __nv_bfloat16* B = A + a;
-    __nv_bfloat16* C = buf + sets * (a + b);
+    const T* A = buf + static_cast<size_t>(i) * (a + b);
+    const T* B = A + a;
+    T* C = buf + sets * (a + b);
     check(cudaEventRecord(ev.a, g_stream), "record");
-    check(cublasGemmEx(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, B, CUDA_R_16BF, n, A, CUDA_R_16BF, k, &beta, C, CUDA_R_16BF, n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check(cublasGemmEx(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, B, type, n, A, type, k, &beta, C, type, n, compute, CUBLAS_GEMM_DEFAULT),
           "gemm");
     check(cudaEventRecord(ev.b, g_stream), "record");
     return ev.seconds();
   };
-  const Measurement meas = measure(once, mo);
-  const int last = (next - 1) % sets;
-  std::vector<__nv_bfloat16> row(static_cast<size_t>(k)), mat(b);
-  __nv_bfloat16 c00;
-  check(cudaMemcpy(row.data(), buf + static_cast<size_t>(last) * (a + b), k * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(mat.data(), buf + static_cast<size_t>(last) * (a + b) + a, b * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(&c00, buf + sets * (a + b), sizeof(c00), cudaMemcpyDeviceToHost), "copy");
-  double want = 0;
-  for (int kk = 0; kk < k; ++kk) {
-    want += static_cast<double>(__bfloat162float(row[static_cast<size_t>(kk)])) * static_cast<double>(__bfloat162float(mat[static_cast<size_t>(kk) * n]));
+  Measurement meas;
+  try {
+    meas = measure(once, mo);
+  } catch (...) {
+    cudaFree(buf);
+    throw;
   }
+  const int last = (next - 1) % sets;
+  std::vector<T> row(static_cast<size_t>(k)), mat(b), col(static_cast<size_t>(k));
+  T c00;
+  check(cudaMemcpy(row.data(), buf + static_cast<size_t>(last) * (a + b), k * sizeof(T), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(mat.data(), buf + static_cast<size_t>(last) * (a + b) + a, b * sizeof(T), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(&c00, buf + sets * (a + b), sizeof(T), cudaMemcpyDeviceToHost), "copy");
   cudaFree(buf);
-  if (std::abs(__bfloat162float(c00) - want) > 2e-2 * std::abs(want)) {
-    throw std::runtime_error("GEMM result check failed: " + std::to_string(__bfloat162float(c00)) + " vs " + std::to_string(want));
+  for (int kk = 0; kk < k; ++kk) col[static_cast<size_t>(kk)] = mat[static_cast<size_t>(kk) * n];
+  check_product(row, col, c00, dtype);
+  return meas;
+}
+
+// cuBLASLt fp8: E4M3 operands, fp32 accumulation, bf16 result, unit scales. FP8 kernels want
+// the "TN" layout: the weight stored [n][k] (as a linear layer keeps it) and transposed, the
+// activation [m][k]; column-major D[n x m] is row-major C[m x n].
+Measurement gemm_fp8(int m, int n, int k, const MeasureOptions& mo) {
+  const size_t a = static_cast<size_t>(m) * k, w = static_cast<size_t>(n) * k, c = static_cast<size_t>(m) * n;
+  const int sets = 3;
+  const size_t workspace_bytes = size_t{32} << 20;
+  __nv_fp8_e4m3* ops = nullptr;
+  __nv_bfloat16* out = nullptr;
+  void* workspace = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lw = nullptr, la = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  auto release = [&]() {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc != nullptr) cublasLtMatrixLayoutDestroy(lc);
+    if (la != nullptr) cublasLtMatrixLayoutDestroy(la);
+    if (lw != nullptr) cublasLtMatrixLayoutDestroy(lw);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    cudaFree(workspace);
+    cudaFree(out);
+    cudaFree(ops);
+  };
+  try {
+    check(cudaMalloc(&ops, sets * (a + w) * sizeof(__nv_fp8_e4m3)), "malloc");
+    check(cudaMalloc(&out, c * sizeof(__nv_bfloat16)), "malloc");
+    check(cudaMalloc(&workspace, workspace_bytes), "malloc");
+    fill_values<<<1024, 256, 0, g_stream>>>(ops, sets * (a + w), 5u + static_cast<unsigned>(m));
+    check(cudaGetLastError(), "fill");
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+    check(cublasLtMatrixLayoutCreate(&lw, CUDA_R_8F_E4M3, k, n, k), "layout");
+    check(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, m, k), "layout");
+    check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n), "layout");
+    check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes),
+          "workspace");
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    check(cublasLtMatmulAlgoGetHeuristic(g_lt, desc, lw, la, lc, lc, pref, 1, &heur, &found), "fp8 heuristic");
+    if (found == 0) throw std::runtime_error("cuBLASLt has no fp8 kernel for this device and shape");
+    const float alpha = 1.0f, beta = 0.0f;
+    Events ev;
+    int next = 0;
+    auto once = [&]() {
+      const int i = next++ % sets;
+      const __nv_fp8_e4m3* A = ops + static_cast<size_t>(i) * (a + w);
+      const __nv_fp8_e4m3* W = A + a;
+      check(cudaEventRecord(ev.a, g_stream), "record");
+      check(cublasLtMatmul(g_lt, desc, &alpha, W, lw, A, la, &beta, out, lc, out, lc, &heur.algo, workspace, workspace_bytes, g_stream),
+            "fp8 matmul");
+      check(cudaEventRecord(ev.b, g_stream), "record");
+      return ev.seconds();
+    };
+    const Measurement meas = measure(once, mo);
+    const int last = (next - 1) % sets;
+    std::vector<__nv_fp8_e4m3> row(static_cast<size_t>(k)), col(static_cast<size_t>(k));
+    __nv_bfloat16 c00;
+    check(cudaMemcpy(row.data(), ops + static_cast<size_t>(last) * (a + w), k, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(col.data(), ops + static_cast<size_t>(last) * (a + w) + a, k, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(&c00, out, sizeof c00, cudaMemcpyDeviceToHost), "copy");
+    release();
+    check_product(row, col, c00, "fp8");
+    return meas;
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+}  // namespace
+
+Measurement time_gemm(const std::string& dtype, int m, int n, int k, const MeasureOptions& mo) {
+  if (dtype == "bf16") return gemm_ex<__nv_bfloat16>(m, n, k, CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bf16", mo);
+  if (dtype == "fp16") return gemm_ex<__half>(m, n, k, CUDA_R_16F, CUBLAS_COMPUTE_32F, "fp16", mo);
+  if (dtype == "tf32") return gemm_ex<float>(m, n, k, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, "tf32", mo);
+  if (dtype == "fp32") return gemm_ex<float>(m, n, k, CUDA_R_32F, CUBLAS_COMPUTE_32F, "fp32", mo);
+  if (dtype == "fp8") return gemm_fp8(m, n, k, mo);
+  throw std::runtime_error("unknown GEMM dtype '" + dtype + "'");
+}
+
+namespace {
+
+// y = x * rsqrt(mean(x^2) + eps) * w per row, fp32 arithmetic on bf16 tensors; one block a row.
+__global__ void rmsnorm_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int cols) {
+  __shared__ float partial[256];
+  const __nv_bfloat16* xr = x + static_cast<size_t>(blockIdx.x) * cols;
+  __nv_bfloat16* yr = y + static_cast<size_t>(blockIdx.x) * cols;
+  float sum = 0;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = __bfloat162float(xr[i]);
+    sum += v * v;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.x) < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float scale = rsqrtf(partial[0] / static_cast<float>(cols) + 1e-5f);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = __float2bfloat16(__bfloat162float(xr[i]) * scale * __bfloat162float(w[i]));
+}
+
+// SwiGLU's gate: y = silu(a) * b.
+__global__ void swiglu_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float g = __bfloat162float(a[i]);
+    y[i] = __float2bfloat16(g / (1.0f + __expf(-g)) * __bfloat162float(b[i]));
+  }
+}
+
+// Residual add: y = a + b.
+__global__ void add_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* y, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    y[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+  }
+}
+
+}  // namespace
+
+Measurement time_elementwise(const std::string& kernel, int rows, int cols, const MeasureOptions& mo) {
+  if (kernel != "rmsnorm" && kernel != "swiglu" && kernel != "add") throw std::runtime_error("unknown element-wise kernel '" + kernel + "'");
+  const size_t n = static_cast<size_t>(rows) * cols;
+  const int sets = 2;  // two input sets alternate, so the second read of a tensor is not from L2
+  __nv_bfloat16* buf = nullptr;
+  // Per set: two inputs of n (the norm uses the first and a weight of `cols`); then one output.
+  check(cudaMalloc(&buf, (sets * 2 * n + n) * sizeof(__nv_bfloat16)), "malloc");
+  fill_values<<<1024, 256, 0, g_stream>>>(buf, sets * 2 * n, 19u + static_cast<unsigned>(cols));
+  check(cudaGetLastError(), "fill");
+  __nv_bfloat16* y = buf + sets * 2 * n;
+  Events ev;
+  int next = 0;
+  auto launch = [&](int set) {
+    const __nv_bfloat16* a = buf + static_cast<size_t>(set) * 2 * n;
+    const __nv_bfloat16* b = a + n;
+    if (kernel == "rmsnorm") {
+      rmsnorm_kernel<<<rows, 256, 0, g_stream>>>(a, b, y, cols);
+    } else if (kernel == "swiglu") {
+      swiglu_kernel<<<4096, 256, 0, g_stream>>>(a, b, y, n);
+    } else {
+      add_kernel<<<4096, 256, 0, g_stream>>>(a, b, y, n);
+    }
+  };
+  auto once = [&]() {
+    const int set = next++ % sets;
+    check(cudaEventRecord(ev.a, g_stream), "record");
+    launch(set);
+    check(cudaGetLastError(), kernel.c_str());
+    check(cudaEventRecord(ev.b, g_stream), "record");
+    return ev.seconds();
+  };
+  Measurement meas;
+  try {
+    meas = measure(once, mo);
+  } catch (...) {
+    cudaFree(buf);
+    throw;
+  }
+  // Check the first output element of the last launch against the host.
+  const int last = (next - 1) % sets;
+  std::vector<__nv_bfloat16> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+  __nv_bfloat16 y0;
+  check(cudaMemcpy(a.data(), buf + static_cast<size_t>(last) * 2 * n, cols * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(b.data(), buf + static_cast<size_t>(last) * 2 * n + n, cols * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(&y0, y, sizeof y0, cudaMemcpyDeviceToHost), "copy");
+  cudaFree(buf);
+  double want = 0;
+  const double a0 = to_float(a[0]), b0 = to_float(b[0]);
+  if (kernel == "rmsnorm") {
+    double sq = 0;
+    for (const auto& v : a) sq += static_cast<double>(to_float(v)) * to_float(v);
+    want = a0 / std::sqrt(sq / cols + 1e-5) * b0;
+  } else if (kernel == "swiglu") {
+    want = a0 / (1.0 + std::exp(-a0)) * b0;
+  } else {
+    want = a0 + b0;
+  }
+  if (std::abs(to_float(y0) - want) > 1e-2 * std::abs(want)) {
+    throw std::runtime_error(kernel + " result check failed: " + std::to_string(to_float(y0)) + " vs " + std::to_string(want));
   }
   return meas;
 }
@@ -142,14 +363,24 @@ void nccl_unique_id(char id[128]) {
   std::copy(u.internal, u.internal + 128, id);
 }
 
-void nccl_init(int rank, int size, const char id[128]) {
+int nccl_init(int rank, int size, const char id[128]) {
   ncclUniqueId u{};
   std::copy(id, id + 128, u.internal);
-  check(ncclCommInitRank(&g_comm, size, u, rank), "init");
+  ncclComm_t comm = nullptr;
+  check(ncclCommInitRank(&comm, size, u, rank), "init");
+  g_comms.push_back(comm);
+  g_comm = comm;
+  return static_cast<int>(g_comms.size()) - 1;
+}
+
+void nccl_select(int comm) {
+  if (comm < 0 || comm >= static_cast<int>(g_comms.size())) throw std::runtime_error("NCCL: no communicator " + std::to_string(comm));
+  g_comm = g_comms[static_cast<size_t>(comm)];
 }
 
 void nccl_finalize() {
-  if (g_comm != nullptr) ncclCommDestroy(g_comm);
+  for (ncclComm_t c : g_comms) ncclCommDestroy(c);
+  g_comms.clear();
   g_comm = nullptr;
 }
 
@@ -167,7 +398,7 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   void *in = nullptr, *out = nullptr;
   check(cudaMalloc(&in, bytes), "malloc");
   check(cudaMalloc(&out, bytes), "malloc");
-  fill_bf16<<<1024, 256, 0, g_stream>>>(static_cast<__nv_bfloat16*>(in), count, 11u + static_cast<unsigned>(rank));
+  fill_values<<<1024, 256, 0, g_stream>>>(static_cast<__nv_bfloat16*>(in), count, 11u + static_cast<unsigned>(rank));
   const size_t per = count / static_cast<size_t>(size);
   auto run_op = [&]() {
     if (op == "all_reduce") {
@@ -220,8 +451,8 @@ std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t byt
   check(cudaMalloc(&gemm, (a + b + c) * sizeof(__nv_bfloat16)), "malloc");
   check(cudaMalloc(&in, bytes), "malloc");
   check(cudaMalloc(&out, bytes), "malloc");
-  fill_bf16<<<1024, 256, 0, g_stream>>>(gemm, a + b + c, 13u);
-  fill_bf16<<<1024, 256, 0, g_stream>>>(in, count, 17u);
+  fill_values<<<1024, 256, 0, g_stream>>>(gemm, a + b + c, 13u);
+  fill_values<<<1024, 256, 0, g_stream>>>(in, count, 17u);
   check(cudaGetLastError(), "fill");
   cudaStream_t comm = nullptr;
   check(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking), "stream");

@@ -16,6 +16,7 @@ struct DeviceInfo {
   std::string name;
   double memory_bytes = 0;
   int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;  // compute capability
 };
 
 // Number of visible GPUs (0 when none or no driver).
@@ -24,18 +25,27 @@ int device_count();
 DeviceInfo open(int device);
 void close();
 
-// Median time of one bf16 GEMM C[m x n] = A[m x k] B[k x n] with fp32 accumulation, measured
-// with CUDA events under the shared stopping rules; inputs rotate over three random sets and
-// the result is checked against a host dot product (throws on mismatch).
-Measurement time_gemm_bf16(int m, int n, int k, const MeasureOptions& mo);
+// Time of one GEMM C[m x n] = A[m x k] B[k x n] with fp32 accumulation, measured with CUDA
+// events under the shared stopping rules; inputs rotate over three random sets and the result
+// is checked against a host dot product (throws on mismatch). dtype: bf16, fp16 (16-bit result),
+// tf32, fp32 (cublasGemmEx), fp8 (cuBLASLt: E4M3 operands, bf16 result; compute capability 8.9+).
+Measurement time_gemm(const std::string& dtype, int m, int n, int k, const MeasureOptions& mo);
+// Time of a memory-bound kernel on bf16 tensors of rows x cols: "rmsnorm" (one block a row),
+// "swiglu" (silu(a) * b) or "add"; inputs alternate between two sets, the first output is
+// checked against the host.
+Measurement time_elementwise(const std::string& kernel, int rows, int cols, const MeasureOptions& mo);
 // Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
 double copy_bandwidth(const MeasureOptions& mo);
 
-// NCCL: rank 0 makes the id (128 bytes), the caller broadcasts it (MPI), every rank inits.
+// NCCL: the group's first rank makes the id (128 bytes), the caller broadcasts it (MPI), every
+// rank of the group inits. Each init returns the communicator's index and selects it; the
+// collectives below run on the selected one. nccl_finalize destroys them all.
 void nccl_unique_id(char id[128]);
-void nccl_init(int rank, int size, const char id[128]);
+int nccl_init(int rank, int size, const char id[128]);
+void nccl_select(int comm);
 void nccl_finalize();
-// Seconds per operation over a batch of back-to-back operations (events). `max_over_ranks`
+// Seconds per operation over a batch of back-to-back operations (events), on the selected
+// communicator (`rank` and `size` within it). `max_over_ranks`
 // turns this rank's time into the slowest rank's (an MPI all-reduce), so every rank stops
 // after the same repetitions.
 double time_collective(const std::string& op, size_t bytes, int rank, int size, const MeasureOptions& mo,

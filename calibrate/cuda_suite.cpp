@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "calibrate/cuda_device.hpp"
+#include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/profile.hpp"
 #include "sim/config/hardware.hpp"
@@ -25,10 +26,6 @@ namespace {
 
 using core::fmt;
 
-struct Shape {
-  int m, n, k;
-};
-
 }  // namespace
 
 SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
@@ -43,55 +40,103 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     };
     MeasureOptions mo;
     mo.budget_s = opt.budget_per_benchmark_s;
-    // Tokens per micro-batch (256 .. 65,536) against the zoo's hidden and FFN widths split by TP.
-    std::vector<Shape> fit_shapes, held_shapes;
-    for (int m : {256, 1024, 4096, 16384, 65536}) {
-      for (auto [n, k] : {std::pair{4096, 4096}, {14336, 4096}, {4096, 14336}, {1024, 8192}, {16032, 4096}}) fit_shapes.push_back({m, n, k});
-    }
-    for (int m : {512, 2048, 8192}) held_shapes.push_back({m, 6144, 5120});
-    held_shapes.push_back({32768, 3584, 8192});
-    const double overhead = cuda::time_gemm_bf16(16, 16, 16, mo).median_s;
-    std::vector<GemmSample> gs;
-    for (const auto& s : fit_shapes) {
-      const double t = cuda::time_gemm_bf16(s.m, s.n, s.k, mo).median_s;
-      gs.push_back({static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k), t});
-      say("gemm bf16 " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + ": " +
-          fmt("%.1f", 2.0 * s.m * s.n * s.k / t / 1e12) + " TFLOP/s");
-    }
-    r.gemm = fit_gemm(gs, overhead);
-    r.gemm_samples = gs;
-    r.bytes_per_element = 2;
+    // --- GEMMs, every dtype the device has (cuda_plan decides), on the same shapes ---
+    const double overhead = cuda::time_gemm("bf16", 16, 16, 16, mo).median_s;
+    std::vector<DtypeGemmSamples> by_dtype;
     std::vector<HeldGemm> held_gemm;
-    for (const auto& s : held_shapes) held_gemm.push_back({s.m, s.n, s.k, cuda::time_gemm_bf16(s.m, s.n, s.k, mo).median_s});
+    for (const auto& dtype : cuda_gemm_dtypes(dev.cc_major, dev.cc_minor)) {
+      DtypeGemmSamples ds{dtype, {}};
+      std::vector<HeldGemm> held;
+      try {
+        for (const auto& s : cuda_gemm_fit_shapes()) {
+          const double t = cuda::time_gemm(dtype, s.m, s.n, s.k, mo).median_s;
+          ds.samples.push_back({static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k), t});
+          say("gemm " + dtype + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + ": " +
+              fmt("%.1f", 2.0 * s.m * s.n * s.k / t / 1e12) + " TFLOP/s");
+        }
+        for (const auto& s : cuda_gemm_held_shapes()) {
+          const double t = cuda::time_gemm(dtype, s.m, s.n, s.k, mo).median_s;
+          held.push_back({s.m, s.n, s.k, t, 0.0, dtype});  // one pass: no spread
+        }
+      } catch (const std::runtime_error& e) {
+        // One dtype the device or library refuses (an fp8 layout, say) does not end the run.
+        if (dtype == "bf16") throw;
+        r.not_measured.push_back("GEMM " + dtype + ": " + e.what());
+        say("gemm " + dtype + ": not measured (" + e.what() + ")");
+        continue;
+      }
+      by_dtype.push_back(ds);
+      held_gemm.insert(held_gemm.end(), held.begin(), held.end());
+    }
+    std::vector<std::string> dtypes;
+    for (const auto& f : fit_gemm_dtypes(by_dtype, overhead)) {
+      for (const auto& ds : by_dtype) {
+        if (ds.dtype == f.dtype) r.gemm_dtypes.push_back({f.dtype, gemm_operand_bytes(f.dtype), f.fit, ds.samples});
+      }
+      dtypes.push_back(f.dtype);
+      say("gemm fit " + f.dtype + ": " + fmt("%.1f", f.fit.rate / 1e12) + " TFLOP/s, half-dimension " + fmt("%.0f", f.fit.half_dim) +
+          ", rms error " + fmt("%.1f", 100.0 * f.fit.rms_rel_error) + "%");
+    }
+    r.gemm = r.gemm_dtypes.front().fit;  // bf16 comes first
+    r.gemm_samples = r.gemm_dtypes.front().samples;
+    r.bytes_per_element = 2;
     r.copy_bandwidth = cuda::copy_bandwidth(mo);
     say("HBM copy: " + fmt("%.0f", r.copy_bandwidth / 1e9) + " GB/s moved");
+    // --- memory-bound kernels ---
+    for (const auto& c : cuda_elementwise_cases()) {
+      try {
+        const double t = cuda::time_elementwise(c.kernel, c.rows, c.cols, mo).median_s;
+        r.elementwise.push_back({c.name(), c.bytes(), c.flops(), t});
+        say(c.name() + ": " + fmt("%.1f", t * 1e6) + " us, " + fmt("%.0f", c.bytes() / t / 1e9) + " GB/s");
+      } catch (const std::runtime_error& e) {
+        r.not_measured.push_back(c.name() + ": " + e.what());
+      }
+    }
+    r.not_measured.push_back("attention forward and backward: no fused attention kernel is measured yet (cuDNN's SDPA is not called); "
+                             "attention_fwd/bwd are the bf16 GEMM efficiency at 4096-wide tiles");
     std::vector<HeldCollective> held_coll;
     double collective_sms = 0;
     std::string interference_note = "collective_sms 0: not measured (one GPU; the measurement needs a collective across ranks)";
 #ifdef STEPCAST_HAVE_MPI
     if (size > 1) {
-      char id[128] = {};
-      if (rank == 0) cuda::nccl_unique_id(id);
-      MPI_Bcast(id, 128, MPI_BYTE, 0, MPI_COMM_WORLD);
-      cuda::nccl_init(rank, size, id);
       auto barrier = [] { MPI_Barrier(MPI_COMM_WORLD); };
       auto maxr = [](double d) {
         double m = 0;
         MPI_Allreduce(&d, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         return m;
       };
-      std::vector<size_t> fit_sizes, held_sizes;
-      for (size_t b = 4096; b <= (size_t{1} << 30); b *= 2) fit_sizes.push_back(b);
-      for (size_t b = 4096; b < (size_t{1} << 30); b *= 4) held_sizes.push_back(b + b / 2);
-      for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"}) {
-        std::vector<CollSample> cs;
-        for (size_t b : fit_sizes) cs.push_back({static_cast<double>(b), cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
-        const std::string o = op;
-        r.collectives.push_back(fit_collective(o, size, op_bus_factor(o, size), cs));
-        say(o + ": plateau busbw " + fmt("%.1f", r.collectives.back().plateau_busbw / 1e9) + " GB/s");
-        for (size_t b : held_sizes) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
+      // One communicator per group size: groups of consecutive ranks, every group of a size
+      // measured at once (as every TP group of a job runs at once); the world is the last.
+      const std::vector<int> groups = collective_group_sizes(size);
+      std::vector<int> comm_of;
+      for (const int g : groups) {
+        MPI_Comm sub = MPI_COMM_NULL;
+        MPI_Comm_split(MPI_COMM_WORLD, rank / g, rank, &sub);
+        char id[128] = {};
+        if (rank % g == 0) cuda::nccl_unique_id(id);
+        MPI_Bcast(id, 128, MPI_BYTE, 0, sub);
+        MPI_Comm_free(&sub);
+        comm_of.push_back(cuda::nccl_init(rank % g, g, id));
       }
-      // Interference: a large GEMM beside a 256 MiB all-reduce on another stream.
+      for (size_t gi = 0; gi < groups.size(); ++gi) {
+        const int g = groups[gi];
+        const bool world = g == size;
+        cuda::nccl_select(comm_of[gi]);
+        for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"}) {
+          std::vector<CollSample> cs;
+          for (size_t b : cuda_collective_fit_sizes()) {
+            cs.push_back({static_cast<double>(b), cuda::time_collective(op, b, rank % g, g, mo, barrier, maxr)});
+          }
+          const std::string o = op;
+          r.collectives.push_back(fit_collective(o, g, op_bus_factor(o, g), cs));
+          say(o + " x" + std::to_string(g) + ": plateau busbw " + fmt("%.1f", r.collectives.back().plateau_busbw / 1e9) + " GB/s");
+          if (world) {
+            for (size_t b : cuda_collective_held_sizes()) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
+          }
+        }
+      }
+      // Interference: a large GEMM beside a 256 MiB all-reduce on another stream (world group).
+      cuda::nccl_select(comm_of.back());
       const auto [alone, beside] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
       const std::string slower = fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower";
       interference_note = "collective_sms: a bf16 8192^3 GEMM took " + fmt("%.3f", alone * 1e3) + " ms alone and " +
@@ -106,11 +151,13 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     DeviceDescription d;
     d.name = "measured-" + dev.name;
     d.device = dev.name;
-    d.description = "Measured by stepcast calibrate --backend cuda on " + std::to_string(size) + " x " + dev.name;
-    d.sources = {"cuBLAS cublasGemmEx, bf16 inputs, fp32 accumulation, CUDA-event timing; NCCL " + cuda::nccl_version(),
+    d.description = "Measured by stepcast calibrate --backend cuda on " + std::to_string(size) + " x " + dev.name + " (compute capability " +
+                    std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")";
+    d.sources = {"cuBLAS cublasGemmEx (bf16, fp16, tf32, fp32; fp32 accumulation) and cuBLASLt (fp8 E4M3 operands, bf16 result), "
+                 "CUDA-event timing; NCCL " + cuda::nccl_version(),
                  "memory_bandwidth = device-to-device copy of 1 GiB (bytes read + written); kernel_overhead = a 16x16x16 GEMM",
-                 "attention efficiencies = GEMM efficiency at 4096-wide tiles (no fused attention kernel measured yet)"};
-    d.dtypes = {"bf16", "fp16"};
+                 "attention efficiencies = bf16 GEMM efficiency at 4096-wide tiles (no fused attention kernel measured yet)"};
+    d.dtypes = dtypes;
     d.memory_bytes = dev.memory_bytes;
     d.sm_count = dev.sm_count;
     d.collective_sms = collective_sms;

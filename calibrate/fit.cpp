@@ -15,6 +15,66 @@ double gemm_model_seconds(const GemmFit& f, double m, double n, double k) {
   return flops / (f.rate * ramp(m, f.half_dim) * ramp(n, f.half_dim) * ramp(k, f.half_dim)) + f.overhead_s;
 }
 
+namespace {
+
+double rms_rel_error(const GemmFit& f, const std::vector<GemmSample>& samples) {
+  double sq = 0;
+  for (const auto& s : samples) {
+    const double e = gemm_model_seconds(f, s.m, s.n, s.k) / s.seconds - 1.0;
+    sq += e * e;
+  }
+  return samples.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(samples.size()));
+}
+
+}  // namespace
+
+std::vector<DtypeGemmFit> fit_gemm_dtypes(const std::vector<DtypeGemmSamples>& by_dtype, double overhead_s) {
+  // log(F / (t - o)) - log(r(m) r(n) r(k)) = log S_d: one unknown per dtype (a one-hot design).
+  std::vector<std::pair<size_t, const GemmSample*>> rows;
+  for (size_t d = 0; d < by_dtype.size(); ++d) {
+    for (const auto& s : by_dtype[d].samples) rows.emplace_back(d, &s);
+  }
+  std::vector<DtypeGemmFit> best;
+  if (rows.empty()) return best;
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  const auto cols = static_cast<Eigen::Index>(by_dtype.size());
+  double best_res = 1e300, best_h = 0;
+  Eigen::VectorXd best_x;
+  for (double h = 1.0; h <= 4096.0; h *= 1.05) {
+    Eigen::MatrixXd A = Eigen::MatrixXd::Zero(n, cols);
+    Eigen::VectorXd y(n);
+    bool ok = true;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const auto& [d, s] = rows[static_cast<size_t>(i)];
+      const double t = s->seconds - overhead_s;
+      if (t <= 0) {
+        ok = false;
+        break;
+      }
+      A(i, static_cast<Eigen::Index>(d)) = 1.0;
+      y(i) = std::log(2.0 * s->m * s->n * s->k / t) - std::log(ramp(s->m, h) * ramp(s->n, h) * ramp(s->k, h));
+    }
+    if (!ok) continue;
+    const Eigen::VectorXd x = A.colPivHouseholderQr().solve(y);
+    const double res = (A * x - y).squaredNorm();
+    if (res < best_res) {
+      best_res = res;
+      best_h = h;
+      best_x = x;
+    }
+  }
+  if (best_x.size() == 0) return best;
+  for (size_t d = 0; d < by_dtype.size(); ++d) {
+    DtypeGemmFit f{by_dtype[d].dtype, {}};
+    f.fit.rate = by_dtype[d].samples.empty() ? 0.0 : std::exp(best_x(static_cast<Eigen::Index>(d)));
+    f.fit.half_dim = best_h;
+    f.fit.overhead_s = overhead_s;
+    f.fit.rms_rel_error = rms_rel_error(f.fit, by_dtype[d].samples);
+    best.push_back(f);
+  }
+  return best;
+}
+
 GemmFit fit_gemm(const std::vector<GemmSample>& samples, double overhead_s) {
   GemmFit best;
   best.overhead_s = overhead_s;
@@ -44,12 +104,7 @@ GemmFit fit_gemm(const std::vector<GemmSample>& samples, double overhead_s) {
       best.half_dim = h;
     }
   }
-  double sq = 0;
-  for (const auto& s : samples) {
-    const double e = gemm_model_seconds(best, s.m, s.n, s.k) / s.seconds - 1.0;
-    sq += e * e;
-  }
-  best.rms_rel_error = samples.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(samples.size()));
+  best.rms_rel_error = rms_rel_error(best, samples);
   return best;
 }
 
@@ -57,6 +112,7 @@ CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, 
   CollFit f;
   f.op = op;
   f.ranks = ranks;
+  f.bus_factor = bus_factor;
   std::sort(samples.begin(), samples.end(), [](const CollSample& a, const CollSample& b) { return a.bytes < b.bytes; });
   for (const auto& s : samples) f.plateau_busbw = std::max(f.plateau_busbw, s.bytes * bus_factor / s.seconds);
   for (const auto& s : samples) f.curve.emplace_back(s.bytes, s.bytes * bus_factor / s.seconds);

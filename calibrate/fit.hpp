@@ -27,6 +27,20 @@ struct GemmFit {
 };
 
 GemmFit fit_gemm(const std::vector<GemmSample>& samples, double overhead_s);
+
+// Several dtypes measured on the same shapes: one half-dimension shared by all (a hardware
+// profile has one gemm_half_dim) and a rate per dtype, chosen together so the summed log-space
+// residual over every dtype's samples is smallest. Each result carries the shared h and
+// overhead and its own rate and rms error.
+struct DtypeGemmSamples {
+  std::string dtype;
+  std::vector<GemmSample> samples;
+};
+struct DtypeGemmFit {
+  std::string dtype;
+  GemmFit fit;
+};
+std::vector<DtypeGemmFit> fit_gemm_dtypes(const std::vector<DtypeGemmSamples>& by_dtype, double overhead_s);
 double gemm_model_seconds(const GemmFit& f, double m, double n, double k);
 
 struct CollSample {
@@ -37,6 +51,7 @@ struct CollSample {
 struct CollFit {
   std::string op;
   int64_t ranks = 0;
+  double bus_factor = 1.0;                          // nccl-tests bus factor used for `curve`
   double plateau_busbw = 0;                         // bytes/s, the best measured
   std::vector<std::pair<double, double>> curve;     // (bytes, bus bandwidth in bytes/s), ascending
   double alpha_s = 0, beta_s_per_byte = 0;          // least-squares line

@@ -30,35 +30,93 @@ double op_bus_factor(const std::string& op, int64_t ranks) {
   return c == cost::Collective::kSendRecv || c == cost::Collective::kBroadcast ? 1.0 : cost::bus_factor(c, ranks);
 }
 
+double memory_bound_efficiency(const std::vector<KernelSample>& kernels, double copy_bandwidth) {
+  if (kernels.empty() || copy_bandwidth <= 0) return 1.0;
+  std::vector<double> ratios;
+  for (const auto& k : kernels) {
+    if (k.seconds > 0) ratios.push_back(k.bytes / k.seconds / copy_bandwidth);
+  }
+  if (ratios.empty()) return 1.0;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  const double median = n % 2 == 1 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  return std::clamp(median, 0.05, 1.0);
+}
+
+namespace {
+
+// One fabric tier per measured group size (groups of consecutive ranks are the aligned domains
+// a tier describes), narrowest first; the widest spans every process of the node.
+Json fabric_tiers(const SuiteResult& r, const std::string& fabric_name) {
+  std::vector<int64_t> spans;
+  for (const auto& c : r.collectives) spans.push_back(c.ranks);
+  spans.push_back(r.ranks);
+  std::sort(spans.begin(), spans.end());
+  spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+  Json tiers = Json::array();
+  for (const int64_t span : spans) {
+    Json fabric = {{"name", spans.size() > 1 ? fabric_name + "-" + std::to_string(span) : fabric_name},
+                   {"span", span},
+                   {"busbw", "1GB/s"},
+                   {"p2p_bandwidth", "1GB/s"},
+                   {"latency", "1us"}};
+    Json curves = Json::object();
+    for (const auto& c : r.collectives) {
+      if (c.ranks != span) continue;
+      Json pts = Json::array();
+      for (const auto& [b, bw] : c.curve) pts.push_back({b, bw});
+      curves[c.op] = pts;
+      const std::string plateau = fmt("%.6e", c.plateau_busbw) + "B/s";
+      if (c.op == "all_gather") fabric["busbw"] = plateau;
+      if (c.op == "all_reduce") fabric["allreduce_busbw"] = plateau;
+      if (c.op == "reduce_scatter") fabric["reduce_scatter_busbw"] = plateau;
+      if (c.op == "broadcast") fabric["broadcast_busbw"] = plateau;
+      if (c.op == "send_recv") fabric["p2p_bandwidth"] = plateau;
+      if (c.op == "all_gather" && span > 1) fabric["latency"] = fmt("%.3f", std::max(0.0, c.alpha_s) * 1e6 / static_cast<double>(span - 1)) + "us";
+    }
+    if (!curves.empty()) fabric["size_curves"] = curves;
+    tiers.push_back(fabric);
+  }
+  return tiers;
+}
+
+}  // namespace
+
 void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s, const std::string& command) {
   char date[32];
   const std::time_t tt = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&tt));
-  Json fabric = {{"name", d.fabric_name}, {"span", r.ranks}, {"busbw", "1GB/s"}, {"p2p_bandwidth", "1GB/s"}, {"latency", "1us"}};
-  Json curves = Json::object();
-  for (const auto& c : r.collectives) {
-    Json pts = Json::array();
-    for (const auto& [b, bw] : c.curve) pts.push_back({b, bw});
-    curves[c.op] = pts;
-    const std::string plateau = fmt("%.6e", c.plateau_busbw) + "B/s";
-    if (c.op == "all_gather") fabric["busbw"] = plateau;
-    if (c.op == "all_reduce") fabric["allreduce_busbw"] = plateau;
-    if (c.op == "reduce_scatter") fabric["reduce_scatter_busbw"] = plateau;
-    if (c.op == "broadcast") fabric["broadcast_busbw"] = plateau;
-    if (c.op == "send_recv") fabric["p2p_bandwidth"] = plateau;
-    if (c.op == "all_gather" && r.ranks > 1) fabric["latency"] = fmt("%.3f", std::max(0.0, c.alpha_s) * 1e6 / (r.ranks - 1)) + "us";
-  }
-  if (!curves.empty()) fabric["size_curves"] = curves;
   Json peaks = Json::object(), gemm_max = Json::object();
+  std::string per_dtype;
   for (const auto& dt : d.dtypes) {
-    peaks[dt] = fmt("%.6e", r.gemm.rate) + "FLOPS";
+    double rate = r.gemm.rate;
+    for (const auto& g : r.gemm_dtypes) {
+      if (g.dtype == dt && g.fit.rate > 0) rate = g.fit.rate;
+    }
+    peaks[dt] = fmt("%.6e", rate) + "FLOPS";
     gemm_max[dt] = 1.0;
+  }
+  for (const auto& g : r.gemm_dtypes) {
+    per_dtype += (per_dtype.empty() ? "" : ", ") + g.dtype + " " + fmt("%.4g", g.fit.rate / 1e12) + " TFLOP/s over " +
+                 std::to_string(g.samples.size()) + " shapes (rms " + fmt("%.1f", 100.0 * g.fit.rms_rel_error) + "%)";
   }
   std::vector<std::string> sources{"command: " + command, "date: " + std::string(date)};
   sources.insert(sources.end(), d.sources.begin(), d.sources.end());
-  sources.push_back("peak_flops = fitted large-GEMM rate (gemm_max 1.0); gemm_half_dim fitted over " + std::to_string(r.gemm_samples.size()) +
-                    " shapes (rms error " + fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%)");
-  sources.push_back("collectives: bus bandwidth by size per operation (size_curves), plateaus = best measured");
+  if (r.gemm_dtypes.empty()) {
+    sources.push_back("peak_flops = fitted large-GEMM rate (gemm_max 1.0); gemm_half_dim fitted over " + std::to_string(r.gemm_samples.size()) +
+                      " shapes (rms error " + fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%)");
+  } else {
+    sources.push_back("peak_flops per dtype = its fitted large-GEMM rate (gemm_max 1.0), gemm_half_dim " + fmt("%.0f", r.gemm.half_dim) +
+                      " shared by every dtype: " + per_dtype);
+  }
+  const double memory_bound = memory_bound_efficiency(r.elementwise, r.copy_bandwidth);
+  if (!r.elementwise.empty()) {
+    sources.push_back("memory_bound = median over " + std::to_string(r.elementwise.size()) +
+                      " norm / activation / residual kernels of their bytes per second over the copy bandwidth: " + fmt("%.3f", memory_bound));
+  }
+  for (const auto& n : r.not_measured) sources.push_back("not measured: " + n);
+  sources.push_back("collectives: bus bandwidth by size per operation (size_curves), plateaus = best measured" +
+                    std::string(r.collectives.empty() ? "" : "; one fabric tier per measured group size"));
   const double attn = std::pow(d.attention_tile / (d.attention_tile + r.gemm.half_dim), 3.0);
   r.profile = {{"name", d.name},
                {"description", d.description},
@@ -75,12 +133,12 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                  {"gemm_half_dim", r.gemm.half_dim},
                  {"sustained_clock", 1.0},
                  {"collective_sms", d.collective_sms},
-                 {"attention_fwd", attn},
-                 {"attention_bwd", attn},
-                 {"memory_bound", 1.0},
+                 {"attention_fwd", d.attention_fwd > 0 ? d.attention_fwd : attn},
+                 {"attention_bwd", d.attention_bwd > 0 ? d.attention_bwd : attn},
+                 {"memory_bound", memory_bound},
                  {"optimizer_rate", r.optimizer_rate},
                  {"kernel_overhead", fmt("%.3f", overhead_s * 1e6) + "us"}}},
-               {"node", {{"gpus_per_node", r.ranks}, {"fabric", Json::array({fabric})}}},
+               {"node", {{"gpus_per_node", r.ranks}, {"fabric", fabric_tiers(r, d.fabric_name)}}},
                {"network", d.network}};
 }
 
@@ -90,8 +148,9 @@ void predict_held_out(SuiteResult& r, const std::vector<HeldGemm>& gemms, hw::Dt
   if (!issues.empty()) throw core::InternalError("calibrate: the written profile does not parse: " + issues.lines().front());
   for (const auto& g : gemms) {
     const cost::GemmShape shape{static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), 1.0};
-    r.held_out.push_back({"gemm " + hw::to_string(dtype) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k),
-                          g.seconds, cost::gemm_time(shape, dtype, hw).value(), g.spread});
+    const hw::Dtype dt = g.dtype.empty() ? dtype : hw::dtype_from_string(g.dtype);
+    r.held_out.push_back({"gemm " + hw::to_string(dt) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k),
+                          g.seconds, cost::gemm_time(shape, dt, hw).value(), g.spread});
   }
   const mesh::Placement node{r.ranks, 1, r.ranks, 0, r.ranks - 1};
   for (const auto& c : collectives) {

@@ -26,10 +26,15 @@ struct DeviceDescription {
   double memory_bytes = 0;
   int sm_count = 1;
   double collective_sms = 0;         // measured interference (0: collectives never run beside compute)
-  double attention_tile = 1024;      // attention efficiency = GEMM efficiency at this width
+  double attention_tile = 1024;      // attention efficiency = GEMM efficiency at this width ...
+  double attention_fwd = 0, attention_bwd = 0;  // ... unless measured (fraction of the bf16 peak)
   std::string fabric_name;
   core::Json network;                // the profile's network object (not measured)
 };
+
+// efficiency.memory_bound from measured memory-bound kernels: the median of their achieved
+// bytes per second over the copy bandwidth, clamped to [0.05, 1] (1 when none were measured).
+double memory_bound_efficiency(const std::vector<KernelSample>& kernels, double copy_bandwidth);
 
 // Builds r.profile from r's fits (date and command are added to the sources).
 void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s, const std::string& command);
@@ -40,6 +45,7 @@ struct HeldGemm {
   int m = 0, n = 0, k = 0;
   double seconds = 0;
   double spread = 0;
+  std::string dtype;  // empty: the dtype predict_held_out is given
 };
 struct HeldCollective {
   std::string op;
@@ -49,7 +55,7 @@ struct HeldCollective {
 };
 
 // Parses r.profile and predicts every held-out measurement with the simulator's cost model
-// (GEMMs in `dtype`, collectives over all r.ranks processes of one node) into r.held_out.
+// (GEMMs in their own dtype or else `dtype`, collectives over all r.ranks processes of one node) into r.held_out.
 void predict_held_out(SuiteResult& r, const std::vector<HeldGemm>& gemms, hw::Dtype dtype,
                       const std::vector<HeldCollective>& collectives);
 

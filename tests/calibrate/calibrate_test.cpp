@@ -5,8 +5,11 @@
 
 #include <cmath>
 
+#include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/measure.hpp"
+#include "calibrate/profile.hpp"
+#include "sim/cost/compute.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
 #include "sim/cost/collectives.hpp"
@@ -112,6 +115,122 @@ TEST(Fit, CollectiveSmsFromTheGemmSlowdown) {
   EXPECT_EQ(collective_sms_from(1.0, 0.98, 132), 0.0);
   EXPECT_NEAR(collective_sms_from(1.0, 100.0, 100), 90.0, 1e-9);
   EXPECT_EQ(collective_sms_from(0.0, 1.0, 132), 0.0);
+}
+
+// Two dtypes generated with one half-dimension and their own rates: the joint fit recovers
+// both rates (2%) and the shared half-dimension (the 5% grid step).
+TEST(Fit, GemmDtypesShareTheHalfDimension) {
+  GemmFit bf16{800e12, 300, 5e-6, 0}, fp8{1600e12, 300, 5e-6, 0};
+  std::vector<DtypeGemmSamples> by{{"bf16", {}}, {"fp8", {}}};
+  for (const auto& s : cuda_gemm_fit_shapes()) {
+    by[0].samples.push_back({double(s.m), double(s.n), double(s.k), gemm_model_seconds(bf16, s.m, s.n, s.k)});
+    by[1].samples.push_back({double(s.m), double(s.n), double(s.k), gemm_model_seconds(fp8, s.m, s.n, s.k)});
+  }
+  const auto fits = fit_gemm_dtypes(by, 5e-6);
+  ASSERT_EQ(fits.size(), 2u);
+  EXPECT_EQ(fits[0].dtype, "bf16");
+  EXPECT_NEAR(fits[0].fit.rate, 800e12, 0.02 * 800e12);
+  EXPECT_NEAR(fits[1].fit.rate, 1600e12, 0.02 * 1600e12);
+  EXPECT_NEAR(fits[0].fit.half_dim, 300, 0.05 * 300);
+  EXPECT_DOUBLE_EQ(fits[0].fit.half_dim, fits[1].fit.half_dim);
+  EXPECT_LT(fits[1].fit.rms_rel_error, 0.01);
+}
+
+// What the CUDA suite measures, by device: fp8 from compute capability 8.9, tf32 from 8.0;
+// shapes fp8 can run (multiples of 16) with held-out shapes never among the fitted ones.
+TEST(CudaPlan, DtypesShapesAndGroups) {
+  EXPECT_EQ(cuda_gemm_dtypes(7, 0), (std::vector<std::string>{"bf16", "fp16", "fp32"}));
+  EXPECT_EQ(cuda_gemm_dtypes(8, 0), (std::vector<std::string>{"bf16", "fp16", "tf32", "fp32"}));
+  EXPECT_EQ(cuda_gemm_dtypes(9, 0), (std::vector<std::string>{"bf16", "fp16", "fp8", "tf32", "fp32"}));
+  EXPECT_EQ(cuda_gemm_dtypes(8, 9).size(), 5u);
+  for (const auto& s : cuda_gemm_fit_shapes()) {
+    EXPECT_EQ(s.m % 16 + s.n % 16 + s.k % 16, 0) << s.m << "x" << s.n << "x" << s.k;
+    for (const auto& h : cuda_gemm_held_shapes()) EXPECT_FALSE(h.m == s.m && h.n == s.n && h.k == s.k);
+  }
+  EXPECT_EQ(collective_group_sizes(1), std::vector<int>{});
+  EXPECT_EQ(collective_group_sizes(2), std::vector<int>{2});
+  EXPECT_EQ(collective_group_sizes(8), (std::vector<int>{2, 4, 8}));
+  EXPECT_EQ(collective_group_sizes(6), (std::vector<int>{2, 6}));
+  const auto fit = cuda_collective_fit_sizes();
+  EXPECT_EQ(fit.front(), 4096u);
+  EXPECT_EQ(fit.back(), size_t{1} << 30);
+  for (size_t h : cuda_collective_held_sizes()) EXPECT_EQ(std::count(fit.begin(), fit.end(), h), 0);
+  EXPECT_DOUBLE_EQ(gemm_operand_bytes("fp8"), 1.0);
+  EXPECT_THROW((void)gemm_operand_bytes("int4"), std::invalid_argument);
+}
+
+// Element-wise kernels count their bf16 traffic: RMSNorm reads x and the weight and writes y,
+// SwiGLU and the residual add read two tensors and write one.
+TEST(CudaPlan, ElementwiseBytes) {
+  EXPECT_DOUBLE_EQ((ElementwiseCase{"rmsnorm", 4, 8}.bytes()), 2.0 * 32 * 2 + 16);
+  EXPECT_DOUBLE_EQ((ElementwiseCase{"add", 4, 8}.bytes()), 3.0 * 32 * 2);
+  const ElementwiseCase softmax{"softmax", 4, 8};
+  EXPECT_THROW((void)softmax.bytes(), std::invalid_argument);
+  const std::vector<KernelSample> k{{"a", 100, 0, 1.0}, {"b", 300, 0, 1.0}, {"c", 200, 0, 1.0}};
+  EXPECT_DOUBLE_EQ(memory_bound_efficiency(k, 400), 0.5);  // median 200 B/s of 400
+  EXPECT_DOUBLE_EQ(memory_bound_efficiency({}, 400), 1.0);
+  EXPECT_DOUBLE_EQ(memory_bound_efficiency(k, 100), 1.0);  // clamped
+}
+
+// A GPU-shaped suite result (two dtypes, element-wise kernels, collectives on groups of 2, 4
+// and 8) becomes a profile the simulator parses: a peak per dtype, memory_bound from the
+// kernels, one fabric tier per group size whose curves a group of that size reads back.
+TEST(Profile, DtypesKernelsAndGroupTiers) {
+  SuiteResult r;
+  r.ranks = 8;
+  const GemmFit bf16{800e12, 300, 5e-6, 0.01}, fp8{1600e12, 300, 5e-6, 0.02};
+  r.gemm = bf16;
+  r.gemm_dtypes = {{"bf16", 2, bf16, {}}, {"fp8", 1, fp8, {}}};
+  r.copy_bandwidth = 4e12;
+  r.elementwise = {{"add 1x1", 3e9, 1e9, 1e-3}, {"rmsnorm 1x1", 2e9, 2e9, 1e-3}, {"swiglu 1x1", 3.2e9, 3e9, 1e-3}};
+  for (int g : {2, 4, 8}) {
+    std::vector<CollSample> s;
+    for (double b = 4096; b <= 1 << 30; b *= 2) s.push_back({b, 10e-6 * g + b / (100e9 * g)});
+    r.collectives.push_back(fit_collective("all_reduce", g, op_bus_factor("all_reduce", g), s));
+    r.collectives.push_back(fit_collective("all_gather", g, op_bus_factor("all_gather", g), s));
+  }
+  DeviceDescription d;
+  d.name = "measured-test";
+  d.device = "Test GPU";
+  d.dtypes = {"bf16", "fp8"};
+  d.memory_bytes = 141e9;
+  d.sm_count = 132;
+  d.fabric_name = "nvl";
+  d.network = {{"name", "none"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", 8}};
+  write_profile(r, d, 5e-6, "test");
+  core::Issues issues;
+  const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  EXPECT_NEAR(hw.peak_for(hw::Dtype::kBf16).value(), 800e12, 1e6);
+  EXPECT_NEAR(hw.peak_for(hw::Dtype::kFp8).value(), 1600e12, 1e6);
+  EXPECT_NEAR(hw.efficiency.memory_bound, 0.75, 1e-12);  // the median of 2, 3 and 3.2 TB/s over 4 TB/s
+  ASSERT_EQ(hw.fabric.size(), 3u);
+  EXPECT_EQ(hw.fabric[0].span, 2);
+  EXPECT_EQ(hw.fabric[2].span, 8);
+  // A 2-GPU group reads the 2-GPU tier's measured time, the whole node the 8-GPU tier's.
+  const double b = 1 << 26;
+  for (int g : {2, 8}) {
+    const mesh::Placement p{g, 1, g, 0, g - 1};
+    const double measured = 10e-6 * g + b / (100e9 * g);
+    EXPECT_NEAR(cost::collective_time(cost::Collective::kAllReduce, core::Bytes(b), p, hw).value(), measured, 1e-3 * measured) << g;
+  }
+  // The fp8 GEMM runs at the fp8 rate: twice the bf16 speed on a large shape.
+  const cost::GemmShape big{16384, 16384, 16384, 1};
+  EXPECT_NEAR(cost::gemm_time(big, hw::Dtype::kBf16, hw).value() / cost::gemm_time(big, hw::Dtype::kFp8, hw).value(), 2.0, 0.05);
+  // The report carries every dtype, the kernels and the nccl-tests table.
+  const std::string md = suite_markdown(r);
+  EXPECT_NE(md.find("| fp8 | 1600.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("rmsnorm 1x1"), std::string::npos);
+  EXPECT_NE(md.find("| all_reduce | 4 | 4096 |"), std::string::npos);
+  EXPECT_NE(suite_html(r).find("fp8 roofline"), std::string::npos);
+}
+
+// The nccl-tests table: time from the bus bandwidth and the operation's bus factor, algbw =
+// bytes / time.
+TEST(CudaPlan, CollectiveTable) {
+  const CollFit f = fit_collective("all_reduce", 4, op_bus_factor("all_reduce", 4), {{1e6, 1e-4}});
+  const std::string t = collective_table_markdown({f});
+  EXPECT_NE(t.find("| all_reduce | 4 | 1000000 | 100.0 | 10.00 | 15.00 |"), std::string::npos) << t;
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// stepcast calibration: what the CUDA suite measures, decided on the host so it is tested
+// without a GPU. The device code (calibrate/cuda_device.cu) only runs what this plans.
+//
+// - GEMM dtypes by compute capability: bf16, fp16 and fp32 everywhere; tf32 from Ampere (8.0);
+//   fp8 (E4M3 operands, bf16 result, cuBLASLt) from Ada/Hopper (8.9).
+// - GEMM shapes: tokens per micro-batch 256 .. 65,536 against model widths split by TP (fitted),
+//   and held-out shapes between them (never fitted).
+// - Memory-bound kernels: RMSNorm, SwiGLU (silu(a) * b) and a residual add on bf16 activations,
+//   with the bytes and FLOPs each moves, for efficiency.memory_bound and the roofline.
+// - Collective group sizes: every power of two from 2 that divides the ranks, and the ranks.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "calibrate/cpu_suite.hpp"
+
+namespace stepcast::calibrate {
+
+struct GemmPlanShape {
+  int m = 0, n = 0, k = 0;
+};
+
+std::vector<std::string> cuda_gemm_dtypes(int cc_major, int cc_minor);
+double gemm_operand_bytes(const std::string& dtype);  // 1 (fp8), 2 (bf16, fp16), 4 (tf32, fp32)
+std::vector<GemmPlanShape> cuda_gemm_fit_shapes();
+std::vector<GemmPlanShape> cuda_gemm_held_shapes();
+
+struct ElementwiseCase {
+  std::string kernel;  // rmsnorm, swiglu, add
+  int rows = 0, cols = 0;
+  [[nodiscard]] double bytes() const;  // bf16 tensors read and written (and the norm's weight)
+  [[nodiscard]] double flops() const;
+  [[nodiscard]] std::string name() const { return kernel + " " + std::to_string(rows) + "x" + std::to_string(cols); }
+};
+std::vector<ElementwiseCase> cuda_elementwise_cases();
+
+std::vector<int> collective_group_sizes(int ranks);
+// Message sizes (bytes) fitted and held out, 4 KiB .. 1 GiB (held out: 1.5 x 4^k).
+std::vector<size_t> cuda_collective_fit_sizes();
+std::vector<size_t> cuda_collective_held_sizes();
+
+// nccl-tests style table of the measured collectives: per operation and group size, each
+// size's time, algorithm bandwidth (bytes / time) and bus bandwidth.
+std::string collective_table_markdown(const std::vector<CollFit>& fits);
+
+}  // namespace stepcast::calibrate
