@@ -289,11 +289,12 @@ int run(int argc, char** argv) {
 
   // estimate
   std::string est_file;
-  bool est_json = false, est_allow_oom = false;
+  bool est_json = false, est_allow_oom = false, est_ops = false;
   auto* est = app.add_subcommand("estimate", "analytical step time, throughput, MFU and memory of a run file");
   est->add_option("run", est_file, "run file (JSON)")->required();
   est->add_flag("--json", est_json, "print the output contract as JSON");
   est->add_flag("--allow-oom", est_allow_oom, "report the estimate even when the layout does not fit");
+  est->add_flag("--ops", est_ops, "also list every operator of one micro-batch per layer kind and pass: time, share, FLOP/s, bytes/s, hidden communication (JSON: key \"operators\")");
   // What-if settings over the run file, shared by estimate, simulate and memory.
   std::vector<std::string> run_sets;
   const char* set_help = "override a run-file field, e.g. --set parallel.tp=4 --set training.precision=fp8 (repeatable; VALUE is JSON or a string)";
@@ -607,9 +608,12 @@ int run(int argc, char** argv) {
       return kExitDoesNotFit;
     }
     if (est_json) {
-      std::cout << stepcast::report::estimate_json(rc, e, cmdline).dump(2) << "\n";
+      auto j = stepcast::report::estimate_json(rc, e, cmdline);
+      if (est_ops) j["operators"] = stepcast::report::operator_json(rc);
+      std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::report::estimate_table(rc, e);
+      if (est_ops) std::cout << stepcast::report::operator_table(rc);
     }
     return 0;
   }

@@ -1,5 +1,7 @@
 #include "sim/report/output.hpp"
 
+#include "sim/estimate/workload.hpp"
+
 #include <cstdio>
 #include <sstream>
 
@@ -134,6 +136,108 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
     o << "fits (" << gib(core::Bytes(-over)) << " GiB free)\n";
   } else {
     o << "DOES NOT FIT, over by " << gib(core::Bytes(over)) << " GiB\n";
+  }
+  return o.str();
+}
+
+namespace {
+
+const char* op_kind_name(estimate::OpKind k) {
+  switch (k) {
+    case estimate::OpKind::kGemm: return "gemm";
+    case estimate::OpKind::kAttention: return "attention";
+    case estimate::OpKind::kElementwise: return "memory";
+    case estimate::OpKind::kComm: return "comm";
+  }
+  return "?";
+}
+
+struct LayerKind {
+  const char* name;
+  const estimate::LayerCost* cost;
+};
+
+std::vector<LayerKind> layer_kinds(const config::RunConfig& rc, const estimate::WorkloadBuilder& wb) {
+  std::vector<LayerKind> kinds;
+  if (rc.model.num_layers > rc.model.num_moe_layers()) kinds.push_back({"dense layer", &wb.dense_layer()});
+  if (rc.model.moe.enabled()) kinds.push_back({"MoE layer", &wb.moe_layer()});
+  kinds.push_back({"embedding", &wb.embedding()});
+  kinds.push_back({"output layer + loss", &wb.output_layer()});
+  return kinds;
+}
+
+// Time an op holds its pass for: compute ops their time; communication what compute does not hide.
+double op_pass_seconds(const estimate::Op& o) {
+  if (o.kind != estimate::OpKind::kComm) return o.time.value();
+  return std::max(0.0, o.time.value() - o.hidden_by.value());
+}
+
+}  // namespace
+
+core::Json operator_json(const config::RunConfig& rc) {
+  const estimate::WorkloadBuilder wb(rc);
+  const double peak = rc.hardware.peak_for(rc.training.precision).value();
+  core::Json out = core::Json::object();
+  for (const auto& k : layer_kinds(rc, wb)) {
+    core::Json kind = core::Json::object();
+    for (const auto& [pass, ops] : {std::pair{"forward", &k.cost->fwd}, std::pair{"backward", &k.cost->bwd}}) {
+      core::Json list = core::Json::array();
+      for (const auto& o : *ops) {
+        core::Json j = {{"name", o.name}, {"kind", op_kind_name(o.kind)}, {"time_s", o.time.value()}};
+        if (o.kind == estimate::OpKind::kComm) {
+          j["comm"] = estimate::to_string(o.comm);
+          j["bytes"] = o.bytes.value();
+          j["hidden_s"] = std::min(o.time.value(), o.hidden_by.value());
+        } else {
+          j["model_flops"] = o.flops.value();
+          if (o.kind == estimate::OpKind::kElementwise) j["bytes"] = o.bytes.value();
+          if (o.time.value() > 0 && o.flops.value() > 0) j["fraction_of_peak"] = o.flops.value() / o.time.value() / peak;
+        }
+        list.push_back(j);
+      }
+      kind[pass] = list;
+    }
+    out[k.name] = kind;
+  }
+  return out;
+}
+
+std::string operator_table(const config::RunConfig& rc) {
+  const estimate::WorkloadBuilder wb(rc);
+  const double peak = rc.hardware.peak_for(rc.training.precision).value();
+  std::ostringstream o;
+  char line[256];
+  o << "operators of one micro-batch on one rank: " << rc.model.name << " on " << rc.hardware.name << " (" << wb.tokens()
+    << " tokens; % of peak against the " << hw::to_string(rc.training.precision) << " dense peak)\n";
+  for (const auto& k : layer_kinds(rc, wb)) {
+    for (const auto& [pass, ops] : {std::pair{"forward", &k.cost->fwd}, std::pair{"backward", &k.cost->bwd}}) {
+      double total = 0;
+      for (const auto& op : *ops) total += op_pass_seconds(op);
+      if (ops->empty()) continue;
+      std::snprintf(line, sizeof line, "\n%s, %s: %.1f us\n", k.name, pass, total * 1e6);
+      o << line;
+      o << "  operator                      kind          time us   share   TFLOP/s  % peak     GB/s  note\n";
+      for (const auto& op : *ops) {
+        const double t = op.time.value();
+        const double share = total > 0 ? op_pass_seconds(op) / total : 0.0;
+        std::string rate = "        -       -", bw = "       -", note;
+        if (op.kind != estimate::OpKind::kComm && t > 0 && op.flops.value() > 0) {
+          std::snprintf(line, sizeof line, "%9.1f %6.1f%%", op.flops.value() / t / 1e12, 100.0 * op.flops.value() / t / peak);
+          rate = line;
+        }
+        if ((op.kind == estimate::OpKind::kElementwise || op.kind == estimate::OpKind::kComm) && t > 0 && op.bytes.value() > 0) {
+          std::snprintf(line, sizeof line, "%8.0f", op.bytes.value() / t / 1e9);
+          bw = line;
+        }
+        if (op.kind == estimate::OpKind::kComm) {
+          std::snprintf(line, sizeof line, "%s, %.0f%% hidden", estimate::to_string(op.comm), t > 0 ? 100.0 * std::min(t, op.hidden_by.value()) / t : 0.0);
+          note = line;
+        }
+        std::snprintf(line, sizeof line, "  %-29s %-10s %10.1f %6.1f%% %s %s  %s\n", op.name.c_str(), op_kind_name(op.kind), t * 1e6,
+                      100.0 * share, rate.c_str(), bw.c_str(), note.c_str());
+        o << line;
+      }
+    }
   }
   return o.str();
 }

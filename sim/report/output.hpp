@@ -25,6 +25,13 @@ core::Json estimate_json(const config::RunConfig& rc, const estimate::StepEstima
 std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger& l);
 std::string estimate_table(const config::RunConfig& rc, const estimate::StepEstimate& e);
 
+// Where one micro-batch's time goes, per layer kind (dense and MoE transformer layers, the
+// embedding, the output layer + loss) and pass: every operator the workload builder made for
+// one rank, with its time, share of the pass, achieved FLOP/s (and share of the training
+// precision's dense peak) or bytes per second, and for communication the part compute hides.
+std::string operator_table(const config::RunConfig& rc);
+core::Json operator_json(const config::RunConfig& rc);
+
 // FNV-1a hash of a canonical JSON dump, for provenance.
 std::string content_hash(const std::string& text);
 

@@ -358,5 +358,30 @@ TEST(Workload, Fp8GatherHalvesTheGatheredBytes) {
   expect_refused_naming(j, "$.training.gather_dtype");
 }
 
+// The operator view accounts for the whole layer: a layer kind's forward operators add up to
+// the pass the estimate charges (compute plus the communication compute does not hide), and
+// every operator of the layer is listed once, in order.
+TEST(OperatorView, AddsUpToTheLayerPass) {
+  Json j = uniform_pp_run(8);
+  j["parallel"] = {{"tp", 4}, {"pp", 1}, {"micro_batch_size", 1}};
+  const RunConfig rc = parse(j);
+  const WorkloadBuilder wb(rc);
+  const Json ops = report::operator_json(rc);
+  for (const auto& [kind, layer] : {std::pair{"dense layer", &wb.dense_layer()}, std::pair{"output layer + loss", &wb.output_layer()}}) {
+    const Json& fwd = ops.at(kind).at("forward");
+    ASSERT_EQ(fwd.size(), layer->fwd.size()) << kind;
+    double total = 0;
+    for (const auto& o : fwd) total += o.at("kind") == "comm" ? o.at("time_s").get<double>() - o.at("hidden_s").get<double>() : o.at("time_s").get<double>();
+    EXPECT_NEAR(total, layer->fwd_time().value(), 1e-9 * layer->fwd_time().value()) << kind;
+  }
+  EXPECT_EQ(ops.at("dense layer").at("forward").front().at("name"), wb.dense_layer().fwd.front().name);
+  bool tp_comm = false;
+  for (const auto& o : ops.at("dense layer").at("backward")) tp_comm = tp_comm || (o.at("kind") == "comm" && o.at("comm") == "tp");
+  EXPECT_TRUE(tp_comm);
+  EXPECT_FALSE(ops.contains("MoE layer"));
+  const std::string table = report::operator_table(rc);
+  EXPECT_NE(table.find("dense layer, backward"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace stepcast::estimate
