@@ -42,6 +42,16 @@ struct KernelSample {
   double bytes = 0, flops = 0, seconds = 0;
 };
 
+// Causal attention as measured (forward and backward of `bh` sequences of `seq` tokens, head
+// dimension `head_dim`), with the kernel that ran it.
+struct AttentionSample {
+  std::string kernel;
+  int bh = 0, seq = 0, head_dim = 0;
+  double forward_s = 0, backward_s = 0;
+  // Causal forward FLOPs (2 x bh x seq^2 x 2 head_dim / 2); the backward does 2.5 times these.
+  [[nodiscard]] double forward_flops() const { return 2.0 * bh * static_cast<double>(seq) * seq * head_dim; }
+};
+
 struct SuiteResult {
   int ranks = 1;
   core::Json profile;        // the hardware profile (parse_hardware reads it)
@@ -51,6 +61,7 @@ struct SuiteResult {
   // Every dtype measured (GPUs); empty: the reference fit stands for every dtype of the profile.
   std::vector<DtypeGemm> gemm_dtypes;
   std::vector<KernelSample> elementwise;  // norm, activation, residual kernels (GPUs)
+  std::vector<AttentionSample> attention; // GPUs
   std::vector<std::string> not_measured;  // benchmarks skipped, each with the reason
   double copy_bandwidth = 0; // bytes/s moved (read + write)
   double optimizer_rate = 0; // parameters/s of the Adam kernel (0: not measured)

@@ -71,6 +71,8 @@ struct Events {
 
 }  // namespace
 
+cudaStream_t current_stream() { return g_stream; }
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;

@@ -37,6 +37,16 @@ Measurement time_elementwise(const std::string& kernel, int rows, int cols, cons
 // Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
 double copy_bandwidth(const MeasureOptions& mo);
 
+// Causal attention (head dimension 128) forward and backward with stepcast's own tiled kernels
+// (calibrate/cuda_attention.cu: FlashAttention-2's algorithm on WMMA tensor cores, not a tuned
+// library kernel): median seconds of each over `bh` = batch x heads sequences of `seq` tokens
+// (a multiple of 64). The first call checks O, dQ, dK and dV of a 256-token head against a
+// double-precision host reference (throws on mismatch).
+struct AttentionTiming {
+  double forward_s = 0, backward_s = 0;
+};
+AttentionTiming time_attention(int bh, int seq, const MeasureOptions& mo);
+
 // NCCL: the group's first rank makes the id (128 bytes), the caller broadcasts it (MPI), every
 // rank of the group inits. Each init returns the communicator's index and selects it; the
 // collectives below run on the selected one. nccl_finalize destroys them all.

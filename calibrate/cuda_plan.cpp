@@ -61,6 +61,8 @@ std::vector<ElementwiseCase> cuda_elementwise_cases() {
   return c;
 }
 
+std::vector<AttentionCase> cuda_attention_cases() { return {{64, 1024}, {32, 2048}, {16, 4096}, {8, 8192}}; }
+
 std::vector<int> collective_group_sizes(int ranks) {
   std::vector<int> g;
   for (int s = 2; s < ranks; s *= 2) {

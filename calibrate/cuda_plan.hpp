@@ -36,6 +36,13 @@ struct ElementwiseCase {
 };
 std::vector<ElementwiseCase> cuda_elementwise_cases();
 
+// Causal attention problems: batch x heads and sequence length (head dimension 128), about the
+// same tokens each so every size takes similar time.
+struct AttentionCase {
+  int bh = 0, seq = 0;
+};
+std::vector<AttentionCase> cuda_attention_cases();
+
 std::vector<int> collective_group_sizes(int ranks);
 // Message sizes (bytes) fitted and held out, 4 KiB .. 1 GiB (held out: 1.5 x 4^k).
 std::vector<size_t> cuda_collective_fit_sizes();

@@ -55,6 +55,18 @@ std::string suite_markdown(const SuiteResult& r) {
     }
     o << "\n";
   }
+  if (!r.attention.empty()) {
+    o << "Causal attention, forward and backward (share of the fitted bf16 rate; the backward does 2.5 x the forward's FLOPs):\n\n"
+      << "| kernel | batch x heads | seq | head dim | forward ms | forward TFLOP/s | share | backward ms | backward TFLOP/s | share |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (const auto& a : r.attention) {
+      const double f = a.forward_flops() / a.forward_s, b = 2.5 * a.forward_flops() / a.backward_s;
+      o << "| " << a.kernel << " | " << a.bh << " | " << a.seq << " | " << a.head_dim << " | " << fmt("%.3f", a.forward_s * 1e3) << " | "
+        << fmt("%.1f", f / 1e12) << " | " << fmt("%.0f%%", 100.0 * f / r.gemm.rate) << " | " << fmt("%.3f", a.backward_s * 1e3) << " | "
+        << fmt("%.1f", b / 1e12) << " | " << fmt("%.0f%%", 100.0 * b / r.gemm.rate) << " |\n";
+    }
+    o << "\n";
+  }
   if (!r.not_measured.empty()) {
     o << "Not measured:\n\n";
     for (const auto& n : r.not_measured) o << "- " << n << "\n";

@@ -155,6 +155,7 @@ TEST(CudaPlan, DtypesShapesAndGroups) {
   EXPECT_EQ(fit.front(), 4096u);
   EXPECT_EQ(fit.back(), size_t{1} << 30);
   for (size_t h : cuda_collective_held_sizes()) EXPECT_EQ(std::count(fit.begin(), fit.end(), h), 0);
+  for (const auto& a : cuda_attention_cases()) EXPECT_EQ(a.seq % 64, 0);
   EXPECT_DOUBLE_EQ(gemm_operand_bytes("fp8"), 1.0);
   EXPECT_THROW((void)gemm_operand_bytes("int4"), std::invalid_argument);
 }
@@ -183,6 +184,8 @@ TEST(Profile, DtypesKernelsAndGroupTiers) {
   r.gemm_dtypes = {{"bf16", 2, bf16, {}}, {"fp8", 1, fp8, {}}};
   r.copy_bandwidth = 4e12;
   r.elementwise = {{"add 1x1", 3e9, 1e9, 1e-3}, {"rmsnorm 1x1", 2e9, 2e9, 1e-3}, {"swiglu 1x1", 3.2e9, 3e9, 1e-3}};
+  // 8 x 8192^2 x 128 x 2 = 137 GFLOP forward in 0.344 ms = 400 TFLOP/s, half the bf16 rate.
+  r.attention = {{"tiled", 8, 8192, 128, 2.0 * 8 * 8192.0 * 8192.0 * 128 / 400e12, 2.5 * 2.0 * 8 * 8192.0 * 8192.0 * 128 / 320e12}};
   for (int g : {2, 4, 8}) {
     std::vector<CollSample> s;
     for (double b = 4096; b <= 1 << 30; b *= 2) s.push_back({b, 10e-6 * g + b / (100e9 * g)});
@@ -221,6 +224,8 @@ TEST(Profile, DtypesKernelsAndGroupTiers) {
   const std::string md = suite_markdown(r);
   EXPECT_NE(md.find("| fp8 | 1600.0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("rmsnorm 1x1"), std::string::npos);
+  EXPECT_NE(md.find("| tiled | 8 | 8192 | 128 | 0.344 | 400.0 | 50% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 320.0 | 40% |"), std::string::npos);
   EXPECT_NE(md.find("| all_reduce | 4 | 4096 |"), std::string::npos);
   EXPECT_NE(suite_html(r).find("fp8 roofline"), std::string::npos);
 }
