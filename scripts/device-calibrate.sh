@@ -30,7 +30,7 @@ fi
 "${launch[@]}" ./build-gpu/stepcast calibrate --backend cuda --budget 0.3 --out "$out/measured-h200.json" \
   --report "$out/calibration-h200.md" --html "$out/calibration-h200.html" 2>"$out/calibrate.log" || { tail -40 "$out/calibrate.log"; exit 1; }
 echo "calibrated in $(( $(date +%s) - start )) s"
-grep -E "GEMM fit|copy|Held-out within" "$out/calibration-h200.md"
+grep -E "GEMM fit|copy|Held-out within|^\| (bf16|fp16|fp8|tf32|fp32) \||^\| stepcast tiled|^\| (rmsnorm|swiglu|add) |^- GEMM|^- attention" "$out/calibration-h200.md"
 # Validation: single-GPU plans (micro-batch, recompute and sequence length varied on a model
 # that fills the H200) executed with cuBLAS and measured against the simulation.
 ./build-gpu/stepcast validate configs/validate/h200/*.json --backend cuda --profile "$out/measured-h200.json" --steps 3 --warmup 1 \
