@@ -59,6 +59,20 @@ struct PlanComparison {
   std::string note; // e.g. no layout found
 };
 
+// A published collective or GEMM measurement predicted with the cost model (sim/cost) of the
+// matching built-in hardware profile.
+struct MeasurementResult {
+  std::string id, source;
+  std::string kind;           // collective | gemm
+  std::string what;           // "all_reduce, 8 ranks on 1 node, 1048576 B" / "bf16 1024x10240x5120"
+  std::string hardware;
+  std::string measured_from;  // time_us | algbw_gbps | busbw_gbps | achieved_tflops
+  double measured_s = 0, predicted_s = 0;
+  double error = 0;           // (predicted - measured) / measured time
+  bool cited = false;         // the profile's sources cite this row (its values came from it)
+  std::vector<std::string> notes;
+};
+
 struct SkippedRow {
   std::string id;
   std::string reason;
@@ -66,6 +80,7 @@ struct SkippedRow {
 
 struct AccuracyResult {
   std::vector<RowResult> rows;
+  std::vector<MeasurementResult> measurements;  // collective and GEMM rows
   std::vector<SkippedRow> skipped;
   std::vector<PlanComparison> plans;
   [[nodiscard]] core::Json to_json() const;
@@ -76,6 +91,9 @@ struct AccuracyResult {
 // Converts one published row into a run-file JSON object; returns false with a reason when
 // the row cannot be expressed.
 bool row_to_run(const core::Json& row, core::Json& run, std::string& reason);
+
+// Predicts one collective or GEMM row; returns false with a reason when it cannot.
+bool predict_measurement(const core::Json& row, MeasurementResult& out, std::string& reason);
 
 AccuracyResult run_accuracy(const AccuracyOptions& opts);
 

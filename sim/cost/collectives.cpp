@@ -147,22 +147,33 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
   const Duration a_net = hw.network.latency;
   const Bytes per_rail(bytes.value() / static_cast<double>(g));
 
+  // NCCL's ring spans every rank of the group, rail-aligned: each node's ring traffic leaves
+  // over its g NICs (1/g each) while the other hops run on the node fabric, and the ring's
+  // chunks move over all hops at once, so the slower link type sets the bandwidth term
+  // (pipelined, not an intra-node phase, then an inter-node phase, then another intra-node
+  // phase). Every ring step waits for its slowest hop, a network one.
+  const double dg = static_cast<double>(g);
+  auto flat_ring = [&](Collective op) {
+    const double moved = bytes.value() * bus_factor(op, n);  // per rank, over the whole ring
+    const Duration t_nic = Bytes(moved / dg) / nic;
+    const Duration t_fab = g > 1 ? Bytes(moved * (dg - 1.0) / dg) / intra.busbw : Duration(0);
+    return a_net * static_cast<double>(ring_steps(op, n)) + std::max(t_nic, t_fab);
+  };
   switch (c) {
     case Collective::kAllReduce: {
-      const Duration ring = ring_time(c, per_rail, nodes, nic, a_net);
+      // NCCL's double binary tree across nodes (2 log2(nodes) latency steps, every rank's rail
+      // sends and receives its 1/g share twice) with a chain inside each node, pipelined too;
+      // NCCL takes the faster of ring and tree.
       const double tree_steps = 2.0 * std::ceil(std::log2(static_cast<double>(nodes)));
-      const Duration tree = a_net * tree_steps + Bytes(2.0 * per_rail.value()) / nic;
-      const Duration inter = std::min(ring, tree);
-      if (g == 1) return inter;
-      return tier_time(Collective::kReduceScatter, bytes, g, intra) + inter +
-             tier_time(Collective::kAllGather, bytes, g, intra);
+      const Duration tree_net = Bytes(2.0 * per_rail.value()) / nic;
+      const Duration tree_fab = g > 1 ? tier_time(Collective::kReduceScatter, bytes, g, intra) + tier_time(Collective::kAllGather, bytes, g, intra)
+                                      : Duration(0);
+      const Duration tree = a_net * tree_steps + std::max(tree_net, tree_fab);
+      return std::min(flat_ring(c), tree);
     }
     case Collective::kAllGather:
-    case Collective::kReduceScatter: {
-      const Duration inter = ring_time(c, per_rail, nodes, nic, a_net);
-      if (g == 1) return inter;
-      return inter + tier_time(c, bytes, g, intra);
-    }
+    case Collective::kReduceScatter:
+      return flat_ring(c);
     case Collective::kAllToAll: {
       // Each rank sends S/n to every peer: (n-g)/n of S leaves the node over its NIC while
       // (g-1)/n stays on the fabric; the two run concurrently.
@@ -197,7 +208,7 @@ double link_bytes(Collective c, Bytes bytes, const mesh::Placement& where) {
   switch (c) {
     case Collective::kAllReduce:
     case Collective::kAllGather:
-    case Collective::kReduceScatter: return S / g * bus_factor(c, where.nodes);
+    case Collective::kReduceScatter: return S / g * bus_factor(c, n);  // the flat ring's share of the node's egress
     case Collective::kAllToAll: return S * (static_cast<double>(n) - g) / static_cast<double>(n);
     case Collective::kScatter:
     case Collective::kGather: return S * bus_factor(c, n);

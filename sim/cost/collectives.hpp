@@ -7,10 +7,12 @@
 // reduce-scatter (n-1)/n*S in n-1 steps; time = steps*alpha + factor*S/busbw, where busbw is the
 // bus bandwidth the link sustains (nccl-tests' busbw). A tier with a measured size curve uses
 // busbw(S) = plateau * fraction(S) instead (log-size interpolation).
-// Across nodes, groups with several ranks per node run hierarchically: an intra-node phase on
-// the fabric, the inter-node phase on the NICs with S divided by the ranks per node (every
-// local rank drives its own rail), then the intra-node phase again; inter-node all-reduce takes
-// the faster of a ring and a double binary tree (2*log2(nodes) latency steps).
+// Across nodes, all-reduce, all-gather and reduce-scatter run as NCCL's ring over all n ranks,
+// rail-aligned: a node's ring traffic leaves over its g NICs (each rank's rail carries 1/g of
+// it) while the remaining hops run on the node fabric, and since the ring's chunks move over
+// every hop at once the slower link type sets the time (steps * network alpha + max(NIC term,
+// fabric term)); all-reduce takes the faster of that ring and a double binary tree across nodes
+// (2*log2(nodes) latency steps, 2 S/g per rail) pipelined with a chain inside each node.
 #pragma once
 
 #include <optional>

@@ -3,6 +3,7 @@
 // gets the nearest member's architecture with its own dimensions.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -195,6 +196,51 @@ TEST(PublishedRows, MeasuredStepFromThroughputOrMfu) {
   EXPECT_EQ(res.rows[0].measured_from, "tokens_per_s_total");
   const auto rc = config::parse_run(res.rows[1].run, "<test>", "");
   EXPECT_NEAR(res.rows[1].measured_s, estimate::model_flops_per_step(rc) / (0.4 * 989e12 * 64), 1e-9);
+}
+
+// Collective and GEMM measurements are predicted with the cost model of the matching profile;
+// a row's own scale-out network replaces the profile's; a peak statement without a size, a
+// board the SXM profiles do not describe, or an unknown dtype is listed with the reason.
+TEST(PublishedRows, CollectiveAndGemmMeasurements) {
+  Json c{{"id", "coll"},
+         {"row_type", "collective"},
+         {"source", "test"},
+         {"gpu_type", "B200 (AWS p6-b200.48xlarge, NVLink5)"},
+         {"inter_node_link", "8x 50 GB/s EFA v4 per node"},
+         {"collective", "all_reduce"},
+         {"num_ranks", 32},
+         {"num_nodes", 4},
+         {"message_bytes", 4294967296.0},
+         {"busbw_gbps", 377.34}};
+  MeasurementResult m;
+  std::string reason;
+  ASSERT_TRUE(predict_measurement(c, m, reason)) << reason;
+  EXPECT_EQ(m.hardware, "b200");
+  EXPECT_EQ(m.measured_from, "busbw_gbps");
+  EXPECT_NEAR(m.measured_s, 4294967296.0 * 2.0 * 31.0 / 32.0 / 377.34e9, 1e-12);
+  EXPECT_LT(std::abs(m.error), 0.15) << m.error;  // the 15% the simulator is held to for collectives
+  ASSERT_FALSE(m.notes.empty());
+  EXPECT_NE(m.notes.back().find("8 NICs per node at 400 Gb/s"), std::string::npos) << m.notes.back();
+  // A statement of peak bandwidth has no size to predict.
+  Json peak = c;
+  peak.erase("message_bytes");
+  EXPECT_FALSE(predict_measurement(peak, m, reason));
+  EXPECT_NE(reason.find("no message size"), std::string::npos) << reason;
+
+  Json g{{"id", "gemm"},  {"row_type", "gemm"}, {"source", "test"}, {"gpu_type", "NVIDIA H100 SXM"}, {"gemm_m", 4096},
+         {"gemm_n", 4096}, {"gemm_k", 4096},    {"dtype", "bf16"},  {"achieved_tflops", 700.0}};
+  MeasurementResult gm;
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.what, "bf16 4096x4096x4096");
+  EXPECT_NEAR(gm.measured_s, 2.0 * 4096.0 * 4096 * 4096 / 700e12, 1e-12);
+  EXPECT_GT(gm.predicted_s, 0.0);
+  g["gpu_type"] = "NVIDIA H100 NVL";
+  EXPECT_FALSE(predict_measurement(g, gm, reason));
+  EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
+  g["gpu_type"] = "NVIDIA H100 SXM";
+  g["dtype"] = "int8";
+  EXPECT_FALSE(predict_measurement(g, gm, reason));
+  EXPECT_NE(reason.find("int8"), std::string::npos) << reason;
 }
 
 }  // namespace

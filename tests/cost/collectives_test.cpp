@@ -170,6 +170,33 @@ TEST(Collectives, InterNodeTimeGrowsWithRingSize) {
   EXPECT_GT(t64, t4);
 }
 
+// Whole nodes across the network: NCCL's ring runs over all 32 ranks, each rank's rail carries
+// 1/8 of its node's ring traffic while the other hops run on NVLink at the same time, so the
+// slower of the two sets the time (the NIC here), not their sum. Published check: 4 GiB on 4 x 8
+// H200 (AWS p5en) ran at 364.9 GB/s busbw, 22.8 ms; the model gives 24.8 ms, inside the 15% the
+// simulator is held to for collectives.
+TEST(Collectives, CrossNodeRingIsPipelinedOverNicAndFabric) {
+  const auto hw = hw::builtin_hardware("h200");
+  std::vector<int64_t> ranks;
+  for (int64_t r = 0; r < 32; ++r) ranks.push_back(r);
+  const auto group = mesh::place(ranks, 8);
+  ASSERT_EQ(group.nodes, 4);
+  const Bytes s(4294967296.0);
+  const double nic = hw.nic_bandwidth_per_gpu().value();
+  const double moved = s.value() * 2.0 * 31.0 / 32.0;
+  const double t_nic = moved / 8.0 / nic;
+  const double t_fab = moved * 7.0 / 8.0 / hw.fabric.back().busbw.value();
+  ASSERT_GT(t_nic, t_fab);
+  const double ring = 62.0 * hw.network.latency.value() + t_nic;
+  expect_rel(collective_time(Collective::kAllReduce, s, group, hw).value(), ring);
+  EXPECT_NEAR(collective_time(Collective::kAllReduce, s, group, hw).value(), 22.8e-3, 0.15 * 22.8e-3);
+  // All-gather: the same ring with half the traffic and n - 1 steps.
+  expect_rel(collective_time(Collective::kAllGather, s, group, hw).value(),
+             31.0 * hw.network.latency.value() + s.value() * 31.0 / 32.0 / 8.0 / nic);
+  // What a rank sends over its NIC: its 1/8 of the node's ring traffic.
+  expect_rel(link_bytes(Collective::kAllReduce, s, group), moved / 8.0);
+}
+
 // A group of one, or an empty message, costs nothing.
 TEST(Collectives, TrivialCasesAreFree) {
   const auto hw = hw::builtin_hardware("h100-sxm");
