@@ -64,7 +64,7 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   // an NVSwitch node, a 72-GPU NVLink domain): no profile rather than a wrong one.
   // "H100 NVL" (a PCIe board pair) but not "NVLink" in a description of the node's fabric.
   static const std::regex nvl_board(R"(\bnvl\b)");
-  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board) || contains(gl, "gb200") || contains(gl, "gh200") || contains(gl, "gb300")) {
+  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board) || contains(gl, "gh200") || contains(gl, "gb300")) {
     reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
     return false;
   }
@@ -77,6 +77,10 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     hw = "v100-sxm-32gb";
   } else if (contains(g, "A100")) {
     hw = contains(g, "40GB") ? "a100-sxm-40gb" : "a100-sxm-80gb";
+  } else if (contains(g, "GB200")) {
+    hw = "gb200-nvl72";
+  } else if (contains(g, "MI300X")) {
+    hw = "mi300x";
   } else if (contains(g, "H200")) {
     hw = "h200";
   } else if (contains(g, "H800")) {
@@ -98,6 +102,21 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     return false;
   }
   return true;
+}
+
+// GPUs per node as the simulator means it (one NVLink or PCIe domain). A GB200 NVL72 row
+// counts the 4 GPUs of a tray, but all 72 of a rack share NVLink: the job's GPUs per domain is
+// the largest divisor of its GPU count up to 72 (64 for 128 or 256 GPUs, 72 for 144).
+int64_t gpus_per_nvlink_domain(const Json& r, const Json& hw, int64_t gpus, std::vector<std::string>& notes) {
+  const int64_t stated = inum(r, "gpus_per_node", 8);
+  if (!(hw.is_string() && hw.get<std::string>() == "gb200-nvl72")) return stated;
+  int64_t best = 1;
+  for (int64_t d = 1; d <= std::min<int64_t>(72, gpus); ++d) {
+    if (gpus % d == 0) best = d;
+  }
+  notes.push_back("cluster: GB200 NVL72 racks share NVLink across 72 GPUs; the job's " + std::to_string(gpus) + " GPUs taken as domains of " +
+                  std::to_string(best) + " (the row's " + std::to_string(stated) + " per node is a tray)");
+  return best;
 }
 
 // Zoo model names of a family (Llama narrowed by the generation the row names).
@@ -620,7 +639,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   run = {{"name", id},
          {"model", model},
          {"hardware", hw},
-         {"cluster", {{"num_gpus", gpus}, {"gpus_per_node", inum(r, "gpus_per_node", 8)}}},
+         {"cluster", {{"num_gpus", gpus}, {"gpus_per_node", gpus_per_nvlink_domain(r, hw, gpus, notes)}}},
          {"training", training},
          {"parallel", parallel},
          {"assumptions", notes},

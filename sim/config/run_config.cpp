@@ -247,9 +247,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (rc.cluster.num_gpus > rc.cluster.gpus_per_node && rc.cluster.num_gpus % rc.cluster.gpus_per_node != 0) {
     issues.add("$.cluster.num_gpus", "got " + n(rc.cluster.num_gpus) + "; a multi-node cluster needs whole nodes (a multiple of gpus_per_node = " + n(rc.cluster.gpus_per_node) + ")");
   }
-  if (rc.cluster.gpus_per_node != rc.hardware.gpus_per_node &&
-      rc.hardware.gpus_per_node % rc.cluster.gpus_per_node != 0) {
-    issues.add("$.cluster.gpus_per_node", "got " + n(rc.cluster.gpus_per_node) + "; must divide the hardware node size (" + n(rc.hardware.gpus_per_node) + ")");
+  // A job may use part of a node (64 GPUs of a 72-GPU NVLink domain), never more than it has.
+  if (rc.cluster.gpus_per_node > rc.hardware.gpus_per_node) {
+    issues.add("$.cluster.gpus_per_node", "got " + n(rc.cluster.gpus_per_node) + "; the hardware's node (its NVLink or PCIe domain) holds " +
+                                              n(rc.hardware.gpus_per_node) + " GPUs");
   }
 
   // World size arithmetic: world = tp * cp * dp * pp.

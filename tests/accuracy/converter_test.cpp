@@ -165,13 +165,23 @@ TEST(PublishedRows, HardwareByBoard) {
   Json r = base_row();
   r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"gpu_type", "H800 SXM5 80GB"}});
   EXPECT_EQ(converted(r)["hardware"], "h800");
-  for (const char* board : {"H100 PCIe 80GB", "H100 NVL 94GB", "GB200 NVL72"}) {
+  for (const char* board : {"H100 PCIe 80GB", "H100 NVL 94GB", "GH200 Grace Hopper"}) {
     r["gpu_type"] = board;
     Json run;
     std::string reason;
     EXPECT_FALSE(row_to_run(r, run, reason)) << board;
     EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
   }
+  // "NVLink" describing the node's fabric is not an NVL board.
+  r["gpu_type"] = "H200 SXM 141GB (NVLink4)";
+  EXPECT_EQ(converted(r)["hardware"], "h200");
+  r["gpu_type"] = "AMD MI300X";
+  EXPECT_EQ(converted(r)["hardware"], "mi300x");
+  // GB200 NVL72: the NVLink domain, not the 4-GPU tray, is the node; 128 GPUs run as 2 x 64.
+  r.update(Json{{"gpu_type", "GB200 (NVL72)"}, {"num_gpus", 128}, {"gpus_per_node", 4}, {"global_batch_seqs", 128}});
+  const Json run = converted(r);
+  EXPECT_EQ(run["hardware"], "gb200-nvl72");
+  EXPECT_EQ(run["cluster"]["gpus_per_node"], 64);
 }
 
 // The measured step from whole-job throughput, or from MFU with the row's peak.

@@ -58,6 +58,9 @@ const std::vector<BadCase> kCases = {
     {"UnknownTopLevelKey", R"({"parallelism": {"tp": 2}})", {"$.parallelism", "unknown key"}},
     // A typo inside the parallel section.
     {"UnknownParallelKey", R"({"parallel": {"tpp": 2}})", {"$.parallel.tpp", "unknown key"}},
+
+    {"NodeLargerThanTheHardwares", R"({"cluster": {"num_gpus": 16, "gpus_per_node": 16}})",
+     {"$.cluster.gpus_per_node", "got 16", "holds 8 GPUs"}},
     // Attention heads (32) must split evenly over TP ranks.
     {"TpNotDividingHeads", R"({"cluster": {"num_gpus": 6}, "parallel": {"tp": 3}})",
      {"$.parallel.tp", "got 3", "num_attention_heads (32)"}},
