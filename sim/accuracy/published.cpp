@@ -81,6 +81,10 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     hw = "gb200-nvl72";
   } else if (contains(g, "MI300X")) {
     hw = "mi300x";
+  } else if (contains(g, "MI325X")) {
+    hw = "mi325x";
+  } else if (contains(g, "B300")) {
+    hw = "b300";
   } else if (contains(g, "H200")) {
     hw = "h200";
   } else if (contains(g, "H800")) {

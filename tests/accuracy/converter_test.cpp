@@ -177,6 +177,10 @@ TEST(PublishedRows, HardwareByBoard) {
   EXPECT_EQ(converted(r)["hardware"], "h200");
   r["gpu_type"] = "AMD MI300X";
   EXPECT_EQ(converted(r)["hardware"], "mi300x");
+  r["gpu_type"] = "AMD Instinct MI325X";
+  EXPECT_EQ(converted(r)["hardware"], "mi325x");
+  r["gpu_type"] = "NVIDIA B300 SXM";
+  EXPECT_EQ(converted(r)["hardware"], "b300");
   // GB200 NVL72: the NVLink domain, not the 4-GPU tray, is the node; 128 GPUs run as 2 x 64.
   r.update(Json{{"gpu_type", "GB200 (NVL72)"}, {"num_gpus", 128}, {"gpus_per_node", 4}, {"global_batch_seqs", 128}});
   const Json run = converted(r);
