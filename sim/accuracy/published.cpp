@@ -937,6 +937,30 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   return true;
 }
 
+bool check_datasheet(const Json& r, DatasheetCheck& d, std::string& reason) {
+  Json hw_json;
+  std::vector<std::string> notes;
+  if (!hardware_for(r, hw_json, notes, reason)) return false;
+  core::Issues issues;
+  const auto hw = hw::parse_hardware(hw_json, "$.hardware", issues);
+  if (!issues.empty()) {
+    reason = "hardware: " + issues.lines().front();
+    return false;
+  }
+  d = DatasheetCheck{str(r, "id"), hw.name, {}};
+  auto add = [&](const char* key, const char* name, const char* unit, double profile) {
+    if (has(r, key)) d.fields.push_back({name, unit, num(r, key), profile});
+  };
+  auto peak = [&](hw::Dtype dt) { return hw.has_dtype(dt) ? hw.peak_for(dt).value() / 1e12 : 0.0; };
+  add("hw_bf16_dense_tflops", "bf16 dense peak", "TFLOP/s", peak(hw::Dtype::kBf16));
+  add("hw_fp8_dense_tflops", "fp8 dense peak", "TFLOP/s", peak(hw::Dtype::kFp8));
+  add("hw_hbm_gb", "HBM", "GB; profile: usable GiB", hw.hbm_capacity.value() / 1073741824.0);
+  add("hw_hbm_tbps", "HBM bandwidth", "TB/s", hw.hbm_bandwidth.value() / 1e12);
+  add("hw_nic_gbit_per_gpu", "NIC per GPU", "Gb/s",
+      hw.network.nic_bandwidth.value() * 8.0 / 1e9 * hw.network.nics_per_node / std::max(1, hw.gpus_per_node));
+  return true;
+}
+
 AccuracyResult run_accuracy(const AccuracyOptions& opts) {
   std::ifstream in(opts.data_path);
   if (!in) throw core::UserError(opts.data_path + ": cannot open published runs");
@@ -948,6 +972,16 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
     ++lineno;
     if (line.empty()) continue;
     Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
+    if (str(r, "row_type") == "hardware") {
+      DatasheetCheck d;
+      std::string reason;
+      if (check_datasheet(r, d, reason)) {
+        res.datasheets.push_back(d);
+      } else {
+        res.skipped.push_back({str(r, "id"), reason});
+      }
+      continue;
+    }
     if (str(r, "row_type") == "collective" || str(r, "row_type") == "gemm") {
       MeasurementResult m;
       std::string reason;
@@ -1254,6 +1288,18 @@ std::string AccuracyResult::markdown() const {
       std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.1f us | %.1f us | %s | %s |\n", m.id.c_str(), m.hardware.c_str(), m.what.c_str(),
                     m.measured_from.c_str(), m.measured_s * 1e6, m.predicted_s * 1e6, pct(m.error).c_str(), m.cited ? "yes" : "");
       o << buf;
+    }
+  }
+  if (!datasheets.empty()) {
+    o << "\n## Datasheet rows against the built-in profiles\n\nEach hardware row's figures beside the profile it maps to (the "
+         "profile's memory is what a process can use, in GiB, so it sits a little under the marketing figure).\n\n"
+         "| row | profile | figure | datasheet | profile | difference |\n|---|---|---|---:|---:|---:|\n";
+    for (const auto& d : datasheets) {
+      for (const auto& f : d.fields) {
+        std::snprintf(buf, sizeof buf, "| %s | %s | %s (%s) | %.4g | %.4g | %s |\n", d.id.c_str(), d.hardware.c_str(), f.name.c_str(), f.unit.c_str(),
+                      f.datasheet, f.profile, f.datasheet > 0 ? pct(f.profile / f.datasheet - 1.0).c_str() : "-");
+        o << buf;
+      }
     }
   }
   o << "\n## Rows not predicted\n\n| row | reason |\n|---|---|\n";

@@ -73,6 +73,17 @@ struct MeasurementResult {
   std::vector<std::string> notes;
 };
 
+// A datasheet row against the built-in profile it maps to: each figure the row gives beside
+// the profile's.
+struct DatasheetCheck {
+  std::string id, hardware;
+  struct Field {
+    std::string name, unit;
+    double datasheet = 0, profile = 0;
+  };
+  std::vector<Field> fields;
+};
+
 struct SkippedRow {
   std::string id;
   std::string reason;
@@ -81,6 +92,7 @@ struct SkippedRow {
 struct AccuracyResult {
   std::vector<RowResult> rows;
   std::vector<MeasurementResult> measurements;  // collective and GEMM rows
+  std::vector<DatasheetCheck> datasheets;       // hardware rows
   std::vector<SkippedRow> skipped;
   std::vector<PlanComparison> plans;
   [[nodiscard]] core::Json to_json() const;
@@ -91,6 +103,9 @@ struct AccuracyResult {
 // Converts one published row into a run-file JSON object; returns false with a reason when
 // the row cannot be expressed.
 bool row_to_run(const core::Json& row, core::Json& run, std::string& reason);
+
+// A hardware (datasheet) row against the built-in profile it maps to.
+bool check_datasheet(const core::Json& row, DatasheetCheck& out, std::string& reason);
 
 // Predicts one collective or GEMM row; returns false with a reason when it cannot.
 bool predict_measurement(const core::Json& row, MeasurementResult& out, std::string& reason);

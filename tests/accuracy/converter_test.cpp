@@ -257,5 +257,32 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   EXPECT_NE(reason.find("int8"), std::string::npos) << reason;
 }
 
+// Every built-in profile a datasheet row maps to carries the row's peaks, HBM bandwidth and NIC
+// rate within 0.5% (rounding), and its usable memory within 2% under the marketing figure.
+TEST(PublishedRows, ProfilesAgreeWithTheDatasheetRows) {
+  std::ifstream in(std::string(STEPCAST_SOURCE_DIR) + "/data/published-runs.jsonl");
+  ASSERT_TRUE(in);
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    const Json r = Json::parse(line);
+    if (r.value("row_type", "") != "hardware") continue;
+    DatasheetCheck d;
+    std::string reason;
+    ASSERT_TRUE(check_datasheet(r, d, reason)) << r["id"] << ": " << reason;
+    for (const auto& f : d.fields) {
+      const double rel = f.profile / f.datasheet - 1.0;
+      if (f.name == "HBM") {
+        EXPECT_LE(rel, 0.0) << d.id << " " << f.name;
+        EXPECT_GT(rel, -0.02) << d.id << " " << f.name;
+      } else {
+        EXPECT_NEAR(rel, 0.0, 0.005) << d.id << " " << f.name << ": " << f.profile << " vs " << f.datasheet;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 25);
+}
+
 }  // namespace
 }  // namespace stepcast::accuracy
