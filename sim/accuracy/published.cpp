@@ -350,8 +350,30 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.
   const bool sharded_dp = fsdp_of(r) || inum(r, "zero_stage", 0) > 0;
   if ((!has(r, "tp") || !has(r, "pp")) && !(sharded_dp && !has(r, "tp") && !has(r, "pp"))) {
-    reason = "layout not stated (only the model-parallel product is given)";
-    return false;
+    // Rows that give only the model-parallel size ("TP*PP=16"): Megatron-LM keeps tensor
+    // parallelism inside a node, up to 8 ways and dividing the heads, and pipelines the rest.
+    static const std::regex mp_re(R"(TP\s*\*\s*PP\s*=\s*(\d+))");
+    std::smatch m;
+    const std::string text = str(r, "notes");
+    if (has(r, "tp") || has(r, "pp") || !std::regex_search(text, m, mp_re)) {
+      reason = "layout not stated (only the model-parallel product is given)";
+      return false;
+    }
+    const int64_t mp = std::stoll(m[1].str());
+    int64_t tp = 1;
+    for (int64_t t : {8, 4, 2}) {
+      if (mp % t == 0 && t <= inum(r, "gpus_per_node", 8) && (inum(r, "heads", 0) == 0 || inum(r, "heads", 0) % t == 0)) {
+        tp = t;
+        break;
+      }
+    }
+    Json with_layout = r;
+    with_layout["tp"] = tp;
+    with_layout["pp"] = mp / tp;
+    if (!row_to_run(with_layout, run, reason)) return false;
+    run["assumptions"].push_back("parallel: tp " + std::to_string(tp) + ", pp " + std::to_string(mp / tp) + ": the row gives only the model-parallel size " +
+                                 std::to_string(mp) + "; Megatron-LM keeps tensor parallelism inside a node (up to 8 ways) and pipelines the rest");
+    return true;
   }
   if (!has(r, "tp") && !has(r, "pp")) notes.push_back("parallel: tp 1, pp 1 (a sharded data-parallel run that states no model parallelism)");
   if (!has(r, "seq_len")) {
@@ -581,7 +603,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   }
   parallel["recompute"] = recompute_of(r);
   if (!has(r, "recompute") && has(r, "tflops_per_gpu") &&
-      (contains(lower(str(r, "source")), "2104.04473") || contains(lower(str(r, "tflops_definition")), "paper formula"))) {
+      (contains(lower(str(r, "source")), "2104.04473") || contains(lower(str(r, "tflops_definition")), "paper formula") ||
+       contains(lower(str(r, "tflops_definition")), "incl. recompute"))) {
     // The throughput is quoted in Megatron's formula FLOPs, which count activation
     // recomputation: the runs recomputed activations.
     parallel["recompute"] = "full";

@@ -284,5 +284,26 @@ TEST(PublishedRows, ProfilesAgreeWithTheDatasheetRows) {
   EXPECT_GE(checked, 25);
 }
 
+// A row that gives only the model-parallel size takes Megatron-LM's placement: tensor
+// parallelism inside a node (up to 8, dividing the heads), the rest pipelined; stated.
+TEST(PublishedRows, ModelParallelSizeOnly) {
+  Json r = base_row();
+  r.erase("tp");
+  r.erase("pp");
+  r.update(Json{{"model", "GPT 39.1B (Megatron)"}, {"layers", 48}, {"hidden", 8192}, {"heads", 64}, {"vocab", 51200}, {"num_gpus", 512},
+                {"global_batch_seqs", 1536}, {"notes", "Only model-parallel size (TP*PP=16) is given; TP/PP split not stated."}});
+  const Json run = converted(r);
+  EXPECT_EQ(run["parallel"]["tp"], 8);
+  EXPECT_EQ(run["parallel"]["pp"], 2);
+  EXPECT_NE(run["assumptions"].dump().find("model-parallel size 16"), std::string::npos);
+  r["notes"] = "Only model-parallel size (TP*PP=2) is given.";
+  EXPECT_EQ(converted(r)["parallel"]["tp"], 2);
+  r["notes"] = "no layout here";
+  Json none;
+  std::string reason;
+  EXPECT_FALSE(row_to_run(r, none, reason));
+  EXPECT_NE(reason.find("layout not stated"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace stepcast::accuracy
