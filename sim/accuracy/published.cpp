@@ -723,6 +723,7 @@ double measured_step(const Json& r, const config::RunConfig& rc, std::string& fr
 
 std::string short_source(const std::string& s) {
   if (contains(s, "Megatron-LM GitHub README (Sept 2020)")) return "Megatron-LM 2020 README";
+  if (contains(s, "Megatron-LM GitHub README (Jan 2021)")) return "Megatron-LM 2021 README";
   if (contains(s, "Narayanan") && contains(s, "Table 2")) return "Megatron-LM 2021 paper, Table 2 (transcribed)";
   if (contains(s, "Narayanan")) return "Megatron-LM 2021 paper, Table 1";
   if (contains(s, "DGX Cloud")) return "NVIDIA DGX Cloud recipes 24.11";
@@ -731,7 +732,11 @@ std::string short_source(const std::string& s) {
   if (contains(s, "torchtitan")) return "torchtitan (PyTorch team)";
   if (contains(s, "MosaicML")) return "MosaicML llm-foundry";
   if (contains(s, "BigScience")) return "BigScience BLOOM";
-  return s;
+  // Other sources: up to the first comma or parenthesis (the name, not the reference).
+  const size_t cut = s.find_first_of(",(");
+  std::string head = cut == std::string::npos || cut == 0 ? s : s.substr(0, cut);
+  while (!head.empty() && head.back() == ' ') head.pop_back();
+  return head;
 }
 
 }  // namespace
