@@ -989,6 +989,105 @@ bool check_datasheet(const Json& r, DatasheetCheck& d, std::string& reason) {
   return true;
 }
 
+namespace {
+
+// One published row into res: a datasheet check, a measurement prediction, a predicted
+// training run, or a skipped row with its reason.
+void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res) {
+  if (str(r, "row_type") == "hardware") {
+    DatasheetCheck d;
+    std::string reason;
+    if (check_datasheet(r, d, reason)) {
+      res.datasheets.push_back(d);
+    } else {
+      res.skipped.push_back({str(r, "id"), reason});
+    }
+    return;
+  }
+  if (str(r, "row_type") == "collective" || str(r, "row_type") == "gemm") {
+    MeasurementResult m;
+    std::string reason;
+    if (predict_measurement(r, m, reason)) {
+      res.measurements.push_back(m);
+    } else {
+      res.skipped.push_back({str(r, "id"), reason});
+    }
+    return;
+  }
+  if (str(r, "row_type") != "training_run") return;
+  const std::string id = str(r, "id");
+  if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") &&
+      !(has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu"))) {
+    res.skipped.push_back({id, "no measured step time or throughput"});
+    return;
+  }
+  Json run;
+  std::string reason;
+  if (!row_to_run(r, run, reason)) {
+    res.skipped.push_back({id, reason});
+    return;
+  }
+  config::RunConfig rc;
+  try {
+    rc = config::parse_run(run, "published:" + id, "");
+    // The run trained, so it fit: when the row does not state recomputation and the stated
+    // layout does not fit without it, take the lightest recompute mode that fits.
+    if (!has(r, "recompute") && run["parallel"].value("recompute", "none") == "none" &&
+        !memory::compute_ledger(rc).fits()) {
+      for (const char* mode : {"selective", "full"}) {
+        Json trial = run;
+        trial["parallel"]["recompute"] = mode;
+        trial["assumptions"].push_back(std::string("parallel: recompute ") + mode +
+                                       " (not stated; the layout does not fit in memory without it)");
+        config::RunConfig trc = config::parse_run(trial, "published:" + id, "");
+        if (memory::compute_ledger(trc).fits() || std::string(mode) == "full") {
+          run = trial;
+          rc = trc;
+          break;
+        }
+      }
+    }
+  } catch (const core::UserError& e) {
+    res.skipped.push_back({id, std::string("run file rejected: ") + e.what()});
+    return;
+  }
+  if (!opts.runs_dir.empty()) {
+    std::string fname = id;
+    for (auto& ch : fname) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.' && ch != '_') ch = '_';
+    }
+    std::ofstream out(opts.runs_dir + "/" + fname + ".json");
+    out << run.dump(2) << "\n";
+  }
+  const auto e = estimate::estimate_step(rc);
+  RowResult row;
+  row.id = id;
+  row.source = short_source(str(r, "source"));
+  row.model = str(r, "model");
+  row.hardware = rc.hardware.name;
+  row.num_gpus = rc.cluster.num_gpus;
+  row.layout = layout_string(rc);
+  row.measured_s = measured_step(r, rc, row.measured_from);
+  row.predicted_s = e.step_time_s;
+  row.error = (row.predicted_s - row.measured_s) / row.measured_s;
+  row.simulated_s = engine::simulate_step(rc).step.step_time_s;
+  row.sim_error = (row.simulated_s - row.measured_s) / row.measured_s;
+  row.fits = e.memory.fits();
+  row.assumptions = rc.assumptions;
+  row.run = run;
+  if (has(r, "memory_gib_per_gpu")) {
+    row.measured_mem_gib = num(r, "memory_gib_per_gpu");
+    const bool includes_runtime = contains(str(r, "memory_definition"), "nvidia-smi");
+    const double peak = e.memory.peak().value() - (includes_runtime ? 0.0 : e.memory.stages[static_cast<size_t>(e.memory.peak_stage)].runtime.value());
+    row.predicted_mem_gib = peak / 1073741824.0;
+    row.mem_error = (row.predicted_mem_gib - row.measured_mem_gib) / row.measured_mem_gib;
+    row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context and NCCL buffers)" : "allocator peak (excludes CUDA context and NCCL)";
+  }
+  res.rows.push_back(row);
+}
+
+}  // namespace
+
 AccuracyResult run_accuracy(const AccuracyOptions& opts) {
   std::ifstream in(opts.data_path);
   if (!in) throw core::UserError(opts.data_path + ": cannot open published runs");
@@ -999,97 +1098,15 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;
-    Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
-    if (str(r, "row_type") == "hardware") {
-      DatasheetCheck d;
-      std::string reason;
-      if (check_datasheet(r, d, reason)) {
-        res.datasheets.push_back(d);
-      } else {
-        res.skipped.push_back({str(r, "id"), reason});
-      }
-      continue;
-    }
-    if (str(r, "row_type") == "collective" || str(r, "row_type") == "gemm") {
-      MeasurementResult m;
-      std::string reason;
-      if (predict_measurement(r, m, reason)) {
-        res.measurements.push_back(m);
-      } else {
-        res.skipped.push_back({str(r, "id"), reason});
-      }
-      continue;
-    }
-    if (str(r, "row_type") != "training_run") continue;
-    const std::string id = str(r, "id");
-    if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") &&
-        !(has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu"))) {
-      res.skipped.push_back({id, "no measured step time or throughput"});
-      continue;
-    }
-    Json run;
-    std::string reason;
-    if (!row_to_run(r, run, reason)) {
-      res.skipped.push_back({id, reason});
-      continue;
-    }
-    config::RunConfig rc;
+    const Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
+    // A row with a field of an unexpected type (a number written as text, say) is listed with
+    // the reason instead of ending the run.
     try {
-      rc = config::parse_run(run, "published:" + id, "");
-      // The run trained, so it fit: when the row does not state recomputation and the stated
-      // layout does not fit without it, take the lightest recompute mode that fits.
-      if (!has(r, "recompute") && run["parallel"].value("recompute", "none") == "none" &&
-          !memory::compute_ledger(rc).fits()) {
-        for (const char* mode : {"selective", "full"}) {
-          Json trial = run;
-          trial["parallel"]["recompute"] = mode;
-          trial["assumptions"].push_back(std::string("parallel: recompute ") + mode +
-                                         " (not stated; the layout does not fit in memory without it)");
-          config::RunConfig trc = config::parse_run(trial, "published:" + id, "");
-          if (memory::compute_ledger(trc).fits() || std::string(mode) == "full") {
-            run = trial;
-            rc = trc;
-            break;
-          }
-        }
-      }
-    } catch (const core::UserError& e) {
-      res.skipped.push_back({id, std::string("run file rejected: ") + e.what()});
-      continue;
+      process_row(r, opts, res);
+    } catch (const std::exception& e) {
+      res.skipped.push_back({str(r, "id").empty() ? opts.data_path + ":" + std::to_string(lineno) : str(r, "id"),
+                             std::string("row not understood: ") + e.what()});
     }
-    if (!opts.runs_dir.empty()) {
-      std::string fname = id;
-      for (auto& ch : fname) {
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.' && ch != '_') ch = '_';
-      }
-      std::ofstream out(opts.runs_dir + "/" + fname + ".json");
-      out << run.dump(2) << "\n";
-    }
-    const auto e = estimate::estimate_step(rc);
-    RowResult row;
-    row.id = id;
-    row.source = short_source(str(r, "source"));
-    row.model = str(r, "model");
-    row.hardware = rc.hardware.name;
-    row.num_gpus = rc.cluster.num_gpus;
-    row.layout = layout_string(rc);
-    row.measured_s = measured_step(r, rc, row.measured_from);
-    row.predicted_s = e.step_time_s;
-    row.error = (row.predicted_s - row.measured_s) / row.measured_s;
-    row.simulated_s = engine::simulate_step(rc).step.step_time_s;
-    row.sim_error = (row.simulated_s - row.measured_s) / row.measured_s;
-    row.fits = e.memory.fits();
-    row.assumptions = rc.assumptions;
-    row.run = run;
-    if (has(r, "memory_gib_per_gpu")) {
-      row.measured_mem_gib = num(r, "memory_gib_per_gpu");
-      const bool includes_runtime = contains(str(r, "memory_definition"), "nvidia-smi");
-      const double peak = e.memory.peak().value() - (includes_runtime ? 0.0 : e.memory.stages[static_cast<size_t>(e.memory.peak_stage)].runtime.value());
-      row.predicted_mem_gib = peak / 1073741824.0;
-      row.mem_error = (row.predicted_mem_gib - row.measured_mem_gib) / row.measured_mem_gib;
-      row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context and NCCL buffers)" : "allocator peak (excludes CUDA context and NCCL)";
-    }
-    res.rows.push_back(row);
   }
   if (opts.compare_plans) compare_with_planner(res);
   return res;

@@ -305,5 +305,27 @@ TEST(PublishedRows, ModelParallelSizeOnly) {
   EXPECT_NE(reason.find("layout not stated"), std::string::npos);
 }
 
+// A row whose field has an unexpected type is listed with the reason; the other rows are
+// still predicted.
+TEST(PublishedRows, MalformedRowIsSkippedNotFatal) {
+  Json good = base_row();
+  good.update(Json{{"id", "good"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
+  Json bad = good;
+  bad.update(Json{{"id", "bad"}, {"tp", "eight"}});
+  const std::string path = ::testing::TempDir() + "/malformed.jsonl";
+  {
+    std::ofstream f(path);
+    f << bad.dump() << "\n" << good.dump() << "\n";
+  }
+  AccuracyOptions o;
+  o.data_path = path;
+  const AccuracyResult res = run_accuracy(o);
+  ASSERT_EQ(res.rows.size(), 1u);
+  EXPECT_EQ(res.rows[0].id, "good");
+  ASSERT_EQ(res.skipped.size(), 1u);
+  EXPECT_EQ(res.skipped[0].id, "bad");
+  EXPECT_NE(res.skipped[0].reason.find("row not understood"), std::string::npos) << res.skipped[0].reason;
+}
+
 }  // namespace
 }  // namespace stepcast::accuracy
