@@ -83,6 +83,8 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     hw = "mi300x";
   } else if (contains(g, "MI325X")) {
     hw = "mi325x";
+  } else if (contains(g, "MI355X")) {
+    hw = "mi355x";
   } else if (contains(g, "B300")) {
     hw = "b300";
   } else if (contains(g, "H200")) {

@@ -179,6 +179,8 @@ TEST(PublishedRows, HardwareByBoard) {
   EXPECT_EQ(converted(r)["hardware"], "mi300x");
   r["gpu_type"] = "AMD Instinct MI325X";
   EXPECT_EQ(converted(r)["hardware"], "mi325x");
+  r["gpu_type"] = "AMD MI355X";
+  EXPECT_EQ(converted(r)["hardware"], "mi355x");
   r["gpu_type"] = "NVIDIA B300 SXM";
   EXPECT_EQ(converted(r)["hardware"], "b300");
   // GB200 NVL72: the NVLink domain, not the 4-GPU tray, is the node; 128 GPUs run as 2 x 64.
