@@ -9,6 +9,7 @@
 // measured lower bound and says so, it does not put them into the profile.
 #include "calibrate/cuda_check.hpp"
 #include "calibrate/cuda_device.hpp"
+#include "calibrate/cuda_timing.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -21,8 +22,6 @@
 #include <vector>
 
 namespace stepcast::calibrate::cuda {
-
-cudaStream_t current_stream();  // calibrate/cuda_device.cu
 
 namespace {
 
@@ -38,17 +37,9 @@ constexpr size_t kFwdSmem = (2 * kTile * kD) * sizeof(bf16) + kWarps * 16 * kTil
 constexpr size_t kBwdSmem = (4 * kTile * kD) * sizeof(bf16) + 2 * kTile * kTile * sizeof(bf16) +
                             kWarps * 16 * kTile * sizeof(float) + kWarps * 16 * kD * sizeof(float) + 2 * kTile * sizeof(float);
 
-__device__ inline float hash01(size_t i, unsigned seed) {
-  unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
-  x ^= x >> 13;
-  x *= 0x5bd1e995u;
-  x ^= x >> 15;
-  return 0.5f + static_cast<float>(x & 0xffff) / 65536.0f;
-}
-
 __global__ void fill_attention(bf16* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    p[i] = __float2bfloat16(hash01(i, seed) - 1.0f);  // [-0.5, 0.5): scores of both signs
+    p[i] = __float2bfloat16(hash_value(i, seed) - 1.0f);  // [-0.5, 0.5): scores of both signs
   }
 }
 
@@ -57,6 +48,23 @@ __device__ inline void load_tile(bf16* dst, const bf16* src) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);
   for (int v = threadIdx.x; v < kTile * kD / 8; v += blockDim.x) d[v] = s[v];
+}
+
+// One warp: out[16 x 64] (row stride 64, fp32) = rows[16 x 128] x tile[64 x 128]^T, both bf16
+// with rows of 128.
+__device__ inline void rows_by_tile_t(const bf16* rows, const bf16* tile, float* out) {
+  for (int j = 0; j < kTile / 16; ++j) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;  // tile^T
+      wmma::load_matrix_sync(a, rows + kk * 16, kD);
+      wmma::load_matrix_sync(b, tile + j * 16 * kD + kk * 16, kD);
+      wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(out + j * 16, acc, kTile, wmma::mem_row_major);
+  }
 }
 
 // Forward: grid (seq / 64 query tiles, batch x heads), 128 threads. O bf16, L = log-sum-exp.
@@ -185,18 +193,7 @@ __global__ void attention_backward(const bf16* Q, const bf16* K, const bf16* V, 
     }
     __syncthreads();
     // S for the warp's 16 query rows against the tile's 64 keys.
-    for (int j = 0; j < kTile / 16; ++j) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, Qs + warp * 16 * kD + kk * 16, kD);
-        wmma::load_matrix_sync(b, Ks + j * 16 * kD + kk * 16, kD);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(Sw + j * 16, acc, kTile, wmma::mem_row_major);
-    }
+    rows_by_tile_t(Qs + warp * 16 * kD, Ks, Sw);
     __syncwarp();
     const int qrow = warp * 16 + r;           // row within the query tile
     const int q = i * kTile + qrow;
@@ -208,18 +205,7 @@ __global__ void attention_backward(const bf16* Q, const bf16* K, const bf16* V, 
     }
     __syncwarp();
     // dP = dO V^T for the same rows.
-    for (int j = 0; j < kTile / 16; ++j) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, dOs + warp * 16 * kD + kk * 16, kD);
-        wmma::load_matrix_sync(b, Vs + j * 16 * kD + kk * 16, kD);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(Sw + j * 16, acc, kTile, wmma::mem_row_major);
-    }
+    rows_by_tile_t(dOs + warp * 16 * kD, Vs, Sw);
     __syncwarp();
     for (int c = 0; c < 32; ++c) {
       const int col = half * 32 + c;
@@ -263,30 +249,14 @@ __global__ void attention_backward(const bf16* Q, const bf16* K, const bf16* V, 
 }
 
 struct Buffers {
-  bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *dout = nullptr;
-  float *l = nullptr, *d = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
   size_t n = 0, rows = 0;
-  Buffers(int bh, int seq) : n(static_cast<size_t>(bh) * seq * kD), rows(static_cast<size_t>(bh) * seq) {
-    try {
-      for (bf16** p : {&q, &k, &v, &o, &dout}) check(cudaMalloc(p, n * sizeof(bf16)), "malloc");
-      for (float** p : {&dq, &dk, &dv}) check(cudaMalloc(p, n * sizeof(float)), "malloc");
-      for (float** p : {&l, &d}) check(cudaMalloc(p, rows * sizeof(float)), "malloc");
-    } catch (...) {
-      release();
-      throw;
-    }
-  }
-  ~Buffers() { release(); }
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-  void release() {
-    for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(o), static_cast<void*>(dout),
-                    static_cast<void*>(l), static_cast<void*>(d), static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv)}) {
-      cudaFree(p);
-    }
-    q = k = v = o = dout = nullptr;
-    l = d = dq = dk = dv = nullptr;
-  }
+  DeviceArray<bf16> q_, k_, v_, o_, dout_;
+  DeviceArray<float> l_, d_, dq_, dk_, dv_;
+  bf16 *q, *k, *v, *o, *dout;
+  float *l, *d, *dq, *dk, *dv;
+  Buffers(int bh, int seq)
+      : n(static_cast<size_t>(bh) * seq * kD), rows(static_cast<size_t>(bh) * seq), q_(n), k_(n), v_(n), o_(n), dout_(n), l_(rows), d_(rows),
+        dq_(n), dk_(n), dv_(n), q(q_.p), k(k_.p), v(v_.p), o(o_.p), dout(dout_.p), l(l_.p), d(d_.p), dq(dq_.p), dk(dk_.p), dv(dv_.p) {}
 };
 
 void forward(const Buffers& b, int bh, int seq, float scale, cudaStream_t s) {
@@ -395,35 +365,22 @@ AttentionTiming time_attention(int bh, int seq, const MeasureOptions& mo) {
   for (bf16* p : {b.q, b.k, b.v, b.dout}) fill_attention<<<1024, 256, 0, s>>>(p, b.n, seed++);
   check(cudaGetLastError(), "fill");
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
-  cudaEvent_t e0{}, e1{};
-  check(cudaEventCreate(&e0), "event");
-  check(cudaEventCreate(&e1), "event");
+  Events ev;
   auto timed = [&](bool fwd) {
-    check(cudaEventRecord(e0, s), "record");
+    check(cudaEventRecord(ev.a, s), "record");
     if (fwd) {
       forward(b, bh, seq, scale, s);
     } else {
       backward(b, bh, seq, scale, s);
     }
     check(cudaGetLastError(), "attention kernel");
-    check(cudaEventRecord(e1, s), "record");
-    check(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-    return ms * 1e-3;
+    check(cudaEventRecord(ev.b, s), "record");
+    return ev.seconds();
   };
   AttentionTiming t;
-  try {
-    forward(b, bh, seq, scale, s);  // the backward reads O and L
-    t.forward_s = measure([&]() { return timed(true); }, mo).median_s;
-    t.backward_s = measure([&]() { return timed(false); }, mo).median_s;
-  } catch (...) {
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    throw;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  forward(b, bh, seq, scale, s);  // the backward reads O and L
+  t.forward_s = measure([&]() { return timed(true); }, mo).median_s;
+  t.backward_s = measure([&]() { return timed(false); }, mo).median_s;
   return t;
 }
 

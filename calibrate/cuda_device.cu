@@ -1,5 +1,6 @@
 #include "calibrate/cuda_device.hpp"
 #include "calibrate/cuda_check.hpp"
+#include "calibrate/cuda_timing.hpp"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -10,6 +11,7 @@
 #include "calibrate/nccl_api.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -27,14 +29,6 @@ cublasLtHandle_t g_lt = nullptr;
 std::vector<ncclComm_t> g_comms;  // every communicator made; g_comm is the selected one
 ncclComm_t g_comm = nullptr;
 
-__device__ __host__ inline float hash_value(size_t i, unsigned seed) {
-  unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
-  x ^= x >> 13;
-  x *= 0x5bd1e995u;
-  x ^= x >> 15;
-  return 0.5f + static_cast<float>(x & 0xffff) / 65536.0f;
-}
-
 __device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
 __device__ inline void store(__half* p, float v) { *p = __float2half(v); }
 __device__ inline void store(float* p, float v) { *p = v; }
@@ -51,23 +45,23 @@ __global__ void fill_values(T* p, size_t n, unsigned seed) {
 }
 
 
-struct Events {
-  cudaEvent_t a{}, b{};
-  Events() {
-    check(cudaEventCreate(&a), "event");
-    check(cudaEventCreate(&b), "event");
-  }
-  ~Events() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  double seconds() {
-    float ms = 0;
-    check(cudaEventSynchronize(b), "event sync");
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    return ms * 1e-3;
-  }
-};
+// Times launch(set) between two CUDA events on the stream, the input set rotating over `sets`,
+// under the shared stopping rules; `last` is the set the final repetition read.
+Measurement measure_rotating(int sets, const std::function<void(int)>& launch, const MeasureOptions& mo, int& last) {
+  Events ev;
+  int next = 0;
+  const Measurement m = measure(
+      [&]() {
+        const int set = next++ % sets;
+        check(cudaEventRecord(ev.a, g_stream), "record");
+        launch(set);
+        check(cudaEventRecord(ev.b, g_stream), "record");
+        return ev.seconds();
+      },
+      mo);
+  last = (next - 1) % sets;
+  return m;
+}
 
 }  // namespace
 
@@ -119,38 +113,26 @@ template <typename T>
 Measurement gemm_ex(int m, int n, int k, cudaDataType_t type, cublasComputeType_t compute, const char* dtype, const MeasureOptions& mo) {
   const size_t a = static_cast<size_t>(m) * k, b = static_cast<size_t>(k) * n, c = static_cast<size_t>(m) * n;
   const int sets = 3;
-  T* buf = nullptr;
-  check(cudaMalloc(&buf, (sets * (a + b) + c) * sizeof(T)), "malloc");
-  fill_values<<<1024, 256, 0, g_stream>>>(buf, sets * (a + b) + c, 7u + static_cast<unsigned>(m));
+  DeviceArray<T> buf(sets * (a + b) + c);
+  fill_values<<<1024, 256, 0, g_stream>>>(buf.p, sets * (a + b) + c, 7u + static_cast<unsigned>(m));
   check(cudaGetLastError(), "fill");
   const float alpha = 1.0f, beta = 0.0f;
-  Events ev;
-  int next = 0;
-  auto once = [&]() {
-    const int i = next++ % sets;
-    const T* A = buf + static_cast<size_t>(i) * (a + b);
-    const T* B = A + a;
-    T* C = buf + sets * (a + b);
-    check(cudaEventRecord(ev.a, g_stream), "record");
-    check(cublasGemmEx(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, B, type, n, A, type, k, &beta, C, type, n, compute, CUBLAS_GEMM_DEFAULT),
-          "gemm");
-    check(cudaEventRecord(ev.b, g_stream), "record");
-    return ev.seconds();
-  };
-  Measurement meas;
-  try {
-    meas = measure(once, mo);
-  } catch (...) {
-    cudaFree(buf);
-    throw;
-  }
-  const int last = (next - 1) % sets;
+  T* C = buf.p + sets * (a + b);
+  int last = 0;
+  const Measurement meas = measure_rotating(
+      sets,
+      [&](int set) {
+        const T* A = buf.p + static_cast<size_t>(set) * (a + b);
+        check(cublasGemmEx(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, A + a, type, n, A, type, k, &beta, C, type, n, compute,
+                           CUBLAS_GEMM_DEFAULT),
+              "gemm");
+      },
+      mo, last);
   std::vector<T> row(static_cast<size_t>(k)), mat(b), col(static_cast<size_t>(k));
   T c00;
-  check(cudaMemcpy(row.data(), buf + static_cast<size_t>(last) * (a + b), k * sizeof(T), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(mat.data(), buf + static_cast<size_t>(last) * (a + b) + a, b * sizeof(T), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(&c00, buf + sets * (a + b), sizeof(T), cudaMemcpyDeviceToHost), "copy");
-  cudaFree(buf);
+  check(cudaMemcpy(row.data(), buf.p + static_cast<size_t>(last) * (a + b), k * sizeof(T), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(mat.data(), buf.p + static_cast<size_t>(last) * (a + b) + a, b * sizeof(T), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(&c00, C, sizeof(T), cudaMemcpyDeviceToHost), "copy");
   for (int kk = 0; kk < k; ++kk) col[static_cast<size_t>(kk)] = mat[static_cast<size_t>(kk) * n];
   check_product(row, col, c00, dtype);
   return meas;
@@ -163,69 +145,56 @@ Measurement gemm_fp8(int m, int n, int k, const MeasureOptions& mo) {
   const size_t a = static_cast<size_t>(m) * k, w = static_cast<size_t>(n) * k, c = static_cast<size_t>(m) * n;
   const int sets = 3;
   const size_t workspace_bytes = size_t{32} << 20;
-  __nv_fp8_e4m3* ops = nullptr;
-  __nv_bfloat16* out = nullptr;
-  void* workspace = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t lw = nullptr, la = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  auto release = [&]() {
-    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc != nullptr) cublasLtMatrixLayoutDestroy(lc);
-    if (la != nullptr) cublasLtMatrixLayoutDestroy(la);
-    if (lw != nullptr) cublasLtMatrixLayoutDestroy(lw);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
-    cudaFree(workspace);
-    cudaFree(out);
-    cudaFree(ops);
-  };
-  try {
-    check(cudaMalloc(&ops, sets * (a + w) * sizeof(__nv_fp8_e4m3)), "malloc");
-    check(cudaMalloc(&out, c * sizeof(__nv_bfloat16)), "malloc");
-    check(cudaMalloc(&workspace, workspace_bytes), "malloc");
-    fill_values<<<1024, 256, 0, g_stream>>>(ops, sets * (a + w), 5u + static_cast<unsigned>(m));
-    check(cudaGetLastError(), "fill");
-    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
-    check(cublasLtMatrixLayoutCreate(&lw, CUDA_R_8F_E4M3, k, n, k), "layout");
-    check(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, m, k), "layout");
-    check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n), "layout");
-    check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes),
-          "workspace");
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(g_lt, desc, lw, la, lc, lc, pref, 1, &heur, &found), "fp8 heuristic");
-    if (found == 0) throw std::runtime_error("cuBLASLt has no fp8 kernel for this device and shape");
-    const float alpha = 1.0f, beta = 0.0f;
-    Events ev;
-    int next = 0;
-    auto once = [&]() {
-      const int i = next++ % sets;
-      const __nv_fp8_e4m3* A = ops + static_cast<size_t>(i) * (a + w);
-      const __nv_fp8_e4m3* W = A + a;
-      check(cudaEventRecord(ev.a, g_stream), "record");
-      check(cublasLtMatmul(g_lt, desc, &alpha, W, lw, A, la, &beta, out, lc, out, lc, &heur.algo, workspace, workspace_bytes, g_stream),
-            "fp8 matmul");
-      check(cudaEventRecord(ev.b, g_stream), "record");
-      return ev.seconds();
-    };
-    const Measurement meas = measure(once, mo);
-    const int last = (next - 1) % sets;
-    std::vector<__nv_fp8_e4m3> row(static_cast<size_t>(k)), col(static_cast<size_t>(k));
-    __nv_bfloat16 c00;
-    check(cudaMemcpy(row.data(), ops + static_cast<size_t>(last) * (a + w), k, cudaMemcpyDeviceToHost), "copy");
-    check(cudaMemcpy(col.data(), ops + static_cast<size_t>(last) * (a + w) + a, k, cudaMemcpyDeviceToHost), "copy");
-    check(cudaMemcpy(&c00, out, sizeof c00, cudaMemcpyDeviceToHost), "copy");
-    release();
-    check_product(row, col, c00, "fp8");
-    return meas;
-  } catch (...) {
-    release();
-    throw;
-  }
+  DeviceArray<__nv_fp8_e4m3> ops(sets * (a + w));
+  DeviceArray<__nv_bfloat16> out(c);
+  DeviceArray<char> workspace(workspace_bytes);
+  fill_values<<<1024, 256, 0, g_stream>>>(ops.p, sets * (a + w), 5u + static_cast<unsigned>(m));
+  check(cudaGetLastError(), "fill");
+  // The cuBLASLt descriptors, destroyed on every way out.
+  struct Descriptors {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t lw = nullptr, la = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~Descriptors() {
+      if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+      if (lc != nullptr) cublasLtMatrixLayoutDestroy(lc);
+      if (la != nullptr) cublasLtMatrixLayoutDestroy(la);
+      if (lw != nullptr) cublasLtMatrixLayoutDestroy(lw);
+      if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    }
+  } d;
+  check(cublasLtMatmulDescCreate(&d.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+  check(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  check(cublasLtMatrixLayoutCreate(&d.lw, CUDA_R_8F_E4M3, k, n, k), "layout");
+  check(cublasLtMatrixLayoutCreate(&d.la, CUDA_R_8F_E4M3, k, m, k), "layout");
+  check(cublasLtMatrixLayoutCreate(&d.lc, CUDA_R_16BF, n, m, n), "layout");
+  check(cublasLtMatmulPreferenceCreate(&d.pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes),
+        "workspace");
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(g_lt, d.desc, d.lw, d.la, d.lc, d.lc, d.pref, 1, &heur, &found), "fp8 heuristic");
+  if (found == 0) throw std::runtime_error("cuBLASLt has no fp8 kernel for this device and shape");
+  const float alpha = 1.0f, beta = 0.0f;
+  int last = 0;
+  const Measurement meas = measure_rotating(
+      sets,
+      [&](int set) {
+        const __nv_fp8_e4m3* A = ops.p + static_cast<size_t>(set) * (a + w);
+        check(cublasLtMatmul(g_lt, d.desc, &alpha, A + a, d.lw, A, d.la, &beta, out.p, d.lc, out.p, d.lc, &heur.algo, workspace.p,
+                             workspace_bytes, g_stream),
+              "fp8 matmul");
+      },
+      mo, last);
+  std::vector<__nv_fp8_e4m3> row(static_cast<size_t>(k)), col(static_cast<size_t>(k));
+  __nv_bfloat16 c00;
+  check(cudaMemcpy(row.data(), ops.p + static_cast<size_t>(last) * (a + w), k, cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(col.data(), ops.p + static_cast<size_t>(last) * (a + w) + a, k, cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(&c00, out.p, sizeof c00, cudaMemcpyDeviceToHost), "copy");
+  check_product(row, col, c00, "fp8");
+  return meas;
 }
 
 }  // namespace
@@ -282,48 +251,33 @@ Measurement time_elementwise(const std::string& kernel, int rows, int cols, cons
   if (kernel != "rmsnorm" && kernel != "swiglu" && kernel != "add") throw std::runtime_error("unknown element-wise kernel '" + kernel + "'");
   const size_t n = static_cast<size_t>(rows) * cols;
   const int sets = 2;  // two input sets alternate, so the second read of a tensor is not from L2
-  __nv_bfloat16* buf = nullptr;
   // Per set: two inputs of n (the norm uses the first and a weight of `cols`); then one output.
-  check(cudaMalloc(&buf, (sets * 2 * n + n) * sizeof(__nv_bfloat16)), "malloc");
-  fill_values<<<1024, 256, 0, g_stream>>>(buf, sets * 2 * n, 19u + static_cast<unsigned>(cols));
+  DeviceArray<__nv_bfloat16> buf(sets * 2 * n + n);
+  fill_values<<<1024, 256, 0, g_stream>>>(buf.p, sets * 2 * n, 19u + static_cast<unsigned>(cols));
   check(cudaGetLastError(), "fill");
-  __nv_bfloat16* y = buf + sets * 2 * n;
-  Events ev;
-  int next = 0;
-  auto launch = [&](int set) {
-    const __nv_bfloat16* a = buf + static_cast<size_t>(set) * 2 * n;
-    const __nv_bfloat16* b = a + n;
-    if (kernel == "rmsnorm") {
-      rmsnorm_kernel<<<rows, 256, 0, g_stream>>>(a, b, y, cols);
-    } else if (kernel == "swiglu") {
-      swiglu_kernel<<<4096, 256, 0, g_stream>>>(a, b, y, n);
-    } else {
-      add_kernel<<<4096, 256, 0, g_stream>>>(a, b, y, n);
-    }
-  };
-  auto once = [&]() {
-    const int set = next++ % sets;
-    check(cudaEventRecord(ev.a, g_stream), "record");
-    launch(set);
-    check(cudaGetLastError(), kernel.c_str());
-    check(cudaEventRecord(ev.b, g_stream), "record");
-    return ev.seconds();
-  };
-  Measurement meas;
-  try {
-    meas = measure(once, mo);
-  } catch (...) {
-    cudaFree(buf);
-    throw;
-  }
+  __nv_bfloat16* y = buf.p + sets * 2 * n;
+  int last = 0;
+  const Measurement meas = measure_rotating(
+      sets,
+      [&](int set) {
+        const __nv_bfloat16* a = buf.p + static_cast<size_t>(set) * 2 * n;
+        const __nv_bfloat16* b = a + n;
+        if (kernel == "rmsnorm") {
+          rmsnorm_kernel<<<rows, 256, 0, g_stream>>>(a, b, y, cols);
+        } else if (kernel == "swiglu") {
+          swiglu_kernel<<<4096, 256, 0, g_stream>>>(a, b, y, n);
+        } else {
+          add_kernel<<<4096, 256, 0, g_stream>>>(a, b, y, n);
+        }
+        check(cudaGetLastError(), kernel.c_str());
+      },
+      mo, last);
   // Check the first output element of the last launch against the host.
-  const int last = (next - 1) % sets;
   std::vector<__nv_bfloat16> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
   __nv_bfloat16 y0;
-  check(cudaMemcpy(a.data(), buf + static_cast<size_t>(last) * 2 * n, cols * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(b.data(), buf + static_cast<size_t>(last) * 2 * n + n, cols * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(a.data(), buf.p + static_cast<size_t>(last) * 2 * n, cols * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(b.data(), buf.p + static_cast<size_t>(last) * 2 * n + n, cols * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost), "copy");
   check(cudaMemcpy(&y0, y, sizeof y0, cudaMemcpyDeviceToHost), "copy");
-  cudaFree(buf);
   double want = 0;
   const double a0 = to_float(a[0]), b0 = to_float(b[0]);
   if (kernel == "rmsnorm") {

@@ -60,9 +60,9 @@ Family family_of(const Json& r) {
 bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason) {
   const std::string g = str(r, "gpu_type");
   const std::string gl = lower(g);
-  // Board variants the SXM profiles do not describe (lower power, PCIe or NVL pairs instead of
-  // an NVSwitch node, a 72-GPU NVLink domain): no profile rather than a wrong one.
-  // "H100 NVL" (a PCIe board pair) but not "NVLink" in a description of the node's fabric.
+  // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs, Grace
+  // superchips): no profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
+  // description of the node's fabric is not.
   static const std::regex nvl_board(R"(\bnvl\b)");
   if (contains(gl, "pcie") || std::regex_search(gl, nvl_board) || contains(gl, "gh200") || contains(gl, "gb300")) {
     reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
@@ -73,25 +73,9 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
               {"name", "v100-sxm3-32gb-dgx2h"},
               {"gpu", {{"name", "V100 SXM3 32GB 450 W (DGX-2H)"}, {"peak_flops", {{"fp16", "131.25TFLOPS"}}}}}};
     notes.push_back("hardware: DGX-2H parts run faster clocks: 2.1 PFLOP/s over 16 GPUs = 131 TFLOP/s fp16 each (DGX-2H datasheet)");
-  } else if (contains(g, "V100")) {
-    hw = "v100-sxm-32gb";
-  } else if (contains(g, "A100")) {
-    hw = contains(g, "40GB") ? "a100-sxm-40gb" : "a100-sxm-80gb";
-  } else if (contains(g, "GB200")) {
-    hw = "gb200-nvl72";
-  } else if (contains(g, "MI300X")) {
-    hw = "mi300x";
-  } else if (contains(g, "MI325X")) {
-    hw = "mi325x";
-  } else if (contains(g, "MI355X")) {
-    hw = "mi355x";
-  } else if (contains(g, "B300")) {
-    hw = "b300";
-  } else if (contains(g, "H200")) {
-    hw = "h200";
-  } else if (contains(g, "H800")) {
-    hw = "h800";
-  } else if (contains(g, "H100") && contains(g, "96GB")) {
+    return true;
+  }
+  if (contains(g, "H100") && contains(g, "96GB")) {
     hw = Json{{"base", "h100-sxm"},
               {"name", "h100-96gb-500w"},
               {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}, {"memory_bandwidth", "2.4TB/s"}}},
@@ -99,15 +83,20 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     notes.push_back("hardware: h100-sxm profile with 94.9 GiB usable memory (the row's 96 GB part; torchtitan prints 82.4 GiB as 86.8%)");
     notes.push_back("hardware: 96 GB HBM2e at 2.4 TB/s peak, not the 80 GB part's HBM3 3.35 TB/s (torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware)");
     notes.push_back("hardware: 500 W power cap: sustained clock 0.86 x (500/700)^(1/3) = 0.77 of boost (dynamic power ~ f V^2 with V ~ f)");
-  } else if (contains(g, "H100")) {
-    hw = "h100-sxm";
-  } else if (contains(g, "B200")) {
-    hw = "b200";
-  } else {
-    reason = "no built-in hardware profile for GPU '" + g + "'";
-    return false;
+    return true;
   }
-  return true;
+  // The first name the description contains (GB200 before B200, H200 and H800 before H100).
+  static const std::pair<const char*, const char*> kProfiles[] = {
+      {"V100", "v100-sxm-32gb"}, {"A100", "a100-sxm-80gb"}, {"GB200", "gb200-nvl72"}, {"MI300X", "mi300x"}, {"MI325X", "mi325x"},
+      {"MI355X", "mi355x"},      {"B300", "b300"},           {"H200", "h200"},         {"H800", "h800"},     {"H100", "h100-sxm"},
+      {"B200", "b200"}};
+  for (const auto& [part, profile] : kProfiles) {
+    if (!contains(g, part)) continue;
+    hw = std::string(part) == "A100" && contains(g, "40GB") ? "a100-sxm-40gb" : profile;
+    return true;
+  }
+  reason = "no built-in hardware profile for GPU '" + g + "'";
+  return false;
 }
 
 // GPUs per node as the simulator means it (one NVLink or PCIe domain). A GB200 NVL72 row

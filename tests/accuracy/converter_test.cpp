@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "sim/accuracy/published.hpp"
 #include "sim/config/run_config.hpp"
@@ -23,6 +24,18 @@ Json base_row() {
               {"framework", "NeMo 24.11 (Megatron-Core)"}, {"precision", "BF16"}, {"tp", 8},
               {"pp", 4},                      {"seq_len", 4096},            {"micro_batch", 1},
               {"global_batch_seqs", 64},      {"iteration_time_s", 10.0}};
+}
+
+// The accuracy harness over these rows, written as a JSON-lines file under the test's temp dir.
+AccuracyResult accuracy_of(const std::vector<Json>& rows, const std::string& name) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  {
+    std::ofstream f(path);
+    for (const auto& r : rows) f << r.dump() << "\n";
+  }
+  AccuracyOptions o;
+  o.data_path = path;
+  return run_accuracy(o);
 }
 
 Json converted(const Json& row) {
@@ -198,14 +211,7 @@ TEST(PublishedRows, MeasuredStepFromThroughputOrMfu) {
   Json b = a;
   b.erase("tokens_per_s_total");
   b.update(Json{{"id", "by-mfu"}, {"mfu", 0.4}, {"mfu_peak_tflops_per_gpu", 989}});
-  const std::string path = ::testing::TempDir() + "/rows.jsonl";
-  {
-    std::ofstream f(path);
-    f << a.dump() << "\n" << b.dump() << "\n";
-  }
-  AccuracyOptions o;
-  o.data_path = path;
-  const AccuracyResult res = run_accuracy(o);
+  const AccuracyResult res = accuracy_of({a, b}, "rows.jsonl");
   ASSERT_EQ(res.rows.size(), 2u);
   // 64 sequences of 4096 tokens at 524,288 tokens/s.
   EXPECT_DOUBLE_EQ(res.rows[0].measured_s, 64.0 * 4096.0 / 524288.0);
@@ -314,14 +320,7 @@ TEST(PublishedRows, MalformedRowIsSkippedNotFatal) {
   good.update(Json{{"id", "good"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
   Json bad = good;
   bad.update(Json{{"id", "bad"}, {"tp", "eight"}});
-  const std::string path = ::testing::TempDir() + "/malformed.jsonl";
-  {
-    std::ofstream f(path);
-    f << bad.dump() << "\n" << good.dump() << "\n";
-  }
-  AccuracyOptions o;
-  o.data_path = path;
-  const AccuracyResult res = run_accuracy(o);
+  const AccuracyResult res = accuracy_of({bad, good}, "malformed.jsonl");
   ASSERT_EQ(res.rows.size(), 1u);
   EXPECT_EQ(res.rows[0].id, "good");
   ASSERT_EQ(res.skipped.size(), 1u);
