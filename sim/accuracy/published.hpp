@@ -23,6 +23,9 @@ struct AccuracyOptions {
   // Also search each row's (model, hardware, GPUs, batch, sequence) with the planner and
   // compare its best layout with the published one.
   bool compare_plans = false;
+  // How the report names its inputs: the command line that produced it and the data file.
+  std::string command = "stepcast accuracy --plans --out reports/accuracy.md --emit-runs configs/published";
+  std::string data_label = "data/published-runs.jsonl";
 };
 
 struct RowResult {
@@ -95,6 +98,7 @@ struct AccuracyResult {
   std::vector<DatasheetCheck> datasheets;       // hardware rows
   std::vector<SkippedRow> skipped;
   std::vector<PlanComparison> plans;
+  std::string command, data_label;  // from AccuracyOptions, for the report's header
   [[nodiscard]] core::Json to_json() const;
   [[nodiscard]] std::string summary() const;
   [[nodiscard]] std::string markdown() const;

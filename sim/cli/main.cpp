@@ -708,6 +708,10 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (accuracy->parsed()) {
+    // The report's header names the command and data as given (paths relative to the caller).
+    acc.command = "stepcast";
+    for (int i = 1; i < argc; ++i) acc.command += std::string(" ") + argv[i];
+    if (accuracy->count("--data") > 0) acc.data_label = acc.data_path;
     const auto result = stepcast::accuracy::run_accuracy(acc);
     if (acc_json) {
       std::cout << result.to_json().dump(2) << "\n";

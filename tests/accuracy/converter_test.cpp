@@ -161,6 +161,23 @@ TEST(PublishedRows, ShardedDataParallelRows) {
   EXPECT_NE(reason.find("layout not stated"), std::string::npos);
 }
 
+// An MoE row's expert tensor parallelism is the row's when it states one; otherwise Megatron's
+// default (etp = tp) applies and this layout (ep 32 x etp 2 over tp 2 x dp 16) is refused.
+TEST(PublishedRows, ExpertTensorParallelFromTheRow) {
+  Json r = base_row();
+  r.update(Json{{"model", "Qwen3_235B_a22B"}, {"params_b", 235}, {"layers", 94}, {"hidden", 4096}, {"heads", 64},
+                {"kv_heads", 4}, {"vocab", 151936}, {"moe_experts", 128}, {"moe_topk", 8}, {"moe_ffn_hidden", 1536},
+                {"num_gpus", 256}, {"tp", 2}, {"pp", 8}, {"ep", 32}, {"global_batch_seqs", 2048},
+                {"framework", "Megatron-Bridge / Megatron-Core (NeMo 25.11)"}, {"precision", "FP8-CS"}});
+  Json run = converted(r);
+  EXPECT_FALSE(run["parallel"].contains("etp"));
+  EXPECT_THROW((void)config::parse_run(run, "row", ""), core::UserError);
+  r["etp"] = 1;
+  run = converted(r);
+  EXPECT_EQ(run["parallel"]["etp"], 1);
+  EXPECT_NO_THROW((void)config::parse_run(run, "row", ""));
+}
+
 // The global batch from tokens, or from micro-batch x accumulation x dp.
 TEST(PublishedRows, GlobalBatchFromOtherFields) {
   Json r = base_row();
