@@ -479,6 +479,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     training["repeat_kv"] = true;
     notes.push_back("training: K/V repeated to the query heads before SDPA (torchtitan's 2024 Llama 3 attention calls repeat_kv)");
   }
+  if (torchtitan && precision_of(r) == "fp8") {
+    training["fp8_saved_inputs"] = false;
+    notes.push_back("training: torchao float8 linears keep their bf16 inputs for backward and quantize again there");
+  }
   if (torchtitan && contains(lower(str(r, "precision")), "float8 all-gather")) {
     training["gather_dtype"] = "fp8";
     notes.push_back("training: FSDP float8 all-gather: weights are cast to fp8 on the shard and gathered in fp8 (the row says so)");

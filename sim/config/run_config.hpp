@@ -103,6 +103,10 @@ struct Training {
   // without grouped-query support, e.g. torchtitan's repeat_kv): attention and any
   // context-parallel exchange see the expanded tensors.
   bool repeat_kv = false;
+  // fp8 training only: linear layers keep their inputs for the weight gradient in FP8, one byte
+  // per element (Transformer Engine saves the quantized copy it fed the GEMM). false: they keep
+  // the 16-bit inputs and quantize again in backward (torchao float8).
+  bool fp8_saved_inputs = false;
 };
 
 struct Parallel {

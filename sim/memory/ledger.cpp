@@ -133,8 +133,12 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   if (p.recompute == Recompute::kFull) return Bytes(e * h * T / rep);
   if (p.recompute == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
 
-  // Replicated terms (per token).
-  double replicated = 2.0 * e * h + e * h + e * h;
+  // Bytes per element of a linear layer's input kept for its weight gradient: 16-bit, or one
+  // byte where fp8 training keeps the quantized copy (training.fp8_saved_inputs).
+  const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
+  // Replicated terms (per token): the two norms' inputs, and their outputs (the QKV and MLP
+  // inputs).
+  double replicated = 2.0 * e * h + li * h + li * h;
   if (rc.training.dropout) replicated += 2.0 * h;
   // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
   // when the framework expands them before the call (selective recompute rebuilds them from
@@ -143,21 +147,25 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && p.recompute == Recompute::kNone);
   const double q_w = w.q, kv_w = w.k, out_w = w.out;
   // MLA: the latent inputs of the up-projections (replicated).
-  if (m.mla.enabled()) replicated += e * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
-  double split = e * (q_w + kv_w + kv_w) + e * out_w;
-  const double mlp_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
+  if (m.mla.enabled()) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
+  // The attention kernel keeps its output for its own backward; with fp8 inputs the output
+  // projection keeps its quantized copy beside it.
+  double split = e * (q_w + kv_w + kv_w) + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0);
+  // Per MLP width element: the first projection's outputs (gate and up, or the pre-activation)
+  // for the activation's backward, and the activation's output as the second projection's input.
+  const double mlp_bytes = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + li;
   if (!moe_layer) {
-    split += mlp_passes * e * static_cast<double>(m.ffn_hidden) / t;
+    split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
   } else {
     const auto& mo = m.moe;
     const double k = static_cast<double>(mo.top_k);
     const double etp = static_cast<double>(p.etp);
     // Per routed token copy: the permuted input and the expert's MLP activations; routing
     // probabilities in fp32 per expert.
-    const double routed = k * (e * h + mlp_passes * e * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
+    const double routed = k * (li * h + mlp_bytes * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
     split += routed + 4.0 * static_cast<double>(mo.num_experts) / t;
     if (mo.shared_experts > 0) {
-      split += mlp_passes * e * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
+      split += mlp_bytes * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
     }
   }
   double scores = 0;

@@ -96,6 +96,9 @@ const std::vector<BadCase> kCases = {
     // A100 has no FP8 tensor cores (no fp8 dense peak in its profile).
     {"Fp8OnA100", R"({"hardware": "a100-sxm-80gb", "training": {"precision": "fp8"}})",
      {"$.training.precision", "fp8", "a100-sxm-80gb"}},
+    // Saving linear-layer inputs in fp8 is an fp8-training setting.
+    {"Fp8SavedInputsWithoutFp8", R"({"training": {"fp8_saved_inputs": true}})",
+     {"$.training.fp8_saved_inputs", "precision fp8"}},
     // FSDP is ZeRO stage 3; asking for stage 1 at the same time is contradictory.
     {"FsdpWithZero1", R"({"parallel": {"fsdp": true, "zero_stage": 1}})", {"$.parallel.zero_stage", "got 1", "fsdp"}},
     // Unit strings in hardware overrides are checked: parsecs are not bytes.

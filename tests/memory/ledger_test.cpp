@@ -439,6 +439,27 @@ TEST(Activations, RepeatedKvKeptOnlyWithoutRecompute) {
                    layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value());
 }
 
+// fp8 training with Transformer Engine keeps each linear layer's input for its weight gradient
+// in fp8: the QKV and gate/up inputs (the norms' outputs, h each) and the down projection's
+// input (the activation's output, ffn) drop from 2 bytes to 1, while the output projection keeps
+// a 1-byte copy of the attention output beside the attention kernel's own (h more). Llama-3.1-8B,
+// tp 1: (2h + ffn - h) = 4096 + 14336 fewer bytes per token. torchao float8 keeps the bf16
+// inputs (fp8_saved_inputs false): the same bytes as bf16 training.
+TEST(Activations, Fp8TrainingSavesLinearInputsInFp8) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}, {"precision", "bf16"}}},
+            {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", "none"}}}};
+  const double bf16 = layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value();
+  j["training"]["precision"] = "fp8";
+  const RunConfig te = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_TRUE(te.training.fp8_saved_inputs);  // the default under fp8
+  EXPECT_DOUBLE_EQ(bf16 - layer_activation_bytes(te, false).value(), 16384.0 * (4096.0 + 14336.0));
+  j["training"]["fp8_saved_inputs"] = false;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(), bf16);
+}
+
 // A context-parallel attention backward holds more than the rank's own layer: with PyTorch's
 // all-gather rotation every rank's K/V (as exchanged), fp32 dK/dV accumulators, the partial
 // sums received and the copy sent on, and the fp32 dQ accumulator; with the all-gather variant
