@@ -682,7 +682,7 @@ std::string layout_string(const config::RunConfig& rc) {
   o << " mb" << p.micro_batch_size;
   if (p.fsdp) o << " fsdp";
   else if (p.zero_stage > 0) o << " z" << p.zero_stage;
-  if (p.recompute != config::Recompute::kNone) o << " rc-" << config::to_string(p.recompute);
+  if (p.recompute != config::Recompute::kNone) o << " rc-" << config::recompute_label(p);
   return o.str();
 }
 

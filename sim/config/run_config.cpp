@@ -21,6 +21,11 @@ std::string to_string(Recompute r) {
   return "?";
 }
 
+std::string recompute_label(const Parallel& p) {
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) return "full(" + std::to_string(p.recompute_layers) + ")";
+  return to_string(p.recompute);
+}
+
 std::string to_string(Schedule s) {
   switch (s) {
     case Schedule::kGpipe: return "gpipe";
@@ -139,6 +144,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
                 : rec == "selective"    ? Recompute::kSelective
                 : rec == "selective-op" ? Recompute::kSelectiveOp
                                         : Recompute::kNone;
+  p.recompute_layers = r.get_int("recompute_layers", 1, 1 << 20, 0);
+  if (p.recompute_layers > 0 && p.recompute != Recompute::kFull) {
+    r.issues().add(r.child_path("recompute_layers"),
+                   "got " + std::to_string(p.recompute_layers) + "; recomputing a number of layers needs recompute \"full\" (got \"" + rec + "\")");
+  }
   const bool has_schedule = r.has("schedule");
   const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"}, "1f1b");
   p.schedule = sch == "gpipe" ? Schedule::kGpipe
@@ -538,6 +548,21 @@ bool megatron_end_stages(int64_t layers, int64_t pp, int64_t& first, int64_t& la
   first = ends / 2;
   last = ends - first;
   return true;
+}
+
+bool RunConfig::full_recompute_layer(int64_t layer) const {
+  if (parallel.recompute != Recompute::kFull) return false;
+  if (parallel.recompute_layers <= 0) return true;
+  // Virtual stages hold consecutive layers in pipeline order: the last one starting at or
+  // before this layer holds it.
+  const auto it = std::upper_bound(vstage_first_layer.begin(), vstage_first_layer.end(), layer);
+  const int64_t first = it == vstage_first_layer.begin() ? 0 : *(it - 1);
+  return layer - first < parallel.recompute_layers;
+}
+
+bool RunConfig::partial_recompute() const {
+  if (parallel.recompute != Recompute::kFull || parallel.recompute_layers <= 0) return false;
+  return std::any_of(vstage_layers.begin(), vstage_layers.end(), [&](int64_t n) { return n > parallel.recompute_layers; });
 }
 
 std::vector<int64_t> RunConfig::stage_layer_ids(int64_t stage) const {

@@ -57,6 +57,10 @@ struct MoeRouting {
 };
 
 std::string to_string(Recompute r);
+struct Parallel;
+// The recompute mode as printed: "full(N)" when full recomputation covers the first N layers
+// of each virtual stage.
+std::string recompute_label(const Parallel& p);
 std::string to_string(Schedule s);
 std::string to_string(Optimizer o);
 std::string to_string(CpComm c);
@@ -126,6 +130,10 @@ struct Parallel {
   // recompute and the backward (PyTorch FSDP).
   bool zero3_recompute_regather = false;
   Recompute recompute = Recompute::kNone;
+  // With recompute full: the layers recomputed in each virtual stage, its first ones (Megatron's
+  // --recompute-method block --recompute-num-layers N); the rest keep their activations.
+  // 0 = every layer.
+  int64_t recompute_layers = 0;
   Schedule schedule = Schedule::kOneFOneB;
   double bucket_mb = 25.0;  // DDP gradient bucket size in MB (1e6 bytes)
   // Uneven pipeline split, Megatron's way: the first / last pipeline stage holds this many
@@ -222,6 +230,11 @@ struct RunConfig {
   }
   // The global indices of a pipeline stage's layers, chunk by chunk.
   [[nodiscard]] std::vector<int64_t> stage_layer_ids(int64_t stage) const;
+  // Whether full recomputation rebuilds this layer's activations (every layer under recompute
+  // full, or the first recompute_layers of its virtual stage).
+  [[nodiscard]] bool full_recompute_layer(int64_t layer) const;
+  // Recompute full covers some layers of a virtual stage but not all.
+  [[nodiscard]] bool partial_recompute() const;
   [[nodiscard]] int64_t tokens_per_step() const { return training.global_batch_size * training.seq_len; }
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
 };

@@ -205,7 +205,9 @@ class RankBuilder {
                                       : (a.phase == Phase::kB && p_.reshard_after_forward));
     std::vector<TaskId> gates(seq.size(), kNone);
     const bool regather = !fwd && p_.zero3_recompute_regather && p_.recompute == config::Recompute::kFull;
-    auto regathered = [&](const Slot& sl) { return regather && sl.layer >= 0 && sl.layer < static_cast<int32_t>(b_.rc_.model.num_layers); };
+    auto regathered = [&](const Slot& sl) {
+      return regather && sl.layer >= 0 && sl.layer < static_cast<int32_t>(b_.rc_.model.num_layers) && b_.rc_.full_recompute_layer(sl.layer);
+    };
     if (gather && !seq.empty()) gates[0] = fsdp_gather(*seq[0], regathered(*seq[0]));
     const auto& n = b_.names_;
     for (size_t si = 0; si < seq.size(); ++si) {
@@ -553,7 +555,7 @@ void StepBuilder::build_slots() {
       const int64_t first = rc_.chunk_first_layer(s, c);
       for (int64_t layer = first; layer < first + rc_.chunk_layers(s, c); ++layer) {
         const bool moe = m.is_moe_layer(layer);
-        const LayerCost* lc = moe ? &wb_.moe_layer() : &wb_.dense_layer();
+        const LayerCost* lc = &wb_.layer(layer);
         auto tensors = estimate::layer_tensors(rc_, moe);
         sl.push_back(make(lc, static_cast<int32_t>(layer), std::move(tensors.dense), std::move(tensors.expert)));
         cs[static_cast<size_t>(c)].push_back(sl.size() - 1);

@@ -284,8 +284,7 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
       // simulated duration (which includes slowdowns, jitter and sequence-length scaling).
       const estimate::LayerCost& lc = t.layer == -1  ? ops_wb->embedding()
                                       : t.layer == L ? ops_wb->output_layer()
-                                      : rc.model.is_moe_layer(t.layer) ? ops_wb->moe_layer()
-                                                                       : ops_wb->dense_layer();
+                                                     : ops_wb->layer(t.layer);
       const auto& list = t.kind == TaskKind::kForward ? lc.fwd : lc.bwd;
       // The task's own operators: no communication; a deferred weight-gradient task holds the
       // weight-gradient GEMMs, its backward the rest.

@@ -81,12 +81,7 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.hardware_flops += lc.hardware_flops.value() * count;
     c.model_flops += lc.model_flops.value() * count;
   };
-  const auto s = static_cast<size_t>(stage);
-  const int64_t layers = rc.stage_layers[s];
-  int64_t moe_layers = 0;
-  for (const int64_t l : rc.stage_layer_ids(stage)) moe_layers += rc.model.is_moe_layer(l) ? 1 : 0;
-  add(wb.dense_layer(), static_cast<double>(layers - moe_layers));
-  if (moe_layers > 0) add(wb.moe_layer(), static_cast<double>(moe_layers));
+  for (const int64_t l : rc.stage_layer_ids(stage)) add(wb.layer(l), 1.0);
   if (stage == 0) add(wb.embedding(), 1.0);
   if (stage == rc.parallel.pp - 1) add(wb.output_layer(), 1.0);
   return c;
@@ -150,8 +145,13 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), places.zero3, hw);
       const double per_layer_f = (f / static_cast<double>(st.layers));
       const double per_layer_b = (b / static_cast<double>(st.layers));
-      const bool regather = p.zero3_recompute_regather && p.recompute == config::Recompute::kFull;
-      const double bwd_comm = (p.reshard_after_forward ? ag.value() * (regather ? 2.0 : 1.0) : 0.0) + rs.value();
+      // The share of the stage's layers whose recomputed forward gathers again.
+      double regathered = 0;
+      if (p.zero3_recompute_regather) {
+        for (const int64_t l : rc.stage_layer_ids(s)) regathered += rc.full_recompute_layer(l) ? 1.0 : 0.0;
+        regathered /= static_cast<double>(st.layers);
+      }
+      const double bwd_comm = (p.reshard_after_forward ? ag.value() * (1.0 + regathered) : 0.0) + rs.value();
       const double exp_f = beside_compute(ag.value(), per_layer_f, slow) * static_cast<double>(st.layers) + ag.value();
       const double exp_b = beside_compute(bwd_comm, per_layer_b, slow) * static_cast<double>(st.layers) + rs.value();
       fsdp = exp_f + exp_b;

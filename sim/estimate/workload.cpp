@@ -228,10 +228,20 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
   if (p.pp > 1) {
     places_.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);
   }
-  dense_ = build_layer(false);
-  if (rc.model.moe.enabled()) moe_ = build_layer(true);
+  dense_ = build_layer(false, p.recompute);
+  if (rc.model.moe.enabled()) moe_ = build_layer(true, p.recompute);
+  if (rc.partial_recompute()) {
+    dense_kept_ = build_layer(false, config::Recompute::kNone);
+    if (rc.model.moe.enabled()) moe_kept_ = build_layer(true, config::Recompute::kNone);
+  }
   embedding_ = build_embedding();
   output_ = build_output();
+}
+
+const LayerCost& WorkloadBuilder::layer(int64_t layer) const {
+  const bool moe = rc_.model.is_moe_layer(layer);
+  if (rc_.partial_recompute() && !rc_.full_recompute_layer(layer)) return moe ? moe_kept_ : dense_kept_;
+  return moe ? moe_ : dense_;
 }
 
 Bytes WorkloadBuilder::p2p_bytes() const {
@@ -329,7 +339,7 @@ LayerTensors layer_tensors(const config::RunConfig& rc, bool moe) {
   return out;
 }
 
-LayerCost WorkloadBuilder::build_layer(bool moe) const {
+LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) const {
   const auto& m = rc_.model;
   const auto& p = rc_.parallel;
   Ctx c = make_ctx(rc_, places_, tokens_);
@@ -652,7 +662,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
   }
 
   // ---- recomputation ----
-  if (p.recompute == config::Recompute::kFull) {
+  if (recompute == config::Recompute::kFull) {
     // The whole forward (with its TP collectives) runs again before this layer's backward.
     std::vector<Op> re;
     for (const auto& o : F) {
@@ -668,7 +678,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     for (const auto& o : F) {
       if (o.kind != OpKind::kComm) lc.hardware_flops += o.flops;
     }
-  } else if (p.recompute == config::Recompute::kSelective &&
+  } else if (recompute == config::Recompute::kSelective &&
              rc_.training.attention == config::AttentionImpl::kUnfused) {
     // Selective recompute re-runs the core attention (flash attention already recomputes it).
     Op r = af;
@@ -677,7 +687,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe) const {
     B.insert(B.begin(), r);
     lc.recompute += af.time;
     lc.hardware_flops += af.flops;
-  } else if (p.recompute == config::Recompute::kSelectiveOp) {
+  } else if (recompute == config::Recompute::kSelectiveOp) {
     // Op-level selective checkpointing keeps every other matmul output and the attention output
     // (see memory::selective_op_bytes_per_token); backward re-runs the element-wise work and the
     // matmuls whose outputs were dropped: K (and V's twin) of the projections, the output

@@ -96,6 +96,9 @@ class WorkloadBuilder {
 
   [[nodiscard]] const LayerCost& dense_layer() const { return dense_; }
   [[nodiscard]] const LayerCost& moe_layer() const { return moe_; }
+  // Transformer layer `layer` (global index): dense or MoE, and with or without its
+  // recomputation when recompute full covers only some layers (parallel.recompute_layers).
+  [[nodiscard]] const LayerCost& layer(int64_t layer) const;
   [[nodiscard]] const LayerCost& embedding() const { return embedding_; }
   [[nodiscard]] const LayerCost& output_layer() const { return output_; }
   [[nodiscard]] const GroupPlacements& placements() const { return places_; }
@@ -106,7 +109,7 @@ class WorkloadBuilder {
   [[nodiscard]] core::Duration p2p_time() const;
 
  private:
-  LayerCost build_layer(bool moe) const;
+  LayerCost build_layer(bool moe, config::Recompute recompute) const;
   LayerCost build_embedding() const;
   LayerCost build_output() const;
   void finish(LayerCost& c) const;
@@ -115,6 +118,7 @@ class WorkloadBuilder {
   double tokens_ = 0;
   GroupPlacements places_;
   LayerCost dense_, moe_, embedding_, output_;
+  LayerCost dense_kept_, moe_kept_;  // layers recompute full leaves out (partial recompute)
 };
 
 }  // namespace stepcast::estimate

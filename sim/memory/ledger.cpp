@@ -259,9 +259,20 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
 Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
   const Bytes dense = layer_activation_bytes(rc, false);
   const Bytes moe = rc.model.moe.enabled() ? layer_activation_bytes(rc, true) : dense;
+  // Layers recompute full leaves out (parallel.recompute_layers) keep all their activations.
+  Bytes dense_kept = dense, moe_kept = moe;
+  if (rc.partial_recompute()) {
+    config::RunConfig kept = rc;
+    kept.parallel.recompute = Recompute::kNone;
+    dense_kept = layer_activation_bytes(kept, false);
+    moe_kept = rc.model.moe.enabled() ? layer_activation_bytes(kept, true) : dense_kept;
+  }
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
-  for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
+  for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) {
+    const bool recomputed = !rc.partial_recompute() || rc.full_recompute_layer(l);
+    out += rc.model.is_moe_layer(l) ? (recomputed ? moe : moe_kept) : (recomputed ? dense : dense_kept);
+  }
   return out;
 }
 

@@ -71,7 +71,9 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   }
   num("micro-batch", a.micro_batch_size, b.micro_batch_size);
   num("ZeRO stage", a.effective_zero(), b.effective_zero());
-  if (a.recompute != b.recompute) d.push_back("recompute " + config::to_string(a.recompute) + " vs " + config::to_string(b.recompute));
+  if (a.recompute != b.recompute || a.recompute_layers != b.recompute_layers) {
+    d.push_back("recompute " + config::recompute_label(a) + " vs " + config::recompute_label(b));
+  }
   if (a.schedule != b.schedule) d.push_back(config::to_string(a.schedule) + " vs " + config::to_string(b.schedule));
   std::string s;
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i];
@@ -141,7 +143,7 @@ std::string layout_text(const Parallel& p) {
   if (p.etp > 1) o << " etp " << p.etp;
   if (p.vpp > 1) o << " vpp " << p.vpp;
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage)) << " rc "
-    << config::to_string(p.recompute);
+    << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
   if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers << " last " << p.last_stage_layers;
   if (!p.stage_layer_list.empty()) o << " stages " << Json(p.stage_layer_list).dump();
@@ -178,6 +180,10 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   std::vector<Recompute> recomputes{Recompute::kNone, Recompute::kFull};
   if (base.training.attention == config::AttentionImpl::kUnfused) recomputes.insert(recomputes.begin() + 1, Recompute::kSelective);
   if (fixed("recompute")) recomputes = {bp.recompute};
+  if (fixed("recompute_layers")) recomputes = {Recompute::kFull};  // a layer count is full recomputation's
+  // Under full recomputation the planner recomputes only the layers memory needs, unless the
+  // run file or --fix sets the recompute mode or the layer count.
+  const bool search_recompute_layers = !fixed("recompute") && !fixed("recompute_layers");
 
   // Enumerate candidate layouts (cheap arithmetic filters only; the validator decides).
   std::vector<Parallel> cands;
@@ -292,13 +298,32 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         continue;
       }
       auto ledger = memory::compute_ledger(rc);
+      auto within = [&](const memory::MemoryLedger& l) { return l.peak().value() <= (1.0 - opt.memory_headroom) * l.capacity.value(); };
       if (!ledger.fits()) {
         ev.reason = "does not fit in memory";
         continue;
       }
-      if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
+      if (!within(ledger)) {
         ev.reason = "fits, but not within the memory headroom";
         continue;
+      }
+      if (search_recompute_layers && rc.parallel.recompute == Recompute::kFull) {
+        // Recompute only as many layers of each virtual stage as the memory needs (Megatron's
+        // block method): the fewest N whose ledger still fits, by bisection (memory falls as N
+        // grows). When nothing needs recomputing the no-recompute candidate covers the layout.
+        const int64_t most = *std::max_element(rc.vstage_layers.begin(), rc.vstage_layers.end());
+        int64_t lo = 0, hi = most;  // fits with hi layers; lo = 0 is recompute none
+        while (hi - lo > 1) {
+          const int64_t mid = (lo + hi) / 2;
+          RunConfig trial = rc;
+          trial.parallel.recompute_layers = mid;
+          if (within(memory::compute_ledger(trial))) hi = mid;
+          else lo = mid;
+        }
+        if (hi < most) {
+          rc.parallel.recompute_layers = hi;
+          ledger = memory::compute_ledger(rc);
+        }
       }
       ev.c.peak_memory_bytes = ledger.peak().value();
       ev.c.est = estimate::estimate_step(rc, std::move(ledger));
@@ -411,6 +436,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     Json par = {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}, {"sp", p.sp},
                 {"micro_batch_size", p.micro_batch_size}, {"zero_stage", p.zero_stage}, {"fsdp", p.fsdp},
                 {"recompute", config::to_string(p.recompute)}, {"schedule", config::to_string(p.schedule)}};
+    if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;

@@ -66,7 +66,7 @@ Json run_summary_json(const config::RunConfig& rc) {
             {"vpp", p.vpp}, {"sp", p.sp}, {"micro_batch_size", p.micro_batch_size},
             {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
             {"fsdp", p.fsdp}, {"recompute", config::to_string(p.recompute)},
-            {"schedule", config::to_string(p.schedule)}}},
+            {"recompute_layers", p.recompute_layers}, {"schedule", config::to_string(p.schedule)}}},
           {"assumptions", rc.assumptions}};
 }
 
@@ -110,7 +110,7 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
   std::ostringstream o;
   o << "memory per GPU (GiB) for " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name
     << " (tp " << rc.parallel.tp << ", pp " << rc.parallel.pp << ", dp " << rc.parallel.dp << ", cp " << rc.parallel.cp
-    << ", zero " << rc.parallel.effective_zero() << ", recompute " << config::to_string(rc.parallel.recompute) << ")\n";
+    << ", zero " << rc.parallel.effective_zero() << ", recompute " << config::recompute_label(rc.parallel) << ")\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-6s %6s %9s %9s %9s %11s %8s %9s %8s %8s %8s %9s\n", "stage", "layers", "weights",
                 "grads", "optim", "activations", "in-flt", "transient", "logits", "buffers", "runtime", "total");
@@ -253,7 +253,7 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
                 static_cast<long long>(rc.parallel.ep), static_cast<long long>(rc.parallel.vpp),
                 static_cast<long long>(rc.parallel.micro_batch_size), static_cast<long long>(rc.num_microbatches),
                 config::to_string(rc.parallel.schedule).c_str(), rc.parallel.effective_zero(),
-                config::to_string(rc.parallel.recompute).c_str());
+                config::recompute_label(rc.parallel).c_str());
   o << line;
   std::snprintf(line, sizeof line, "  step time    %.4f s\n  tokens/s     %.0f (%.1f per GPU)\n  MFU          %.1f%% (HFU %.1f%%), %.1f model TFLOP/s per GPU\n  bubble       %.1f%% of the pipeline\n",
                 e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu, 100 * e.mfu, 100 * e.hfu, e.tflops_per_gpu,

@@ -85,6 +85,26 @@ TEST(RunConfig, VirtualStageSplits) {
   EXPECT_EQ(rc.stage_layer_ids(3), (std::vector<int64_t>{11, 12, 13, 14, 27, 28, 29, 30, 31}));
 }
 
+// recompute_layers N: the first N layers of every virtual stage are recomputed (Megatron's block
+// method); the others keep their activations. Megatron's uneven split puts 3 and 5 layers in
+// the chunks, so N = 4 covers the short chunks whole and the long ones but their last layer.
+TEST(RunConfig, RecomputeLayersCoverTheFirstLayersOfEachVirtualStage) {
+  const std::string base = R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 16}, "parallel": {"pp": 4, "vpp": 2, "recompute": "full", )";
+  RunConfig rc = parse(base + "\"first_stage_layers\": 6, \"last_stage_layers\": 6, \"recompute_layers\": 4}}");
+  EXPECT_TRUE(rc.partial_recompute());
+  std::vector<int64_t> kept;
+  for (int64_t l = 0; l < 32; ++l) {
+    if (!rc.full_recompute_layer(l)) kept.push_back(l);
+  }
+  // Virtual stages 1, 2, 5, 6 hold layers 3-7, 8-12, 19-23, 24-28.
+  EXPECT_EQ(kept, (std::vector<int64_t>{7, 12, 23, 28}));
+  // As many as the longest chunk: every layer, as recompute full without a count.
+  rc = parse(base + "\"first_stage_layers\": 6, \"last_stage_layers\": 6, \"recompute_layers\": 5}}");
+  EXPECT_FALSE(rc.partial_recompute());
+  for (int64_t l = 0; l < 32; ++l) EXPECT_TRUE(rc.full_recompute_layer(l));
+}
+
 // --set: dotted PATH=VALUE settings over a run file, JSON values or plain strings; a path
 // through a value that is not an object, or a malformed setting, is one error naming it.
 TEST(RunConfig, OverridesFromTheCommandLine) {

@@ -65,6 +65,22 @@ void expect_refused_naming(const Json& j, const std::string& path) {
   }
 }
 
+// Recomputing 2 of each stage's 8 layers costs a quarter of the recomputation of all of them,
+// and the step lies between no recompute and full recompute.
+TEST(Estimate, PartialRecomputeCostsItsShare) {
+  Json j = uniform_pp_run(8);
+  const double none = estimate_step(parse(j)).step_time_s;
+  j["parallel"]["recompute"] = "full";
+  const StepEstimate all = estimate_step(parse(j));
+  j["parallel"]["recompute_layers"] = 2;
+  const StepEstimate two = estimate_step(parse(j));
+  EXPECT_NEAR(two.breakdown.recompute, all.breakdown.recompute / 4.0, 1e-9 * all.breakdown.recompute);
+  EXPECT_GT(two.step_time_s, none);
+  EXPECT_LT(two.step_time_s, all.step_time_s);
+  j["parallel"]["recompute"] = "selective";
+  expect_refused_naming(j, "$.parallel.recompute_layers");
+}
+
 // Communication beside compute: when it is shorter, the compute slows by `slow` of the
 // overlapped time; when it outlasts the compute, the compute runs slowed under it and the
 // step waits for whichever ends later.

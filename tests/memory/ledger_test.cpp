@@ -460,6 +460,22 @@ TEST(Activations, Fp8TrainingSavesLinearInputsInFp8) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(), bf16);
 }
 
+// Recomputing N of a stage's layers: those keep only their input, the rest their full
+// activations; the stage's activation bytes interpolate exactly between the two modes.
+TEST(Activations, PartialRecomputeMixesTheTwoModes) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}}},
+            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}, {"recompute", "none"}}}};
+  const double none = stage_layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), 0).value();
+  j["parallel"]["recompute"] = "full";
+  const double full = stage_layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), 0).value();
+  j["parallel"]["recompute_layers"] = 5;
+  const double five = stage_layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), 0).value();
+  EXPECT_DOUBLE_EQ(five, full * 5.0 / 32.0 + none * 27.0 / 32.0);
+}
+
 // A context-parallel attention backward holds more than the rank's own layer: with PyTorch's
 // all-gather rotation every rank's K/V (as exchanged), fp32 dK/dV accumulators, the partial
 // sums received and the copy sent on, and the fp32 dQ accumulator; with the all-gather variant

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "sim/core/error.hpp"
+#include "sim/estimate/estimate.hpp"
 #include "sim/memory/ledger.hpp"
 
 namespace stepcast::plan {
@@ -80,12 +81,16 @@ TEST(Planner, LayoutsThatDoNotFitAreCounted) {
 
 // A memory headroom keeps only layouts whose ledger peak leaves that share of memory free; the
 // others are counted under their own reason, and nothing else changes.
+// (Recompute fixed to none: with full recomputation the planner would instead recompute more
+// layers to stay within the headroom.)
 TEST(Planner, MemoryHeadroomRejectsLayoutsTooCloseToFull) {
   PlanOptions o = small_options();
   o.top_k = 0;
-  const PlanResult all = plan(run_8b(), "<plan-test>", "", o);
+  Json j = run_8b();
+  j["parallel"] = {{"recompute", "none"}};
+  const PlanResult all = plan(j, "<plan-test>", "", o);
   o.memory_headroom = 0.5;
-  const PlanResult half = plan(run_8b(), "<plan-test>", "", o);
+  const PlanResult half = plan(j, "<plan-test>", "", o);
   ASSERT_FALSE(half.ranked.empty());
   int64_t above_half = 0;
   for (const auto& c : all.ranked) above_half += c.peak_memory_bytes > 0.5 * c.est.memory.capacity.value();
@@ -93,6 +98,43 @@ TEST(Planner, MemoryHeadroomRejectsLayoutsTooCloseToFull) {
   EXPECT_EQ(half.fit, all.fit - above_half);
   EXPECT_EQ(half.rejected.at("fits, but not within the memory headroom"), above_half);
   for (const auto& c : half.ranked) EXPECT_LE(c.peak_memory_bytes, 0.5 * c.est.memory.capacity.value());
+}
+
+// Under full recomputation the planner recomputes the fewest layers per virtual stage that
+// fit (Megatron's block method): one layer fewer would not fit. Llama-3.1-70B on 16 H100s at
+// 8k tokens: without recomputation most layouts do not fit.
+TEST(Planner, RecomputesOnlyTheLayersMemoryNeeds) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 16}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}},
+            {"parallel", {{"tp", 8}, {"pp", 2}}}};
+  PlanOptions o = small_options();
+  o.top_k = 0;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  int64_t partial = 0;
+  for (const auto& c : r.ranked) {
+    const auto& p = c.rc.parallel;
+    if (p.recompute != config::Recompute::kFull || p.recompute_layers == 0) continue;
+    ++partial;
+    EXPECT_TRUE(c.rc.partial_recompute());
+    EXPECT_TRUE(memory::compute_ledger(c.rc).fits()) << layout_text(p);
+    config::RunConfig fewer = c.rc;
+    if (p.recompute_layers > 1) {
+      fewer.parallel.recompute_layers = p.recompute_layers - 1;
+    } else {
+      fewer.parallel.recompute = config::Recompute::kNone;
+      fewer.parallel.recompute_layers = 0;
+    }
+    EXPECT_FALSE(memory::compute_ledger(fewer).fits()) << layout_text(p);
+  }
+  EXPECT_GT(partial, 0);
+  // A partially recomputing layout is faster than the same layout recomputing every layer.
+  const auto best = std::find_if(r.ranked.begin(), r.ranked.end(), [](const Candidate& c) { return c.rc.partial_recompute(); });
+  ASSERT_NE(best, r.ranked.end());
+  config::RunConfig every = best->rc;
+  every.parallel.recompute_layers = 0;
+  EXPECT_LT(best->est.step_time_s, estimate::estimate_step(every, memory::compute_ledger(every)).step_time_s);
 }
 
 TEST(Planner, DeterministicOutput) {
