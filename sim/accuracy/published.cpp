@@ -598,6 +598,18 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     }
   }
   parallel["recompute"] = recompute_of(r);
+  // A stated layer count ("recompute_num_layers=5", "full, 5 layers"): Megatron's block method,
+  // the first N layers of each virtual stage.
+  if (recompute_of(r) == "full") {
+    static const std::regex count(R"((?:num_layers\s*=?\s*(\d+))|(?:(\d+)\s*(?:of\s*\d+\s*)?layers))");
+    std::smatch mt;
+    const std::string text = lower(str(r, "recompute"));
+    if (std::regex_search(text, mt, count)) {
+      parallel["recompute_layers"] = std::stoll(mt[1].matched ? mt[1].str() : mt[2].str());
+      notes.push_back("parallel: full recompute of the first " + (mt[1].matched ? mt[1].str() : mt[2].str()) +
+                      " layers of each virtual stage (the row says so)");
+    }
+  }
   if (!has(r, "recompute") && has(r, "tflops_per_gpu") &&
       (contains(lower(str(r, "source")), "2104.04473") || contains(lower(str(r, "tflops_definition")), "paper formula") ||
        contains(lower(str(r, "tflops_definition")), "incl. recompute"))) {

@@ -161,6 +161,23 @@ TEST(PublishedRows, ShardedDataParallelRows) {
   EXPECT_NE(reason.find("layout not stated"), std::string::npos);
 }
 
+// A recompute text with a layer count is full recomputation of that many layers per virtual
+// stage; without one, every layer.
+TEST(PublishedRows, RecomputeLayerCountFromTheRow) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"num_gpus", 8}, {"global_batch_seqs", 128},
+                {"recompute", "full, recompute_num_layers=5"}});
+  Json run = converted(r);
+  EXPECT_EQ(run["parallel"]["recompute"], "full");
+  EXPECT_EQ(run["parallel"]["recompute_layers"], 5);
+  r["recompute"] = "full activation recomputation of 12 of 32 layers";
+  EXPECT_EQ(converted(r)["parallel"]["recompute_layers"], 12);
+  r["recompute"] = "full activation checkpointing";
+  run = converted(r);
+  EXPECT_EQ(run["parallel"]["recompute"], "full");
+  EXPECT_FALSE(run["parallel"].contains("recompute_layers"));
+}
+
 // An MoE row's expert tensor parallelism is the row's when it states one; otherwise Megatron's
 // default (etp = tp) applies and this layout (ep 32 x etp 2 over tp 2 x dp 16) is refused.
 TEST(PublishedRows, ExpertTensorParallelFromTheRow) {
