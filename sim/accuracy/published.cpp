@@ -605,9 +605,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     std::smatch mt;
     const std::string text = lower(str(r, "recompute"));
     if (std::regex_search(text, mt, count)) {
-      parallel["recompute_layers"] = std::stoll(mt[1].matched ? mt[1].str() : mt[2].str());
-      notes.push_back("parallel: full recompute of the first " + (mt[1].matched ? mt[1].str() : mt[2].str()) +
-                      " layers of each virtual stage (the row says so)");
+      const std::string n = mt[1].matched ? mt[1].str() : mt[2].str();
+      parallel["recompute_layers"] = std::stoll(n);
+      notes.push_back("parallel: full recompute of the first " + n + " layers of each virtual stage (the row says so)");
     }
   }
   if (!has(r, "recompute") && has(r, "tflops_per_gpu") &&
