@@ -1039,16 +1039,23 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
   try {
     rc = config::parse_run(run, "published:" + id, "");
     // The run trained, so it fit: when the row does not state recomputation and the stated
-    // layout does not fit without it, take the lightest recompute mode that fits.
+    // layout does not fit without it, take the lightest recompute that fits: selective, else
+    // full recomputation of the fewest layers per virtual stage, else of every layer.
     if (!has(r, "recompute") && run["parallel"].value("recompute", "none") == "none" &&
         !memory::compute_ledger(rc).fits()) {
-      for (const char* mode : {"selective", "full"}) {
+      for (const std::string mode : {"selective", "full"}) {
         Json trial = run;
         trial["parallel"]["recompute"] = mode;
-        trial["assumptions"].push_back(std::string("parallel: recompute ") + mode +
-                                       " (not stated; the layout does not fit in memory without it)");
+        std::string what = mode;
+        if (mode == "full") {
+          if (const int64_t n = memory::fewest_recompute_layers(config::parse_run(trial, "published:" + id, "")); n > 0) {
+            trial["parallel"]["recompute_layers"] = n;
+            what = "full of the first " + std::to_string(n) + " layers of each virtual stage";
+          }
+        }
+        trial["assumptions"].push_back("parallel: recompute " + what + " (not stated; the layout does not fit in memory with less)");
         config::RunConfig trc = config::parse_run(trial, "published:" + id, "");
-        if (memory::compute_ledger(trc).fits() || std::string(mode) == "full") {
+        if (memory::compute_ledger(trc).fits() || mode == "full") {
           run = trial;
           rc = trc;
           break;

@@ -296,6 +296,24 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   return out;
 }
 
+int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
+  const int64_t most = *std::max_element(rc.vstage_layers.begin(), rc.vstage_layers.end());
+  auto within = [&](int64_t n) {
+    config::RunConfig trial = rc;
+    trial.parallel.recompute = Recompute::kFull;
+    trial.parallel.recompute_layers = n;
+    const MemoryLedger l = compute_ledger(trial);
+    return l.peak().value() <= usable * l.capacity.value();
+  };
+  if (!within(most)) return 0;
+  int64_t lo = 0, hi = most;  // hi fits; lo = 0 stands for recomputing nothing
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (within(mid) ? hi : lo) = mid;
+  }
+  return hi < most ? hi : 0;
+}
+
 MemoryLedger compute_ledger(const config::RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;

@@ -130,4 +130,9 @@ core::Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t st
 
 MemoryLedger compute_ledger(const config::RunConfig& rc);
 
+// Under recompute full: the fewest layers per virtual stage (parallel.recompute_layers) whose
+// ledger peak stays within `usable` of the GPU's memory, by bisection (memory falls as the
+// count grows); 0 when recomputing every layer is needed, or is what fits.
+int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable = 1.0);
+
 }  // namespace stepcast::memory

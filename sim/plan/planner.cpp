@@ -309,19 +309,10 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
       }
       if (search_recompute_layers && rc.parallel.recompute == Recompute::kFull) {
         // Recompute only as many layers of each virtual stage as the memory needs (Megatron's
-        // block method): the fewest N whose ledger still fits, by bisection (memory falls as N
-        // grows). When nothing needs recomputing the no-recompute candidate covers the layout.
-        const int64_t most = *std::max_element(rc.vstage_layers.begin(), rc.vstage_layers.end());
-        int64_t lo = 0, hi = most;  // fits with hi layers; lo = 0 is recompute none
-        while (hi - lo > 1) {
-          const int64_t mid = (lo + hi) / 2;
-          RunConfig trial = rc;
-          trial.parallel.recompute_layers = mid;
-          if (within(memory::compute_ledger(trial))) hi = mid;
-          else lo = mid;
-        }
-        if (hi < most) {
-          rc.parallel.recompute_layers = hi;
+        // block method). When nothing needs recomputing the no-recompute candidate covers the
+        // layout.
+        if (const int64_t n = memory::fewest_recompute_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
+          rc.parallel.recompute_layers = n;
           ledger = memory::compute_ledger(rc);
         }
       }

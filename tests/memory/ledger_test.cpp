@@ -476,6 +476,28 @@ TEST(Activations, PartialRecomputeMixesTheTwoModes) {
   EXPECT_DOUBLE_EQ(five, full * 5.0 / 32.0 + none * 27.0 / 32.0);
 }
 
+// The fewest recomputed layers that fit: with one layer fewer the ledger overflows; a layout
+// that needs every layer recomputed (or fits nowhere) gives 0. Llama-3.1-70B on 16 H100s, tp 8
+// pp 2 at 8k tokens.
+TEST(Ledger, FewestRecomputeLayersThatFit) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 16}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}},
+            {"parallel", {{"tp", 8}, {"pp", 2}, {"sp", true}, {"zero_stage", 1}, {"recompute", "full"}}}};
+  RunConfig rc = config::parse_run(j, "<ledger-test>", "");
+  const int64_t n = fewest_recompute_layers(rc);
+  ASSERT_GT(n, 1);
+  ASSERT_LT(n, 40);
+  rc.parallel.recompute_layers = n;
+  EXPECT_TRUE(compute_ledger(rc).fits());
+  rc.parallel.recompute_layers = n - 1;
+  EXPECT_FALSE(compute_ledger(rc).fits());
+  // Half the memory: even recomputing every layer does not fit.
+  rc.parallel.recompute_layers = 0;
+  EXPECT_EQ(fewest_recompute_layers(rc, 0.5), 0);
+}
+
 // A context-parallel attention backward holds more than the rank's own layer: with PyTorch's
 // all-gather rotation every rank's K/V (as exchanged), fp32 dK/dV accumulators, the partial
 // sums received and the copy sent on, and the fp32 dQ accumulator; with the all-gather variant
