@@ -132,7 +132,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc);
 
 // Under recompute full: the fewest layers per virtual stage (parallel.recompute_layers) whose
 // ledger peak stays within `usable` of the GPU's memory, by bisection (memory falls as the
-// count grows); 0 when recomputing every layer is needed, or is what fits.
+// count grows). 0 means every layer: all of them are needed, or even that does not fit.
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable = 1.0);
 
 }  // namespace stepcast::memory

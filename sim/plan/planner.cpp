@@ -298,12 +298,11 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         continue;
       }
       auto ledger = memory::compute_ledger(rc);
-      auto within = [&](const memory::MemoryLedger& l) { return l.peak().value() <= (1.0 - opt.memory_headroom) * l.capacity.value(); };
       if (!ledger.fits()) {
         ev.reason = "does not fit in memory";
         continue;
       }
-      if (!within(ledger)) {
+      if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
         ev.reason = "fits, but not within the memory headroom";
         continue;
       }
