@@ -83,12 +83,13 @@ std::string command_line(int argc, char** argv) {
   return s;
 }
 
-std::string fit_message(const stepcast::memory::MemoryLedger& l) {
+std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.2f GiB per GPU, the GPU has %.2f GiB (over by %.2f GiB)",
                 static_cast<long long>(l.peak_stage), l.peak().value() / 1073741824.0, l.capacity.value() / 1073741824.0,
                 (l.peak().value() - l.capacity.value()) / 1073741824.0);
-  return buf;
+  const std::string hint = stepcast::memory::recompute_hint(rc);
+  return hint.empty() ? std::string(buf) : std::string(buf) + "; " + hint;
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -160,7 +161,7 @@ stepcast::config::RunConfig validation_run(const std::string& file, const Valida
   rc = stepcast::validate::executed_run(rc, a.backend);
   stepcast::validate::check_executable(rc, a.backend);
   const auto l = stepcast::memory::compute_ledger(rc);
-  if (!l.fits()) throw stepcast::validate::DoesNotFit(file + ": " + fit_message(l));
+  if (!l.fits()) throw stepcast::validate::DoesNotFit(file + ": " + fit_message(rc, l));
   return rc;
 }
 
@@ -603,7 +604,7 @@ int run(int argc, char** argv) {
     const auto rc = stepcast::config::load_run_file(est_file, run_sets);
     const auto e = stepcast::estimate::estimate_step(rc);
     if (!e.memory.fits() && !est_allow_oom) {
-      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(e.memory)
+      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(rc, e.memory)
                 << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
       return kExitDoesNotFit;
     }
@@ -621,7 +622,7 @@ int run(int argc, char** argv) {
     const auto rc = stepcast::config::load_run_file(sim_file, run_sets);
     const auto ledger = stepcast::memory::compute_ledger(rc);
     if (!ledger.fits() && !sim_allow_oom) {
-      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(ledger)
+      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(rc, ledger)
                 << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
       return kExitDoesNotFit;
     }
@@ -672,7 +673,7 @@ int run(int argc, char** argv) {
       std::cout << stepcast::report::ledger_table(rc, l);
     }
     if (!l.fits()) {
-      std::cerr << "stepcast: " << rc.source_name << ": " << fit_message(l) << "\n";
+      std::cerr << "stepcast: " << rc.source_name << ": " << fit_message(rc, l) << "\n";
       return kExitDoesNotFit;
     }
     return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace stepcast::memory {
 
@@ -312,6 +313,20 @@ int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
     (within(mid) ? hi : lo) = mid;
   }
   return hi < most ? hi : 0;
+}
+
+std::string recompute_hint(const config::RunConfig& rc) {
+  if (rc.parallel.recompute == Recompute::kFull && rc.parallel.recompute_layers == 0) return "";
+  config::RunConfig trial = rc;
+  trial.parallel.recompute = Recompute::kFull;
+  trial.parallel.recompute_layers = fewest_recompute_layers(trial);
+  const MemoryLedger l = compute_ledger(trial);
+  if (!l.fits()) return "";
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "it fits with parallel.recompute \"full\"%s (%.2f GiB free)",
+                trial.parallel.recompute_layers > 0 ? (" and parallel.recompute_layers " + std::to_string(trial.parallel.recompute_layers)).c_str() : "",
+                (l.capacity.value() - l.peak().value()) / 1073741824.0);
+  return buf;
 }
 
 MemoryLedger compute_ledger(const config::RunConfig& rc) {

@@ -135,4 +135,10 @@ MemoryLedger compute_ledger(const config::RunConfig& rc);
 // count grows). 0 means every layer: all of them are needed, or even that does not fit.
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable = 1.0);
 
+// For a layout that does not fit: the lightest full recomputation that makes it fit, as the
+// run-file settings to write and the memory it leaves free ("it fits with parallel.recompute
+// "full" and parallel.recompute_layers 12 (3.10 GiB free)"); empty when recomputing every layer
+// already is the setting or does not fit either.
+std::string recompute_hint(const config::RunConfig& rc);
+
 }  // namespace stepcast::memory

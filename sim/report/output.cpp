@@ -136,6 +136,7 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
     o << "fits (" << gib(core::Bytes(-over)) << " GiB free)\n";
   } else {
     o << "DOES NOT FIT, over by " << gib(core::Bytes(over)) << " GiB\n";
+    if (const std::string hint = memory::recompute_hint(rc); !hint.empty()) o << hint << "\n";
   }
   return o.str();
 }

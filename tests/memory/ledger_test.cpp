@@ -498,6 +498,28 @@ TEST(Ledger, FewestRecomputeLayersThatFit) {
   EXPECT_EQ(fewest_recompute_layers(rc, 0.5), 0);
 }
 
+// A layout that does not fit names the lightest full recomputation that does; none when it
+// already recomputes every layer or nothing fits.
+TEST(Ledger, RecomputeHintNamesTheSettingsThatFit) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 16}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}},
+            {"parallel", {{"tp", 8}, {"pp", 2}, {"sp", true}, {"zero_stage", 1}}}};
+  RunConfig rc = config::parse_run(j, "<ledger-test>", "");
+  ASSERT_FALSE(compute_ledger(rc).fits());
+  RunConfig full = rc;
+  full.parallel.recompute = config::Recompute::kFull;
+  const int64_t n = fewest_recompute_layers(full);
+  ASSERT_GT(n, 0);
+  const std::string hint = recompute_hint(rc);
+  EXPECT_NE(hint.find("parallel.recompute \"full\""), std::string::npos) << hint;
+  EXPECT_NE(hint.find("parallel.recompute_layers " + std::to_string(n) + " "), std::string::npos) << hint;
+  EXPECT_EQ(recompute_hint(full), "");  // already recomputing every layer
+  j["model"] = "llama3.1-405b";
+  EXPECT_EQ(recompute_hint(config::parse_run(j, "<ledger-test>", "")), "");  // nothing fits
+}
+
 // A context-parallel attention backward holds more than the rank's own layer: with PyTorch's
 // all-gather rotation every rank's K/V (as exchanged), fp32 dK/dV accumulators, the partial
 // sums received and the copy sent on, and the fp32 dQ accumulator; with the all-gather variant
