@@ -144,7 +144,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
                 : rec == "selective"    ? Recompute::kSelective
                 : rec == "selective-op" ? Recompute::kSelectiveOp
                                         : Recompute::kNone;
-  p.recompute_layers = r.get_int("recompute_layers", 1, 1 << 20, 0);
+  p.recompute_layers = r.get_int("recompute_layers", 0, 1 << 20, 0);  // 0: every layer
   if (p.recompute_layers > 0 && p.recompute != Recompute::kFull) {
     r.issues().add(r.child_path("recompute_layers"),
                    "got " + std::to_string(p.recompute_layers) + "; recomputing a number of layers needs recompute \"full\" (got \"" + rec + "\")");
