@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -845,6 +846,23 @@ bool parse_nics(const std::string& text, int64_t& nics, double& bits_per_s) {
   return nics > 0 && bits_per_s > 0;
 }
 
+// A profile name becomes an override object on that profile, so single fields can be set.
+void as_override(Json& hw_json) {
+  if (hw_json.is_string()) hw_json = Json{{"base", hw_json.get<std::string>()}};
+}
+
+// The hardware JSON (profile name or override object) as a profile; nullopt with the first
+// problem as the reason.
+std::optional<hw::HardwareProfile> profile_of(const Json& hw_json, std::string& reason) {
+  core::Issues issues;
+  auto hw = hw::parse_hardware(hw_json, "$.hardware", issues);
+  if (!issues.empty()) {
+    reason = "hardware: " + issues.lines().front();
+    return std::nullopt;
+  }
+  return hw;
+}
+
 }  // namespace
 
 bool predict_measurement(const Json& r, MeasurementResult& out, std::string& reason) {
@@ -880,17 +898,14 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
       net["nics_per_node"] = nics;
       net["nic_bandwidth"] = core::fmt("%.0f", bits / 1e9) + "Gb/s";
       net["name"] = str(r, "inter_node_link");
-      if (hw_json.is_string()) hw_json = Json{{"base", hw_json.get<std::string>()}};
+      as_override(hw_json);
       hw_json["network"] = net;
       out.notes.push_back("network: " + std::to_string(nics) + " NICs per node at " + core::fmt("%.0f", bits / 1e9) + " Gb/s (the row's " +
                           str(r, "inter_node_link") + ")");
     }
-    core::Issues issues;
-    const auto hw = hw::parse_hardware(hw_json, "$.hardware", issues);
-    if (!issues.empty()) {
-      reason = "hardware: " + issues.lines().front();
-      return false;
-    }
+    const auto profile = profile_of(hw_json, reason);
+    if (!profile) return false;
+    const auto& hw = *profile;
     out.hardware = hw.name;
     const int64_t per_node = n / nodes;
     const mesh::Placement where{n, nodes, per_node, 0, static_cast<int>(per_node - 1)};
@@ -944,15 +959,12 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
     }
     // A matmul benchmark times short bursts, which run at boost clock; the profile's
     // sustained_clock is what a long training step settles at under its power limit.
-    if (hw_json.is_string()) hw_json = Json{{"base", hw_json.get<std::string>()}};
+    as_override(hw_json);
     hw_json["efficiency"]["sustained_clock"] = 1.0;
     out.notes.push_back("clock: boost (sustained_clock 1), as a short matmul benchmark runs");
-    core::Issues issues;
-    const auto hw = hw::parse_hardware(hw_json, "$.hardware", issues);
-    if (!issues.empty()) {
-      reason = "hardware: " + issues.lines().front();
-      return false;
-    }
+    const auto profile = profile_of(hw_json, reason);
+    if (!profile) return false;
+    const auto& hw = *profile;
     if (!hw.has_dtype(dtype)) {
       reason = "profile " + hw.name + " has no " + hw::to_string(dtype) + " peak";
       return false;
@@ -977,12 +989,9 @@ bool check_datasheet(const Json& r, DatasheetCheck& d, std::string& reason) {
   Json hw_json;
   std::vector<std::string> notes;
   if (!hardware_for(r, hw_json, notes, reason)) return false;
-  core::Issues issues;
-  const auto hw = hw::parse_hardware(hw_json, "$.hardware", issues);
-  if (!issues.empty()) {
-    reason = "hardware: " + issues.lines().front();
-    return false;
-  }
+  const auto profile = profile_of(hw_json, reason);
+  if (!profile) return false;
+  const auto& hw = *profile;
   d = DatasheetCheck{str(r, "id"), hw.name, {}};
   auto add = [&](const char* key, const char* name, const char* unit, double profile) {
     if (has(r, key)) d.fields.push_back({name, unit, num(r, key), profile});
@@ -1002,27 +1011,20 @@ namespace {
 // One published row into res: a datasheet check, a measurement prediction, a predicted
 // training run, or a skipped row with its reason.
 void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res) {
-  if (str(r, "row_type") == "hardware") {
-    DatasheetCheck d;
+  // A datasheet or measurement row: its result, or the reason it is skipped.
+  auto keep = [&](auto& results, auto check) {
+    typename std::decay_t<decltype(results)>::value_type out;
     std::string reason;
-    if (check_datasheet(r, d, reason)) {
-      res.datasheets.push_back(d);
+    if (check(r, out, reason)) {
+      results.push_back(std::move(out));
     } else {
       res.skipped.push_back({str(r, "id"), reason});
     }
-    return;
-  }
-  if (str(r, "row_type") == "collective" || str(r, "row_type") == "gemm") {
-    MeasurementResult m;
-    std::string reason;
-    if (predict_measurement(r, m, reason)) {
-      res.measurements.push_back(m);
-    } else {
-      res.skipped.push_back({str(r, "id"), reason});
-    }
-    return;
-  }
-  if (str(r, "row_type") != "training_run") return;
+  };
+  const std::string type = str(r, "row_type");
+  if (type == "hardware") return keep(res.datasheets, check_datasheet);
+  if (type == "collective" || type == "gemm") return keep(res.measurements, predict_measurement);
+  if (type != "training_run") return;
   const std::string id = str(r, "id");
   if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") &&
       !(has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu"))) {
@@ -1191,6 +1193,32 @@ std::string pct(double x) {
 
 }  // namespace
 
+namespace {
+
+// Error of one kind of measurement row (collective or gemm): all of them, and those the
+// profiles' sources do not cite.
+struct MeasurementStats {
+  int n = 0, uncited = 0;
+  double mape = 0, worst = 0, uncited_mape = 0;
+};
+
+MeasurementStats measurement_stats(const std::vector<MeasurementResult>& ms, const std::string& kind) {
+  MeasurementStats st;
+  for (const auto& m : ms) {
+    if (m.kind != kind) continue;
+    const double e = std::fabs(m.error);
+    ++st.n;
+    st.mape += e;
+    st.worst = std::max(st.worst, e);
+    if (!m.cited) ++st.uncited, st.uncited_mape += e;
+  }
+  if (st.n > 0) st.mape /= st.n;
+  if (st.uncited > 0) st.uncited_mape /= st.uncited;
+  return st;
+}
+
+}  // namespace
+
 std::string AccuracyResult::summary() const {
   std::ostringstream o;
   char buf[256];
@@ -1212,17 +1240,10 @@ std::string AccuracyResult::summary() const {
   std::snprintf(buf, sizeof buf, "  %-48s %3zu rows  MAPE %5.1f%%\n", "all", rows.size(), rows.empty() ? 0.0 : 100.0 * all / static_cast<double>(rows.size()));
   o << buf;
   for (const char* kind : {"collective", "gemm"}) {
-    int n = 0, held = 0;
-    double abs_sum = 0, held_sum = 0;
-    for (const auto& m : measurements) {
-      if (m.kind != kind) continue;
-      ++n;
-      abs_sum += std::fabs(m.error);
-      if (!m.cited) ++held, held_sum += std::fabs(m.error);
-    }
-    if (n == 0) continue;
+    const MeasurementStats st = measurement_stats(measurements, kind);
+    if (st.n == 0) continue;
     std::snprintf(buf, sizeof buf, "  %-48s %3d rows  MAPE %5.1f%%  (%d not cited by the profiles: MAPE %5.1f%%)\n",
-                  (std::string(kind) + " measurements").c_str(), n, 100.0 * abs_sum / n, held, held > 0 ? 100.0 * held_sum / held : 0.0);
+                  (std::string(kind) + " measurements").c_str(), st.n, 100.0 * st.mape, st.uncited, 100.0 * st.uncited_mape);
     o << buf;
   }
   o << skipped.size() << " rows not predicted (reasons in the report)\n";
@@ -1319,16 +1340,8 @@ std::string AccuracyResult::markdown() const {
   }
   for (const char* kind : {"collective", "gemm"}) {
     const bool coll = std::string(kind) == "collective";
-    int n = 0, held = 0;
-    double abs_sum = 0, held_sum = 0, worst = 0;
-    for (const auto& m : measurements) {
-      if (m.kind != kind) continue;
-      ++n;
-      abs_sum += std::fabs(m.error);
-      worst = std::max(worst, std::fabs(m.error));
-      if (!m.cited) ++held, held_sum += std::fabs(m.error);
-    }
-    if (n == 0) continue;
+    const MeasurementStats st = measurement_stats(measurements, kind);
+    if (st.n == 0) continue;
     o << (coll ? "\n## Collective measurements\n\nEach published collective row predicted with `sim/cost`'s collective model on the "
                  "matching built-in profile (the group on as many nodes as the row ran, its ranks spread evenly; a ring forced by "
                  "switching NVLink SHARP off is a reduce-scatter then an all-gather). Measured time: the row's time, else bytes / "
@@ -1340,8 +1353,8 @@ std::string AccuracyResult::markdown() const {
                  "profile's lower sustained clock). The profiles' gemm_max come from these rows (`cited`) but the model applies the "
                  "shape ramp on top, which at these best shapes still costs 5-15%: the ramp x / (x + half_dim) is set by how much "
                  "slower small micro-batches run and saturates later than cuBLAS does.\n\n");
-    std::snprintf(buf, sizeof buf, "%d rows: MAPE %.1f%%, worst %.1f%%; %d rows not cited by the profiles: MAPE %.1f%%.\n\n", n,
-                  100.0 * abs_sum / n, 100.0 * worst, held, held > 0 ? 100.0 * held_sum / held : 0.0);
+    std::snprintf(buf, sizeof buf, "%d rows: MAPE %.1f%%, worst %.1f%%; %d rows not cited by the profiles: MAPE %.1f%%.\n\n", st.n,
+                  100.0 * st.mape, 100.0 * st.worst, st.uncited, 100.0 * st.uncited_mape);
     o << buf;
     o << "| row | hardware | measurement | measured from | measured | predicted | error | cited |\n|---|---|---|---|---:|---:|---:|---|\n";
     for (const auto& m : measurements) {
