@@ -145,7 +145,7 @@ const std::vector<std::string>& ignored_hf_keys() {
       "task_specific_params", "n_ctx", "scale_attn_weights", "reorder_and_upcast_attn",
       "scale_attn_by_inverse_layer_idx", "tokenizer_class", "pretraining_tp", "mlp_bias",
       "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob",
-      "scoring_func", "topk_method", "n_group", "topk_group", "routed_scaling_factor",
+      "scoring_func", "topk_method", "routed_scaling_factor",
       "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers", "quantization_config",
       "max_window_layers", "use_sliding_window", "swiglu_limit", "router_aux_loss_coef",
       "is_decoder", "use_parallel_residual", "bias_dropout_fusion", "apply_residual_connection_post_layernorm",
@@ -304,6 +304,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.moe.first_k_dense = r.get_int("first_k_dense_replace", 0, 100000).value_or(0);
   m.moe.layer_freq =
       int_alias(r, {"moe_layer_freq", "decoder_sparse_step"}, 1, 100000).value_or(1);
+  m.moe.groups = r.get_int("n_group", 1, 1 << 20).value_or(0);
+  m.moe.group_topk = r.get_int("topk_group", 1, 1 << 20).value_or(0);
   if (const Json* mlp_only = r.get_raw("mlp_only_layers"); mlp_only != nullptr) {
     if (!mlp_only->is_array() || !mlp_only->empty()) {
       issues.add(path + ".mlp_only_layers",
@@ -344,6 +346,13 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
       issues.add(path + ".num_experts_per_tok",
                  "got " + std::to_string(m.moe.top_k) + "; cannot exceed the number of experts (" +
                      std::to_string(m.moe.num_experts) + ")");
+    }
+    if (m.moe.groups > 0 && (m.moe.num_experts % m.moe.groups != 0 || m.moe.group_topk <= 0 ||
+                             m.moe.group_topk > m.moe.groups)) {
+      issues.add(path + ".n_group",
+                 "got " + std::to_string(m.moe.groups) + " groups with topk_group " + std::to_string(m.moe.group_topk) +
+                     "; group-limited routing needs n_group to divide the " + std::to_string(m.moe.num_experts) +
+                     " experts and 1 <= topk_group <= n_group");
     }
     if (m.moe.first_k_dense >= m.num_layers) {
       issues.add(path + ".first_k_dense_replace",

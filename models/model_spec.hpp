@@ -31,6 +31,11 @@ struct MoeSpec {
   int64_t shared_expert_ffn = 0; // intermediate size of one shared expert
   int64_t first_k_dense = 0;     // leading dense layers (DeepSeek first_k_dense_replace)
   int64_t layer_freq = 1;        // every layer_freq-th layer is MoE (after the dense ones)
+  // Group-limited routing (DeepSeek-V3 n_group / topk_group): the experts form `groups`
+  // contiguous groups and a token's top-k experts come from its best `group_topk` groups.
+  // 0 = routing over all experts.
+  int64_t groups = 0;
+  int64_t group_topk = 0;
   [[nodiscard]] bool enabled() const { return num_experts > 0; }
 };
 

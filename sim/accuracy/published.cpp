@@ -655,13 +655,17 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   if (moe_model && bridge) {
     // Megatron-Bridge benchmarks force balanced routing (random router logits: per-expert
     // counts within a few percent of the mean at these token counts).
-    Json moe = {{"dispatcher", "alltoall"}, {"imbalance", 1.0}};
+    // The DeepSeek-V3 recipes use the flex dispatcher (DeepEP / HybridEP), which sends a token
+    // once per destination node; the other families' recipes the all-to-all dispatcher.
+    const bool flex = fam == Family::kDeepSeek;
+    const std::string dispatcher = flex ? "flex dispatcher (DeepEP / HybridEP, as the DeepSeek-V3 recipes set)" : "all-to-all dispatcher";
+    Json moe = {{"dispatcher", flex ? "flex" : "alltoall"}, {"imbalance", 1.0}};
     if (contains(lower(str(r, "model")), "tokendrop")) {
       moe["capacity_factor"] = 1.0;
       moe["pad_to_capacity"] = true;
-      notes.push_back("moe: balanced routing (forced by the benchmark), token drop at capacity factor 1.0 padded to capacity, all-to-all dispatcher");
+      notes.push_back("moe: balanced routing (forced by the benchmark), token drop at capacity factor 1.0 padded to capacity, " + dispatcher);
     } else {
-      notes.push_back("moe: balanced routing (forced by the benchmark), dropless, all-to-all dispatcher");
+      notes.push_back("moe: balanced routing (forced by the benchmark), dropless, " + dispatcher);
     }
     parallel["moe"] = moe;
   } else if (moe_model) {

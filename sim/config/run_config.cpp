@@ -96,8 +96,8 @@ void parse_training(ObjectReader r, RunConfig& rc) {
 
 void parse_moe(ObjectReader r, MoeRouting& m) {
   m.given = true;
-  m.dispatcher = r.get_choice("dispatcher", {"alltoall", "allgather"}, "alltoall") == "allgather" ? MoeDispatcher::kAllGather
-                                                                                                : MoeDispatcher::kAllToAll;
+  const auto d = r.get_choice("dispatcher", {"alltoall", "allgather", "flex"}, "alltoall");
+  m.dispatcher = d == "allgather" ? MoeDispatcher::kAllGather : d == "flex" ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll;
   m.capacity_factor = r.get_number("capacity_factor", 0.01, 1000.0, 0.0);
   m.pad_to_capacity = r.get_bool("pad_to_capacity", false);
   if (m.pad_to_capacity && m.capacity_factor <= 0) {

@@ -28,7 +28,9 @@ enum class AttentionImpl { kFlash, kFlash2, kUnfused };
 // one all-gather issued before the first block; dK/dV accumulate in fp32 and travel the ring;
 // PyTorch context_parallel's default rotation).
 enum class CpComm { kRing, kAllGather, kUlysses, kRotateAllGather };
-enum class MoeDispatcher { kAllToAll, kAllGather };
+// kFlex: DeepEP / HybridEP (Megatron-Core's flex dispatcher): a token crosses the network once
+// per destination node and is forwarded to its experts there over the node fabric.
+enum class MoeDispatcher { kAllToAll, kAllGather, kFlex };
 
 // How tokens reach the experts of a MoE layer: the dispatcher, the expert capacity and the
 // routing imbalance. Balanced dropless routing with the all-to-all dispatcher by default.

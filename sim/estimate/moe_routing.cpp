@@ -94,4 +94,20 @@ ExpertLoad expert_load(const config::MoeRouting& r, int64_t experts, int64_t ep,
   return ExpertLoad{sum.busiest_rank_factor / k, sum.busiest_expert_factor / k, sum.dropped_fraction / k};
 }
 
+int64_t reachable_nodes(const model::MoeSpec& moe, int64_t ep, int64_t nodes, int64_t max_nodes_per_token) {
+  int64_t c = std::max<int64_t>(1, nodes);
+  if (max_nodes_per_token > 0) c = std::min(c, max_nodes_per_token);
+  if (moe.groups > 0 && moe.group_topk > 0 && moe.group_topk < moe.groups && nodes > 0 && ep % nodes == 0 &&
+      moe.num_experts % nodes == 0) {
+    const int64_t per_node = moe.num_experts / nodes;
+    const int64_t per_group = moe.num_experts / moe.groups;
+    if (per_group % per_node == 0) {
+      c = std::min(c, moe.group_topk * (per_group / per_node));
+    } else if (per_node % per_group == 0) {
+      c = std::min(c, moe.group_topk);
+    }
+  }
+  return c;
+}
+
 }  // namespace stepcast::estimate

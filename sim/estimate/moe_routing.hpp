@@ -29,4 +29,11 @@ struct ExpertLoad {
 ExpertLoad expert_load(const config::MoeRouting& r, int64_t experts, int64_t ep, double mean_tokens,
                        int64_t moe_layers);
 
+// Nodes a token's experts may lie on when an expert-parallel group of `ep` ranks spans `nodes`
+// nodes (experts in contiguous blocks, the same number of ranks on each node): all of them;
+// at most max_nodes_per_token (> 0); and under group-limited routing only the nodes holding
+// the token's top groups (group_topk groups of nodes_per_group nodes each, when groups and
+// nodes align; when a node holds several whole groups, at most group_topk nodes).
+int64_t reachable_nodes(const model::MoeSpec& moe, int64_t ep, int64_t nodes, int64_t max_nodes_per_token);
+
 }  // namespace stepcast::estimate

@@ -574,21 +574,25 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     lc.expert_load = load;
     F.push_back(mem_op(c, "permute", 2.0 * e * Tr * k * h));
     B.push_back(mem_op(c, "unpermute.bwd", 2.0 * e * Tr * k * h));
-    const bool a2a = p.moe.dispatcher == config::MoeDispatcher::kAllToAll;
+    const bool a2a = p.moe.dispatcher != config::MoeDispatcher::kAllGather;
     // All-to-all: each rank sends T*k token copies (the busiest receiver gets its share times
     // the load factor). All-gather: every rank gathers the group's T*ep tokens and keeps those
     // routed to its experts; the combine is the matching reduce-scatter.
     const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor;
     const double ag_bytes = Tr * h * e * ep;
-    // Node-limited routing: a token crosses the network once per remote node it reaches (the
-    // expected number of distinct nodes among its k experts, at most max_nodes_per_token) and
-    // is forwarded to its experts over the node fabric.
+    // Per-node de-duplication (flex dispatcher, or node-limited routing): a token crosses the
+    // network once per remote node among its k experts and is forwarded to them over the node
+    // fabric. Its experts are spread over the nodes its routing may reach (all of the group's,
+    // at most max_nodes_per_token, or those holding its top groups under group-limited
+    // routing), so the expected number of distinct destinations is C * (1 - (1 - 1/C)^k).
+    const int64_t M = p.moe.max_nodes_per_token;
+    const bool dedup = p.moe.dispatcher == config::MoeDispatcher::kFlex || M > 0;
     auto a2a_op = [&](const std::string& name, Duration hide) {
       const auto& w = places_.ep;
-      const int64_t M = p.moe.max_nodes_per_token;
-      if (M <= 0 || w.intra_node()) return comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
+      if (!dedup || w.intra_node()) return comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
       const double N = static_cast<double>(w.nodes);
-      const double distinct = std::min(static_cast<double>(M), N * (1.0 - std::pow(1.0 - 1.0 / N, k)));
+      const double C = static_cast<double>(reachable_nodes(mo, p.ep, w.nodes, M));
+      const double distinct = C * (1.0 - std::pow(1.0 - 1.0 / C, k));
       const double per_copy = Tr * h * e * load.busiest_rank_factor;
       Op op = comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
       op.nic_bytes = per_copy * distinct * (N - 1.0) / N;

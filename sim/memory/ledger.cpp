@@ -222,6 +222,21 @@ int64_t nccl_alltoall_peers(const config::RunConfig& rc) {
   return peers;
 }
 
+double flex_dispatch_buffer_bytes(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  if (!rc.model.moe.enabled() || p.ep <= 1 || p.moe.dispatcher != config::MoeDispatcher::kFlex) return 0.0;
+  // DeepEP's buffer-size hints (normal kernels): per channel (half of the 20 SMs Megatron-Core
+  // gives the dispatcher by default) and peer, a receive queue of chunked tokens, each carrying
+  // the bf16 hidden state plus top-k indices, weights and scales for up to 128 entries.
+  constexpr double kChannels = 10, kNvlPeers = 8, kNvlTokens = 288, kRdmaTokens = 128;
+  const double token = 2.0 * static_cast<double>(rc.model.hidden) + 128.0 * (8.0 + 4.0 + 4.0);
+  const double ep = static_cast<double>(p.ep);
+  const double nvl = kChannels * std::min(ep, kNvlPeers) * kNvlTokens * token;
+  // Across nodes a second, doubled queue per remote node group of 8 ranks.
+  const double rdma = ep > kNvlPeers ? kChannels * (ep / kNvlPeers) * kRdmaTokens * 2.0 * token + 1048576.0 : 0.0;
+  return nvl + rdma;
+}
+
 double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -469,6 +484,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // One bucket's communication buffer (no larger than the stage's gradients).
       st.buffers += Bytes(std::min(p.bucket_mb * 1e6, (dense_params + expert_params) * sb.gradients));
     }
+    st.buffers += Bytes(flex_dispatch_buffer_bytes(rc));
     const auto [multi, pairs] = nccl_communicators(rc, s);
     st.communicators = multi;
     st.pair_communicators = pairs;

@@ -114,6 +114,11 @@ std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int6
 // the all-to-all dispatcher, and the context-parallel group's under Ulysses.
 int64_t nccl_alltoall_peers(const config::RunConfig& rc);
 
+// Bytes of the flex dispatcher's (DeepEP / HybridEP) own communication buffers on each rank
+// (0 without it): NVLink receive queues for the node's peers and, when the expert-parallel
+// group leaves the node, RDMA queues per remote node.
+double flex_dispatch_buffer_bytes(const config::RunConfig& rc);
+
 // Elements of the largest single parameter tensor a rank holds (fused QKV, first MLP
 // projection, one expert, or the vocabulary matrix on the stages that hold it).
 double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab);

@@ -91,6 +91,14 @@ const std::vector<BadCase> kCases = {
     {"EpNotDividingExperts", R"({"model": "mixtral-8x7b", "cluster": {"num_gpus": 6}, "parallel": {"tp": 1, "ep": 3}})",
      {"$.parallel.ep", "got 3", "(8)"}},
     // The interleaved schedule needs virtual stages.
+    // Group-limited routing needs whole groups of experts.
+    {"GroupsNotDividingExperts",
+     R"({"model": {"name": "g", "hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4,
+                   "intermediate_size": 2048, "vocab_size": 1000, "hidden_act": "silu", "n_routed_experts": 16,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 512, "n_group": 3, "topk_group": 2}})",
+     {"$.model.n_group", "got 3", "divide the 16 experts"}},
+    {"UnknownDispatcher", R"({"model": "mixtral-8x7b", "parallel": {"tp": 1, "ep": 2, "moe": {"dispatcher": "deepep"}}})",
+     {"$.parallel.moe.dispatcher", "deepep", "flex"}},
     {"InterleavedWithoutVpp", R"({"parallel": {"tp": 2, "pp": 2, "schedule": "interleaved"}})",
      {"$.parallel.schedule", "interleaved", "vpp"}},
     // A100 has no FP8 tensor cores (no fp8 dense peak in its profile).

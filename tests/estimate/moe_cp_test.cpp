@@ -174,6 +174,42 @@ TEST(Moe, NodeLimitedRoutingCutsNetworkBytes) {
   EXPECT_LT(limited.moe_layer().ep_exposed.value(), free_routing.moe_layer().ep_exposed.value());
 }
 
+// The flex dispatcher (DeepEP / HybridEP) sends a token once per remote node: across 4 nodes
+// a top-2 token reaches 4 * (1 - (3/4)^2) = 1.75 distinct nodes on average instead of sending
+// its 2 copies separately. Inside one node it changes nothing.
+TEST(Moe, FlexDispatcherSendsOncePerNode) {
+  auto nic = [](const LayerCost& lc) {
+    double b = 0;
+    for (const auto& o : lc.fwd) b += o.nic_bytes;
+    return b;
+  };
+  const WorkloadBuilder plain(parse(moe_run(8, 2)));
+  const WorkloadBuilder flex(parse(moe_run(8, 2, {{"dispatcher", "flex"}})));
+  const double T = 4096, h = 2048, bytes = 2, nodes = 4;
+  EXPECT_DOUBLE_EQ(nic(flex.moe_layer()), 2.0 * T * 1.75 * h * bytes * (nodes - 1.0) / nodes);
+  EXPECT_LT(flex.moe_layer().ep_exposed.value(), plain.moe_layer().ep_exposed.value());
+  const WorkloadBuilder plain_node(parse(moe_run(8, 8))), flex_node(parse(moe_run(8, 8, {{"dispatcher", "flex"}})));
+  EXPECT_DOUBLE_EQ(flex_node.moe_layer().ep_exposed.value(), plain_node.moe_layer().ep_exposed.value());
+}
+
+// Nodes a token may reach: the group's nodes, a node limit, and group-limited routing
+// (DeepSeek-V3: 256 experts in 8 groups, a token's experts from its best 4 groups).
+TEST(Moe, ReachableNodesFollowGroupLimitedRouting) {
+  model::MoeSpec m;
+  m.num_experts = 256;
+  m.top_k = 8;
+  EXPECT_EQ(reachable_nodes(m, 64, 8, 0), 8);
+  EXPECT_EQ(reachable_nodes(m, 64, 8, 4), 4);
+  m.groups = 8;
+  m.group_topk = 4;
+  EXPECT_EQ(reachable_nodes(m, 64, 8, 0), 4);    // one group per node
+  EXPECT_EQ(reachable_nodes(m, 128, 16, 0), 8);  // a group spans 2 nodes
+  EXPECT_EQ(reachable_nodes(m, 32, 4, 0), 4);    // two groups per node: at most 4 nodes of 4
+  EXPECT_EQ(reachable_nodes(m, 128, 16, 3), 3);  // a node limit below the groups' reach
+  m.group_topk = 8;                              // every group: no limit
+  EXPECT_EQ(reachable_nodes(m, 128, 16, 0), 16);
+}
+
 // Micro-batch overlap (DualPipe-style) hides the exchanges behind the other micro-batch's
 // layer compute: exposed EP time drops to what the compute cannot cover.
 TEST(Moe, MicroBatchOverlapHidesExchanges) {
