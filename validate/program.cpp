@@ -51,6 +51,8 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
   if (!p.no_sync) refuse("parallel.no_sync false (gradients are reduced once per step)");
   if (p.recompute == Recompute::kSelectiveOp) refuse("parallel.recompute \"selective-op\"");
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
+    refuse("parallel.recompute_modules other than [\"core_attn\"] (only the attention core is recomputed)");
   if (rc.training.loss != config::LossImpl::kFused) refuse("training.loss \"eager\"");
   if (rc.training.lp_grads) refuse("training.lp_grads");
 }

@@ -611,6 +611,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("parallel: full recompute of the first " + n + " layers of each virtual stage (the row says so)");
     }
   }
+  if (!has(r, "recompute") && fam == Family::kGptOss && contains(fw, "26.04") && contains(lower(str(r, "gpu_type")), "h100")) {
+    // The 26.04 GPT-OSS 120B recipe for H100 recomputes the MoE layers' norm and expert
+    // activation (recompute_modules = layernorm, moe_act).
+    parallel["recompute"] = "selective";
+    parallel["recompute_modules"] = Json::array({"layernorm", "moe_act"});
+    notes.push_back("parallel: selective recompute of the layer norms and the experts' activation (recompute_modules layernorm, moe_act, as the 26.04 H100 recipe sets)");
+  }
   if (!has(r, "recompute") && has(r, "tflops_per_gpu") &&
       (contains(lower(str(r, "source")), "2104.04473") || contains(lower(str(r, "tflops_definition")), "paper formula") ||
        contains(lower(str(r, "tflops_definition")), "incl. recompute"))) {
@@ -656,9 +663,14 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     // Megatron-Bridge benchmarks force balanced routing (random router logits: per-expert
     // counts within a few percent of the mean at these token counts).
     // The DeepSeek-V3 recipes use the flex dispatcher (DeepEP / HybridEP), which sends a token
-    // once per destination node; the other families' recipes the all-to-all dispatcher.
-    const bool flex = fam == Family::kDeepSeek;
-    const std::string dispatcher = flex ? "flex dispatcher (DeepEP / HybridEP, as the DeepSeek-V3 recipes set)" : "all-to-all dispatcher";
+    // once per destination node, and so does the 26.04 Qwen3-30B-A3B recipe for H100 (expert
+    // parallelism 16 over two nodes, HybridEP); the other recipes the all-to-all dispatcher.
+    const bool qwen3_30b_2604 = fam == Family::kQwenMoe && contains(lower(str(r, "model")), "30b") &&
+                                contains(fw, "26.04") && contains(lower(str(r, "gpu_type")), "h100");
+    const bool flex = fam == Family::kDeepSeek || qwen3_30b_2604;
+    const std::string dispatcher = !flex ? "all-to-all dispatcher"
+                                   : qwen3_30b_2604 ? "flex dispatcher (HybridEP, as the 26.04 H100 recipe sets)"
+                                                    : "flex dispatcher (DeepEP / HybridEP, as the DeepSeek-V3 recipes set)";
     Json moe = {{"dispatcher", flex ? "flex" : "alltoall"}, {"imbalance", 1.0}};
     if (contains(lower(str(r, "model")), "tokendrop")) {
       moe["capacity_factor"] = 1.0;
@@ -759,7 +771,8 @@ namespace {
 // Layout keys the planner chooses; the rest of a published run's parallel block describes the
 // framework (pipeline buffers, DTensor behaviour, MoE routing) and stays fixed.
 const char* const kLayoutKeys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "micro_batch_size", "zero_stage",
-                                   "fsdp", "recompute", "schedule", "first_stage_layers", "last_stage_layers", "stage_layers",
+                                   "fsdp", "recompute", "recompute_layers", "recompute_modules", "schedule", "first_stage_layers",
+                                   "last_stage_layers", "stage_layers",
                                    "reshard_after_forward", "cp_comm"};
 
 void compare_with_planner(AccuracyResult& res) {

@@ -21,8 +21,21 @@ std::string to_string(Recompute r) {
   return "?";
 }
 
+const std::vector<std::string>& recompute_module_names() {
+  static const std::vector<std::string> names = {"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"};
+  return names;
+}
+
 std::string recompute_label(const Parallel& p) {
   if (p.recompute == Recompute::kFull && p.recompute_layers > 0) return "full(" + std::to_string(p.recompute_layers) + ")";
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
+    std::string s;
+    for (size_t i = 0; i < recompute_module_names().size(); ++i) {
+      if ((p.recompute_modules & (1u << i)) == 0) continue;
+      s += (s.empty() ? "" : ",") + recompute_module_names()[i];
+    }
+    return "selective(" + s + ")";
+  }
   return to_string(p.recompute);
 }
 
@@ -148,6 +161,28 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   if (p.recompute_layers > 0 && p.recompute != Recompute::kFull) {
     r.issues().add(r.child_path("recompute_layers"),
                    "got " + std::to_string(p.recompute_layers) + "; recomputing a number of layers needs recompute \"full\" (got \"" + rec + "\")");
+  }
+  if (const Json* mods = r.get_raw("recompute_modules"); mods != nullptr) {
+    const std::string path = r.child_path("recompute_modules");
+    const auto& names = recompute_module_names();
+    std::string allowed;
+    for (const auto& n : names) allowed += (allowed.empty() ? "" : ", ") + n;
+    if (p.recompute != Recompute::kSelective) {
+      r.issues().add(path, "recompute modules need recompute \"selective\" (got \"" + rec + "\")");
+    } else if (!mods->is_array() || mods->empty()) {
+      r.issues().add(path, "must be a non-empty list of module names (" + allowed + ")");
+    } else {
+      p.recompute_modules = 0;
+      for (size_t i = 0; i < mods->size(); ++i) {
+        const Json& m = (*mods)[i];
+        const auto it = m.is_string() ? std::find(names.begin(), names.end(), m.get<std::string>()) : names.end();
+        if (it == names.end()) {
+          r.issues().add(path + "[" + std::to_string(i) + "]", "got " + m.dump() + "; allowed: " + allowed);
+          continue;
+        }
+        p.recompute_modules |= 1u << static_cast<uint32_t>(it - names.begin());
+      }
+    }
   }
   const bool has_schedule = r.has("schedule");
   const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"}, "1f1b");

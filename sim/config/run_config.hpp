@@ -17,6 +17,19 @@ namespace stepcast::config {
 
 enum class Optimizer { kAdam, kSgd };
 enum class Recompute { kNone, kSelective, kSelectiveOp, kFull };
+// What recompute "selective" rebuilds in backward instead of keeping (Megatron-Core's
+// --recompute-modules): bit flags over these modules.
+enum RecomputeModule : uint32_t {
+  kRecomputeCoreAttn = 1u << 0,     // the attention core (only unfused attention keeps anything)
+  kRecomputeMoeAct = 1u << 1,       // the routed experts' activation
+  kRecomputeLayernorm = 1u << 2,    // norms that are separate modules (MoE pre-MLP norm, MLA input norm)
+  kRecomputeMlaUpProj = 1u << 3,    // MLA up-projections and RoPE (their Q, K, V)
+  kRecomputeMlp = 1u << 4,          // a dense layer's whole MLP
+  kRecomputeMoe = 1u << 5,          // a MoE layer's whole MoE block (router to combine)
+  kRecomputeSharedExperts = 1u << 6,
+};
+// Module names in run files and output, in flag order.
+const std::vector<std::string>& recompute_module_names();
 enum class LossImpl { kFused, kEager };
 enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
 // kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
@@ -136,6 +149,11 @@ struct Parallel {
   // --recompute-method block --recompute-num-layers N); the rest keep their activations.
   // 0 = every layer.
   int64_t recompute_layers = 0;
+  // With recompute selective: the RecomputeModule flags (default: the attention core).
+  uint32_t recompute_modules = kRecomputeCoreAttn;
+  [[nodiscard]] bool recomputes(RecomputeModule m) const {
+    return recompute == Recompute::kSelective && (recompute_modules & m) != 0;
+  }
   Schedule schedule = Schedule::kOneFOneB;
   double bucket_mb = 25.0;  // DDP gradient bucket size in MB (1e6 bytes)
   // Uneven pipeline split, Megatron's way: the first / last pipeline stage holds this many

@@ -682,15 +682,44 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     for (const auto& o : F) {
       if (o.kind != OpKind::kComm) lc.hardware_flops += o.flops;
     }
-  } else if (recompute == config::Recompute::kSelective &&
-             rc_.training.attention == config::AttentionImpl::kUnfused) {
-    // Selective recompute re-runs the core attention (flash attention already recomputes it).
-    Op r = af;
-    r.name = "recompute.attention";
-    r.flops = Flops(0);
-    B.insert(B.begin(), r);
-    lc.recompute += af.time;
-    lc.hardware_flops += af.flops;
+  } else if (recompute == config::Recompute::kSelective) {
+    // Selective recompute (Megatron-Core's recompute modules): each chosen module's forward
+    // operators run again before the layer's backward, its TP / EP exchanges included. The
+    // attention core counts only when unfused (flash attention recomputes it anyway); norms only
+    // where they are separate modules (a MoE layer's pre-MLP norm, which the router shares, and
+    // the input norm of MLA's down-projections); `mlp` is a dense layer's MLP, `moe` a MoE
+    // layer's whole block (router to combine, shared experts included).
+    const bool mla = m.mla.enabled();
+    auto starts = [](const std::string& n, const char* prefix) { return n.rfind(prefix, 0) == 0; };
+    auto in_module = [&](const std::string& n) {
+      if (p.recomputes(config::kRecomputeCoreAttn) && rc_.training.attention == config::AttentionImpl::kUnfused &&
+          n == "attention")
+        return true;
+      if (p.recomputes(config::kRecomputeLayernorm) && ((moe && n == "norm2") || (mla && n == "norm1"))) return true;
+      if (p.recomputes(config::kRecomputeMlaUpProj) && mla && (starts(n, "q_up") || starts(n, "kv_up") || n == "rope"))
+        return true;
+      if (p.recomputes(config::kRecomputeMlp) && !moe &&
+          (starts(n, "fc1") || n == "activation" || starts(n, "fc2") || starts(n, "mlp_in") || starts(n, "mlp_out")))
+        return true;
+      if (!moe) return false;
+      if (p.recomputes(config::kRecomputeMoeAct) && n == "experts.activation") return true;
+      if (p.recomputes(config::kRecomputeSharedExperts) && starts(n, "shared.")) return true;
+      return p.recomputes(config::kRecomputeMoe) && (starts(n, "router") || n == "permute" || starts(n, "ep.") ||
+                                                      starts(n, "experts.") || n == "unpermute" || starts(n, "shared."));
+    };
+    std::vector<Op> re;
+    for (const auto& o : F) {
+      if (!in_module(o.name)) continue;
+      Op r = o;
+      r.name = "recompute." + o.name;
+      r.flops = Flops(0);
+      re.push_back(r);
+      if (o.kind != OpKind::kComm) {
+        lc.recompute += o.time;
+        lc.hardware_flops += o.flops;
+      }
+    }
+    B.insert(B.begin(), re.begin(), re.end());
   } else if (recompute == config::Recompute::kSelectiveOp) {
     // Op-level selective checkpointing keeps every other matmul output and the attention output
     // (see memory::selective_op_bytes_per_token); backward re-runs the element-wise work and the

@@ -139,40 +139,45 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
   // Replicated terms (per token): the two norms' inputs, and their outputs (the QKV and MLP
   // inputs).
-  double replicated = 2.0 * e * h + li * h + li * h;
+  // Recompute selective's modules (Megatron-Core --recompute-modules) drop what they rebuild.
+  const bool mla = m.mla.enabled();
+  const bool norm_recomputed = p.recomputes(config::kRecomputeLayernorm);
+  double replicated = 2.0 * e * h + (norm_recomputed && mla ? 0.0 : li * h) + (norm_recomputed && moe_layer ? 0.0 : li * h);
   if (rc.training.dropout) replicated += 2.0 * h;
   // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
   // when the framework expands them before the call (selective recompute rebuilds them from
   // the QKV output).
   const double heads_local = static_cast<double>(m.heads) / t;
-  const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && p.recompute == Recompute::kNone);
+  const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && p.recompute != Recompute::kSelective);
   const double q_w = w.q, kv_w = w.k, out_w = w.out;
   // MLA: the latent inputs of the up-projections (replicated).
   if (m.mla.enabled()) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
   // The attention kernel keeps its output for its own backward; with fp8 inputs the output
   // projection keeps its quantized copy beside it.
-  double split = e * (q_w + kv_w + kv_w) + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0);
+  const double qkv = p.recomputes(config::kRecomputeMlaUpProj) && mla ? 0.0 : e * (q_w + kv_w + kv_w);
+  double split = qkv + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0);
   // Per MLP width element: the first projection's outputs (gate and up, or the pre-activation)
   // for the activation's backward, and the activation's output as the second projection's input.
   const double mlp_bytes = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + li;
   if (!moe_layer) {
-    split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
-  } else {
+    if (!p.recomputes(config::kRecomputeMlp)) split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
+  } else if (!p.recomputes(config::kRecomputeMoe)) {
     const auto& mo = m.moe;
     const double k = static_cast<double>(mo.top_k);
     const double etp = static_cast<double>(p.etp);
-    // Per routed token copy: the permuted input and the expert's MLP activations; routing
-    // probabilities in fp32 per expert.
-    const double routed = k * (li * h + mlp_bytes * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
+    // Per routed token copy: the permuted input and the expert's MLP activations (without the
+    // activation's output when moe_act is recomputed); routing probabilities in fp32 per expert.
+    const double expert_bytes = mlp_bytes - (p.recomputes(config::kRecomputeMoeAct) ? li : 0.0);
+    const double routed = k * (li * h + expert_bytes * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
     split += routed + 4.0 * static_cast<double>(mo.num_experts) / t;
-    if (mo.shared_experts > 0) {
+    if (mo.shared_experts > 0 && !p.recomputes(config::kRecomputeSharedExperts)) {
       split += mlp_bytes * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
     }
   }
   double scores = 0;
   const double s_full = static_cast<double>(rc.training.seq_len);
   if (rc.training.attention == config::AttentionImpl::kUnfused) {
-    if (p.recompute != Recompute::kSelective) {
+    if (!p.recomputes(config::kRecomputeCoreAttn)) {
       scores = heads_local * s_full * (e + (rc.training.dropout ? 1.0 + e : 0.0));
     }
   } else {

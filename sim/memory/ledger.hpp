@@ -17,6 +17,10 @@
 //     dropout masks (2h, 1 byte each, when dropout is on)
 //   split by TP: Q, K, V (e*(q + 2kv)), attention output (e*q), MLP: gated 3ef, plain 2ef
 //   attention scores (unfused only, dropped by selective recompute): heads*s*(e + 1 + e)
+//   selective recompute's other modules drop what they rebuild: layernorm the norm outputs of
+//   separate norms (MoE pre-MLP, MLA input), moe_act each routed copy's activation output,
+//   mlp a dense MLP's activations, moe the routed copies and routing probabilities,
+//   shared_experts theirs, mla_up_proj MLA's Q, K and V
 //   flash attention keeps only the fp32 log-sum-exp (4 bytes per head and token)
 // For GPT (f = 4h, kv = heads, plain MLP, dropout, unfused) this is s*b*h*(34 + 5*a*s/h),
 // with TP t: s*b*h*(10 + 24/t + 5*a*s/(h*t)), with SP: s*b*h/t*(34 + 5*a*s/h).

@@ -427,6 +427,8 @@ Json plan_json(const PlanResult& r, size_t rows) {
                 {"micro_batch_size", p.micro_batch_size}, {"zero_stage", p.zero_stage}, {"fsdp", p.fsdp},
                 {"recompute", config::to_string(p.recompute)}, {"schedule", config::to_string(p.schedule)}};
     if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
+    if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
+      par["recompute_modules"] = report::recompute_modules_json(p);
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;

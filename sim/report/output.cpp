@@ -50,6 +50,16 @@ Json ledger_json(const memory::MemoryLedger& l) {
           {"fits", l.fits()}};
 }
 
+Json recompute_modules_json(const config::Parallel& p) {
+  Json a = Json::array();
+  if (p.recompute != config::Recompute::kSelective) return a;
+  const auto& names = config::recompute_module_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if ((p.recompute_modules & (1u << i)) != 0) a.push_back(names[i]);
+  }
+  return a;
+}
+
 Json run_summary_json(const config::RunConfig& rc) {
   const auto& p = rc.parallel;
   return {{"model", rc.model.name},
@@ -66,7 +76,8 @@ Json run_summary_json(const config::RunConfig& rc) {
             {"vpp", p.vpp}, {"sp", p.sp}, {"micro_batch_size", p.micro_batch_size},
             {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
             {"fsdp", p.fsdp}, {"recompute", config::to_string(p.recompute)},
-            {"recompute_layers", p.recompute_layers}, {"schedule", config::to_string(p.schedule)}}},
+            {"recompute_layers", p.recompute_layers}, {"recompute_modules", recompute_modules_json(p)},
+            {"schedule", config::to_string(p.schedule)}}},
           {"assumptions", rc.assumptions}};
 }
 

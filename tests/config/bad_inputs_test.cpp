@@ -99,6 +99,10 @@ const std::vector<BadCase> kCases = {
      {"$.model.n_group", "got 3", "divide the 16 experts"}},
     {"UnknownDispatcher", R"({"model": "mixtral-8x7b", "parallel": {"tp": 1, "ep": 2, "moe": {"dispatcher": "deepep"}}})",
      {"$.parallel.moe.dispatcher", "deepep", "flex"}},
+    {"RecomputeModulesWithoutSelective", R"({"parallel": {"recompute": "full", "recompute_modules": ["mlp"]}})",
+     {"$.parallel.recompute_modules", "selective", "full"}},
+    {"UnknownRecomputeModule", R"({"parallel": {"recompute": "selective", "recompute_modules": ["mlp", "attn"]}})",
+     {"$.parallel.recompute_modules[1]", "attn", "core_attn", "moe_act"}},
     {"InterleavedWithoutVpp", R"({"parallel": {"tp": 2, "pp": 2, "schedule": "interleaved"}})",
      {"$.parallel.schedule", "interleaved", "vpp"}},
     // A100 has no FP8 tensor cores (no fp8 dense peak in its profile).

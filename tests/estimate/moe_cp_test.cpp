@@ -9,6 +9,7 @@
 #include "sim/core/json_reader.hpp"
 #include "sim/estimate/moe_routing.hpp"
 #include "sim/estimate/workload.hpp"
+#include "sim/memory/ledger.hpp"
 
 namespace stepcast::estimate {
 namespace {
@@ -208,6 +209,41 @@ TEST(Moe, ReachableNodesFollowGroupLimitedRouting) {
   EXPECT_EQ(reachable_nodes(m, 128, 16, 3), 3);  // a node limit below the groups' reach
   m.group_topk = 8;                              // every group: no limit
   EXPECT_EQ(reachable_nodes(m, 128, 16, 0), 16);
+}
+
+// Recompute selective's modules (Megatron-Core --recompute-modules): moe_act drops each routed
+// copy's activation output (its bf16 fc2 input, ffn_e wide) and re-runs the activation before
+// the backward; moe drops the whole block's activations and re-runs it, dispatch included.
+TEST(Moe, RecomputeModulesTradeActivationsForRecompute) {
+  auto with = [](const Json& mods) {
+    Json j = moe_run(8);
+    j["parallel"]["recompute"] = "selective";
+    if (!mods.is_null()) j["parallel"]["recompute_modules"] = mods;
+    return parse(j);
+  };
+  const RunConfig attn = with(Json()), act = with(Json::array({"moe_act"})), block = with(Json::array({"moe"}));
+  EXPECT_EQ(config::recompute_label(act.parallel), "selective(moe_act)");
+  EXPECT_EQ(config::recompute_label(attn.parallel), "selective");
+  const double T = 4096, k = 2, ffn_e = 1024, bytes = 2;
+  const double base = memory::layer_activation_bytes(attn, true).value();
+  EXPECT_DOUBLE_EQ(base - memory::layer_activation_bytes(act, true).value(), T * k * bytes * ffn_e);
+  // The whole block: routed copies (input and MLP activations) and fp32 routing probabilities.
+  EXPECT_DOUBLE_EQ(base - memory::layer_activation_bytes(block, true).value(),
+                   T * (k * (bytes * 2048 + 3.0 * bytes * ffn_e) + 4.0 * 16));
+  const WorkloadBuilder wa(attn), wb(act), wm(block);
+  EXPECT_DOUBLE_EQ(wa.moe_layer().recompute.value(), 0.0);  // flash attention: nothing to redo
+  double act_time = 0, block_compute = 0;
+  for (const auto& o : wa.moe_layer().fwd) {
+    if (o.name == "experts.activation") act_time = o.time.value();
+    const bool in_block = o.name.rfind("router", 0) == 0 || o.name == "permute" || o.name.rfind("experts.", 0) == 0 ||
+                          o.name == "unpermute";
+    if (in_block && o.kind != OpKind::kComm) block_compute += o.time.value();
+  }
+  EXPECT_GT(act_time, 0.0);
+  EXPECT_DOUBLE_EQ(wb.moe_layer().recompute.value(), act_time);
+  EXPECT_NEAR(wm.moe_layer().recompute.value(), block_compute, 1e-15);
+  // The re-run block exchanges its tokens again: more exposed EP time than without it.
+  EXPECT_GT(wm.moe_layer().ep_exposed.value(), wa.moe_layer().ep_exposed.value());
 }
 
 // Micro-batch overlap (DualPipe-style) hides the exchanges behind the other micro-batch's
