@@ -130,6 +130,9 @@ class Emitter {
         in.bytes = o.bytes.value();
         return;
       }
+      case OpKind::kHost:
+        // Host-side work of MoE layers, which the validator refuses; nothing to execute.
+        return;
     }
   }
 

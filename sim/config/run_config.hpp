@@ -69,6 +69,12 @@ struct MoeRouting {
   // once per destination node and is forwarded to its experts there over the node fabric.
   // 0 = unlimited, every routed copy travels on its own.
   int64_t max_nodes_per_token = 0;
+  // Host time per local expert and MoE layer, forward and backward together, that the expert
+  // block adds to the layer (seconds): a grouped-GEMM path that handles each expert's tensors
+  // one by one (Transformer Engine's GroupedLinear under Megatron-Core: per-expert splits,
+  // allocations, quantization and GEMM launches) while the dropless routing's token counts
+  // keep the host from running ahead. 0 for a single fused grouped kernel.
+  double expert_overhead = 260e-6;
 };
 
 std::string to_string(Recompute r);

@@ -612,6 +612,19 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       }
     }
     const double fe_local = static_cast<double>(mo.expert_ffn) / etp;
+    // Per-expert host work of the grouped expert MLP (parallel.moe.expert_overhead), a third in
+    // forward and two thirds in backward, where each expert has twice the GEMMs.
+    if (p.moe.expert_overhead > 0) {
+      Op hf;
+      hf.name = "experts.host";
+      hf.kind = OpKind::kHost;
+      hf.time = Duration(p.moe.expert_overhead * experts_local / 3.0);
+      Op hb = hf;
+      hb.name = "experts.host_bwd";
+      hb.time = Duration(p.moe.expert_overhead * experts_local * 2.0 / 3.0);
+      F.push_back(hf);
+      B.push_back(hb);
+    }
     linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local);
     F.push_back(mem_op(c, "experts.activation", act_passes * e * tokens_per_expert * experts_local * fe_local));
     B.push_back(mem_op(c, "experts.activation.bwd", 2.0 * act_passes * e * tokens_per_expert * experts_local * fe_local));

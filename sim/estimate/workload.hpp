@@ -20,7 +20,8 @@
 
 namespace stepcast::estimate {
 
-enum class OpKind { kGemm, kAttention, kElementwise, kComm };
+// kHost: host-side work the GPU waits for (its time is on the layer's critical path).
+enum class OpKind { kGemm, kAttention, kElementwise, kComm, kHost };
 enum class CommKind { kNone, kTp, kCp, kEp, kPp, kDp };
 const char* to_string(CommKind k);
 

@@ -160,6 +160,7 @@ const char* op_kind_name(estimate::OpKind k) {
     case estimate::OpKind::kAttention: return "attention";
     case estimate::OpKind::kElementwise: return "memory";
     case estimate::OpKind::kComm: return "comm";
+    case estimate::OpKind::kHost: return "host";
   }
   return "?";
 }

@@ -246,6 +246,23 @@ TEST(Moe, RecomputeModulesTradeActivationsForRecompute) {
   EXPECT_GT(wm.moe_layer().ep_exposed.value(), wa.moe_layer().ep_exposed.value());
 }
 
+// The grouped expert MLP's per-expert host work (parallel.moe.expert_overhead) adds the
+// overhead times the rank's local experts to the layer, a third in forward and two thirds in
+// backward; 0 turns it off. 16 experts on ep 8: 2 local experts.
+TEST(Moe, ExpertOverheadScalesWithLocalExperts) {
+  const WorkloadBuilder off(parse(moe_run(8, 8, {{"expert_overhead", 0}})));
+  const WorkloadBuilder on(parse(moe_run(8, 8, {{"expert_overhead", "300us"}})));
+  const WorkloadBuilder ep2(parse(moe_run(2, 8, {{"expert_overhead", "300us"}})));
+  EXPECT_NEAR(on.moe_layer().fwd_compute.value() - off.moe_layer().fwd_compute.value(), 2 * 100e-6, 1e-12);
+  EXPECT_NEAR(on.moe_layer().bwd_compute.value() - off.moe_layer().bwd_compute.value(), 2 * 200e-6, 1e-12);
+  // Fewer ranks hold more experts each: 8 local experts pay four times the host work.
+  double host2 = 0, host8 = 0;
+  for (const auto& o : ep2.moe_layer().fwd) host2 += o.kind == OpKind::kHost ? o.time.value() : 0.0;
+  for (const auto& o : on.moe_layer().fwd) host8 += o.kind == OpKind::kHost ? o.time.value() : 0.0;
+  EXPECT_NEAR(host2, 4.0 * host8, 1e-15);
+  EXPECT_DOUBLE_EQ(on.dense_layer().fwd_compute.value(), off.dense_layer().fwd_compute.value());
+}
+
 // Micro-batch overlap (DualPipe-style) hides the exchanges behind the other micro-batch's
 // layer compute: exposed EP time drops to what the compute cannot cover.
 TEST(Moe, MicroBatchOverlapHidesExchanges) {
