@@ -680,6 +680,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("moe: balanced routing (forced by the benchmark), dropless, " + dispatcher);
     }
     parallel["moe"] = moe;
+  } else if (moe_model && torchtitan) {
+    // torchtitan runs every local expert in one torch._grouped_mm call: no per-expert host work.
+    parallel["moe"] = Json{{"dispatcher", "alltoall"}, {"imbalance", 1.0}, {"expert_overhead", 0}};
+    notes.push_back("moe: routing not stated: balanced (load-balancing loss), dropless, all-to-all dispatcher; experts in one grouped GEMM call (torch._grouped_mm), no per-expert host time");
   } else if (moe_model) {
     parallel["moe"] = Json{{"dispatcher", "alltoall"}, {"imbalance", 1.0}};
     notes.push_back("moe: routing not stated: balanced (load-balancing loss), dropless, all-to-all dispatcher (Megatron-Core defaults)");

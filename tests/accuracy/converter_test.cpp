@@ -195,6 +195,24 @@ TEST(PublishedRows, ExpertTensorParallelFromTheRow) {
   EXPECT_NO_THROW((void)config::parse_run(run, "row", ""));
 }
 
+// The MoE stack follows the framework: Megatron-Bridge's DeepSeek-V3 recipes use the flex
+// dispatcher; torchtitan runs its experts in one grouped GEMM call (no per-expert host time);
+// other MoE rows keep the all-to-all dispatcher and the default per-expert host time.
+TEST(PublishedRows, MoeDispatcherAndExpertOverheadFollowTheFramework) {
+  Json r = base_row();
+  r.update(Json{{"model", "DeepSeekV3"}, {"params_b", 671}, {"layers", 61}, {"hidden", 7168}, {"heads", 128},
+                {"moe_experts", 256}, {"moe_topk", 8}, {"num_gpus", 1024}, {"tp", 2}, {"pp", 8}, {"ep", 64}, {"vp", 4},
+                {"global_batch_seqs", 8192}, {"framework", "Megatron-Bridge / Megatron-Core (NeMo 25.09)"}, {"precision", "FP8"}});
+  Json run = converted(r);
+  EXPECT_EQ(run["parallel"]["moe"]["dispatcher"], "flex");
+  EXPECT_FALSE(run["parallel"]["moe"].contains("expert_overhead"));
+  r["framework"] = "torchtitan";
+  run = converted(r);
+  EXPECT_EQ(run["parallel"]["moe"]["dispatcher"], "alltoall");
+  EXPECT_EQ(run["parallel"]["moe"]["expert_overhead"], 0);
+  EXPECT_DOUBLE_EQ(config::parse_run(run, "row", "").parallel.moe.expert_overhead, 0.0);
+}
+
 // The global batch from tokens, or from micro-batch x accumulation x dp.
 TEST(PublishedRows, GlobalBatchFromOtherFields) {
   Json r = base_row();
