@@ -611,7 +611,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("parallel: full recompute of the first " + n + " layers of each virtual stage (the row says so)");
     }
   }
-  if (!has(r, "recompute") && fam == Family::kGptOss && contains(fw, "26.04") && contains(lower(str(r, "gpu_type")), "h100")) {
+  // The 26.04 H100 recipes (Megatron-Bridge scripts/performance/configs) set what their tables
+  // do not state.
+  const bool recipe_2604_h100 = contains(fw, "26.04") && contains(lower(str(r, "gpu_type")), "h100");
+  if (!has(r, "recompute") && fam == Family::kGptOss && recipe_2604_h100) {
     // The 26.04 GPT-OSS 120B recipe for H100 recomputes the MoE layers' norm and expert
     // activation (recompute_modules = layernorm, moe_act).
     parallel["recompute"] = "selective";
@@ -665,8 +668,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     // The DeepSeek-V3 recipes use the flex dispatcher (DeepEP / HybridEP), which sends a token
     // once per destination node, and so does the 26.04 Qwen3-30B-A3B recipe for H100 (expert
     // parallelism 16 over two nodes, HybridEP); the other recipes the all-to-all dispatcher.
-    const bool qwen3_30b_2604 = fam == Family::kQwenMoe && contains(lower(str(r, "model")), "30b") &&
-                                contains(fw, "26.04") && contains(lower(str(r, "gpu_type")), "h100");
+    const bool qwen3_30b_2604 = fam == Family::kQwenMoe && contains(lower(str(r, "model")), "30b") && recipe_2604_h100;
     const bool flex = fam == Family::kDeepSeek || qwen3_30b_2604;
     const std::string dispatcher = !flex ? "all-to-all dispatcher"
                                    : qwen3_30b_2604 ? "flex dispatcher (HybridEP, as the 26.04 H100 recipe sets)"

@@ -26,14 +26,21 @@ const std::vector<std::string>& recompute_module_names() {
   return names;
 }
 
+std::vector<std::string> recompute_module_list(const Parallel& p) {
+  std::vector<std::string> list;
+  if (p.recompute != Recompute::kSelective) return list;
+  const auto& names = recompute_module_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if ((p.recompute_modules & (1u << i)) != 0) list.push_back(names[i]);
+  }
+  return list;
+}
+
 std::string recompute_label(const Parallel& p) {
   if (p.recompute == Recompute::kFull && p.recompute_layers > 0) return "full(" + std::to_string(p.recompute_layers) + ")";
   if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeCoreAttn) {
     std::string s;
-    for (size_t i = 0; i < recompute_module_names().size(); ++i) {
-      if ((p.recompute_modules & (1u << i)) == 0) continue;
-      s += (s.empty() ? "" : ",") + recompute_module_names()[i];
-    }
+    for (const auto& m : recompute_module_list(p)) s += (s.empty() ? "" : ",") + m;
     return "selective(" + s + ")";
   }
   return to_string(p.recompute);

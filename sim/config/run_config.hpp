@@ -82,6 +82,8 @@ struct Parallel;
 // The recompute mode as printed: "full(N)" when full recomputation covers the first N layers
 // of each virtual stage.
 std::string recompute_label(const Parallel& p);
+// The modules recompute selective rebuilds, in flag order (empty unless selective).
+std::vector<std::string> recompute_module_list(const Parallel& p);
 std::string to_string(Schedule s);
 std::string to_string(Optimizer o);
 std::string to_string(CpComm c);

@@ -52,11 +52,7 @@ Json ledger_json(const memory::MemoryLedger& l) {
 
 Json recompute_modules_json(const config::Parallel& p) {
   Json a = Json::array();
-  if (p.recompute != config::Recompute::kSelective) return a;
-  const auto& names = config::recompute_module_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    if ((p.recompute_modules & (1u << i)) != 0) a.push_back(names[i]);
-  }
+  for (const auto& m : config::recompute_module_list(p)) a.push_back(m);
   return a;
 }
 
