@@ -492,6 +492,15 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
         F.push_back(comm_op(c, "cp_ring.kv", CommKind::kCp, Collective::kSendRecv, kv_bytes, places_.cp, attn_f / cp));
         B.push_back(comm_op(c, "cp_ring.kv_dkv", CommKind::kCp, Collective::kSendRecv, 2.0 * kv_bytes, places_.cp, attn_b / cp));
       }
+      // The blocks' partial results are combined outside the attention kernel (Transformer
+      // Engine's KV-P2P context parallelism, one fused pass per block), in bytes per element.
+      // Forward: each later block's output corrected by its log-sum-exp and added into the
+      // fp32 running output (read the block, read and write the output: e + 8), the output
+      // cast back at the end (4 + e). Backward: each block's dQ added into an fp32 accumulator
+      // (e + 8) and its dK/dV added to the received partial sums (3e), dQ cast back at the end.
+      const double out_el = T * v_width, q_el = T * q_width, kv_el = T * 2.0 * kv_att;
+      F.push_back(mem_op(c, "cp_ring.merge", (cp - 1.0) * (8.0 + e) * out_el + (4.0 + e) * out_el));
+      B.push_back(mem_op(c, "cp_ring.accumulate", cp * ((8.0 + e) * q_el + 3.0 * e * kv_el) + (4.0 + e) * q_el));
     } else if (p.cp_comm == config::CpComm::kAllGather) {
       F.push_back(comm_op(c, "cp_ag.kv", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp));
       B.push_back(comm_op(c, "cp_ag.kv", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp));

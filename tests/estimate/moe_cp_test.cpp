@@ -263,6 +263,22 @@ TEST(Moe, ExpertOverheadScalesWithLocalExperts) {
   EXPECT_DOUBLE_EQ(on.dense_layer().fwd_compute.value(), off.dense_layer().fwd_compute.value());
 }
 
+// Ring context parallelism combines the blocks outside the attention kernel: per later block
+// one fused correction pass over the output (bf16 block in, fp32 running output read and
+// written) plus the final cast; llama3.1-8b (32 heads x 128) at 32k tokens on cp 4.
+TEST(Cp, RingMergesBlockOutputs) {
+  const WorkloadBuilder wb(parse(cp_run(32768, 4, 8)));
+  const double T = 32768.0 / 4.0, width = 32.0 * 128.0, e = 2.0;
+  double merge = -1;
+  for (const auto& o : wb.dense_layer().fwd) {
+    if (o.name == "cp_ring.merge") merge = o.bytes.value();
+  }
+  EXPECT_DOUBLE_EQ(merge, 3.0 * (8.0 + e) * T * width + (4.0 + e) * T * width);
+  // Without context parallelism there is nothing to merge.
+  const WorkloadBuilder no_cp(parse(cp_run(32768, 1, 8)));
+  for (const auto& o : no_cp.dense_layer().fwd) EXPECT_NE(o.name, "cp_ring.merge");
+}
+
 // Micro-batch overlap (DualPipe-style) hides the exchanges behind the other micro-batch's
 // layer compute: exposed EP time drops to what the compute cannot cover.
 TEST(Moe, MicroBatchOverlapHidesExchanges) {
