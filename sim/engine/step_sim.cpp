@@ -190,6 +190,7 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   const auto& cs = out.stages[crit];
   br.compute = cs.compute_s;
   br.recompute = compute > 0 ? cs.compute_s * rec / compute : 0.0;
+  br.host = compute > 0 ? cs.compute_s * sc.host / compute : 0.0;
   const double comm = tp + cp + ep;
   br.exposed_comm["tp"] = comm > 0 ? cs.tp_comm_s * tp / comm : 0.0;
   br.exposed_comm["cp"] = comm > 0 ? cs.tp_comm_s * cp / comm : 0.0;

@@ -75,6 +75,7 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.bwd_weight += lc.bwd_weight_compute.value() * count;
     c.compute += (lc.fwd_compute + lc.bwd_compute).value() * count;
     c.recompute += lc.recompute.value() * count;
+    c.host += lc.host.value() * count;
     c.tp += lc.tp_exposed.value() * count;
     c.cp += lc.cp_exposed.value() * count;
     c.ep += lc.ep_exposed.value() * count;
@@ -120,7 +121,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   const auto& places = wb.placements();
 
   std::vector<double> t_stage(static_cast<size_t>(pp)), w_stage(static_cast<size_t>(pp));
-  std::vector<double> compute_stage(static_cast<size_t>(pp)), recompute_stage(static_cast<size_t>(pp));
+  std::vector<double> compute_stage(static_cast<size_t>(pp)), recompute_stage(static_cast<size_t>(pp)),
+      host_stage(static_cast<size_t>(pp));
   std::vector<double> tp_stage(static_cast<size_t>(pp)), cp_stage(static_cast<size_t>(pp)),
       ep_stage(static_cast<size_t>(pp)), fsdp_stage(static_cast<size_t>(pp));
   out.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
@@ -164,6 +166,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     w_stage[static_cast<size_t>(s)] = w;
     compute_stage[static_cast<size_t>(s)] = comp;
     recompute_stage[static_cast<size_t>(s)] = rec;
+    host_stage[static_cast<size_t>(s)] = sc.host;
     tp_stage[static_cast<size_t>(s)] = tp;
     cp_stage[static_cast<size_t>(s)] = cpx;
     ep_stage[static_cast<size_t>(s)] = epx;
@@ -251,6 +254,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   auto& br = out.breakdown;
   br.compute = m * compute_stage[slowest];
   br.recompute = m * recompute_stage[slowest];
+  br.host = m * host_stage[slowest];
   br.exposed_comm["tp"] = m * tp_stage[slowest];
   br.exposed_comm["cp"] = m * cp_stage[slowest];
   br.exposed_comm["ep"] = m * ep_stage[slowest];

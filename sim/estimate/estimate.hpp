@@ -28,6 +28,7 @@ namespace stepcast::estimate {
 struct Breakdown {
   double compute = 0;         // seconds of compute on the critical path (incl. recompute)
   double recompute = 0;       // part of compute spent recomputing forward work
+  double host = 0;            // part of compute the GPU waits for host-side work (MoE per-expert)
   std::map<std::string, double> exposed_comm;  // tp, cp, ep, pp, dp
   double bubble = 0;
   double optimizer = 0;
@@ -61,6 +62,7 @@ struct StageCost {
   double fwd = 0, bwd = 0;           // forward / backward time incl. exposed comm
   double bwd_weight = 0;             // weight-gradient compute (zero-bubble schedules split it)
   double compute = 0, recompute = 0; // compute time (incl. recompute) and its recompute part
+  double host = 0;                   // ... and its host-side part
   double tp = 0, cp = 0, ep = 0;     // exposed communication by kind
   double hardware_flops = 0, model_flops = 0;
 };

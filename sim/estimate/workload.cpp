@@ -290,6 +290,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
     } else {
       c.fwd_compute += o.time;
+      if (o.kind == OpKind::kHost) c.host += o.time;
       if (o.kind == OpKind::kAttention) c.fwd_attention += o.time;
       c.model_flops += o.flops;
     }
@@ -305,6 +306,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
     } else {
       c.bwd_compute += o.time;
+      if (o.kind == OpKind::kHost) c.host += o.time;
       if (o.kind == OpKind::kAttention) c.bwd_attention += o.time;
       if (o.weight_grad) c.bwd_weight_compute += o.time;
       c.hardware_flops += o.flops;

@@ -64,6 +64,7 @@ struct LayerCost {
   std::vector<Op> fwd;
   std::vector<Op> bwd;  // includes recomputed forward work when recompute is on
   core::Duration fwd_compute, bwd_compute, bwd_weight_compute, recompute;
+  core::Duration host;  // part of the compute the GPU spends waiting for host-side work (kHost ops)
   core::Duration fwd_attention, bwd_attention;     // attention-core part of the compute
   core::Duration fwd_comm_exposed, bwd_comm_exposed;  // comm on the compute critical path
   core::Duration tp_exposed, cp_exposed, ep_exposed;  // split of the exposed comm (fwd+bwd)

@@ -432,7 +432,8 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
-    Json br = {{"compute", c.breakdown().compute}, {"recompute", c.breakdown().recompute}, {"bubble", c.breakdown().bubble},
+    Json br = {{"compute", c.breakdown().compute}, {"recompute", c.breakdown().recompute}, {"host", c.breakdown().host},
+               {"bubble", c.breakdown().bubble},
                {"optimizer", c.breakdown().optimizer}, {"exposed_comm", c.breakdown().exposed_comm}};
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},
                     {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s_per_gpu", x.tok_gpu},

@@ -52,9 +52,10 @@ ReportRow row_from(const Json& j, const std::string& label) {
 std::vector<std::pair<std::string, double>> segments(const Json& b) {
   std::vector<std::pair<std::string, double>> s;
   if (!b.is_object()) return s;
-  const double compute = b.value("compute", 0.0), recompute = b.value("recompute", 0.0);
-  s.emplace_back("compute", compute - recompute);
+  const double compute = b.value("compute", 0.0), recompute = b.value("recompute", 0.0), host = b.value("host", 0.0);
+  s.emplace_back("compute", compute - recompute - host);
   s.emplace_back("recompute", recompute);
+  s.emplace_back("host", host);
   s.emplace_back("bubble", b.value("bubble", 0.0));
   if (b.contains("exposed_comm")) {
     for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) s.emplace_back(std::string("comm ") + k, b["exposed_comm"].value(k, 0.0));
@@ -65,7 +66,7 @@ std::vector<std::pair<std::string, double>> segments(const Json& b) {
 
 const std::map<std::string, std::string>& palette() {
   static const std::map<std::string, std::string> p = {
-      {"compute", "#4e79a7"},   {"recompute", "#a0cbe8"}, {"bubble", "#e15759"},    {"comm tp", "#f28e2b"},
+      {"compute", "#4e79a7"},   {"recompute", "#a0cbe8"}, {"host", "#d4a6c8"}, {"bubble", "#e15759"},    {"comm tp", "#f28e2b"},
       {"comm cp", "#ffbe7d"},   {"comm ep", "#b07aa1"},   {"comm pp", "#59a14f"},   {"comm dp", "#8cd17d"},
       {"optimizer", "#79706e"}, {"weights", "#4e79a7"},   {"gradients", "#f28e2b"}, {"optimizer state", "#59a14f"},
       {"activations", "#e15759"}, {"transient", "#b07aa1"}, {"logits", "#edc948"},  {"buffers", "#9c755f"},

@@ -80,6 +80,7 @@ Json run_summary_json(const config::RunConfig& rc) {
 Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command) {
   Json br = {{"compute_s", e.breakdown.compute},
              {"recompute_s", e.breakdown.recompute},
+             {"host_s", e.breakdown.host},
              {"exposed_comm_s", e.breakdown.exposed_comm},
              {"bubble_s", e.breakdown.bubble},
              {"optimizer_s", e.breakdown.optimizer}};
@@ -271,7 +272,9 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
   std::snprintf(line, sizeof line, "  peak memory  %.2f GiB of %.2f GiB (%s)\n", e.memory.peak().value() / 1073741824.0,
                 e.memory.capacity.value() / 1073741824.0, e.memory.fits() ? "fits" : "DOES NOT FIT");
   o << line;
-  o << "  breakdown (s): compute " << e.breakdown.compute << " (recompute " << e.breakdown.recompute << "), bubble "
+  o << "  breakdown (s): compute " << e.breakdown.compute << " (recompute " << e.breakdown.recompute;
+  if (e.breakdown.host > 0) o << ", host " << e.breakdown.host;
+  o << "), bubble "
     << e.breakdown.bubble << ", optimizer " << e.breakdown.optimizer << ", exposed comm:";
   for (const auto& [k, v] : e.breakdown.exposed_comm) o << " " << k << " " << v;
   o << "\n";

@@ -7,6 +7,7 @@
 
 #include "sim/config/run_config.hpp"
 #include "sim/core/json_reader.hpp"
+#include "sim/estimate/estimate.hpp"
 #include "sim/estimate/moe_routing.hpp"
 #include "sim/estimate/workload.hpp"
 #include "sim/memory/ledger.hpp"
@@ -261,6 +262,10 @@ TEST(Moe, ExpertOverheadScalesWithLocalExperts) {
   for (const auto& o : on.moe_layer().fwd) host8 += o.kind == OpKind::kHost ? o.time.value() : 0.0;
   EXPECT_NEAR(host2, 4.0 * host8, 1e-15);
   EXPECT_DOUBLE_EQ(on.dense_layer().fwd_compute.value(), off.dense_layer().fwd_compute.value());
+  // The step's breakdown names it: one micro-batch through 4 MoE layers of 2 local experts.
+  const StepEstimate est = estimate_step(parse(moe_run(8, 8, {{"expert_overhead", "300us"}})));
+  EXPECT_NEAR(est.breakdown.host, 4 * 2 * 300e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(estimate_step(parse(moe_run(8, 8, {{"expert_overhead", 0}}))).breakdown.host, 0.0);
 }
 
 // Ring context parallelism combines the blocks outside the attention kernel: per later block
