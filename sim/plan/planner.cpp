@@ -146,7 +146,19 @@ std::string layout_text(const Parallel& p) {
     << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
   if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers << " last " << p.last_stage_layers;
-  if (!p.stage_layer_list.empty()) o << " stages " << Json(p.stage_layer_list).dump();
+  if (!p.stage_layer_list.empty()) {
+    // Runs of equal stages written n*k (k stages of n layers each): [1, 2*30, 1*33].
+    o << " stages [";
+    const auto& l = p.stage_layer_list;
+    for (size_t i = 0; i < l.size();) {
+      size_t j = i;
+      while (j < l.size() && l[j] == l[i]) ++j;
+      o << (i > 0 ? ", " : "") << l[i];
+      if (j - i > 1) o << "*" << (j - i);
+      i = j;
+    }
+    o << "]";
+  }
   return o.str();
 }
 

@@ -92,9 +92,14 @@ std::string legend(const std::vector<std::string>& keys, double x, double y) {
   return o.str();
 }
 
+// Room for the longest bar label (11 px text, about 6.2 px a character), the bars 480 px wide.
+double label_room(size_t chars) { return std::clamp(6.2 * static_cast<double>(chars) + 30.0, 200.0, 760.0); }
+
 std::string ranked_svg(const ReportData& d) {
   const size_t n = std::min<size_t>(d.rows.size(), 15);
-  const double w = 900, left = 420, bar_h = 18, h = 40 + bar_h * static_cast<double>(n) * 1.3;
+  size_t longest = 0;
+  for (size_t i = 0; i < n; ++i) longest = std::max(longest, d.rows[i].label.size() + 4);
+  const double left = label_room(longest), w = left + 480, bar_h = 18, h = 40 + bar_h * static_cast<double>(n) * 1.3;
   double mx = 0;
   for (size_t i = 0; i < n; ++i) mx = std::max(mx, d.rows[i].step_time_s);
   std::ostringstream o;
@@ -173,7 +178,9 @@ std::string pareto_svg(const ReportData& d) {
 
 std::string stacked_svg(const char* id, const std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>>& bars,
                         const char* unit, double unit_scale) {
-  const double w = 900, left = 420, bar_h = 18;
+  size_t longest = 0;
+  for (const auto& b : bars) longest = std::max(longest, b.first.size());
+  const double left = label_room(longest), w = left + 480, bar_h = 18;
   const double h = 50 + bar_h * 1.3 * static_cast<double>(bars.size());
   double mx = 0;
   std::vector<std::string> keys;
