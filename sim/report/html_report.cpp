@@ -45,6 +45,7 @@ ReportRow row_from(const Json& j, const std::string& label) {
   r.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
   r.bubble_fraction = j.value("bubble_fraction", 0.0);
   r.breakdown = j.contains("breakdown") ? j["breakdown"] : Json();
+  if (j.contains("simulated") && j["simulated"].is_boolean()) r.source = j["simulated"].get<bool>() ? "simulated" : "estimate";
   return r;
 }
 
@@ -324,10 +325,10 @@ std::string render_html(const ReportData& d) {
   if (d.timeline.is_array() && !d.timeline.empty()) {
     o << "<h2>Timeline excerpt of the best layout</h2>\n" << timeline_svg(d.timeline) << "\n";
   }
-  o << "<h2>Table</h2>\n<table><tr><th>layout</th><th>step s</th><th>tokens/s/GPU</th><th>MFU</th><th>peak GiB</th><th>bubble</th></tr>\n";
+  o << "<h2>Table</h2>\n<table><tr><th>layout</th><th>step s</th><th>from</th><th>tokens/s/GPU</th><th>MFU</th><th>peak GiB</th><th>bubble</th></tr>\n";
   for (size_t i = 0; i < std::min<size_t>(d.rows.size(), 50); ++i) {
     const auto& r = d.rows[i];
-    o << "<tr><td>" << esc(r.label) << "</td><td>" << num(r.step_time_s) << "</td><td>" << num(r.tokens_per_s_per_gpu, "%.1f")
+    o << "<tr><td>" << esc(r.label) << "</td><td>" << num(r.step_time_s) << "</td><td>" << r.source << "</td><td>" << num(r.tokens_per_s_per_gpu, "%.1f")
       << "</td><td>" << num(100.0 * r.mfu, "%.1f") << "%</td><td>" << num(r.peak_memory_bytes / kGiB, "%.2f") << "</td><td>"
       << num(100.0 * r.bubble_fraction, "%.1f") << "%</td></tr>\n";
   }
@@ -339,10 +340,10 @@ std::string render_markdown(const ReportData& d) {
   std::ostringstream o;
   o << "# " << d.title << "\n\n";
   if (!d.explanation.empty()) o << d.explanation << "\n\n";
-  o << "| rank | layout | step s | tokens/s/GPU | MFU | peak GiB | bubble |\n|---:|---|---:|---:|---:|---:|---:|\n";
+  o << "| rank | layout | step s | from | tokens/s/GPU | MFU | peak GiB | bubble |\n|---:|---|---:|---|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < d.rows.size(); ++i) {
     const auto& r = d.rows[i];
-    o << "| " << i + 1 << " | " << r.label << " | " << num(r.step_time_s) << " | " << num(r.tokens_per_s_per_gpu, "%.1f") << " | "
+    o << "| " << i + 1 << " | " << r.label << " | " << num(r.step_time_s) << " | " << r.source << " | " << num(r.tokens_per_s_per_gpu, "%.1f") << " | "
       << num(100.0 * r.mfu, "%.1f") << "% | " << num(r.peak_memory_bytes / kGiB, "%.2f") << " | " << num(100.0 * r.bubble_fraction, "%.1f")
       << "% |\n";
   }
@@ -351,10 +352,10 @@ std::string render_markdown(const ReportData& d) {
 
 std::string render_csv(const ReportData& d) {
   std::ostringstream o;
-  o << "rank,layout,step_time_s,tokens_per_s_per_gpu,mfu,peak_memory_bytes,bubble_fraction\n";
+  o << "rank,layout,step_time_s,source,tokens_per_s_per_gpu,mfu,peak_memory_bytes,bubble_fraction\n";
   for (size_t i = 0; i < d.rows.size(); ++i) {
     const auto& r = d.rows[i];
-    o << i + 1 << ",\"" << r.label << "\"," << num(r.step_time_s, "%.6f") << "," << num(r.tokens_per_s_per_gpu, "%.3f") << ","
+    o << i + 1 << ",\"" << r.label << "\"," << num(r.step_time_s, "%.6f") << "," << r.source << "," << num(r.tokens_per_s_per_gpu, "%.3f") << ","
       << num(r.mfu, "%.6f") << "," << num(r.peak_memory_bytes, "%.0f") << "," << num(r.bubble_fraction, "%.6f") << "\n";
   }
   return o.str();
