@@ -356,16 +356,22 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   };
   std::sort(ok.begin(), ok.end(), by_estimate);
 
-  // Re-simulate the best K with the event engine and rank them by simulated step time.
-  const size_t k = std::min(ok.size(), static_cast<size_t>(std::max(0, opt.top_k)));
-  for (size_t i = 0; i < k; ++i) {
-    auto& c = ok[i];
+  // Re-simulate the best K with the event engine and rank them by simulated step time. The
+  // simulation usually finds a step longer than the estimate, so the next candidates (up to 3K
+  // in all) are simulated too while their estimate is below the slowest simulated step: a
+  // layout the estimate ranked lower may still simulate faster than one it ranked higher.
+  const size_t top = static_cast<size_t>(std::max(0, opt.top_k));
+  size_t k = 0;
+  double slowest_simulated = 0;
+  while (k < ok.size() && (k < top || (k < 3 * top && ok[k].est.step_time_s < slowest_simulated))) {
+    auto& c = ok[k++];
     const auto s = engine::simulate_step(c.rc);
     c.simulated = true;
     c.sim_step_s = s.step.step_time_s;
     c.sim_bubble_fraction = s.step.bubble_fraction;
     c.sim_breakdown = s.step.breakdown;
     c.peak_memory_bytes = s.memory_timeline_peak_bytes;
+    slowest_simulated = std::max(slowest_simulated, c.sim_step_s);
   }
   std::sort(ok.begin(), ok.begin() + static_cast<long>(k), [](const Candidate& a, const Candidate& b) {
     if (a.sim_step_s != b.sim_step_s) return a.sim_step_s < b.sim_step_s;
