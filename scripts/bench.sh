@@ -70,7 +70,7 @@ plan405_head=$($plan405_cmd | sed -n 1p)
   echo "| same step, every rank simulated (one slow rank) | ${all_s} | < 30 s |"
   echo "| its peak memory (process RSS) | ${all_rss} GiB | < 8 GiB |"
   echo "| deepseek-v3 step on 2,048 h800 (pp 16, ep 64, dp 128), symmetric | ${ds_ms} | < 2 s (issue 4) |"
-  echo "| plan llama3.1-70b on 1,024 GPUs (enumerate, estimate, simulate top 5) | ${plan70} | < 5 s (issue 5) |"
+  echo "| plan llama3.1-70b on 1,024 GPUs (enumerate, estimate, simulate the top 5 and up to 10 more) | ${plan70} | < 5 s (issue 5) |"
   echo "| plan llama3.1-405b on 16,384 GPUs (full space) | ${plan405} | < 10 s (issue 5) |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
