@@ -700,8 +700,10 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       re.push_back(r);
     }
     B.insert(B.begin(), re.begin(), re.end());
+    // Host-side work of the recomputed forward counts as host time (LayerCost::host), not as
+    // recomputation.
     for (const auto& o : F) {
-      if (o.kind != OpKind::kComm) lc.recompute += o.time;
+      if (o.kind != OpKind::kComm && o.kind != OpKind::kHost) lc.recompute += o.time;
     }
     for (const auto& o : F) {
       if (o.kind != OpKind::kComm) lc.hardware_flops += o.flops;
@@ -738,7 +740,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       r.name = "recompute." + o.name;
       r.flops = Flops(0);
       re.push_back(r);
-      if (o.kind != OpKind::kComm) {
+      if (o.kind != OpKind::kComm && o.kind != OpKind::kHost) {
         lc.recompute += o.time;
         lc.hardware_flops += o.flops;
       }

@@ -44,8 +44,9 @@ using core::fmt;
 
 // Time categories compared in the explanation (seconds per step).
 std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown& b) {
-  std::vector<std::pair<std::string, double>> out{{"compute", b.compute - b.recompute},
+  std::vector<std::pair<std::string, double>> out{{"compute", b.compute - b.recompute - b.host},
                                                   {"recomputation", b.recompute},
+                                                  {"host-side expert work", b.host},
                                                   {"pipeline bubble", b.bubble},
                                                   {"optimizer step", b.optimizer}};
   for (const auto& [k, v] : b.exposed_comm) out.emplace_back("exposed " + k + " communication", v);
