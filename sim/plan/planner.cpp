@@ -188,12 +188,24 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   if (m.moe.enabled() && !fixed("ep")) eps = powers_of_two_upto(m.moe.num_experts);
   std::vector<Sharding> shards{{0, false}, {1, false}, {3, true}};
   if (fixed("zero_stage") || fixed("fsdp")) shards = {{bp.zero_stage, bp.fsdp}};
-  // Selective recompute re-runs the attention core, which flash attention recomputes anyway:
-  // with flash kernels it is the same layout as no recompute, so only unfused attention tries it.
-  std::vector<Recompute> recomputes{Recompute::kNone, Recompute::kFull};
-  if (base.training.attention == config::AttentionImpl::kUnfused) recomputes.insert(recomputes.begin() + 1, Recompute::kSelective);
-  if (fixed("recompute")) recomputes = {bp.recompute};
-  if (fixed("recompute_layers")) recomputes = {Recompute::kFull};  // a layer count is full recomputation's
+  // Selective recompute of the attention core only changes anything with unfused attention
+  // (flash attention recomputes it anyway). MoE models also try Megatron-Core's cheap modules:
+  // the experts' activation and the separate norms (and MLA's up-projections), which save the
+  // widest activations for a few element-wise passes.
+  struct RecomputeChoice {
+    Recompute mode;
+    uint32_t modules;
+  };
+  std::vector<RecomputeChoice> recomputes{{Recompute::kNone, config::kRecomputeCoreAttn}, {Recompute::kFull, config::kRecomputeCoreAttn}};
+  if (base.training.attention == config::AttentionImpl::kUnfused) {
+    recomputes.insert(recomputes.begin() + 1, {Recompute::kSelective, config::kRecomputeCoreAttn});
+  }
+  if (m.moe.enabled()) {
+    const uint32_t mods = config::kRecomputeMoeAct | config::kRecomputeLayernorm | (m.mla.enabled() ? config::kRecomputeMlaUpProj : 0u);
+    recomputes.insert(recomputes.end() - 1, {Recompute::kSelective, mods});
+  }
+  if (fixed("recompute")) recomputes = {{bp.recompute, bp.recompute_modules}};
+  if (fixed("recompute_layers")) recomputes = {{Recompute::kFull, config::kRecomputeCoreAttn}};  // a layer count is full recomputation's
   // Under full recomputation the planner recomputes only the layers memory needs, unless the
   // run file or --fix sets the recompute mode or the layer count.
   const bool search_recompute_layers = !fixed("recompute") && !fixed("recompute_layers");
@@ -257,7 +269,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                 continue;
               }
               for (const auto& sh : shards) {
-                for (Recompute rcm : recomputes) {
+                for (const RecomputeChoice& rcm : recomputes) {
                   for (Schedule sc : scheds) {
                     Parallel p = bp;
                     p.tp = tp;
@@ -272,7 +284,8 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                     p.micro_batch_size = mbs;
                     p.zero_stage = sh.zero;
                     p.fsdp = sh.fsdp;
-                    p.recompute = rcm;
+                    p.recompute = rcm.mode;
+                    p.recompute_modules = rcm.modules;
                     p.schedule = sc;
                     p.first_stage_layers = first;
                     p.last_stage_layers = last;
