@@ -138,7 +138,7 @@ void parse_moe(ObjectReader r, MoeRouting& m) {
               : ov == "micro-batch"  ? MoeRouting::Overlap::kMicroBatch
                                      : MoeRouting::Overlap::kNone;
   m.max_nodes_per_token = r.get_int("max_nodes_per_token", 0, 1 << 20, 0);
-  if (auto d = r.get_duration("expert_overhead", false); d) m.expert_overhead = d->value();
+  if (auto overhead = r.get_duration("expert_overhead", false); overhead) m.expert_overhead = overhead->value();
   r.finish();
 }
 

@@ -716,22 +716,21 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     // the input norm of MLA's down-projections); `mlp` is a dense layer's MLP, `moe` a MoE
     // layer's whole block (router to combine, shared experts included).
     const bool mla = m.mla.enabled();
-    auto starts = [](const std::string& n, const char* prefix) { return n.rfind(prefix, 0) == 0; };
     auto in_module = [&](const std::string& n) {
       if (p.recomputes(config::kRecomputeCoreAttn) && rc_.training.attention == config::AttentionImpl::kUnfused &&
           n == "attention")
         return true;
       if (p.recomputes(config::kRecomputeLayernorm) && ((moe && n == "norm2") || (mla && n == "norm1"))) return true;
-      if (p.recomputes(config::kRecomputeMlaUpProj) && mla && (starts(n, "q_up") || starts(n, "kv_up") || n == "rope"))
+      if (p.recomputes(config::kRecomputeMlaUpProj) && mla && (n.starts_with("q_up") || n.starts_with("kv_up") || n == "rope"))
         return true;
       if (p.recomputes(config::kRecomputeMlp) && !moe &&
-          (starts(n, "fc1") || n == "activation" || starts(n, "fc2") || starts(n, "mlp_in") || starts(n, "mlp_out")))
+          (n.starts_with("fc1") || n == "activation" || n.starts_with("fc2") || n.starts_with("mlp_in") || n.starts_with("mlp_out")))
         return true;
       if (!moe) return false;
       if (p.recomputes(config::kRecomputeMoeAct) && n == "experts.activation") return true;
-      if (p.recomputes(config::kRecomputeSharedExperts) && starts(n, "shared.")) return true;
-      return p.recomputes(config::kRecomputeMoe) && (starts(n, "router") || n == "permute" || starts(n, "ep.") ||
-                                                      starts(n, "experts.") || n == "unpermute" || starts(n, "shared."));
+      if (p.recomputes(config::kRecomputeSharedExperts) && n.starts_with("shared.")) return true;
+      return p.recomputes(config::kRecomputeMoe) && (n.starts_with("router") || n == "permute" || n.starts_with("ep.") ||
+                                                      n.starts_with("experts.") || n == "unpermute" || n.starts_with("shared."));
     };
     std::vector<Op> re;
     for (const auto& o : F) {

@@ -72,7 +72,7 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   }
   num("micro-batch", a.micro_batch_size, b.micro_batch_size);
   num("ZeRO stage", a.effective_zero(), b.effective_zero());
-  if (a.recompute != b.recompute || a.recompute_layers != b.recompute_layers) {
+  if (config::recompute_label(a) != config::recompute_label(b)) {
     d.push_back("recompute " + config::recompute_label(a) + " vs " + config::recompute_label(b));
   }
   if (a.schedule != b.schedule) d.push_back(config::to_string(a.schedule) + " vs " + config::to_string(b.schedule));

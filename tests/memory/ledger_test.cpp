@@ -404,17 +404,21 @@ TEST(ZeroBytes, Fp32ParamsAreTheirOwnMaster) {
   EXPECT_DOUBLE_EQ(zero_bytes_per_param(sb, 3, 8), 2.0);
 }
 
+// Llama-3.1-8B on 8 H100s under FSDP, 8k tokens, micro-batch 2: the activation tests' base.
+Json llama8b_fsdp(const std::string& recompute) {
+  return {{"model", "llama3.1-8b"},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", 8}}},
+          {"training", {{"seq_len", 8192}, {"global_batch_size", 16}}},
+          {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", recompute}}}};
+}
+
 // Op-level selective checkpointing on Llama-3.1-8B (h 4096, 32 heads, 8 KV heads of 128,
 // gated ffn 14336): kept per token = block input 4096 + outputs of the 1st/3rd/5th/7th matmul
 // (q 4096, v 1024, gate 14336, down 4096) + attention output 4096 = 31744 bf16 elements, plus
 // the fp32 log-sum-exp of 32 heads.
 TEST(Activations, SelectiveOpKeepsEveryOtherMatmul) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 8}}},
-            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}}},
-            {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", "selective-op"}}}};
-  const RunConfig rc = config::parse_run(j, "<ledger-test>", "");
+  const RunConfig rc = config::parse_run(llama8b_fsdp("selective-op"), "<ledger-test>", "");
   EXPECT_DOUBLE_EQ(selective_op_bytes_per_token(rc, false), 31744.0 * 2.0 + 4.0 * 32.0);
   expect_rel(layer_activation_bytes(rc, false).value(), 16384.0 * (31744.0 * 2.0 + 128.0));
 }
@@ -423,11 +427,8 @@ TEST(Activations, SelectiveOpKeepsEveryOtherMatmul) {
 // expanded K and V (Llama-3.1-8B: 32 heads instead of 8, so 2 x (4096 - 1024) more bf16
 // elements per token); op-level checkpointing keeps matmul outputs only, so it is unchanged.
 TEST(Activations, RepeatedKvKeptOnlyWithoutRecompute) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 8}}},
-            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}, {"attention", "flash2"}}},
-            {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", "none"}}}};
+  Json j = llama8b_fsdp("none");
+  j["training"]["attention"] = "flash2";
   Json expanded = j;
   expanded["training"]["repeat_kv"] = true;
   const double tokens = 16384.0;
@@ -446,11 +447,8 @@ TEST(Activations, RepeatedKvKeptOnlyWithoutRecompute) {
 // tp 1: (2h + ffn - h) = 4096 + 14336 fewer bytes per token. torchao float8 keeps the bf16
 // inputs (fp8_saved_inputs false): the same bytes as bf16 training.
 TEST(Activations, Fp8TrainingSavesLinearInputsInFp8) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 8}}},
-            {"training", {{"seq_len", 8192}, {"global_batch_size", 16}, {"precision", "bf16"}}},
-            {"parallel", {{"fsdp", true}, {"micro_batch_size", 2}, {"recompute", "none"}}}};
+  Json j = llama8b_fsdp("none");
+  j["training"]["precision"] = "bf16";
   const double bf16 = layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value();
   j["training"]["precision"] = "fp8";
   const RunConfig te = config::parse_run(j, "<ledger-test>", "");
