@@ -18,7 +18,8 @@ void adam_step(float* w, const float* g, float* m, float* v, size_t n);
 class RotatingBuffer {
  public:
   explicit RotatingBuffer(size_t bytes, unsigned char fill = 0x3c);
-  [[nodiscard]] char* next(size_t n);
+  [[nodiscard]] char* next(size_t n);  // the next n bytes (next(0): the current position)
+  void reset() { off_ = 0; }           // back to the start
   [[nodiscard]] size_t size() const { return data_.size(); }
 
  private:

@@ -1,5 +1,6 @@
 #include "calibrate/cpu_suite.hpp"
 
+#include "calibrate/coll_check.hpp"
 #include "calibrate/cpu_kernels.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
@@ -54,6 +56,21 @@ double mem_total_bytes() {
 }
 
 using core::fmt;
+
+// The MPI library's own version line ("Open MPI v4.1.4, ..."), its first line only.
+std::string mpi_library_version() {
+#ifdef STEPCAST_HAVE_MPI
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  (void)len;  // counts the terminating NUL on some libraries
+  std::string s(v);
+  s = s.substr(0, s.find_first_of("\r\n"));
+  return s.empty() ? "MPI" : s;
+#else
+  return "no MPI (one process)";
+#endif
+}
 
 struct Shape {
   int m, n, k;
@@ -134,10 +151,11 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   // Inputs and outputs rotate through 64 MiB rings, so caches do not flatter small sizes (a
   // training step's collectives run between kernels that evict them).
   // Allocated once per process (page faults of fresh rings would be timed otherwise).
+  // The input ring holds never-zero hashed values (coll_check_value), the same as the check.
   static RotatingBuffer in_ring(kRingBytes), out_ring(kRingBytes);
   static const bool filled = [&]() {
     auto* f = reinterpret_cast<float*>(in_ring.next(0));
-    for (size_t i = 0; i < kRingBytes / sizeof(float); ++i) f[i] = 0.5f * static_cast<float>(rank + 1);
+    for (size_t i = 0; i < kRingBytes / sizeof(float); ++i) f[i] = coll_check_value(rank, i);
     return true;
   }();
   (void)filled;
@@ -185,11 +203,23 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   const int batch = static_cast<int>(std::clamp(std::ceil(1e-3 / std::max(probe, 1e-9)), 1.0, 2000.0));
   auto once = [&]() { return timed_batch(batch); };
   const Measurement m = measure(once, mo);
-  if (op == "all_reduce") {
-    // Every element is the sum over ranks of 0.5 (r + 1).
-    const double want = 0.25 * size * (size + 1);
-    if (std::abs(out[3] - want) > 1e-4 * want) throw core::InternalError("calibrate: all-reduce result check failed");
+  // Result check: the rings' starts refilled with check values (the root's output too, for
+  // broadcast; every other output poisoned), the operation once more from there, and sampled
+  // outputs compared with what it must produce (coll_check).
+  in_ring.reset();
+  out_ring.reset();
+  auto* check_in = reinterpret_cast<float*>(in_ring.next(0));
+  auto* check_out = reinterpret_cast<float*>(out_ring.next(0));
+  for (size_t i = 0; i < count; ++i) {
+    check_in[i] = coll_check_value(rank, i);
+    check_out[i] = op == "broadcast" && rank == 0 ? coll_check_value(0, i) : -1.0f;
   }
+  run_op();
+  const auto idx = coll_sample_indices(coll_output_count(op, count, size));
+  std::vector<double> got;
+  for (size_t j : idx) got.push_back(out[j]);
+  const std::string bad = coll_verify(op, rank, size, count, idx, got, 1e-5, -1.0);
+  if (!bad.empty()) throw std::runtime_error("calibrate: " + bad + " (the MPI library returned a wrong result)");
   return m.median_s;
 }
 #endif
@@ -333,7 +363,8 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
                    ", single-threaded GEMMs, every process at once; each benchmark keeps the slowest process's result",
                "memory_bandwidth = memcpy of 64 MiB (bytes read + written); kernel_overhead = an 8x8x8 GEMM; optimizer_rate = the Adam kernel over 4 Mi fp32 parameters",
                "attention efficiencies = GEMM efficiency at 1024-wide tiles (attention is not measured on CPUs); bf16 rate = fp32 rate (the CPU path computes in fp32; run files use precision fp32)",
-               "collectives: MPI over shared memory, inputs and outputs rotating through 64 MiB",
+               "collectives: " + mpi_library_version() + " over shared memory, inputs (never-zero values) and outputs rotating through 64 MiB; "
+                   "every size's result is checked on sampled elements",
                "collective_sms 0: an MPI collective progresses only inside the calling process's MPI call, so it never runs beside that process's compute"};
   d.dtypes = {"fp32", "bf16"};
   d.memory_bytes = mem_total_bytes() / size;

@@ -16,6 +16,11 @@ namespace stepcast::calibrate {
 
 struct SuiteOptions {
   double budget_per_benchmark_s = 0.4;
+  // Whole-run limit in seconds (0: none). The CUDA suite always measures the bf16 GEMMs, the
+  // copy, the memory-bound kernels and the whole group's collectives; once the limit has passed
+  // it skips what is left of the rest (other dtypes, attention, smaller groups, interference)
+  // and lists it as not measured. The CPU suite measures everything.
+  double time_limit_s = 0;
   std::function<void(const std::string&)> progress;  // one line per benchmark (rank 0)
   std::string command;                               // provenance
 };
@@ -53,6 +58,7 @@ struct AttentionSample {
 };
 
 struct SuiteResult {
+  std::string backend = "cpu";  // cpu or cuda
   int ranks = 1;
   core::Json profile;        // the hardware profile (parse_hardware reads it)
   GemmFit gemm;              // the reference dtype's fit (bf16 on GPUs, fp32 on CPUs)

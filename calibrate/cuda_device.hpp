@@ -55,12 +55,16 @@ int nccl_init(int rank, int size, const char id[128]);
 void nccl_select(int comm);
 void nccl_finalize();
 // Seconds per operation over a batch of back-to-back operations (events), on the selected
-// communicator (`rank` and `size` within it). `max_over_ranks`
+// communicator (`rank` and `size` within it); inputs and outputs rotate through slots of up to
+// 256 MiB, and after timing the operation runs once on check values (calibrate/coll_check) and
+// sampled outputs are verified (throws on mismatch). `max_over_ranks`
 // turns this rank's time into the slowest rank's (an MPI all-reduce), so every rank stops
 // after the same repetitions.
 double time_collective(const std::string& op, size_t bytes, int rank, int size, const MeasureOptions& mo,
                        const std::function<void()>& barrier, const std::function<double(double)>& max_over_ranks);
 std::string nccl_version();
+// "CUDA runtime 13.0, driver 13.0, cuBLAS 13.0.0" for the profile's provenance.
+std::string toolkit_versions();
 // Compute-communication interference: the median time of a batch of bf16 GEMMs (m x n x k) on
 // the compute stream while `bytes` all-reduces run back to back on a second stream of every
 // rank, covering the whole batch, and the same batch alone. Returns {alone, beside} seconds

@@ -1,8 +1,10 @@
 #include "calibrate/cuda_plan.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
+#include "models/model_spec.hpp"
 #include "sim/core/units.hpp"
 
 namespace stepcast::calibrate {
@@ -25,12 +27,50 @@ double gemm_operand_bytes(const std::string& dtype) {
   throw std::invalid_argument("unknown GEMM dtype '" + dtype + "'");
 }
 
-std::vector<GemmPlanShape> cuda_gemm_fit_shapes() {
+std::vector<LinearShape> model_linear_shapes(const std::string& model, const std::vector<int>& tps) {
+  const auto m = model::zoo_model(model);
+  auto up16 = [](int64_t x) { return static_cast<int>((x + 15) / 16 * 16); };
+  std::vector<LinearShape> out;
+  auto add = [&](const std::string& what, int64_t n, int64_t k) {
+    const LinearShape s{what, up16(n), up16(k)};
+    for (const auto& o : out) {
+      if (o.n == s.n && o.k == s.k) return;
+    }
+    out.push_back(s);
+  };
+  for (const int tp : tps) {
+    if (tp < 1 || m.heads % tp != 0) continue;
+    const std::string tag = model + " tp" + std::to_string(tp) + " ";
+    // K/V heads fewer than TP ranks are replicated: each rank keeps at least one.
+    const int64_t kv_local = std::max<int64_t>(1, m.kv_heads / tp) * (m.kv_dim() / std::max<int64_t>(1, m.kv_heads));
+    add(tag + "qkv", m.q_dim() / tp + 2 * kv_local, m.hidden);
+    add(tag + "attention_out", m.hidden, m.q_dim() / tp);
+    if (m.ffn_hidden > 0) {
+      add(tag + "ffn_up", (m.mlp == model::MlpKind::kGated ? 2 : 1) * m.ffn_hidden / tp, m.hidden);
+      add(tag + "ffn_down", m.hidden, m.ffn_hidden / tp);
+    }
+    add(tag + "lm_head", (m.vocab + tp - 1) / tp, m.hidden);
+  }
+  return out;
+}
+
+std::vector<LinearShape> cuda_gemm_weight_shapes() {
+  auto s = model_linear_shapes("llama3.1-8b", {1, 2, 4, 8});
+  for (const auto& x : model_linear_shapes("llama3.1-70b", {8})) {
+    if (std::none_of(s.begin(), s.end(), [&](const LinearShape& o) { return o.n == x.n && o.k == x.k; })) s.push_back(x);
+  }
+  return s;
+}
+
+std::vector<int> cuda_gemm_tokens(const std::string& dtype) {
+  if (dtype == "tf32" || dtype == "fp32") return {256, 1024, 4096};
+  return {256, 1024, 4096, 16384, 65536};
+}
+
+std::vector<GemmPlanShape> cuda_gemm_fit_shapes(const std::string& dtype) {
   std::vector<GemmPlanShape> s;
-  // Llama 3 8B / 70B widths: hidden x hidden, FFN up and down, a GQA projection, and the vocab
-  // split by TP 8; every dimension a multiple of 16 (fp8 needs it).
-  for (int m : {256, 1024, 4096, 16384, 65536}) {
-    for (auto [n, k] : {std::pair{4096, 4096}, {14336, 4096}, {4096, 14336}, {1024, 8192}, {16032, 4096}}) s.push_back({m, n, k});
+  for (int m : cuda_gemm_tokens(dtype)) {
+    for (const auto& w : cuda_gemm_weight_shapes()) s.push_back({m, w.n, w.k});
   }
   return s;
 }

@@ -3,8 +3,8 @@
 //
 // - GEMM dtypes by compute capability: bf16, fp16 and fp32 everywhere; tf32 from Ampere (8.0);
 //   fp8 (E4M3 operands, bf16 result, cuBLASLt) from Ada/Hopper (8.9).
-// - GEMM shapes: tokens per micro-batch 256 .. 65,536 against model widths split by TP (fitted),
-//   and held-out shapes between them (never fitted).
+// - GEMM shapes: tokens per micro-batch 256 .. 65,536 against the zoo models' linear layers
+//   split by TP (fitted), and held-out shapes between them (never fitted).
 // - Memory-bound kernels: RMSNorm, SwiGLU (silu(a) * b) and a residual add on bf16 activations,
 //   with the bytes and FLOPs each moves, for efficiency.memory_bound and the roofline.
 // - Collective group sizes: every power of two from 2 that divides the ranks, and the ranks.
@@ -24,7 +24,25 @@ struct GemmPlanShape {
 
 std::vector<std::string> cuda_gemm_dtypes(int cc_major, int cc_minor);
 double gemm_operand_bytes(const std::string& dtype);  // 1 (fp8), 2 (bf16, fp16), 4 (tf32, fp32)
-std::vector<GemmPlanShape> cuda_gemm_fit_shapes();
+
+// The weight shapes (n output x k input features) of a zoo model's linear layers on one TP
+// rank: the fused QKV projection, the attention output, the MLP's up (gate and up fused when
+// gated) and down projections, and the vocab-parallel LM head; each dimension rounded up to a
+// multiple of 16 (fp8 kernels need it), duplicates dropped, in that order. A TP degree that
+// does not divide the heads is skipped (Megatron refuses it).
+struct LinearShape {
+  std::string what;  // "llama3.1-8b tp8 ffn_up"
+  int n = 0, k = 0;
+};
+std::vector<LinearShape> model_linear_shapes(const std::string& model, const std::vector<int>& tps);
+// The models and TP degrees the CUDA suite's fitted GEMMs come from: Llama 3.1 8B at TP 1, 2,
+// 4 and 8, and 70B at TP 8 (how each is usually split on one node).
+std::vector<LinearShape> cuda_gemm_weight_shapes();
+// Tokens per micro-batch measured for a dtype: 256 .. 65,536 for the 16- and 8-bit types, up to
+// 4,096 for tf32 and fp32 (ten times slower; their large shapes would take most of the run).
+std::vector<int> cuda_gemm_tokens(const std::string& dtype);
+// The fitted shapes of a dtype: every weight shape at every token count.
+std::vector<GemmPlanShape> cuda_gemm_fit_shapes(const std::string& dtype = "bf16");
 std::vector<GemmPlanShape> cuda_gemm_held_shapes();
 
 struct ElementwiseCase {

@@ -1,6 +1,7 @@
 #include "calibrate/cuda_suite.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -32,6 +33,7 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
   const int devices = cuda::device_count();
   if (devices == 0) throw core::UserError("calibrate --backend cuda: no CUDA device is visible (cudaGetDeviceCount returned 0)");
   SuiteResult r;
+  r.backend = "cuda";
   r.ranks = size;
   try {
     const cuda::DeviceInfo dev = cuda::open(rank % devices);
@@ -40,15 +42,26 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     };
     MeasureOptions mo;
     mo.budget_s = opt.budget_per_benchmark_s;
+    const auto start = std::chrono::steady_clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    auto past_limit = [&](double seconds) { return opt.time_limit_s > 0 && seconds > opt.time_limit_s; };
+    auto skipped = [&](const std::string& what) {
+      r.not_measured.push_back(what + ": skipped, the run had used its --time-limit of " + fmt("%.0f", opt.time_limit_s) + " s");
+      say(what + ": skipped (time limit)");
+    };
     // --- GEMMs, every dtype the device has (cuda_plan decides), on the same shapes ---
     const double overhead = cuda::time_gemm("bf16", 16, 16, 16, mo).median_s;
     std::vector<DtypeGemmSamples> by_dtype;
     std::vector<HeldGemm> held_gemm;
     for (const auto& dtype : cuda_gemm_dtypes(dev.cc_major, dev.cc_minor)) {
+      if (dtype != "bf16" && past_limit(elapsed())) {
+        skipped("GEMM " + dtype);
+        continue;
+      }
       DtypeGemmSamples ds{dtype, {}};
       std::vector<HeldGemm> held;
       try {
-        for (const auto& s : cuda_gemm_fit_shapes()) {
+        for (const auto& s : cuda_gemm_fit_shapes(dtype)) {
           const double t = cuda::time_gemm(dtype, s.m, s.n, s.k, mo).median_s;
           ds.samples.push_back({static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k), t});
           say("gemm " + dtype + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + ": " +
@@ -94,6 +107,10 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     }
     // --- causal attention, stepcast's own tiled kernels (reported, not written to the profile) ---
     for (const auto& c : cuda_attention_cases()) {
+      if (past_limit(elapsed())) {
+        skipped("attention " + std::to_string(c.bh) + "x" + std::to_string(c.seq));
+        continue;
+      }
       try {
         const auto t = cuda::time_attention(c.bh, c.seq, mo);
         r.attention.push_back({"stepcast tiled (FlashAttention-2 algorithm, WMMA)", c.bh, c.seq, 128, t.forward_s, t.backward_s});
@@ -132,9 +149,17 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         MPI_Comm_free(&sub);
         comm_of.push_back(cuda::nccl_init(rank % g, g, id));
       }
-      for (size_t gi = 0; gi < groups.size(); ++gi) {
+      // The whole group first (its sizes are the held-out ones), then the smaller groups while
+      // the time limit allows; every rank decides on the slowest rank's clock, so all agree.
+      std::vector<size_t> order{groups.size() - 1};
+      for (size_t gi = 0; gi + 1 < groups.size(); ++gi) order.push_back(gi);
+      for (const size_t gi : order) {
         const int g = groups[gi];
         const bool world = g == size;
+        if (!world && past_limit(maxr(elapsed()))) {
+          skipped("collectives over groups of " + std::to_string(g));
+          continue;
+        }
         cuda::nccl_select(comm_of[gi]);
         for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"}) {
           std::vector<CollSample> cs;
@@ -151,14 +176,19 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
       }
       // Interference: a large GEMM beside a 256 MiB all-reduce on another stream (world group).
       cuda::nccl_select(comm_of.back());
-      const auto [alone, beside] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
-      const std::string slower = fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower";
-      interference_note = "collective_sms: a bf16 8192^3 GEMM took " + fmt("%.3f", alone * 1e3) + " ms alone and " +
-                          fmt("%.3f", beside * 1e3) + " ms beside back-to-back 256 MiB NCCL all-reduces on another stream (" +
-                          slower + ")";
-      collective_sms = collective_sms_from(alone, beside, dev.sm_count);
-      say("interference: GEMM " + slower + " beside an all-reduce = " + fmt("%.1f", collective_sms) + " of " +
-          std::to_string(dev.sm_count) + " SMs");
+      if (past_limit(maxr(elapsed()))) {
+        skipped("compute-communication interference");
+        interference_note = "collective_sms 0: not measured (the run reached its --time-limit)";
+      } else {
+        const auto [alone, beside] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
+        const std::string slower = fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower";
+        interference_note = "collective_sms: a bf16 8192^3 GEMM took " + fmt("%.3f", alone * 1e3) + " ms alone and " +
+                            fmt("%.3f", beside * 1e3) + " ms beside back-to-back 256 MiB NCCL all-reduces on another stream (" +
+                            slower + ")";
+        collective_sms = collective_sms_from(alone, beside, dev.sm_count);
+        say("interference: GEMM " + slower + " beside an all-reduce = " + fmt("%.1f", collective_sms) + " of " +
+            std::to_string(dev.sm_count) + " SMs");
+      }
       cuda::nccl_finalize();
     }
 #endif
@@ -168,7 +198,8 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     d.description = "Measured by stepcast calibrate --backend cuda on " + std::to_string(size) + " x " + dev.name + " (compute capability " +
                     std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")";
     d.sources = {"cuBLAS cublasGemmEx (bf16, fp16, tf32, fp32; fp32 accumulation) and cuBLASLt (fp8 E4M3 operands, bf16 result), "
-                 "CUDA-event timing; NCCL " + cuda::nccl_version(),
+                 "CUDA-event timing; " + cuda::toolkit_versions() + "; NCCL " + cuda::nccl_version(),
+                 "NCCL collectives: inputs and outputs rotate through up to 256 MiB; every size's result is checked on sampled elements",
                  "memory_bandwidth = device-to-device copy of 1 GiB (bytes read + written); kernel_overhead = a 16x16x16 GEMM",
                  "attention efficiencies = bf16 GEMM efficiency at 4096-wide tiles (library attention kernels are not measured; stepcast's own "
                  "tiled kernels are, in the report)"};

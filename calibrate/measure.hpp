@@ -18,7 +18,7 @@ struct MeasureOptions {
   int min_reps = 5;
   int max_reps = 200;
   double target_rse = 0.02;     // stop when stderr(mean) / mean is below this
-  double budget_s = 0.5;        // stop when the repetitions used this much measured time
+  double budget_s = 0.5;        // stop when the repetitions used this much time (measured or wall, the larger)
 };
 
 struct Measurement {

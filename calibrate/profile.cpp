@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "sim/core/error.hpp"
+#include "stepcast_version.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
 
@@ -24,6 +25,16 @@ cost::Collective collective_named(const std::string& op) {
 }
 
 }  // namespace
+
+std::string build_description() {
+  std::string compiler = "unknown compiler";
+#if defined(__clang__)
+  compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+  compiler = "gcc " __VERSION__;
+#endif
+  return std::string("revision ") + STEPCAST_GIT_COMMIT + ", built with " + compiler;
+}
 
 double op_bus_factor(const std::string& op, int64_t ranks) {
   const auto c = collective_named(op);
@@ -100,7 +111,7 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
     per_dtype += (per_dtype.empty() ? "" : ", ") + g.dtype + " " + fmt("%.4g", g.fit.rate / 1e12) + " TFLOP/s over " +
                  std::to_string(g.samples.size()) + " shapes (rms " + fmt("%.1f", 100.0 * g.fit.rms_rel_error) + "%)";
   }
-  std::vector<std::string> sources{"command: " + command, "date: " + std::string(date)};
+  std::vector<std::string> sources{"command: " + command, "date: " + std::string(date), "stepcast: " + build_description()};
   sources.insert(sources.end(), d.sources.begin(), d.sources.end());
   if (r.gemm_dtypes.empty()) {
     sources.push_back("peak_flops = fitted large-GEMM rate (gemm_max 1.0); gemm_half_dim fitted over " + std::to_string(r.gemm_samples.size()) +
@@ -117,6 +128,28 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
   for (const auto& n : r.not_measured) sources.push_back("not measured: " + n);
   sources.push_back("collectives: bus bandwidth by size per operation (size_curves), plateaus = best measured" +
                     std::string(r.collectives.empty() ? "" : "; one fabric tier per measured group size"));
+  // Every measured GEMM as [m, n, k, achieved fraction of its dtype's rate]: the cost model
+  // follows these between and at the measured shapes (efficiency.gemm_measured).
+  Json measured = Json::object();
+  auto add_measured = [&](const std::string& dt, double rate, const std::vector<GemmSample>& samples) {
+    Json pts = Json::array();
+    for (const auto& s : samples) {
+      const double t = s.seconds - overhead_s;
+      if (t <= 0 || rate <= 0) continue;
+      pts.push_back({s.m, s.n, s.k, std::min(1.5, 2.0 * s.m * s.n * s.k / t / rate)});
+    }
+    if (!pts.empty()) measured[dt] = pts;
+  };
+  for (const auto& dt : d.dtypes) {
+    bool own = false;
+    for (const auto& g : r.gemm_dtypes) {
+      if (g.dtype == dt && g.fit.rate > 0) {
+        add_measured(dt, g.fit.rate, g.samples);
+        own = true;
+      }
+    }
+    if (!own && r.gemm_dtypes.empty()) add_measured(dt, r.gemm.rate, r.gemm_samples);
+  }
   const double attn = std::pow(d.attention_tile / (d.attention_tile + r.gemm.half_dim), 3.0);
   r.profile = {{"name", d.name},
                {"description", d.description},
@@ -131,6 +164,7 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                {"efficiency",
                 {{"gemm_max", gemm_max},
                  {"gemm_half_dim", r.gemm.half_dim},
+                 {"gemm_measured", measured},
                  {"sustained_clock", 1.0},
                  {"collective_sms", d.collective_sms},
                  {"attention_fwd", d.attention_fwd > 0 ? d.attention_fwd : attn},

@@ -13,6 +13,9 @@
 
 namespace stepcast::calibrate {
 
+// The stepcast revision (git describe at build time) and compiler, for provenance.
+std::string build_description();
+
 // nccl-tests' bus factor of an operation by name (broadcast and send/recv count 1).
 double op_bus_factor(const std::string& op, int64_t ranks);
 
@@ -36,7 +39,7 @@ struct DeviceDescription {
 // bytes per second over the copy bandwidth, clamped to [0.05, 1] (1 when none were measured).
 double memory_bound_efficiency(const std::vector<KernelSample>& kernels, double copy_bandwidth);
 
-// Builds r.profile from r's fits (date and command are added to the sources).
+// Builds r.profile from r's fits (command, date and build_description() lead its sources).
 void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s, const std::string& command);
 
 // `spread`: how far the passes that measured the benchmark disagreed, (max - min) / median (0

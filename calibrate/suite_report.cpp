@@ -22,7 +22,7 @@ double streaming_bandwidth(const SuiteResult& r) { return r.copy_bandwidth / 2.0
 
 std::string suite_markdown(const SuiteResult& r) {
   std::ostringstream o;
-  o << "# CPU calibration\n\n";
+  o << (r.backend == "cuda" ? "# GPU calibration\n\n" : "# CPU calibration\n\n");
   if (r.profile.contains("description")) o << r.profile["description"].get<std::string>() << "\n\n";
   if (r.profile.contains("sources")) {
     for (const auto& line : r.profile["sources"]) o << "- " << line.get<std::string>() << "\n";

@@ -27,7 +27,7 @@ if [ "$n" -gt 1 ] && command -v mpirun >/dev/null; then
 else
   launch=()
 fi
-"${launch[@]}" ./build-gpu/stepcast calibrate --backend cuda --budget 0.3 --out "$out/measured-h200.json" \
+"${launch[@]}" ./build-gpu/stepcast calibrate --backend cuda --budget 0.3 --time-limit 300 --out "$out/measured-h200.json" \
   --report "$out/calibration-h200.md" --html "$out/calibration-h200.html" 2>"$out/calibrate.log" || { tail -40 "$out/calibrate.log"; exit 1; }
 echo "calibrated in $(( $(date +%s) - start )) s"
 grep -E "GEMM fit|copy|Held-out within|^\| (bf16|fp16|fp8|tf32|fp32) \||^\| stepcast tiled|^\| (rmsnorm|swiglu|add) |^- GEMM|^- attention" "$out/calibration-h200.md"

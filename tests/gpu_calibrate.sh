@@ -8,6 +8,10 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIP: no NVIDIA GPU visible"
   exit 77
 fi
+if ! "$bin" --version | grep -q "backends:.*cuda"; then
+  echo "SKIP: this build has no CUDA backend ($("$bin" --version))"
+  exit 77
+fi
 n=$(nvidia-smi -L | wc -l)
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -31,6 +31,7 @@
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
 #include "calibrate/cpu_suite.hpp"
+#include "calibrate/profile.hpp"
 #include "validate/executor.hpp"
 #include "validate/measurement.hpp"
 #include "validate/program.hpp"
@@ -286,6 +287,15 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
 int run(int argc, char** argv) {
   CLI::App app{"stepcast: predict step time, memory and the best layout for distributed LLM training"};
   app.require_subcommand(1);
+  // The revision and the backends this build has (a GPU test skips where cuda is absent).
+  std::string backends = "cpu";
+#ifdef STEPCAST_HAVE_MPI
+  backends += " (MPI)";
+#endif
+#ifdef STEPCAST_HAVE_CUDA
+  backends += ", cuda";
+#endif
+  app.set_version_flag("--version", "stepcast " + stepcast::calibrate::build_description() + "; backends: " + backends);
   const std::string cmdline = command_line(argc, argv);
 
   // estimate
@@ -416,6 +426,11 @@ int run(int argc, char** argv) {
   cal->add_option("--report", cal_report, "write a Markdown report (fit and held-out comparison) here");
   cal->add_option("--html", cal_html, "write an HTML report (roofline, collective bandwidth by size, held-out table) here");
   cal->add_option("--budget", cal_budget, "time budget per benchmark in seconds (adaptive stopping)")->check(CLI::Range(0.01, 60.0));
+  double cal_time_limit = -1;
+  cal->add_option("--time-limit", cal_time_limit,
+                  "whole-run limit in seconds after which the optional GPU benchmarks (other dtypes, attention, smaller groups, "
+                  "interference) are skipped; default 360 for cuda, none for cpu; 0: none")
+      ->check(CLI::Range(0.0, 86400.0));
 
   // report
   std::string rep_in, rep_html, rep_md, rep_csv;
@@ -449,6 +464,8 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Bad command lines are bad input like bad run files: one message, exit code 2.
     std::cerr << "stepcast: error: " << e.what() << " (run with --help for usage)\n";
@@ -472,6 +489,7 @@ int run(int argc, char** argv) {
 #endif
     stepcast::calibrate::SuiteOptions so;
     so.budget_per_benchmark_s = cal_budget;
+    so.time_limit_s = cal_time_limit >= 0 ? cal_time_limit : (cal_backend == "cuda" ? 360.0 : 0.0);
     so.command = cmdline;
     so.progress = [](const std::string& line) {
       std::fprintf(stderr, "calibrate: %s\n", line.c_str());

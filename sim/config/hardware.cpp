@@ -1,7 +1,9 @@
 #include "sim/config/hardware.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <set>
 #include <stdexcept>
 
 #include "sim/core/embedded.hpp"
@@ -131,6 +133,48 @@ std::vector<std::pair<double, double>> head_dim_scale(ObjectReader& r, const cha
   return points;
 }
 
+// efficiency.gemm_measured: {dtype: [[m, n, k, efficiency], ...]}; each point's ratio to the
+// shape model (gemm_max x the three ramps, parsed before it) is kept in log form.
+void parse_gemm_measured(ObjectReader& r, Efficiency& eff, const std::set<Dtype>& dtypes) {
+  const Json* j = r.get_raw("gemm_measured");
+  if (j == nullptr) return;
+  const std::string path = r.child_path("gemm_measured");
+  if (!j->is_object()) {
+    r.issues().add(path, "expected an object of dtype -> [[m, n, k, efficiency], ...]");
+    return;
+  }
+  auto ramp = [&](double x) { return eff.gemm_half_dim <= 0 ? 1.0 : x / (x + eff.gemm_half_dim); };
+  for (const auto& [name, list] : j->items()) {
+    const std::string p = path + "." + name;
+    const auto d = std::find(kDtypes.begin(), kDtypes.end(), name);
+    if (d == kDtypes.end()) {
+      r.issues().add(p, "unknown dtype; expected one of bf16, fp16, fp8, tf32, fp32");
+      continue;
+    }
+    const Dtype dtype = dtype_from_string(name);
+    if (dtypes.count(dtype) == 0) r.issues().add(p, "dtype has no gpu.peak_flops entry to measure against");
+    if (!list.is_array()) {
+      r.issues().add(p, "expected an array of [m, n, k, efficiency]");
+      continue;
+    }
+    std::vector<Efficiency::GemmPoint> pts;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Json& e = list[i];
+      const std::string ep = p + "[" + std::to_string(i) + "]";
+      bool ok = e.is_array() && e.size() == 4;
+      for (size_t c = 0; ok && c < 4; ++c) ok = e[c].is_number() && e[c].get<double>() > 0 && std::isfinite(e[c].get<double>());
+      if (!ok || e[3].get<double>() > 1.5) {
+        r.issues().add(ep, "got " + core::show(e) + "; expected [m, n, k, efficiency] with positive dimensions and an efficiency in (0, 1.5]");
+        continue;
+      }
+      const double m = e[0].get<double>(), n = e[1].get<double>(), k = e[2].get<double>();
+      const double model = eff.gemm_max.count(dtype) ? eff.gemm_max.at(dtype) : (eff.gemm_max.count(Dtype::kBf16) ? eff.gemm_max.at(Dtype::kBf16) : 0.7);
+      pts.push_back({std::log2(m), std::log2(n), std::log2(k), std::log(e[3].get<double>() / (model * ramp(m) * ramp(n) * ramp(k)))});
+    }
+    eff.gemm_measured[dtype] = std::move(pts);
+  }
+}
+
 HardwareProfile parse_profile_object(const Json& j, const std::string& path, Issues& issues) {
   HardwareProfile hw;
   ObjectReader r(j, path, issues);
@@ -195,6 +239,11 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
     hw.efficiency.attention_head_dim_scale = head_dim_scale(er, "attention_head_dim_scale");
     hw.efficiency.attention_flash2_head_dim_scale = head_dim_scale(er, "attention_flash2_head_dim_scale");
+    {
+      std::set<Dtype> measured_dtypes;
+      for (const auto& [d, rate] : hw.peak) measured_dtypes.insert(d);
+      parse_gemm_measured(er, hw.efficiency, measured_dtypes);
+    }
     hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
     hw.efficiency.optimizer_rate = er.get_number("optimizer_rate", 0.0, 1e15, 0.0);
     hw.efficiency.kernel_overhead =

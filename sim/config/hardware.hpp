@@ -85,6 +85,15 @@ struct Efficiency {
   // and held flat beyond the ends; empty: no dependence measured. Fused and FlashAttention-2
   // kernels scale differently (their tiling differs).
   std::vector<std::pair<double, double>> attention_head_dim_scale, attention_flash2_head_dim_scale;
+  // Measured GEMMs (calibrate writes them as efficiency.gemm_measured: per dtype, [m, n, k,
+  // achieved fraction of that dtype's peak]): the shape model above is corrected towards them,
+  // by the ratio measured / modelled at each point, interpolated by inverse squared distance in
+  // log2(m, n, k) against a prior of no correction two octaves out (sim/cost/compute). Each
+  // point keeps its log2 coordinates and the log of that ratio.
+  struct GemmPoint {
+    double lm = 0, ln = 0, lk = 0, log_ratio = 0;
+  };
+  std::map<Dtype, std::vector<GemmPoint>> gemm_measured;
   double memory_bound = 0.8;         // fraction of HBM bandwidth that element-wise kernels reach
   // Parameters per second the optimizer kernel updates when it is compute-bound (measured by
   // the CPU calibration); 0: the optimizer is bound by memory traffic alone (fused GPU Adam).

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "calibrate/coll_check.hpp"
 #include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/measure.hpp"
@@ -136,6 +137,34 @@ TEST(Fit, GemmDtypesShareTheHalfDimension) {
   EXPECT_LT(fits[1].fit.rms_rel_error, 0.01);
 }
 
+// The fitted GEMMs come from the zoo models' linear layers on one TP rank: Llama 3.1 8B at TP 8
+// has a fused QKV of 32/8 query heads plus one K and one V head of 128, SwiGLU's fused gate and
+// up projection, and a vocab-parallel LM head; TP 3 does not divide the heads and is skipped.
+TEST(CudaPlan, GemmShapesComeFromTheModels) {
+  const auto s = model_linear_shapes("llama3.1-8b", {8, 3});
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s[0].what, "llama3.1-8b tp8 qkv");
+  EXPECT_EQ(std::pair(s[0].n, s[0].k), std::pair(768, 4096));
+  EXPECT_EQ(std::pair(s[1].n, s[1].k), std::pair(4096, 512));
+  EXPECT_EQ(std::pair(s[2].n, s[2].k), std::pair(3584, 4096));
+  EXPECT_EQ(std::pair(s[3].n, s[3].k), std::pair(4096, 1792));
+  EXPECT_EQ(std::pair(s[4].n, s[4].k), std::pair(16032, 4096));  // 128,256 / 8
+  // GPT-2's plain MLP has one up matrix; its 50,257-token vocab rounds up to a multiple of 16.
+  const auto g = model_linear_shapes("gpt2-124m", {1});
+  EXPECT_EQ(g[2].what, "gpt2-124m tp1 ffn_up");
+  EXPECT_EQ(g[2].n, 3072);
+  EXPECT_EQ(g.back().n % 16, 0);
+  // The suite's plan: 8B at TP 1-8 and 70B at TP 8, no shape twice; the slow dtypes stop at 4K tokens.
+  const auto w = cuda_gemm_weight_shapes();
+  EXPECT_EQ(w.size(), 25u);
+  for (size_t i = 0; i < w.size(); ++i) {
+    for (size_t j = i + 1; j < w.size(); ++j) EXPECT_FALSE(w[i].n == w[j].n && w[i].k == w[j].k) << w[i].what << " " << w[j].what;
+  }
+  EXPECT_EQ(cuda_gemm_fit_shapes("bf16").size(), 125u);
+  EXPECT_EQ(cuda_gemm_fit_shapes("fp32").size(), 75u);
+  EXPECT_EQ(cuda_gemm_tokens("fp8").back(), 65536);
+}
+
 // What the CUDA suite measures, by device: fp8 from compute capability 8.9, tf32 from 8.0;
 // shapes fp8 can run (multiples of 16) with held-out shapes never among the fitted ones.
 TEST(CudaPlan, DtypesShapesAndGroups) {
@@ -230,12 +259,138 @@ TEST(Profile, DtypesKernelsAndGroupTiers) {
   EXPECT_NE(suite_html(r).find("fp8 roofline"), std::string::npos);
 }
 
+// A profile carries its provenance (command, date, the stepcast revision and compiler) and
+// every measured GEMM; the cost model reproduces a measured shape exactly, follows the measured
+// correction between measured shapes and regains the shape model far from them.
+TEST(Profile, ProvenanceAndMeasuredGemmsInterpolated) {
+  SuiteResult r;
+  r.ranks = 1;
+  const GemmFit fit{100e12, 100, 5e-6, 0.0};
+  r.gemm = fit;
+  // Two shapes 20% slower than the shape model, one as modelled.
+  for (auto [m, slow] : {std::pair{1024.0, 1.25}, {4096.0, 1.25}, {16384.0, 1.0}}) {
+    r.gemm_samples.push_back({m, 4096, 4096, (gemm_model_seconds(fit, m, 4096, 4096) - 5e-6) * slow + 5e-6});
+  }
+  r.copy_bandwidth = 1e12;
+  DeviceDescription d;
+  d.name = "measured-test";
+  d.device = "test device";
+  d.dtypes = {"bf16"};
+  d.memory_bytes = 80e9;
+  d.fabric_name = "x";
+  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
+  write_profile(r, d, 5e-6, "stepcast calibrate --test");
+  const auto& src = r.profile["sources"];
+  EXPECT_EQ(src[0], "command: stepcast calibrate --test");
+  EXPECT_EQ(src[1].get<std::string>().rfind("date: 20", 0), 0u);
+  EXPECT_EQ(src[2].get<std::string>().rfind("stepcast: revision ", 0), 0u) << src[2];
+  EXPECT_NE(src[2].get<std::string>().find("built with"), std::string::npos);
+  ASSERT_EQ(r.profile["efficiency"]["gemm_measured"]["bf16"].size(), 3u);
+  core::Issues issues;
+  const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  auto t = [&](double m, double n, double k) { return cost::gemm_time({m, n, k, 1.0}, hw::Dtype::kBf16, hw).value(); };
+  for (const auto& s : r.gemm_samples) EXPECT_NEAR(t(s.m, s.n, s.k), s.seconds, 1e-6 * s.seconds) << s.m;
+  // Between the two slow shapes (one octave from each) most of their 20% shows.
+  const double mid = t(2048, 4096, 4096), model = gemm_model_seconds(fit, 2048, 4096, 4096);
+  EXPECT_GT(mid / model, 1.15);
+  EXPECT_LT(mid / model, 1.25);
+  // Far away (2^6 in every dimension) the shape model is back within 2%.
+  EXPECT_NEAR(t(64, 64, 64) / gemm_model_seconds(fit, 64, 64, 64), 1.0, 0.02);
+  // Bad entries name their place.
+  core::Json bad = r.profile;
+  bad["efficiency"]["gemm_measured"]["bf16"][1] = core::Json::array({1024, -5, 4096, 0.5});
+  bad["efficiency"]["gemm_measured"]["fp4"] = core::Json::array();
+  core::Issues bad_issues;
+  (void)hw::parse_hardware(bad, "$.hardware", bad_issues);
+  const std::string all = bad_issues.lines().empty() ? "" : bad_issues.lines().front() + " / " + bad_issues.lines().back();
+  EXPECT_NE(all.find("$.hardware.efficiency.gemm_measured.bf16[1]"), std::string::npos) << all;
+  EXPECT_NE(all.find("$.hardware.efficiency.gemm_measured.fp4"), std::string::npos) << all;
+}
+
 // The nccl-tests table: time from the bus bandwidth and the operation's bus factor, algbw =
 // bytes / time.
 TEST(CudaPlan, CollectiveTable) {
   const CollFit f = fit_collective("all_reduce", 4, op_bus_factor("all_reduce", 4), {{1e6, 1e-4}});
   const std::string t = collective_table_markdown({f});
   EXPECT_NE(t.find("| all_reduce | 4 | 1000000 | 100.0 | 10.00 | 15.00 |"), std::string::npos) << t;
+}
+
+// The collective result check against a host reference of each operation's semantics (every
+// rank's outputs computed from every rank's inputs): correct outputs pass on every rank, and a
+// corrupted element fails naming the operation and the element.
+std::vector<std::vector<double>> reference_outputs(const std::string& op, int ranks, size_t count) {
+  std::vector<std::vector<double>> in(static_cast<size_t>(ranks), std::vector<double>(count));
+  for (int r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < count; ++i) in[static_cast<size_t>(r)][i] = coll_check_value(r, i);
+  }
+  const size_t per = count / static_cast<size_t>(ranks);
+  std::vector<std::vector<double>> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    auto& o = out[static_cast<size_t>(r)];
+    o.assign(coll_output_count(op, count, ranks), -1.0);
+    for (size_t j = 0; j < o.size(); ++j) {
+      if (op == "all_reduce" || op == "reduce_scatter") {
+        const size_t i = op == "all_reduce" ? j : static_cast<size_t>(r) * per + j;
+        o[j] = 0;
+        for (int q = 0; q < ranks; ++q) o[j] += in[static_cast<size_t>(q)][i];
+      } else if (op == "all_gather") {
+        o[j] = in[j / per][j % per];  // rank j / per contributed its first `per` elements
+      } else if (op == "all_to_all") {
+        o[j] = in[j / per][static_cast<size_t>(r) * per + j % per];
+      } else if (op == "broadcast") {
+        o[j] = in[0][j];
+      } else if ((r ^ 1) < ranks) {
+        o[j] = in[static_cast<size_t>(r ^ 1)][j];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CollCheck, ReferenceOutputsPassAndCorruptionFails) {
+  for (const int ranks : {2, 3, 4, 8}) {
+    const size_t count = 24 * 1024;  // divisible by every rank count
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"}) {
+      const auto out = reference_outputs(op, ranks, count);
+      for (int r = 0; r < ranks; ++r) {
+        const auto& o = out[static_cast<size_t>(r)];
+        const auto idx = coll_sample_indices(o.size(), 512);
+        std::vector<double> got;
+        for (size_t j : idx) got.push_back(o[j]);
+        EXPECT_EQ(coll_verify(op, r, ranks, count, idx, got, 1e-6, -1.0), "") << op << " rank " << r << " of " << ranks;
+        got[got.size() / 2] += 1.0;
+        const std::string bad = coll_verify(op, r, ranks, count, idx, got, 1e-6, -1.0);
+        EXPECT_NE(bad.find(std::string(op) + " result check failed on rank " + std::to_string(r)), std::string::npos) << bad;
+        EXPECT_NE(bad.find("element " + std::to_string(idx[idx.size() / 2])), std::string::npos) << bad;
+      }
+    }
+  }
+  // A rank whose peer is missing (odd group) keeps its output; a gather in the wrong order fails.
+  EXPECT_EQ(coll_expected("send_recv", 2, 3, 12, 5, -1.0), -1.0);
+  const auto ag = reference_outputs("all_gather", 2, 8);
+  std::vector<double> swapped(ag[0].begin() + 4, ag[0].end());
+  swapped.insert(swapped.end(), ag[0].begin(), ag[0].begin() + 4);
+  const std::vector<size_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+  ASSERT_NE(swapped, ag[0]);
+  EXPECT_NE(coll_verify("all_gather", 0, 2, 8, all, swapped, 1e-6), "");
+}
+
+TEST(CollCheck, ValuesAreSmallNonZeroIntegers) {
+  for (int r = 0; r < 64; ++r) {
+    for (size_t i = 0; i < 1000; ++i) {
+      const float v = coll_check_value(r, i);
+      EXPECT_GE(v, 1.0f);
+      EXPECT_LE(v, 4.0f);
+      EXPECT_EQ(v, std::floor(v));
+    }
+  }
+  // Samples cover the first and last element and at most the requested count.
+  const auto idx = coll_sample_indices(1000003, 4096);
+  EXPECT_EQ(idx.front(), 0u);
+  EXPECT_EQ(idx.back(), 1000002u);
+  EXPECT_LE(idx.size(), 4096u);
+  EXPECT_THROW(coll_output_count("gossip", 16, 2), std::invalid_argument);
 }
 
 }  // namespace
