@@ -129,13 +129,17 @@ Measurement gemm_ex(int m, int n, int k, cudaDataType_t type, cublasComputeType_
               "gemm");
       },
       mo, last);
-  std::vector<T> row(static_cast<size_t>(k)), mat(b), col(static_cast<size_t>(k));
-  T c00;
-  check(cudaMemcpy(row.data(), buf.p + static_cast<size_t>(last) * (a + b), k * sizeof(T), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(mat.data(), buf.p + static_cast<size_t>(last) * (a + b) + a, b * sizeof(T), cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(&c00, C, sizeof(T), cudaMemcpyDeviceToHost), "copy");
-  for (int kk = 0; kk < k; ++kk) col[static_cast<size_t>(kk)] = mat[static_cast<size_t>(kk) * n];
-  check_product(row, col, c00, dtype);
+  // C[0][0] and C[m-1][n-1]: A's first and last rows against B's first and last columns (a
+  // strided copy of k elements each).
+  const T* A_last = buf.p + static_cast<size_t>(last) * (a + b);
+  for (const auto [i, j] : {std::pair<size_t, size_t>{0, 0}, {static_cast<size_t>(m - 1), static_cast<size_t>(n - 1)}}) {
+    std::vector<T> row(static_cast<size_t>(k)), col(static_cast<size_t>(k));
+    T cij;
+    check(cudaMemcpy(row.data(), A_last + i * k, k * sizeof(T), cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy2D(col.data(), sizeof(T), A_last + a + j, n * sizeof(T), sizeof(T), k, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(&cij, C + i * n + j, sizeof(T), cudaMemcpyDeviceToHost), "copy");
+    check_product(row, col, cij, dtype);
+  }
   return meas;
 }
 
@@ -189,12 +193,16 @@ Measurement gemm_fp8(int m, int n, int k, const MeasureOptions& mo) {
               "fp8 matmul");
       },
       mo, last);
-  std::vector<__nv_fp8_e4m3> row(static_cast<size_t>(k)), col(static_cast<size_t>(k));
-  __nv_bfloat16 c00;
-  check(cudaMemcpy(row.data(), ops.p + static_cast<size_t>(last) * (a + w), k, cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(col.data(), ops.p + static_cast<size_t>(last) * (a + w) + a, k, cudaMemcpyDeviceToHost), "copy");
-  check(cudaMemcpy(&c00, out.p, sizeof c00, cudaMemcpyDeviceToHost), "copy");
-  check_product(row, col, c00, "fp8");
+  // C[0][0] and C[m-1][n-1]: activation rows against weight rows (the weight is stored [n][k]).
+  const __nv_fp8_e4m3* A_last = ops.p + static_cast<size_t>(last) * (a + w);
+  for (const auto [i, j] : {std::pair<size_t, size_t>{0, 0}, {static_cast<size_t>(m - 1), static_cast<size_t>(n - 1)}}) {
+    std::vector<__nv_fp8_e4m3> row(static_cast<size_t>(k)), col(static_cast<size_t>(k));
+    __nv_bfloat16 cij;
+    check(cudaMemcpy(row.data(), A_last + i * k, k, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(col.data(), A_last + a + j * k, k, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(&cij, out.p + i * n + j, sizeof cij, cudaMemcpyDeviceToHost), "copy");
+    check_product(row, col, cij, "fp8");
+  }
   return meas;
 }
 
@@ -298,9 +306,10 @@ Measurement time_elementwise(const std::string& kernel, int rows, int cols, cons
 
 double copy_bandwidth(const MeasureOptions& mo) {
   const size_t bytes = size_t{1} << 30;
-  char* p = nullptr;
-  check(cudaMalloc(&p, 2 * bytes), "malloc");
-  check(cudaMemsetAsync(p, 1, 2 * bytes, g_stream), "memset");
+  DeviceArray<char> buf(2 * bytes);
+  char* p = buf.p;
+  fill_values<<<1024, 256, 0, g_stream>>>(reinterpret_cast<__nv_bfloat16*>(p), bytes / 2, 23u);  // random source
+  check(cudaGetLastError(), "fill");
   Events ev;
   const Measurement m = measure(
       [&]() {
@@ -310,7 +319,6 @@ double copy_bandwidth(const MeasureOptions& mo) {
         return ev.seconds();
       },
       mo);
-  cudaFree(p);
   return 2.0 * static_cast<double>(bytes) / m.median_s;
 }
 
@@ -460,15 +468,19 @@ std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t byt
                                                  const std::function<double(double)>& max_over_ranks) {
   const size_t a = static_cast<size_t>(m) * k, b = static_cast<size_t>(k) * n, c = static_cast<size_t>(m) * n;
   const size_t count = bytes / 2;
-  __nv_bfloat16 *gemm = nullptr, *in = nullptr, *out = nullptr;
-  check(cudaMalloc(&gemm, (a + b + c) * sizeof(__nv_bfloat16)), "malloc");
-  check(cudaMalloc(&in, bytes), "malloc");
-  check(cudaMalloc(&out, bytes), "malloc");
+  DeviceArray<__nv_bfloat16> gemm_buf(a + b + c), in_buf(count), out_buf(count);
+  __nv_bfloat16 *gemm = gemm_buf.p, *in = in_buf.p, *out = out_buf.p;
   fill_values<<<1024, 256, 0, g_stream>>>(gemm, a + b + c, 13u);
   fill_values<<<1024, 256, 0, g_stream>>>(in, count, 17u);
   check(cudaGetLastError(), "fill");
-  cudaStream_t comm = nullptr;
-  check(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking), "stream");
+  struct Stream {  // destroyed on every way out
+    cudaStream_t s = nullptr;
+    ~Stream() {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
+  } comm_stream;
+  check(cudaStreamCreateWithFlags(&comm_stream.s, cudaStreamNonBlocking), "stream");
+  cudaStream_t comm = comm_stream.s;
   check(cudaStreamSynchronize(g_stream), "sync");
   const float alpha = 1.0f, beta = 0.0f;
   const int per_batch = 8;
@@ -507,10 +519,6 @@ std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t byt
   };
   const Measurement by_itself = measure(alone, mo);
   const Measurement with_comm = measure(beside, mo);
-  cudaStreamDestroy(comm);
-  cudaFree(gemm);
-  cudaFree(in);
-  cudaFree(out);
   return {by_itself.median_s, with_comm.median_s};
 }
 
