@@ -191,6 +191,7 @@ std::optional<int64_t> int_alias(ObjectReader& r, std::initializer_list<std::str
 
 ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& issues) {
   ObjectReader r(j, path, issues);
+  r.accept_null_as_absent();  // hub config.json files write null for unset settings
   ModelSpec m;
   m.name = r.get_string("name").value_or("custom");
   m.source = r.get_string("source").value_or("user-supplied");
@@ -222,7 +223,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   auto ffn = int_alias(r, {"intermediate_size", "n_inner", "ffn_hidden_size"}, 1, kBig);
   m.ffn_hidden = ffn.value_or(4 * m.hidden);
   auto vocab = r.get_int("vocab_size", 1, kBig);
-  if (!vocab) issues.add(path + ".vocab_size", "required integer is missing");
+  if (!vocab && (!r.has("vocab_size") || j.at("vocab_size").is_null())) issues.add(path + ".vocab_size", "required integer is missing");
   m.vocab = vocab.value_or(0);
   m.max_positions =
       int_alias(r, {"max_position_embeddings", "n_positions", "max_seq_len"}, 1, kBig).value_or(0);

@@ -1129,18 +1129,29 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
 }  // namespace
 
 AccuracyResult run_accuracy(const AccuracyOptions& opts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(opts.data_path, ec)) throw core::UserError(opts.data_path + ": is a directory; --data names a JSON-lines file");
   std::ifstream in(opts.data_path);
   if (!in) throw core::UserError(opts.data_path + ": cannot open published runs");
   AccuracyResult res;
   res.command = opts.command;
   res.data_label = opts.data_label;
   std::string line;
-  int64_t lineno = 0;
-  if (!opts.runs_dir.empty()) std::filesystem::create_directories(opts.runs_dir);
+  int64_t lineno = 0, rows_read = 0;
+  if (!opts.runs_dir.empty()) {
+    std::filesystem::create_directories(opts.runs_dir, ec);
+    if (ec || !std::filesystem::is_directory(opts.runs_dir)) {
+      throw core::UserError(opts.runs_dir + ": cannot create the directory for --emit-runs (" + ec.message() + ")");
+    }
+  }
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;
     const Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
+    if (!r.is_object()) {
+      throw core::UserError(opts.data_path + ":" + std::to_string(lineno) + ": expected one JSON object per line (a published row), got " + core::show(r));
+    }
+    ++rows_read;
     // A row with a field of an unexpected type (a number written as text, say) is listed with
     // the reason instead of ending the run.
     try {
@@ -1150,6 +1161,7 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
                              std::string("row not understood: ") + e.what()});
     }
   }
+  if (rows_read == 0) throw core::UserError(opts.data_path + ": no rows (expected one JSON object per line)");
   if (opts.compare_plans) compare_with_planner(res);
   return res;
 }

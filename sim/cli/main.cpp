@@ -68,6 +68,42 @@ CLI::Validator number_check(bool zero_ok) {
       },
       zero_ok ? "NON-NEGATIVE" : "POSITIVE", zero_ok ? "non-negative" : "positive");
 }
+// A real number in [lo, hi] (CLI11's Range lets "nan" through: every comparison with it is false).
+CLI::Validator finite_range(double lo, double hi) {
+  const std::string range = "[" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v >= lo && v <= hi;
+        return ok ? std::string() : "got " + text + "; must be a number in " + range;
+      },
+      "NUMBER in " + range);
+}
+// An output file: not a directory, in a directory that exists and is writable; checked when
+// the command line is parsed, before any work.
+const CLI::Validator kOutputFile(
+    [](std::string& path) -> std::string {
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec)) return path + " is a directory; give a file path";
+      std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      if (parent.empty()) parent = ".";
+      if (!std::filesystem::is_directory(parent, ec)) return "the directory " + parent.string() + " does not exist";
+      if (::access(parent.c_str(), W_OK) != 0) return "the directory " + parent.string() + " is not writable";
+      return "";
+    },
+    "FILE");
+// An output directory: a directory, or creatable in an existing one.
+const CLI::Validator kOutputDir(
+    [](std::string& path) -> std::string {
+      std::error_code ec;
+      if (std::filesystem::exists(path, ec)) return std::filesystem::is_directory(path, ec) ? "" : path + " exists and is not a directory";
+      std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      if (parent.empty()) parent = ".";
+      if (!std::filesystem::is_directory(parent, ec)) return "the directory " + parent.string() + " does not exist";
+      if (::access(parent.c_str(), W_OK) != 0) return "the directory " + parent.string() + " is not writable";
+      return "";
+    },
+    "DIR");
 const CLI::Validator kPositive = number_check(false);
 const CLI::Validator kNonNegative = number_check(true);
 
@@ -100,7 +136,10 @@ void write_text(const std::string& path, const std::string& text) {
     if (!out) throw stepcast::core::UserError(path + ": cannot write");
     out << text;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw stepcast::core::UserError(path + ": cannot rename into place");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw stepcast::core::UserError(path + ": cannot rename into place");
+  }
 }
 
 // A run file given by path, by flags, or by a file with flags overriding it (plan, capacity).
@@ -318,7 +357,7 @@ int run(int argc, char** argv) {
   sim->add_option("run", sim_file, "run file (JSON)")->required();
   sim->add_flag("--json", sim_json, "print the output contract as JSON");
   sim->add_option("--set", run_sets, set_help)->allow_extra_args(false);
-  sim->add_option("--trace", sim_trace, "write a Perfetto / Chrome trace of the step here");
+  sim->add_option("--trace", sim_trace, "write a Perfetto / Chrome trace of the step here")->check(kOutputFile);
   sim->add_flag("--allow-oom", sim_allow_oom, "simulate even when the layout does not fit");
   sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
   bool sim_ideal = false;
@@ -354,8 +393,8 @@ int run(int argc, char** argv) {
   acc.data_path = std::string(STEPCAST_SOURCE_DIR) + "/data/published-runs.jsonl";
   auto* accuracy = app.add_subcommand("accuracy", "predict every published training run and report the error");
   accuracy->add_option("--data", acc.data_path, "published runs (JSON lines)");
-  accuracy->add_option("--out", acc.report_path, "write the Markdown report here (e.g. reports/accuracy.md)");
-  accuracy->add_option("--emit-runs", acc.runs_dir, "write each row's run file (with its assumptions) into this folder");
+  accuracy->add_option("--out", acc.report_path, "write the Markdown report here (e.g. reports/accuracy.md)")->check(kOutputFile);
+  accuracy->add_option("--emit-runs", acc.runs_dir, "write each row's run file (with its assumptions) into this folder")->check(kOutputDir);
   bool acc_json = false;
   accuracy->add_flag("--plans", acc.compare_plans, "also compare the planner's best layout with each published layout");
   accuracy->add_flag("--json", acc_json, "print per-row results as JSON");
@@ -364,7 +403,7 @@ int run(int argc, char** argv) {
   std::string lab_data = std::string(STEPCAST_SOURCE_DIR) + "/data/pcie-lab", lab_out;
   auto* lab = app.add_subcommand("pcie-lab", "reproduce the 8-GPU PCIe lab measurements from the hardware profile");
   lab->add_option("--data", lab_data, "lab data folder (collectives.csv, ddp_buckets.csv, gpipe_bubble.csv)");
-  lab->add_option("--out", lab_out, "write the Markdown report here (e.g. reports/pcie-lab.md)");
+  lab->add_option("--out", lab_out, "write the Markdown report here (e.g. reports/pcie-lab.md)")->check(kOutputFile);
 
   // plan
   RunFlags plan_run;
@@ -386,9 +425,9 @@ int run(int argc, char** argv) {
   plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(kNonNegative);
   plan->add_option("--memory-headroom", popt.memory_headroom,
                    "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
-      ->check(CLI::Range(0.0, 0.9));
+      ->check(finite_range(0.0, 0.9));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
-  plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here");
+  plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
 
   // capacity
   RunFlags cap_run;
@@ -402,11 +441,11 @@ int run(int argc, char** argv) {
   cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(kPositive);
   cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(kNonNegative);
   cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
-      ->check(CLI::Range(0.001, 1.0));
+      ->check(finite_range(0.001, 1.0));
   cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(kPositive);
   cap->add_option("--memory-headroom", sopt.plan.memory_headroom,
                   "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
-      ->check(CLI::Range(0.0, 0.9));
+      ->check(finite_range(0.0, 0.9));
   cap->add_flag("--json", cap_json, "print the result as JSON");
 
   // sweep
@@ -414,7 +453,7 @@ int run(int argc, char** argv) {
   bool sweep_resume = false;
   auto* sweep = app.add_subcommand("sweep", "predict every point of a sweep over run-file fields (JSONL out; mpirun splits the points)");
   sweep->add_option("sweep", sweep_file, "sweep file (JSON: base, axes, mode)")->required();
-  sweep->add_option("--out", sweep_out, "results (JSON lines, one per point, sorted by point)")->required();
+  sweep->add_option("--out", sweep_out, "results (JSON lines, one per point, sorted by point)")->required()->check(kOutputFile);
   sweep->add_flag("--resume", sweep_resume, "skip the points already in the results (and part files of a killed run)");
 
   // calibrate
@@ -422,23 +461,23 @@ int run(int argc, char** argv) {
   double cal_budget = 0.4;
   auto* cal = app.add_subcommand("calibrate", "measure this machine (GEMMs, memory, collectives) into a hardware profile");
   cal->add_option("--backend", cal_backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
-  cal->add_option("--out", cal_out, "write the measured hardware profile (JSON) here")->required();
-  cal->add_option("--report", cal_report, "write a Markdown report (fit and held-out comparison) here");
-  cal->add_option("--html", cal_html, "write an HTML report (roofline, collective bandwidth by size, held-out table) here");
-  cal->add_option("--budget", cal_budget, "time budget per benchmark in seconds (adaptive stopping)")->check(CLI::Range(0.01, 60.0));
+  cal->add_option("--out", cal_out, "write the measured hardware profile (JSON) here")->required()->check(kOutputFile);
+  cal->add_option("--report", cal_report, "write a Markdown report (fit and held-out comparison) here")->check(kOutputFile);
+  cal->add_option("--html", cal_html, "write an HTML report (roofline, collective bandwidth by size, held-out table) here")->check(kOutputFile);
+  cal->add_option("--budget", cal_budget, "time budget per benchmark in seconds (adaptive stopping)")->check(finite_range(0.01, 60.0));
   double cal_time_limit = -1;
   cal->add_option("--time-limit", cal_time_limit,
                   "whole-run limit in seconds after which the optional GPU benchmarks (other dtypes, attention, smaller groups, "
                   "interference) are skipped; default 360 for cuda, none for cpu; 0: none")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(finite_range(0.0, 86400.0));
 
   // report
   std::string rep_in, rep_html, rep_md, rep_csv;
   auto* rep = app.add_subcommand("report", "render plan or sweep results as HTML (inline SVG plots), Markdown and CSV");
   rep->add_option("results", rep_in, "results: the JSON of `stepcast plan --json`, or a sweep's JSONL")->required();
-  rep->add_option("--html", rep_html, "write the self-contained HTML page here");
-  rep->add_option("--md", rep_md, "write a Markdown table here");
-  rep->add_option("--csv", rep_csv, "write a CSV table here");
+  rep->add_option("--html", rep_html, "write the self-contained HTML page here")->check(kOutputFile);
+  rep->add_option("--md", rep_md, "write a Markdown table here")->check(kOutputFile);
+  rep->add_option("--csv", rep_csv, "write a CSV table here")->check(kOutputFile);
 
   // validate
   ValidateArgs va;
@@ -448,16 +487,29 @@ int run(int argc, char** argv) {
   val->add_option("--profile", va.profile, "measured hardware profile (stepcast calibrate) replacing the run files' hardware");
   val->add_option("--steps", va.steps, "measured steps after warm-up")->check(CLI::Range(1, 1000));
   val->add_option("--warmup", va.warmup, "warm-up steps (not measured)")->check(CLI::Range(0, 100));
-  val->add_option("--timeout", va.timeout_s, "seconds without progress on a rank before the run is ended")->check(CLI::Range(1.0, 86400.0));
+  val->add_option("--timeout", va.timeout_s, "seconds without progress on a rank before the run is ended")->check(finite_range(1.0, 86400.0));
   val->add_flag("--json", va.json, "print the comparison as JSON");
-  val->add_option("--out", va.json_out, "write the comparison JSON here");
-  val->add_option("--report", va.report, "write a Markdown report (predicted vs measured, per phase and memory) here");
-  val->add_option("--trace", va.trace, "write the measured step of the last plan as a Perfetto / Chrome trace");
-  val->add_option("--max-median-error", va.max_median_error, "exit 1 when the median absolute step-time error over the plans exceeds this fraction")->check(CLI::Range(0.0, 10.0));
-  val->add_option("--max-error", va.max_error, "exit 1 when any plan's absolute step-time error exceeds this fraction")->check(CLI::Range(0.0, 10.0));
-  val->add_option("--max-memory-error", va.max_memory_error, "exit 1 when any rank's peak-memory error exceeds this fraction")->check(CLI::Range(0.0, 10.0));
-  val->add_option("--sim-trace", va.sim_trace, "write the simulated step of the last plan as a Perfetto / Chrome trace");
+  val->add_option("--out", va.json_out, "write the comparison JSON here")->check(kOutputFile);
+  val->add_option("--report", va.report, "write a Markdown report (predicted vs measured, per phase and memory) here")->check(kOutputFile);
+  val->add_option("--trace", va.trace, "write the measured step of the last plan as a Perfetto / Chrome trace")->check(kOutputFile);
+  val->add_option("--max-median-error", va.max_median_error, "exit 1 when the median absolute step-time error over the plans exceeds this fraction")->check(finite_range(0.0, 10.0));
+  val->add_option("--max-error", va.max_error, "exit 1 when any plan's absolute step-time error exceeds this fraction")->check(finite_range(0.0, 10.0));
+  val->add_option("--max-memory-error", va.max_memory_error, "exit 1 when any rank's peak-memory error exceeds this fraction")->check(finite_range(0.0, 10.0));
+  val->add_option("--sim-trace", va.sim_trace, "write the simulated step of the last plan as a Perfetto / Chrome trace")->check(kOutputFile);
 
+  // A first word that is no command gets named (CLI11 would say only that one is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sc->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sc->get_name();
+    }
+    if (!known) {
+      std::cerr << "stepcast: error: unknown command '" << argv[1] << "'; commands: " << names << " (run with --help for usage)\n";
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -515,6 +567,8 @@ int run(int argc, char** argv) {
   }
   if (val->parsed()) return run_validate(va, argc, argv, cmdline);
   if (rep->parsed()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(rep_in, ec)) throw stepcast::core::UserError(rep_in + ": is a directory; give the plan JSON or sweep JSONL file");
     std::ifstream in(rep_in, std::ios::binary);
     if (!in) throw stepcast::core::UserError(rep_in + ": cannot read");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -605,7 +659,16 @@ int run(int argc, char** argv) {
       std::cout << stepcast::plan::plan_table(r, plan_rows);
     }
     if (r.ranked.empty()) {
-      std::cerr << "stepcast: error: " << plan_run.source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs\n";
+      // Name the commonest reason, with one layout's full message when it was invalid.
+      std::string why;
+      const auto most = std::max_element(r.rejected.begin(), r.rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (most != r.rejected.end()) {
+        why = "; " + std::to_string(most->second) + " of " + std::to_string(r.enumerated) + " layouts: " + most->first;
+        if (const auto ex = r.rejected_example.find(most->first); ex != r.rejected_example.end()) why += " (e.g. " + ex->second + ")";
+      } else if (r.enumerated == 0) {
+        why = "; no layout could be formed from the fixed settings";
+      }
+      std::cerr << "stepcast: error: " << plan_run.source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs" << why << "\n";
       return kExitDoesNotFit;
     }
     return 0;

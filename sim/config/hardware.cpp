@@ -233,6 +233,14 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.sustained_clock = er.get_number("sustained_clock", 0.05, 1.0, 1.0);
     hw.efficiency.tp_overlap_sms = er.get_number("tp_overlap_sms", 0.0, 1024.0, 16.0);
     hw.efficiency.collective_sms = er.get_number("collective_sms", 0.0, 1024.0, 0.0);
+    if (hw.efficiency.collective_sms > hw.sm_count) {
+      issues.add(er.child_path("collective_sms"), "got " + core::fmt("%g", hw.efficiency.collective_sms) + "; the GPU has " +
+                                                    std::to_string(hw.sm_count) + " SMs (gpu.sm_count)");
+    }
+    if (er.has("tp_overlap_sms") && hw.efficiency.tp_overlap_sms > hw.sm_count) {
+      issues.add(er.child_path("tp_overlap_sms"), "got " + core::fmt("%g", hw.efficiency.tp_overlap_sms) + "; the GPU has " +
+                                                    std::to_string(hw.sm_count) + " SMs (gpu.sm_count)");
+    }
     hw.efficiency.attention_fwd = er.get_number("attention_fwd", 0.01, 1.0, 0.5);
     hw.efficiency.attention_bwd = er.get_number("attention_bwd", 0.01, 1.0, 0.4);
     hw.efficiency.attention_flash2_fwd = er.get_number("attention_flash2_fwd", 0.01, 1.0, hw.efficiency.attention_fwd);

@@ -151,6 +151,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.dp = r.get_int("dp", 1, kMaxDim, 0);  // 0 = derive
   p.cp = r.get_int("cp", 1, 1024, 1);
   p.ep = r.get_int("ep", 1, 4096, 1);
+  p.etp_given = r.has("etp");
   p.etp = r.get_int("etp", 1, 1024, 0);  // 0 = tp
   p.vpp = r.get_int("vpp", 1, 1024, 1);
   p.sp = r.get_bool("sp", false);
@@ -285,7 +286,11 @@ void parse_scenario(ObjectReader r, RunConfig& rc) {
     ObjectReader hr(*hj, r.child_path("host_work"), r.issues());
     sc.host_rank = hr.get_int("rank", 0, kMaxDim, 0);
     auto d = hr.get_duration("time", false);
-    if (!d) hr.issues().add(hr.child_path("time"), "required duration (\"50ms\" or seconds)");
+    if (!d && !hr.has("time")) hr.issues().add(hr.child_path("time"), "required duration (\"50ms\" or seconds)");
+    if (d && d->value() > 86400.0) {
+      hr.issues().add(hr.child_path("time"), "got " + core::fmt("%g", d->value()) + " s; host work before a step is at most a day (86400 s)");
+      d.reset();
+    }
     sc.host_seconds = d ? d->value() : 0.0;
     hr.finish();
   }
@@ -364,8 +369,11 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     if (m.moe.expert_ffn % p.etp != 0) {
       issues.add("$.parallel.etp", "got " + n(p.etp) + "; must divide moe_intermediate_size (" + n(m.moe.expert_ffn) + ")");
     }
-  } else if (p.ep > 1) {
-    issues.add("$.parallel.ep", "got " + n(p.ep) + "; the model has no experts (dense), so ep must be 1");
+  } else {
+    if (p.ep > 1) issues.add("$.parallel.ep", "got " + n(p.ep) + "; the model has no experts (dense), so ep must be 1");
+    if (p.etp_given && p.etp != p.tp) {
+      issues.add("$.parallel.etp", "got " + n(p.etp) + "; expert tensor parallelism applies to expert layers and the model is dense (omit etp)");
+    }
   }
   if (!m.moe.enabled() && p.moe.given) {
     issues.add("$.parallel.moe", "the model has no experts (dense); remove the moe routing block");
@@ -407,8 +415,9 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     const int64_t last = p.last_stage_layers;
     const int64_t middle_stages = p.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
     const int64_t rest = L - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
+    const std::string given = first >= 0 ? "$.parallel.first_stage_layers" : "$.parallel.last_stage_layers";
     if (rest < 0 || (middle_stages == 0 ? rest != 0 : rest % middle_stages != 0)) {
-      issues.add("$.parallel.first_stage_layers",
+      issues.add(given,
                  n(L) + " layers minus first (" + n(std::max<int64_t>(first, 0)) + ") and last (" +
                      n(std::max<int64_t>(last, 0)) + ") stages leaves " + n(rest) + " layers, which do not split evenly over the other " + n(middle_stages) + " stages");
       split_ok = false;
@@ -419,8 +428,11 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
       // Megatron splits each stage's layers evenly over its virtual chunks.
       for (int64_t s = 0; s < p.pp && split_ok; ++s) {
         const int64_t k = per_stage[static_cast<size_t>(s)];
-        if (k % p.vpp != 0 || k == 0) {
-          issues.add(s == 0 ? "$.parallel.first_stage_layers" : s == p.pp - 1 ? "$.parallel.last_stage_layers" : "$.parallel.vpp",
+        if (k == 0) {
+          issues.add(given, "leaves stage " + n(s) + " with no layers; every stage needs at least one");
+          split_ok = false;
+        } else if (k % p.vpp != 0) {
+          issues.add(s == 0 && first >= 0 ? "$.parallel.first_stage_layers" : s == p.pp - 1 && last >= 0 ? "$.parallel.last_stage_layers" : "$.parallel.vpp",
                      "stage " + n(s) + " would hold " + n(k) + " layers, which do not split evenly over its vpp = " + n(p.vpp) +
                          " chunks; give the layers of every virtual stage in stage_layers instead");
           split_ok = false;
@@ -437,6 +449,13 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     vs.assign(static_cast<size_t>(vstages), L / vstages);
   }
   if (!split_ok) vs.assign(static_cast<size_t>(vstages), 0);
+  if (split_ok && p.recompute_layers > 0) {
+    const int64_t most = *std::max_element(vs.begin(), vs.end());
+    if (p.recompute_layers > most) {
+      issues.add("$.parallel.recompute_layers", "got " + n(p.recompute_layers) + "; the largest virtual stage holds " + n(most) +
+                                                    " layers (recompute_layers counts the layers of each virtual stage that recompute)");
+    }
+  }
   rc.vstage_layers = vs;
   rc.vstage_first_layer.assign(static_cast<size_t>(vstages), 0);
   for (size_t i = 1; i < vs.size(); ++i) rc.vstage_first_layer[i] = rc.vstage_first_layer[i - 1] + vs[i - 1];
@@ -494,6 +513,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (rc.scenario.degraded_rank >= world) {
     issues.add("$.scenario.degraded_link.rank", "rank " + n(rc.scenario.degraded_rank) + " does not exist (ranks 0.." + n(world - 1) + ")");
   }
+  if (m.position == model::PositionKind::kLearned && m.max_positions > 0 && t.seq_len > m.max_positions) {
+    issues.add("$.training.seq_len", "got " + n(t.seq_len) + "; the model learns position embeddings for " + n(m.max_positions) +
+                                         " positions (n_positions / max_position_embeddings), so sequences cannot be longer");
+  }
   if (rc.scenario.seq_dist == "uniform" && rc.scenario.seq_max > static_cast<double>(t.seq_len)) {
     issues.add("$.scenario.seq_len_distribution.max", "got " + n(static_cast<int64_t>(rc.scenario.seq_max)) +
                                                           "; sequences cannot exceed training.seq_len (" + n(t.seq_len) + ")");
@@ -539,7 +562,9 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
     }
   }
   if (const Json* sj = r.get_raw("scenario"); sj != nullptr) parse_scenario(ObjectReader(*sj, "$.scenario", issues), rc);
-  r.ignore({"name", "description", "notes", "measured"});
+  (void)r.get_string("name");  // free text, but text
+  (void)r.get_string("description");
+  r.ignore({"notes", "measured"});
   r.finish();
   if (issues.empty() && validate_layout) derive_and_validate(rc, issues);
   issues.throw_if_any();

@@ -138,6 +138,7 @@ struct Training {
 
 struct Parallel {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1, vpp = 1;
+  bool etp_given = false;  // the run file set etp (which means nothing for a dense model)
   bool sp = false;
   int64_t micro_batch_size = 1;
   int zero_stage = 0;

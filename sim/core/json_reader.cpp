@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace stepcast::core {
@@ -14,13 +15,82 @@ std::string show(const Json& v) {
   return s;
 }
 
-Json parse_json_text(const std::string& text, const std::string& source_name) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw UserError(source_name + ": malformed JSON at byte " + std::to_string(e.byte) + ": " +
-                    e.what());
+namespace {
+
+// The JSON library's message without its "[json.exception.parse_error.101] " tag.
+std::string library_message(const Json::exception& e) {
+  std::string m = e.what();
+  if (m.rfind("[json.exception.", 0) == 0) {
+    const size_t close = m.find("] ");
+    if (close != std::string::npos) m = m.substr(close + 2);
   }
+  return m;
+}
+
+// Inputs nest a few levels; a file nested deeper than this is not an input (and would exhaust
+// the parser's stack).
+constexpr int kMaxNesting = 256;
+
+void check_nesting(const std::string& text, const std::string& source_name) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxNesting) {
+        throw UserError(source_name + ": JSON nested deeper than " + std::to_string(kMaxNesting) + " levels at byte " + std::to_string(i) +
+                        "; stepcast inputs nest a few levels");
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
+Json parse_json_text(const std::string& text, const std::string& source_name) {
+  check_nesting(text, source_name);
+  // Objects must not repeat a key: the library would keep the last silently.
+  std::vector<std::set<std::string>> seen;
+  std::vector<std::string> names{"$"};  // the key each open object was found under
+  std::string current_key = "$";
+  std::string duplicate;
+  const Json::parser_callback_t cb = [&](int /*depth*/, Json::parse_event_t ev, Json& parsed) {
+    if (ev == Json::parse_event_t::object_start) {
+      seen.emplace_back();
+      names.push_back(current_key);
+    } else if (ev == Json::parse_event_t::object_end) {
+      if (!seen.empty()) seen.pop_back();
+      if (names.size() > 1) names.pop_back();
+    } else if (ev == Json::parse_event_t::key && !seen.empty()) {
+      current_key = parsed.get<std::string>();
+      if (!seen.back().insert(current_key).second && duplicate.empty()) {
+        duplicate = "key \"" + current_key + "\" appears twice in the object under \"" + names.back() + "\"";
+      }
+    }
+    return true;
+  };
+  Json out;
+  try {
+    out = Json::parse(text, cb);
+  } catch (const Json::parse_error& e) {
+    throw UserError(source_name + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + library_message(e));
+  } catch (const Json::exception& e) {
+    throw UserError(source_name + ": unreadable JSON: " + library_message(e));
+  }
+  if (!duplicate.empty()) throw UserError(source_name + ": " + duplicate + "; give each key once");
+  return out;
 }
 
 Json load_json_file(const std::string& path) {
@@ -97,7 +167,10 @@ const Json* ObjectReader::fetch(std::string_view key) {
   auto it = obj_->find(std::string(key));
   if (it == obj_->end()) return nullptr;
   read_.emplace(key);
-  if (it->is_null()) return nullptr;
+  if (it->is_null()) {
+    if (!nulls_absent_) issues_->add(child_path(key), "got null; give a value or omit the key for its default");
+    return nullptr;
+  }
   return &*it;
 }
 
@@ -145,8 +218,9 @@ int64_t ObjectReader::get_int(std::string_view key, int64_t lo, int64_t hi, int6
 }
 
 int64_t ObjectReader::require_int(std::string_view key, int64_t lo, int64_t hi) {
-  if (!has(key)) {
+  if (!has(key) || (nulls_absent_ && obj_->at(std::string(key)).is_null())) {
     known_.emplace(key);
+    read_.emplace(key);
     issues_->add(child_path(key), "required integer is missing");
     return lo;
   }
@@ -175,8 +249,9 @@ double ObjectReader::get_number(std::string_view key, double lo, double hi, doub
 }
 
 double ObjectReader::require_number(std::string_view key, double lo, double hi) {
-  if (!has(key)) {
+  if (!has(key) || (nulls_absent_ && obj_->at(std::string(key)).is_null())) {
     known_.emplace(key);
+    read_.emplace(key);
     issues_->add(child_path(key), "required number is missing");
     return lo;
   }

@@ -85,6 +85,10 @@ class ObjectReader {
   // Raw access (marks the key read). nullptr when absent.
   const Json* get_raw(std::string_view key);
 
+  // A null value is an error ("give a value or omit the key") unless this is called: model
+  // configs from a hub write null for settings they leave unset, which then read as absent.
+  void accept_null_as_absent() { nulls_absent_ = true; }
+
   // Marks keys as accepted-and-ignored (they never raise "unknown key").
   void ignore(std::initializer_list<std::string_view> keys);
   void ignore(const std::vector<std::string>& keys);
@@ -96,6 +100,7 @@ class ObjectReader {
   void bad(std::string_view key, const Json& value, const std::string& expectation);
 
   const Json* obj_ = nullptr;
+  bool nulls_absent_ = false;
   std::string path_;
   Issues* issues_;
   std::set<std::string, std::less<>> read_;

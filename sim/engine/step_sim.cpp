@@ -1,6 +1,7 @@
 #include "sim/engine/step_sim.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <cstdio>
 
 #include "sim/core/error.hpp"
@@ -87,7 +88,35 @@ class StepObserver : public Observer {
 
 }  // namespace
 
+namespace {
+SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& opt);
+}  // namespace
+
 SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
+  // A step's graph holds every micro-batch of every layer; size it before building (about 64
+  // operators per layer and micro-batch on the one rank per stage simulated) and refuse what
+  // would not fit in memory.
+  const double symmetric = 64.0 * static_cast<double>(rc.num_microbatches) * static_cast<double>(rc.model.num_layers);
+  if (opt.max_tasks > 0 && symmetric > static_cast<double>(opt.max_tasks)) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "the step has %lld micro-batches of %lld layers, about %.3g million operators to simulate, over the limit of %.3g "
+                  "million; reduce training.global_batch_size or raise micro_batch_size (or the limit, --max-tasks)",
+                  static_cast<long long>(rc.num_microbatches), static_cast<long long>(rc.model.num_layers), symmetric / 1e6,
+                  static_cast<double>(opt.max_tasks) / 1e6);
+    throw core::UserError(buf);
+  }
+  try {
+    return simulate_step_checked(rc, opt);
+  } catch (const std::range_error& e) {
+    throw core::UserError(std::string("the step cannot be simulated: ") + e.what() +
+                          "; check the run file's sizes (model, batch) and scenario times");
+  }
+}
+
+namespace {
+
+SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& opt) {
   const bool full = opt.full || rc.scenario.present;
   if (full && opt.max_tasks > 0) {
     // Size the all-ranks graph from the symmetric one before building it (about 100 bytes
@@ -99,7 +128,7 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
     if (estimate > static_cast<double>(opt.max_tasks)) {
       char buf[320];
       std::snprintf(buf, sizeof buf,
-                    "simulating every rank needs about %.0f million tasks (~%.0f GiB), over the limit of %.0f million; "
+                    "simulating every rank needs about %.3g million tasks (~%.3g GiB), over the limit of %.3g million; "
                     "drop the scenario to simulate one rank per stage, or raise the limit",
                     estimate / 1e6, estimate * 100.0 / 1073741824.0, static_cast<double>(opt.max_tasks) / 1e6);
       throw core::UserError(buf);
@@ -117,6 +146,8 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   StepObserver obs(b, static_cast<int32_t>(rc.parallel.pp), static_cast<int32_t>(rc.num_microbatches));
   eng.add_observer(&obs);
   const RunStats stats = eng.run();
+  // Picosecond ticks wrap past 106 days; a step that long is not a training step.
+  if (stats.makespan < 0) throw std::range_error("the step would last longer than the simulator's range of 106 days");
 
   SimResult out;
   out.full = full;
@@ -212,6 +243,8 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
   }
   return out;
 }
+
+}  // namespace
 
 namespace {
 

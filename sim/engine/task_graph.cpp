@@ -39,6 +39,14 @@ namespace {
 constexpr size_t kStreams = static_cast<size_t>(Stream::kCount);
 }
 
+Tick to_ticks(double seconds) {
+  if (!(seconds <= kMaxTaskSeconds)) {
+    throw std::range_error("an operation of " + std::to_string(seconds) + " s is beyond the simulator's range of " +
+                           std::to_string(static_cast<int>(kMaxTaskSeconds)) + " s per operation");
+  }
+  return static_cast<Tick>(seconds * static_cast<double>(kTicksPerSecond) + 0.5);
+}
+
 TaskGraph::TaskGraph(int32_t num_ranks)
     : num_ranks_(num_ranks), last_on_stream_(static_cast<size_t>(num_ranks) * kStreams, kNone) {
   names_.emplace_back("");

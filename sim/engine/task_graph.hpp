@@ -24,7 +24,11 @@ namespace stepcast::engine {
 
 using Tick = int64_t;  // picoseconds
 inline constexpr Tick kTicksPerSecond = 1'000'000'000'000;
-inline Tick to_ticks(double seconds) { return static_cast<Tick>(seconds * static_cast<double>(kTicksPerSecond) + 0.5); }
+// The longest time the simulator represents: picosecond ticks in 64 bits hold 106 days; one
+// operation is held to a tenth of that so a step's sum of them stays in range too.
+inline constexpr double kMaxTaskSeconds = 9.2e5;
+// Throws std::range_error past kMaxTaskSeconds (the caller names the input that caused it).
+Tick to_ticks(double seconds);
 inline double to_seconds(Tick t) { return static_cast<double>(t) / static_cast<double>(kTicksPerSecond); }
 
 enum class Stream : uint8_t { kCompute = 0, kTp, kDp, kDpReduce, kPpSend, kHost, kCount };

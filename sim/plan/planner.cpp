@@ -307,7 +307,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   // Validate, check memory and estimate, in parallel; results land by index (deterministic).
   struct Eval {
     bool ok = false;
-    std::string reason;
+    std::string reason, detail;
     Candidate c;
   };
   std::vector<Eval> evals(cands.size());
@@ -321,6 +321,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
       if (!issues.empty()) {
         const std::string& line = issues.lines().front();
         ev.reason = "invalid " + line.substr(0, line.find(": "));
+        ev.detail = layout_text(cands[i]) + ": " + line;
         continue;
       }
       auto ledger = memory::compute_ledger(rc);
@@ -361,6 +362,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
       ok.push_back(std::move(ev.c));
     } else {
       ++res.rejected[ev.reason];
+      if (!ev.detail.empty()) res.rejected_example.emplace(ev.reason, ev.detail);
     }
   }
   res.fit = static_cast<int64_t>(ok.size());

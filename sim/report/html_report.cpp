@@ -36,15 +36,28 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-ReportRow row_from(const Json& j, const std::string& label) {
+// A result's number: `where` names the result in errors; a missing optional field reads 0.
+double number_field(const Json& j, const char* key, const std::string& where, bool required) {
+  if (!j.contains(key)) {
+    if (required) throw core::UserError(where + ": \"" + key + "\" is missing; results from stepcast plan --json or sweep carry it");
+    return 0.0;
+  }
+  const Json& v = j[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || (required && v.get<double>() <= 0)) {
+    throw core::UserError(where + ": \"" + key + "\" is " + core::show(v) + "; expected a " + (required ? "positive" : "non-negative") + " number");
+  }
+  return v.get<double>();
+}
+
+ReportRow row_from(const Json& j, const std::string& label, const std::string& where) {
   ReportRow r;
   r.label = label;
-  r.step_time_s = j.value("step_time_s", 0.0);
-  r.peak_memory_bytes = j.value("peak_memory_bytes", 0.0);
-  r.mfu = j.value("mfu", 0.0);
-  r.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
-  r.bubble_fraction = j.value("bubble_fraction", 0.0);
-  r.breakdown = j.contains("breakdown") ? j["breakdown"] : Json();
+  r.step_time_s = number_field(j, "step_time_s", where, true);
+  r.peak_memory_bytes = number_field(j, "peak_memory_bytes", where, false);
+  r.mfu = number_field(j, "mfu", where, false);
+  r.tokens_per_s_per_gpu = number_field(j, "tokens_per_s_per_gpu", where, false);
+  r.bubble_fraction = number_field(j, "bubble_fraction", where, false);
+  r.breakdown = j.contains("breakdown") && j["breakdown"].is_object() ? j["breakdown"] : Json();
   if (j.contains("simulated") && j["simulated"].is_boolean()) r.source = j["simulated"].get<bool>() ? "simulated" : "estimate";
   return r;
 }
@@ -250,12 +263,34 @@ std::string timeline_svg(const Json& tl) {
 
 }  // namespace
 
+namespace {
+ReportData load_report_data_unchecked(const std::string& text, const std::string& source);
+}  // namespace
+
 ReportData load_report_data(const std::string& text, const std::string& source) {
+  try {
+    return load_report_data_unchecked(text, source);
+  } catch (const Json::exception& e) {
+    // A field of the wrong type deep in a plan's detail: one message naming the file.
+    throw core::UserError(source + ": not results stepcast wrote (" + std::string(e.what()).substr(std::string(e.what()).find(']') + 2) + ")");
+  }
+}
+
+namespace {
+
+ReportData load_report_data_unchecked(const std::string& text, const std::string& source) {
   ReportData d;
   const Json whole = Json::parse(text, nullptr, false);
   if (!whole.is_discarded() && whole.is_object() && whole.contains("layouts")) {
     d.title = "stepcast plan: " + whole.value("title", source);
-    for (const auto& l : whole["layouts"]) d.rows.push_back(row_from(l, l.value("layout", std::string("?"))));
+    if (!whole["layouts"].is_array()) throw core::UserError(source + ": \"layouts\" is " + core::show(whole["layouts"]) + "; expected an array");
+    size_t i = 0;
+    for (const auto& l : whole["layouts"]) {
+      const std::string where = source + ": layouts[" + std::to_string(i++) + "]";
+      if (!l.is_object()) throw core::UserError(where + ": expected a layout object, got " + core::show(l));
+      const std::string label = l.contains("layout") && l["layout"].is_string() ? l["layout"].get<std::string>() : "?";
+      d.rows.push_back(row_from(l, label, where));
+    }
     d.explanation = whole.value("explanation", std::string());
     if (whole.contains("detail")) {
       d.ledger = whole["detail"].value("ledger", Json());
@@ -277,7 +312,7 @@ ReportData load_report_data(const std::string& text, const std::string& source) 
     }
     if (!j.value("ok", false)) continue;
     std::string label;
-    if (j.contains("settings")) {
+    if (j.contains("settings") && j["settings"].is_object()) {
       for (const auto& [k, v] : j["settings"].items()) {
         if (!label.empty()) label += ' ';
         label += k.substr(k.rfind('.') + 1);
@@ -285,12 +320,14 @@ ReportData load_report_data(const std::string& text, const std::string& source) 
         label += v.is_string() ? v.get<std::string>() : v.dump();
       }
     }
-    d.rows.push_back(row_from(j, label.empty() ? "point " + j["point"].dump() : label));
+    d.rows.push_back(row_from(j, label.empty() ? "point " + j.value("point", Json()).dump() : label, source + ":" + std::to_string(lineno)));
   }
   if (d.rows.empty()) throw core::UserError(source + ": no successful results to report");
   std::stable_sort(d.rows.begin(), d.rows.end(), [](const ReportRow& a, const ReportRow& b) { return a.step_time_s < b.step_time_s; });
   return d;
 }
+
+}  // namespace
 
 std::string render_html(const ReportData& d) {
   std::ostringstream o;

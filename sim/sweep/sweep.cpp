@@ -98,6 +98,10 @@ Json SweepSpec::run(size_t i) const {
   return r;
 }
 
+namespace {
+constexpr double kMaxPoints = 1e6;
+}  // namespace
+
 SweepSpec parse_sweep(const Json& j, const std::string& source, const std::string& base_dir) {
   core::Issues issues;
   SweepSpec spec;
@@ -117,10 +121,14 @@ SweepSpec parse_sweep(const Json& j, const std::string& source, const std::strin
   spec.simulate = r.get_choice("mode", {"simulate", "estimate"}, "simulate") == "simulate";
   auto parse_one = [&](const Json& a, const std::string& path, std::string& field, std::vector<Json>& values) {
     core::ObjectReader ar(a, path, issues);
-    field = ar.get_string("field").value_or("");
+    const auto f = ar.get_string("field");  // a non-string is reported by the reader
+    field = f.value_or("");
     const std::string top = field.substr(0, field.find('.'));
-    if (field.empty() || std::find(std::begin(kSections), std::end(kSections), top) == std::end(kSections)) {
-      issues.add(ar.child_path("field"), "got \"" + field + "\"; expected a run-file field such as \"parallel.tp\" (sections: model, hardware, cluster, training, parallel, scenario)");
+    const std::string expected = "a run-file field such as \"parallel.tp\" (sections: model, hardware, cluster, training, parallel, scenario)";
+    if (!ar.has("field")) {
+      issues.add(ar.child_path("field"), "required: " + expected);
+    } else if (f && (field.empty() || std::find(std::begin(kSections), std::end(kSections), top) == std::end(kSections))) {
+      issues.add(ar.child_path("field"), "got \"" + field + "\"; expected " + expected);
     }
     const Json* v = ar.get_raw("values");
     if (v == nullptr || !v->is_array() || v->empty()) {
@@ -165,6 +173,21 @@ SweepSpec parse_sweep(const Json& j, const std::string& source, const std::strin
       }
       if (ax.size() > 0) spec.axes.push_back(ax);
     }
+  }
+  // One field on two axes would let the later silently override the earlier.
+  std::map<std::string, std::string> field_axis;
+  for (size_t a = 0; a < spec.axes.size(); ++a) {
+    for (const auto& f : spec.axes[a].fields) {
+      const auto [it, fresh] = field_axis.emplace(f, "$.axes[" + std::to_string(a) + "]");
+      if (!fresh) issues.add("$.axes[" + std::to_string(a) + "]", "field \"" + f + "\" is already swept by " + it->second + "; sweep each field on one axis");
+    }
+  }
+  // The grid is enumerated point by point; past a million points a sweep belongs in pieces.
+  double grid = 1;
+  for (const auto& ax : spec.axes) grid *= static_cast<double>(ax.size());
+  if (grid > kMaxPoints) {
+    issues.add("$.axes", "the axes make " + core::fmt("%.4g", grid) + " points, over the limit of " + core::fmt("%.0f", kMaxPoints) +
+                             " per sweep; split the sweep (e.g. one file per value of the longest axis)");
   }
   r.ignore({"name", "description"});
   r.finish();
@@ -231,11 +254,45 @@ std::set<size_t> finished_points(const std::string& out) {
   return s;
 }
 
+namespace {
+
+// Before resuming into `path`: every complete line must be a result of this sweep (a point it
+// has, with that point's settings), so a file of something else is never overwritten and a
+// result of another sweep is never kept as this one's.
+void check_resumable(const SweepSpec& spec, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (in.eof()) break;  // an unterminated tail is a cut write, dropped on resume
+    const Json j = Json::parse(line, nullptr, false);
+    const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    if (j.is_discarded() || !j.is_object() || !j.contains("point") || !j["point"].is_number_unsigned() || !j.contains("settings")) {
+      throw core::UserError(where + "not a sweep result line; --resume continues a results file of this sweep only (refusing to overwrite it)");
+    }
+    const size_t point = j["point"].get<size_t>();
+    if (point >= spec.num_points() || j["settings"] != spec.settings(point)) {
+      throw core::UserError(where + "point " + std::to_string(point) + " was made by a different sweep (its settings are " +
+                            core::show(j["settings"]) + "); write to a new --out");
+    }
+  }
+}
+
+}  // namespace
+
 RunSummary run_sweep(const SweepSpec& spec, const RunOptions& opt) {
   RunSummary sum;
   sum.points = spec.num_points();
+  std::error_code ec;
+  if (std::filesystem::is_directory(opt.out, ec)) throw core::UserError(opt.out + ": is a directory; --out names the results file");
   if (!opt.resume && (std::filesystem::exists(opt.out) || !part_files(opt.out).empty())) {
     throw core::UserError(opt.out + ": results already exist; pass --resume to continue them or remove the file");
+  }
+  if (opt.resume) {
+    check_resumable(spec, opt.out);
+    for (const auto& f : part_files(opt.out)) check_resumable(spec, f);
   }
   if (opt.barrier) opt.barrier();  // every rank sees the same starting state
   const std::set<size_t> done = opt.resume ? finished_points(opt.out) : std::set<size_t>{};

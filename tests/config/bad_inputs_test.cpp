@@ -154,6 +154,15 @@ const std::vector<BadCase> kCases = {
     {"ScenarioDegradedLinkWithoutFactor", R"({"scenario": {"degraded_link": {"rank": 1}}})",
      {"$.scenario.degraded_link.bandwidth_factor"}},
     {"UnknownAttentionKernel", R"({"training": {"attention": "flash4"}})", {"$.training.attention", "flash4", "flash2"}},
+    // Settings that mean nothing for the layout given, or cannot hold.
+    {"EtpOnDenseModel", R"({"parallel": {"etp": 1}})", {"$.parallel.etp", "dense"}},
+    {"RecomputeLayersBeyondStage", R"({"parallel": {"recompute": "full", "recompute_layers": 40}})",
+     {"$.parallel.recompute_layers", "got 40", "32 layers"}},
+    {"SeqBeyondLearnedPositions", R"({"model": "gpt2-124m", "training": {"seq_len": 2048}})", {"$.training.seq_len", "1024 positions"}},
+    {"NameNotText", R"({"name": {"x": 1}})", {"$.name", "expected a string"}},
+    {"HostWorkLongerThanADay", R"({"scenario": {"host_work": {"rank": 0, "time": 1e7}}})", {"$.scenario.host_work.time", "86400"}},
+    {"CollectiveSmsBeyondTheGpu", R"({"hardware": {"base": "h100-sxm", "efficiency": {"collective_sms": 1000}}})",
+     {"$.hardware.efficiency.collective_sms", "1000", "132 SMs"}},
 };
 // clang-format on
 
@@ -177,6 +186,48 @@ TEST(BadInputs, MalformedJsonNamesByteOffset) {
     EXPECT_NE(msg.find("byte 13"), std::string::npos) << msg;
   }
   EXPECT_THROW(core::parse_json_text("{\"model\": \"llama3.1-8b\"", "run.json"), core::UserError);
+}
+
+// null is not a value: "seq_len": null is refused (it read as the default before), while a
+// hub config.json's nulls in the model section still read as absent.
+TEST(BadInputs, NullIsRefusedOutsideModelConfigs) {
+  Json run = Json::parse(kBase);
+  run["training"]["seq_len"] = nullptr;
+  try {
+    parse_run(run, "<test>", "");
+    FAIL() << "expected ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.training.seq_len: got null"), std::string::npos) << e.what();
+  }
+  Json hub = Json::parse(kBase);
+  hub["model"] = {{"hidden_size", 1024}, {"num_attention_heads", 16}, {"num_hidden_layers", 4}, {"vocab_size", 32000},
+                  {"intermediate_size", 4096}, {"sliding_window", nullptr}, {"rope_scaling", nullptr}};
+  EXPECT_NO_THROW(parse_run(hub, "<test>", ""));
+  hub["model"]["hidden_size"] = nullptr;  // a required size cannot be null
+  EXPECT_THROW(parse_run(hub, "<test>", ""), core::ConfigError);
+}
+
+// JSON text the parser would accept silently or crash on: repeated keys (the last would win),
+// nesting deep enough to exhaust the stack, numbers beyond double range. One message each,
+// naming the source, without the JSON library's exception tags.
+TEST(BadInputs, DuplicateKeysDeepNestingAndOverflowingNumbers) {
+  auto message = [](const std::string& text) {
+    try {
+      core::parse_json_text(text, "run.json");
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string dup = message(R"({"model": "gpt2-124m", "parallel": {"tp": 2, "tp": 4}})");
+  EXPECT_NE(dup.find("run.json: key \"tp\" appears twice in the object under \"parallel\""), std::string::npos) << dup;
+  EXPECT_EQ(message(R"({"a": {"x": 1}, "b": {"x": 2}})"), "(accepted)");  // the same key in two objects is fine
+  const std::string deep = message(std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_NE(deep.find("nested deeper than 256 levels"), std::string::npos) << deep;
+  EXPECT_EQ(message("[\"[[[[\"]"), "(accepted)");  // brackets inside strings do not count
+  const std::string big = message(R"({"num_gpus": 1e999})");
+  EXPECT_NE(big.find("run.json"), std::string::npos) << big;
+  EXPECT_EQ(big.find("json.exception"), std::string::npos) << big;
 }
 
 // All problems in one file are reported together (one ConfigError, one line per problem).

@@ -396,5 +396,20 @@ TEST(Interference, HiddenGradientReductionSlowsBackward) {
   EXPECT_LT(contended.step.step_time_s - free_overlap.step.step_time_s, dp_traffic * share / (1.0 - share));
 }
 
+// A step too big to simulate is refused before its graph is built, with the sizes that make it
+// so: 2^20 micro-batches of 48 layers are about 3 billion operators.
+TEST(StepSim, RefusesAStepTooLargeToSimulate) {
+  Json j = run_json(1, 1, "1f1b");
+  j["training"]["global_batch_size"] = 1 << 20;
+  const auto rc = config::parse_run(j, "<test>", "");
+  try {
+    (void)simulate_step(rc);
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-batches of"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("over the limit"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::engine

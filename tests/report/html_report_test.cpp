@@ -70,6 +70,21 @@ TEST(Report, SweepLinesLoadSortedAndSkipFailures) {
 TEST(Report, GarbageIsAClearError) {
   EXPECT_THROW(load_report_data("not json at all\n", "x.jsonl"), core::UserError);
   EXPECT_THROW(load_report_data(R"({"point":0,"ok":false})" "\n", "x.jsonl"), core::UserError);
+  // A result without its step time, or with text where a number belongs, names the row and field
+  // (it read as a 0 s step before).
+  auto message = [](const std::string& text) {
+    try {
+      (void)load_report_data(text, "plan.json");
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message(R"({"layouts": [{"layout": "a", "step_time_s": 1.0}, {"layout": "b"}]})"),
+            "plan.json: layouts[1]: \"step_time_s\" is missing; results from stepcast plan --json or sweep carry it");
+  EXPECT_NE(message(R"({"layouts": [{"layout": "a", "step_time_s": 1.0, "mfu": "high"}]})").find("layouts[0]: \"mfu\" is \"high\""),
+            std::string::npos);
+  EXPECT_NE(message(R"({"layouts": 3})").find("\"layouts\" is 3; expected an array"), std::string::npos);
 }
 
 }  // namespace

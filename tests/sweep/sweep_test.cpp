@@ -105,5 +105,57 @@ TEST(Sweep, ResumeSkipsFinishedPointsAndIgnoresACutLine) {
   EXPECT_FALSE(std::filesystem::exists(cut + ".part1"));
 }
 
+// A field on two axes (the later would override the earlier) and a grid past a million points
+// are refused when the sweep is read; resuming refuses a file of something else (never
+// overwritten) and results another sweep wrote.
+TEST(Sweep, RefusesAmbiguousHugeAndForeignWork) {
+  Json dup = sweep_json();
+  dup["axes"].push_back({{"field", "parallel.tp"}, {"values", {4}}});
+  try {
+    parse_sweep(dup, "<sweep-test>", "");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.axes[2]: field \"parallel.tp\" is already swept by $.axes[0]"), std::string::npos) << e.what();
+  }
+  Json huge = sweep_json();
+  Json many = Json::array();
+  for (int i = 0; i < 2000; ++i) many.push_back(i + 1);
+  huge["axes"] = {{{"field", "training.seq_len"}, {"values", many}}, {{"field", "training.global_batch_size"}, {"values", many}}};
+  try {
+    parse_sweep(huge, "<sweep-test>", "");
+    FAIL();
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("4e+06 points, over the limit"), std::string::npos) << e.what();
+  }
+  const SweepSpec s = parse_sweep(sweep_json(), "<sweep-test>", "");
+  const std::string notes = temp_out("notes.txt");
+  {
+    std::ofstream o(notes);
+    o << "my notes\n";
+  }
+  RunOptions o;
+  o.out = notes;
+  o.resume = true;
+  EXPECT_THROW(run_sweep(s, o), core::UserError);
+  std::ifstream kept(notes);
+  std::string line;
+  std::getline(kept, line);
+  EXPECT_EQ(line, "my notes");
+  const std::string foreign = temp_out("foreign.jsonl");
+  {
+    std::ofstream f(foreign);
+    Json other = evaluate_point(s, 1);
+    other["settings"]["parallel.tp"] = 8;  // not what point 1 of this sweep sets
+    f << other.dump() << "\n";
+  }
+  o.out = foreign;
+  try {
+    run_sweep(s, o);
+    FAIL();
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("point 1 was made by a different sweep"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::sweep
