@@ -105,7 +105,7 @@ std::vector<AttentionCase> cuda_attention_cases() { return {{64, 1024}, {32, 204
 
 std::vector<int> collective_group_sizes(int ranks) {
   std::vector<int> g;
-  for (int s = 2; s < ranks; s *= 2) {
+  for (int s = 2; s < ranks; ++s) {
     if (ranks % s == 0) g.push_back(s);
   }
   if (ranks > 1) g.push_back(ranks);

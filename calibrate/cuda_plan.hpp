@@ -7,7 +7,7 @@
 //   split by TP (fitted), and held-out shapes between them (never fitted).
 // - Memory-bound kernels: RMSNorm, SwiGLU (silu(a) * b) and a residual add on bf16 activations,
 //   with the bytes and FLOPs each moves, for efficiency.memory_bound and the roofline.
-// - Collective group sizes: every power of two from 2 that divides the ranks, and the ranks.
+// - Collective group sizes: every size from 2 that divides the ranks, and the ranks.
 #pragma once
 
 #include <cstddef>
@@ -61,6 +61,8 @@ struct AttentionCase {
 };
 std::vector<AttentionCase> cuda_attention_cases();
 
+// Every group size that splits the ranks into equal groups of consecutive ranks (2, 3, 4, 6 and
+// 12 of 12), the whole world last.
 std::vector<int> collective_group_sizes(int ranks);
 // Message sizes (bytes) fitted and held out, 4 KiB .. 1 GiB (held out: 1.5 x 4^k).
 std::vector<size_t> cuda_collective_fit_sizes();

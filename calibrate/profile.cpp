@@ -56,7 +56,7 @@ double memory_bound_efficiency(const std::vector<KernelSample>& kernels, double 
 
 namespace {
 
-// One fabric tier per measured group size (groups of consecutive ranks are the aligned domains
+// One fabric tier per measured group size on a nested chain (groups of consecutive ranks are the aligned domains
 // a tier describes), narrowest first; the widest spans every process of the node.
 Json fabric_tiers(const SuiteResult& r, const std::string& fabric_name) {
   std::vector<int64_t> spans;
@@ -64,6 +64,13 @@ Json fabric_tiers(const SuiteResult& r, const std::string& fabric_name) {
   spans.push_back(r.ranks);
   std::sort(spans.begin(), spans.end());
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+  // Tiers nest (each span a multiple of the one below): a measured size off that chain (3 of 12
+  // beside 2 and 4) stays in the report's table but is not a tier.
+  std::vector<int64_t> chain;
+  for (const int64_t s : spans) {
+    if ((chain.empty() || s % chain.back() == 0) && r.ranks % s == 0) chain.push_back(s);
+  }
+  spans = chain;
   Json tiers = Json::array();
   for (const int64_t span : spans) {
     Json fabric = {{"name", spans.size() > 1 ? fabric_name + "-" + std::to_string(span) : fabric_name},

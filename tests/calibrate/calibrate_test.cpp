@@ -179,7 +179,8 @@ TEST(CudaPlan, DtypesShapesAndGroups) {
   EXPECT_EQ(collective_group_sizes(1), std::vector<int>{});
   EXPECT_EQ(collective_group_sizes(2), std::vector<int>{2});
   EXPECT_EQ(collective_group_sizes(8), (std::vector<int>{2, 4, 8}));
-  EXPECT_EQ(collective_group_sizes(6), (std::vector<int>{2, 6}));
+  EXPECT_EQ(collective_group_sizes(6), (std::vector<int>{2, 3, 6}));
+  EXPECT_EQ(collective_group_sizes(12), (std::vector<int>{2, 3, 4, 6, 12}));
   const auto fit = cuda_collective_fit_sizes();
   EXPECT_EQ(fit.front(), 4096u);
   EXPECT_EQ(fit.back(), size_t{1} << 30);
@@ -306,6 +307,35 @@ TEST(Profile, ProvenanceAndMeasuredGemmsInterpolated) {
   const std::string all = bad_issues.lines().empty() ? "" : bad_issues.lines().front() + " / " + bad_issues.lines().back();
   EXPECT_NE(all.find("$.hardware.efficiency.gemm_measured.bf16[1]"), std::string::npos) << all;
   EXPECT_NE(all.find("$.hardware.efficiency.gemm_measured.fp4"), std::string::npos) << all;
+}
+
+// Twelve ranks measure groups of 2, 3, 4, 6 and 12; the profile's tiers must nest, so they are
+// 2, 4 and 12, and the profile parses.
+TEST(Profile, FabricTiersNestAcrossMeasuredGroupSizes) {
+  SuiteResult r;
+  r.ranks = 12;
+  r.gemm = {100e12, 100, 5e-6, 0.0};
+  r.copy_bandwidth = 1e12;
+  for (int g : collective_group_sizes(12)) {
+    std::vector<CollSample> s;
+    for (double b = 4096; b <= 1 << 20; b *= 4) s.push_back({b, 5e-6 + b / 50e9});
+    r.collectives.push_back(fit_collective("all_reduce", g, op_bus_factor("all_reduce", g), s));
+  }
+  DeviceDescription d;
+  d.name = "twelve";
+  d.device = "test";
+  d.dtypes = {"bf16"};
+  d.memory_bytes = 80e9;
+  d.fabric_name = "x";
+  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
+  write_profile(r, d, 5e-6, "test");
+  core::Issues issues;
+  const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  ASSERT_EQ(hw.fabric.size(), 3u);
+  EXPECT_EQ(hw.fabric[0].span, 2);
+  EXPECT_EQ(hw.fabric[1].span, 4);
+  EXPECT_EQ(hw.fabric[2].span, 12);
 }
 
 // The nccl-tests table: time from the bus bandwidth and the operation's bus factor, algbw =
