@@ -79,17 +79,22 @@ CLI::Validator finite_range(double lo, double hi) {
       },
       "NUMBER in " + range);
 }
+// What stops a file or folder being made at `path`: its folder missing or read-only ("" if none).
+std::string parent_problem(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!std::filesystem::is_directory(parent, ec)) return "the directory " + parent.string() + " does not exist";
+  if (::access(parent.c_str(), W_OK) != 0) return "the directory " + parent.string() + " is not writable";
+  return "";
+}
 // An output file: not a directory, in a directory that exists and is writable; checked when
 // the command line is parsed, before any work.
 const CLI::Validator kOutputFile(
     [](std::string& path) -> std::string {
       std::error_code ec;
       if (std::filesystem::is_directory(path, ec)) return path + " is a directory; give a file path";
-      std::filesystem::path parent = std::filesystem::path(path).parent_path();
-      if (parent.empty()) parent = ".";
-      if (!std::filesystem::is_directory(parent, ec)) return "the directory " + parent.string() + " does not exist";
-      if (::access(parent.c_str(), W_OK) != 0) return "the directory " + parent.string() + " is not writable";
-      return "";
+      return parent_problem(path);
     },
     "FILE");
 // An output directory: a directory, or creatable in an existing one.
@@ -97,11 +102,7 @@ const CLI::Validator kOutputDir(
     [](std::string& path) -> std::string {
       std::error_code ec;
       if (std::filesystem::exists(path, ec)) return std::filesystem::is_directory(path, ec) ? "" : path + " exists and is not a directory";
-      std::filesystem::path parent = std::filesystem::path(path).parent_path();
-      if (parent.empty()) parent = ".";
-      if (!std::filesystem::is_directory(parent, ec)) return "the directory " + parent.string() + " does not exist";
-      if (::access(parent.c_str(), W_OK) != 0) return "the directory " + parent.string() + " is not writable";
-      return "";
+      return parent_problem(path);
     },
     "DIR");
 const CLI::Validator kPositive = number_check(false);

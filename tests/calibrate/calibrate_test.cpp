@@ -260,6 +260,18 @@ TEST(Profile, DtypesKernelsAndGroupTiers) {
   EXPECT_NE(suite_html(r).find("fp8 roofline"), std::string::npos);
 }
 
+// A one-dtype device for profile tests (the fields write_profile needs).
+DeviceDescription bf16_device() {
+  DeviceDescription d;
+  d.name = "measured-test";
+  d.device = "test device";
+  d.dtypes = {"bf16"};
+  d.memory_bytes = 80e9;
+  d.fabric_name = "x";
+  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
+  return d;
+}
+
 // A profile carries its provenance (command, date, the stepcast revision and compiler) and
 // every measured GEMM; the cost model reproduces a measured shape exactly, follows the measured
 // correction between measured shapes and regains the shape model far from them.
@@ -273,14 +285,7 @@ TEST(Profile, ProvenanceAndMeasuredGemmsInterpolated) {
     r.gemm_samples.push_back({m, 4096, 4096, (gemm_model_seconds(fit, m, 4096, 4096) - 5e-6) * slow + 5e-6});
   }
   r.copy_bandwidth = 1e12;
-  DeviceDescription d;
-  d.name = "measured-test";
-  d.device = "test device";
-  d.dtypes = {"bf16"};
-  d.memory_bytes = 80e9;
-  d.fabric_name = "x";
-  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
-  write_profile(r, d, 5e-6, "stepcast calibrate --test");
+  write_profile(r, bf16_device(), 5e-6, "stepcast calibrate --test");
   const auto& src = r.profile["sources"];
   EXPECT_EQ(src[0], "command: stepcast calibrate --test");
   EXPECT_EQ(src[1].get<std::string>().rfind("date: 20", 0), 0u);
@@ -321,14 +326,7 @@ TEST(Profile, FabricTiersNestAcrossMeasuredGroupSizes) {
     for (double b = 4096; b <= 1 << 20; b *= 4) s.push_back({b, 5e-6 + b / 50e9});
     r.collectives.push_back(fit_collective("all_reduce", g, op_bus_factor("all_reduce", g), s));
   }
-  DeviceDescription d;
-  d.name = "twelve";
-  d.device = "test";
-  d.dtypes = {"bf16"};
-  d.memory_bytes = 80e9;
-  d.fabric_name = "x";
-  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
-  write_profile(r, d, 5e-6, "test");
+  write_profile(r, bf16_device(), 5e-6, "test");
   core::Issues issues;
   const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
   ASSERT_TRUE(issues.empty()) << issues.lines().front();
