@@ -175,16 +175,26 @@ MlpKind mlp_from_activation(const std::string& act, bool& ok) {
 }
 
 // First present key among aliases; marks all aliases read.
+// The first of several names for one setting (hub configs of different families); two of them
+// given with different values is an error naming both.
 std::optional<int64_t> int_alias(ObjectReader& r, std::initializer_list<std::string_view> keys,
                                  int64_t lo, int64_t hi) {
   std::optional<int64_t> out;
+  std::string first;
   for (auto k : keys) {
     if (!r.has(k)) {
       r.ignore({k});
       continue;
     }
     auto v = r.get_int(k, lo, hi);
-    if (!out) out = v;
+    if (!v) continue;
+    if (!out) {
+      out = v;
+      first = std::string(k);
+    } else if (*v != *out) {
+      r.issues().add(r.child_path(k), "got " + std::to_string(*v) + "; conflicts with " + first + " (" + std::to_string(*out) +
+                                          "), another name for the same setting");
+    }
   }
   return out;
 }
@@ -205,9 +215,16 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   auto layers = int_alias(r, {"num_hidden_layers", "n_layer", "num_layers"}, 1, 100000);
   auto hidden = int_alias(r, {"hidden_size", "n_embd", "d_model"}, 1, kBig);
   auto heads = int_alias(r, {"num_attention_heads", "n_head", "n_heads"}, 1, 1 << 20);
-  if (!layers) issues.add(path, "missing the layer count (num_hidden_layers or n_layer)");
-  if (!hidden) issues.add(path, "missing the hidden size (hidden_size or n_embd)");
-  if (!heads) issues.add(path, "missing the head count (num_attention_heads or n_head)");
+  // Missing, not wrong: a bad value of one of the names is reported by the reader already.
+  auto none_of = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys) {
+      if (r.has(k) && !j.at(k).is_null()) return false;
+    }
+    return true;
+  };
+  if (!layers && none_of({"num_hidden_layers", "n_layer", "num_layers"})) issues.add(path, "missing the layer count (num_hidden_layers or n_layer)");
+  if (!hidden && none_of({"hidden_size", "n_embd", "d_model"})) issues.add(path, "missing the hidden size (hidden_size or n_embd)");
+  if (!heads && none_of({"num_attention_heads", "n_head", "n_heads"})) issues.add(path, "missing the head count (num_attention_heads or n_head)");
   m.num_layers = layers.value_or(0);
   m.hidden = hidden.value_or(0);
   m.heads = heads.value_or(0);
@@ -219,9 +236,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                                   std::to_string(m.heads) +
                                                   " heads; give head_dim explicitly");
   }
-  // GPT-2 writes n_inner: null for 4*h.
+  // GPT-2 writes n_inner: null (or leaves it out) for 4*h; other families must give the size.
   auto ffn = int_alias(r, {"intermediate_size", "n_inner", "ffn_hidden_size"}, 1, kBig);
   m.ffn_hidden = ffn.value_or(4 * m.hidden);
+  const bool moe_config = r.has("num_local_experts") || r.has("n_routed_experts") || r.has("num_experts");
+  if (!ffn && !gpt2_like && !r.has("n_inner") && !moe_config) {
+    issues.add(path + ".intermediate_size", "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
+  }
   auto vocab = r.get_int("vocab_size", 1, kBig);
   if (!vocab && (!r.has("vocab_size") || j.at("vocab_size").is_null())) issues.add(path + ".vocab_size", "required integer is missing");
   m.vocab = vocab.value_or(0);
@@ -280,21 +301,43 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     if (const Json* lt = r.get_raw("layer_types"); lt != nullptr) {
       if (!lt->is_array() || lt->empty()) {
         issues.add(path + ".layer_types", "expected a non-empty array of layer type strings");
+      } else if (layers && static_cast<int64_t>(lt->size()) != *layers) {
+        issues.add(path + ".layer_types", "has " + std::to_string(lt->size()) + " entries; expected one per layer (" +
+                                              std::to_string(*layers) + ")");
       } else {
         int64_t sliding = 0;
-        for (const auto& t : *lt) sliding += (t.is_string() && t.get<std::string>() == "sliding_attention") ? 1 : 0;
+        for (size_t i = 0; i < lt->size(); ++i) {
+          const Json& t = (*lt)[i];
+          if (!t.is_string() || (t.get<std::string>() != "sliding_attention" && t.get<std::string>() != "full_attention")) {
+            issues.add(path + ".layer_types[" + std::to_string(i) + "]", "got " + core::show(t) + "; expected \"sliding_attention\" or \"full_attention\"");
+            continue;
+          }
+          sliding += t.get<std::string>() == "sliding_attention" ? 1 : 0;
+        }
         m.sliding_layer_fraction = static_cast<double>(sliding) / static_cast<double>(lt->size());
       }
     }
   } else {
-    r.ignore({"layer_types"});
+    // Layer types without a window to slide: only full attention is meaningful.
+    if (const Json* lt = r.get_raw("layer_types"); lt != nullptr && lt->is_array()) {
+      for (const auto& t : *lt) {
+        if (t.is_string() && t.get<std::string>() == "sliding_attention" && use_window) {
+          issues.add(path + ".layer_types", "names sliding_attention layers but sliding_window is not given");
+          break;
+        }
+      }
+    }
   }
 
   // Mixture of experts.
   auto experts = int_alias(r, {"num_local_experts", "n_routed_experts", "num_experts"}, 0, 1 << 20);
   m.moe.num_experts = experts.value_or(0);
-  m.moe.top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk"}, 1, 1 << 20)
-                    .value_or(m.moe.num_experts > 0 ? 1 : 0);
+  const auto top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk"}, 1, 1 << 20);
+  m.moe.top_k = top_k.value_or(0);
+  if (m.moe.num_experts > 0 && !top_k && !r.has("num_experts_per_tok") && !r.has("experts_per_token") && !r.has("moe_topk")) {
+    issues.add(path + ".num_experts_per_tok", "required integer is missing (experts each token is routed to) for a model with " +
+                                                  std::to_string(m.moe.num_experts) + " experts");
+  }
   m.moe.expert_ffn = r.get_int("moe_intermediate_size", 1, kBig).value_or(m.ffn_hidden);
   m.moe.shared_experts = r.get_int("n_shared_experts", 0, 1 << 20).value_or(0);
   m.moe.shared_expert_ffn = m.moe.expert_ffn;
@@ -323,6 +366,9 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.mla.qk_nope_head_dim = r.get_int("qk_nope_head_dim", 0, kBig).value_or(0);
   m.mla.qk_rope_head_dim = r.get_int("qk_rope_head_dim", 0, kBig).value_or(0);
   m.mla.v_head_dim = r.get_int("v_head_dim", 0, kBig).value_or(0);
+  if (!m.mla.enabled() && (m.mla.q_lora_rank > 0 || m.mla.qk_nope_head_dim > 0 || m.mla.qk_rope_head_dim > 0 || m.mla.v_head_dim > 0)) {
+    issues.add(path + ".kv_lora_rank", "required for multi-head latent attention (the other MLA keys are given); a positive integer");
+  }
   if (m.mla.enabled()) {
     // Attention cost uses the query/key head width; MLA keeps no separate KV heads.
     m.head_dim = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
@@ -359,6 +405,9 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
       issues.add(path + ".first_k_dense_replace",
                  "got " + std::to_string(m.moe.first_k_dense) + "; leaves no MoE layer in " +
                      std::to_string(m.num_layers) + " layers");
+    } else if (m.moe.layer_freq > m.num_layers - m.moe.first_k_dense) {
+      issues.add(path + ".decoder_sparse_step", "got " + std::to_string(m.moe.layer_freq) + " (one MoE layer every that many); exceeds the " +
+                                                    std::to_string(m.num_layers - m.moe.first_k_dense) + " layers that can hold experts");
     }
   }
   if (m.mla.enabled() && (m.mla.qk_nope_head_dim <= 0 || m.mla.v_head_dim <= 0)) {

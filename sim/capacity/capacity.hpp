@@ -28,12 +28,17 @@ struct CapacityInput {
   double bytes_per_param = 12;  // static-memory convention
   double weight_grad_bytes = 4; // part of bytes_per_param split only by tp
   double hbm_fraction = 0.55;
+  // The largest cluster considered (whole nodes, and at most 8 x the global batch: data
+  // parallelism cannot exceed the sequences of a step, TP 8 at most); 0: no limit.
+  int64_t max_gpus = 0;
 };
 
 struct CapacityResult {
   double steps = 0, flops = 0, gpu_hours = 0, wall_days = 0, cost_usd = 0, static_bytes = 0;
   int64_t gpus = 0, tp = 0, dp = 0;
   bool tp_fits = true;
+  bool met = true;            // false: the deadline needs more than max_gpus; gpus is the cap
+  double needed_gpus = 0;     // GPUs the deadline needs (before rounding to nodes)
 };
 
 double training_flops(double params, double tokens);

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "models/model_spec.hpp"
@@ -131,11 +132,27 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
 }
 
 void write_text(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    // A device or pipe (/dev/stdout, a fifo) is written in place: renaming over it would replace it.
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) throw stepcast::core::UserError(path + ": writing failed");
+    return;
+  }
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) throw stepcast::core::UserError(path + ": cannot write");
     out << text;
+    out.flush();
+    if (!out) {
+      out.close();
+      std::remove(tmp.c_str());
+      throw stepcast::core::UserError(path + ": writing failed (disk full?)");
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -358,19 +375,21 @@ int run(int argc, char** argv) {
   sim->add_option("run", sim_file, "run file (JSON)")->required();
   sim->add_flag("--json", sim_json, "print the output contract as JSON");
   sim->add_option("--set", run_sets, set_help)->allow_extra_args(false);
-  sim->add_option("--trace", sim_trace, "write a Perfetto / Chrome trace of the step here")->check(kOutputFile);
+  auto* trace_opt = sim->add_option("--trace", sim_trace, "write a Perfetto / Chrome trace of the step here")->check(kOutputFile);
   sim->add_flag("--allow-oom", sim_allow_oom, "simulate even when the layout does not fit");
   sim->add_flag("--all-ranks", sim_full, "simulate every rank (default only with a scenario)");
   bool sim_ideal = false;
   int64_t sim_max_tasks = 200'000'000;
   bool sim_trace_ops = false;
-  sim->add_flag("--trace-ops", sim_trace_ops, "nest each layer's operators (GEMMs, attention, norms) inside its trace slice");
+  auto* trace_ops_opt = sim->add_flag("--trace-ops", sim_trace_ops, "nest each layer's operators (GEMMs, attention, norms) inside its trace slice");
   sim->add_option("--max-tasks", sim_max_tasks, "refuse all-ranks simulations estimated above this many tasks (0: no limit)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()).description("non-negative"));
   std::vector<int64_t> sim_trace_ranks;
-  sim->add_option("--trace-ranks", sim_trace_ranks,
+  auto* trace_ranks_opt = sim->add_option("--trace-ranks", sim_trace_ranks,
                   "global ranks to put in the trace (default: all simulated ranks, or the first rank of each stage when every rank is simulated)")
       ->delimiter(',');
+  trace_ranks_opt->needs(trace_opt);  // without a trace they would do nothing
+  trace_ops_opt->needs(trace_opt);
   sim->add_flag("--ideal", sim_ideal, "schedule study: uniform transformer stages, free communication, no optimizer");
 
   // memory
@@ -638,15 +657,30 @@ int run(int argc, char** argv) {
     } else {
       std::cout << stepcast::plan::sizing_text(r);
     }
+    if (!r.met) {
+      // Like a layout that does not fit: the answer is printed, and the exit code says it is not one.
+      std::cerr << "stepcast: capacity: the deadline is not met by any cluster considered (up to --max-gpus " << sopt.max_gpus
+                << ", and at most 8 GPUs per sequence of the global batch); the figures above are the largest one's\n";
+      return kExitDoesNotFit;
+    }
     return 0;
   }
   if (plan->parsed()) {
     Json run = run_from_flags(plan_run, "plan", true);
+    std::set<std::string> fixed_keys;
     for (const auto& f : plan_fix) {
       const auto eq = f.find('=');
       if (eq == std::string::npos || eq == 0) throw stepcast::core::UserError("--fix " + f + ": expected KEY=VALUE, e.g. pp=4");
       const std::string key = f.substr(0, eq), val = f.substr(eq + 1);
-      run["parallel"][key] = stepcast::core::setting_value(val);
+      if (!fixed_keys.insert(key).second) throw stepcast::core::UserError("--fix " + f + ": " + key + " is fixed twice; give it once");
+      const Json v = stepcast::core::setting_value(val);
+      // A group size that cannot tile the GPUs leaves nothing to search: say so, not "no layout fits".
+      const Json& gpus = run["cluster"]["num_gpus"];
+      if ((key == "tp" || key == "pp" || key == "cp" || key == "dp") && v.is_number_integer() && v.get<int64_t>() > 0 &&
+          gpus.is_number_integer() && gpus.get<int64_t>() % v.get<int64_t>() != 0) {
+        throw stepcast::core::UserError("--fix " + f + ": " + key + " " + val + " does not divide the " + gpus.dump() + " GPUs");
+      }
+      run["parallel"][key] = v;
     }
     const auto r = stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
@@ -663,6 +697,13 @@ int run(int argc, char** argv) {
       // Name the commonest reason, with one layout's full message when it was invalid.
       std::string why;
       const auto most = std::max_element(r.rejected.begin(), r.rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      // Layouts refused mostly for a field outside the layout (the model, training, cluster or
+      // hardware): the input is bad, whatever the layout.
+      if (most != r.rejected.end() && most->first.rfind("invalid $.", 0) == 0 && most->first.rfind("invalid $.parallel", 0) != 0) {
+        const auto ex = r.rejected_example.find(most->first);
+        const std::string msg = ex == r.rejected_example.end() ? most->first : ex->second.substr(ex->second.find(": ") + 2);
+        throw stepcast::core::UserError(plan_run.source + ": " + msg);
+      }
       if (most != r.rejected.end()) {
         why = "; " + std::to_string(most->second) + " of " + std::to_string(r.enumerated) + " layouts: " + most->first;
         if (const auto ex = r.rejected_example.find(most->first); ex != r.rejected_example.end()) why += " (e.g. " + ex->second + ")";
@@ -824,7 +865,14 @@ int finish(int code) {
 
 int main(int argc, char** argv) {
   try {
-    return run(argc, argv);
+    const int code = run(argc, argv);
+    // Output that could not be written (a full disk, a closed pipe) is a failure, not a result.
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "stepcast: error: writing the standard output failed\n";
+      return finish(1);
+    }
+    return code;
   } catch (const stepcast::validate::DoesNotFit& e) {
     std::cerr << "stepcast: " << e.what() << "\n";
     return finish(kExitDoesNotFit);

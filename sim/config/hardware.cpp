@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <set>
 #include <stdexcept>
 
@@ -168,6 +169,16 @@ void parse_gemm_measured(ObjectReader& r, Efficiency& eff, const std::set<Dtype>
         continue;
       }
       const double m = e[0].get<double>(), n = e[1].get<double>(), k = e[2].get<double>();
+      if (std::floor(m) != m || std::floor(n) != n || std::floor(k) != k) {
+        r.issues().add(ep, "got " + core::show(e) + "; GEMM dimensions are integers");
+        continue;
+      }
+      bool repeated = false;
+      for (const auto& q : pts) repeated = repeated || (q.lm == std::log2(m) && q.ln == std::log2(n) && q.lk == std::log2(k));
+      if (repeated) {
+        r.issues().add(ep, "repeats the shape " + core::show(Json::array({e[0], e[1], e[2]})) + "; give each measured shape once");
+        continue;
+      }
       const double model = eff.gemm_max.count(dtype) ? eff.gemm_max.at(dtype) : (eff.gemm_max.count(Dtype::kBf16) ? eff.gemm_max.at(Dtype::kBf16) : 0.7);
       pts.push_back({std::log2(m), std::log2(n), std::log2(k), std::log(e[3].get<double>() / (model * ramp(m) * ramp(n) * ramp(k)))});
     }
@@ -196,7 +207,13 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     if (const Json* pf = gr.get_raw("peak_flops"); pf != nullptr) {
       ObjectReader pr(*pf, gr.child_path("peak_flops"), issues);
       for (const auto& d : kDtypes) {
-        if (auto v = pr.get_flop_rate(d)) hw.peak[dtype_from_string(d)] = *v;
+        auto v = pr.get_flop_rate(d);
+        // A bare number is FLOP/s: 989 means 989 FLOP/s, not 989 TFLOP/s, which no GPU is.
+        if (v && (v->value() < 1e9 || v->value() > 1e18)) {
+          issues.add(pr.child_path(d), "got " + core::fmt("%g", v->value()) + " FLOP/s; expected 1 GFLOP/s to 1 EFLOP/s (a bare number is FLOP/s: write \"989TFLOPS\")");
+          v.reset();
+        }
+        if (v) hw.peak[dtype_from_string(d)] = *v;
       }
       pr.finish();
     }
@@ -205,7 +222,14 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     }
     hw.hbm_capacity = gr.get_bytes("memory").value_or(core::Bytes(0));
     if (!gr.has("memory")) issues.add(gr.child_path("memory"), "required (e.g. \"80GB\")");
+    if (hw.hbm_capacity.value() > 1.2e15) {
+      issues.add(gr.child_path("memory"), "got " + core::fmt("%g", hw.hbm_capacity.value()) + " bytes; expected at most a petabyte per GPU");
+    }
     hw.hbm_bandwidth = gr.get_bandwidth("memory_bandwidth").value_or(core::Bandwidth(1));
+    if (gr.has("memory_bandwidth") && (hw.hbm_bandwidth.value() < 1e6 || hw.hbm_bandwidth.value() > 1e15)) {
+      issues.add(gr.child_path("memory_bandwidth"), "got " + core::fmt("%g", hw.hbm_bandwidth.value()) +
+                                                        " B/s; expected 1 MB/s to 1 PB/s (a bare number is bytes/s: write \"3.35TB/s\")");
+    }
     if (!gr.has("memory_bandwidth")) {
       issues.add(gr.child_path("memory_bandwidth"), "required (e.g. \"3.35TB/s\")");
     }
@@ -272,7 +296,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       t.gpus_per_socket = static_cast<int>(tr.get_int("gpus_per_socket", 1, 1024, hw.gpus_per_node / 2));
       auto need_bw = [&](const char* key) {
         auto v = tr.get_bandwidth(key);
-        if (!v) issues.add(tr.child_path(key), "required bandwidth (e.g. \"46GB/s\")");
+        if (!v && !tr.has(key)) issues.add(tr.child_path(key), "required bandwidth (e.g. \"46GB/s\")");
         return v.value_or(core::gb_per_s(1));
       };
       t.gpu_link = need_bw("gpu_link");
@@ -474,6 +498,26 @@ HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& i
     }
     Json patch = j;
     patch.erase("base");
+    // A merge patch deletes a key given as null; an override that is null is a mistake here
+    // (null is not a value in stepcast's own sections), not a request to fall back to defaults.
+    const std::function<bool(const Json&, const std::string&)> no_nulls = [&](const Json& v, const std::string& at) {
+      bool ok = true;
+      if (v.is_null()) {
+        issues.add(at, "got null; give a value or omit the key to keep the base profile's");
+        return false;
+      }
+      if (v.is_object()) {
+        for (const auto& [k, x] : v.items()) ok = no_nulls(x, at + "." + k) && ok;
+      }
+      return ok;
+    };
+    if (!no_nulls(patch, path)) return {};
+    // The node is described by fabric tiers or by a PCIe topology: an override giving one
+    // replaces the base's other.
+    if (patch.contains("node") && patch["node"].is_object() && base.contains("node")) {
+      if (patch["node"].contains("topology")) base["node"].erase("fabric");
+      if (patch["node"].contains("fabric")) base["node"].erase("topology");
+    }
     return parse_profile_object(merge_patch(base, patch), path, issues);
   }
   return parse_profile_object(j, path, issues);

@@ -120,7 +120,7 @@ void parse_moe(ObjectReader r, MoeRouting& m) {
   m.dispatcher = d == "allgather" ? MoeDispatcher::kAllGather : d == "flex" ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll;
   m.capacity_factor = r.get_number("capacity_factor", 0.01, 1000.0, 0.0);
   m.pad_to_capacity = r.get_bool("pad_to_capacity", false);
-  if (m.pad_to_capacity && m.capacity_factor <= 0) {
+  if (m.pad_to_capacity && m.capacity_factor <= 0 && !r.has("capacity_factor")) {
     r.issues().add(r.child_path("pad_to_capacity"), "needs capacity_factor (padding is to the expert capacity; dropless routing has none)");
   }
   if (const Json* ij = r.get_raw("imbalance"); ij != nullptr) {
@@ -205,6 +205,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
   if (const Json* sj = r.get_raw("stage_layers"); sj != nullptr) {
     p.stage_layer_list = int_list(*sj, r.child_path("stage_layers"), r.issues());
+    if (sj->is_array() && sj->empty()) r.issues().add(r.child_path("stage_layers"), "is empty; give the layers of every virtual stage, or omit it");
   }
   const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather"}, "ring");
   for (const CpComm c : {CpComm::kRing, CpComm::kAllGather, CpComm::kUlysses, CpComm::kRotateAllGather}) {
@@ -244,6 +245,7 @@ void parse_scenario(ObjectReader r, RunConfig& rc) {
   sc.present = true;
   if (const Json* sj = r.get_raw("slowdown"); sj != nullptr) {
     const Json list = sj->is_array() ? *sj : Json::array({*sj});
+    if (list.empty()) r.issues().add(r.child_path("slowdown"), "is empty; give one {factor, ranks or stages} object or more, or omit it");
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string path = r.child_path("slowdown") + (sj->is_array() ? "[" + std::to_string(i) + "]" : "");
       ObjectReader sr(list[i], path, r.issues());
@@ -251,7 +253,7 @@ void parse_scenario(ObjectReader r, RunConfig& rc) {
       sd.factor = sr.require_number("factor", 0.01, 1000.0);
       if (const Json* rj = sr.get_raw("ranks"); rj != nullptr) sd.ranks = int_list(*rj, sr.child_path("ranks"), r.issues());
       if (const Json* tj = sr.get_raw("stages"); tj != nullptr) sd.stages = int_list(*tj, sr.child_path("stages"), r.issues());
-      if (sd.ranks.empty() && sd.stages.empty()) r.issues().add(path, "names no ranks and no stages to slow down");
+      if (!sr.has("ranks") && !sr.has("stages")) r.issues().add(path, "names no ranks and no stages to slow down");
       sr.finish();
       sc.slowdowns.push_back(sd);
     }
@@ -274,7 +276,7 @@ void parse_scenario(ObjectReader r, RunConfig& rc) {
     if (sc.seq_dist == "uniform") {
       sc.seq_min = static_cast<double>(qr.require_int("min", 1, kMaxDim));
       sc.seq_max = static_cast<double>(qr.require_int("max", 1, kMaxDim));
-      if (sc.seq_max < sc.seq_min) qr.issues().add(qr.child_path("max"), "must be at least min");
+      if (sc.seq_max < sc.seq_min && sc.seq_max > 1) qr.issues().add(qr.child_path("max"), "must be at least min");
     } else {
       sc.seq_median = static_cast<double>(qr.require_int("median", 1, kMaxDim));
       sc.seq_sigma = qr.require_number("sigma", 0.0, 5.0);
@@ -373,6 +375,18 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     if (p.ep > 1) issues.add("$.parallel.ep", "got " + n(p.ep) + "; the model has no experts (dense), so ep must be 1");
     if (p.etp_given && p.etp != p.tp) {
       issues.add("$.parallel.etp", "got " + n(p.etp) + "; expert tensor parallelism applies to expert layers and the model is dense (omit etp)");
+    }
+  }
+  // Recompute modules the model does not have would silently do nothing.
+  {
+    const uint32_t moe_mods = kRecomputeMoeAct | kRecomputeMoe | kRecomputeSharedExperts;
+    if (!m.moe.enabled() && (p.recompute_modules & moe_mods) != 0) {
+      issues.add("$.parallel.recompute_modules", "names MoE modules (moe_act, moe, shared_experts) but the model has no experts");
+    } else if (m.moe.enabled() && m.moe.shared_experts == 0 && (p.recompute_modules & kRecomputeSharedExperts) != 0) {
+      issues.add("$.parallel.recompute_modules", "names shared_experts but the model has no shared experts");
+    }
+    if (!m.mla.enabled() && (p.recompute_modules & kRecomputeMlaUpProj) != 0) {
+      issues.add("$.parallel.recompute_modules", "names mla_up_proj but the model has no multi-head latent attention");
     }
   }
   if (!m.moe.enabled() && p.moe.given) {
@@ -516,6 +530,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (m.position == model::PositionKind::kLearned && m.max_positions > 0 && t.seq_len > m.max_positions) {
     issues.add("$.training.seq_len", "got " + n(t.seq_len) + "; the model learns position embeddings for " + n(m.max_positions) +
                                          " positions (n_positions / max_position_embeddings), so sequences cannot be longer");
+  }
+  if (rc.scenario.seq_dist == "lognormal" && rc.scenario.seq_median > static_cast<double>(t.seq_len)) {
+    issues.add("$.scenario.seq_len_distribution.median", "got " + n(static_cast<int64_t>(rc.scenario.seq_median)) +
+                                                             "; the median sequence cannot exceed training.seq_len (" + n(t.seq_len) + ")");
   }
   if (rc.scenario.seq_dist == "uniform" && rc.scenario.seq_max > static_cast<double>(t.seq_len)) {
     issues.add("$.scenario.seq_len_distribution.max", "got " + n(static_cast<int64_t>(rc.scenario.seq_max)) +

@@ -64,9 +64,10 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     in.usd_per_gpu_hour = opt.usd_per_gpu_hour;
     in.gpus_per_node = gpn;
     in.hbm_bytes = base.hardware.hbm_capacity.value();
+    in.max_gpus = opt.max_gpus;
     r.fixed = capacity::size_cluster(in);
     r.mode = "fixed MFU";
-    r.met = true;
+    r.met = r.fixed.met;
     r.gpus = r.fixed.gpus;
     r.nodes = r.gpus / gpn;
     r.mfu = opt.fixed_mfu;

@@ -163,6 +163,23 @@ const std::vector<BadCase> kCases = {
     {"HostWorkLongerThanADay", R"({"scenario": {"host_work": {"rank": 0, "time": 1e7}}})", {"$.scenario.host_work.time", "86400"}},
     {"CollectiveSmsBeyondTheGpu", R"({"hardware": {"base": "h100-sxm", "efficiency": {"collective_sms": 1000}}})",
      {"$.hardware.efficiency.collective_sms", "1000", "132 SMs"}},
+    // Model configs: two names of one setting disagreeing, a MoE model without its top-k, an MLP
+    // width left out (only GPT-2 configs default it), experts every 10th of 4 layers.
+    {"ModelAliasesConflict", R"({"model": {"hidden_size": 512, "n_embd": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+                                           "intermediate_size": 1024, "vocab_size": 1000}})",
+     {"$.model.n_embd", "conflicts with hidden_size (512)"}},
+    {"MoeWithoutTopK", R"({"model": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 1024,
+                                     "moe_intermediate_size": 256, "num_experts": 8, "vocab_size": 1000}})",
+     {"$.model.num_experts_per_tok", "required"}},
+    {"MlpWidthMissing", R"({"model": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 1000}})",
+     {"$.model.intermediate_size", "required"}},
+    {"SparseStepBeyondLayers", R"({"model": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 1024,
+                                             "moe_intermediate_size": 256, "num_experts": 8, "num_experts_per_tok": 2,
+                                             "decoder_sparse_step": 10, "vocab_size": 1000}})",
+     {"$.model.decoder_sparse_step", "got 10"}},
+    // A bare number is FLOP/s; 989 of them is no GPU.
+    {"PeakFlopsWithoutUnit", R"({"hardware": {"base": "h100-sxm", "gpu": {"peak_flops": {"bf16": 989}}}})",
+     {"$.hardware.gpu.peak_flops.bf16", "989TFLOPS"}},
 };
 // clang-format on
 
@@ -205,6 +222,15 @@ TEST(BadInputs, NullIsRefusedOutsideModelConfigs) {
   EXPECT_NO_THROW(parse_run(hub, "<test>", ""));
   hub["model"]["hidden_size"] = nullptr;  // a required size cannot be null
   EXPECT_THROW(parse_run(hub, "<test>", ""), core::ConfigError);
+  // In a hardware override a null would delete the base's value (merge-patch rules): refused.
+  Json hw = Json::parse(kBase);
+  hw["hardware"] = {{"base", "h100-sxm"}, {"efficiency", {{"gemm_max", {{"bf16", nullptr}}}}}};
+  try {
+    parse_run(hw, "<test>", "");
+    FAIL() << "expected ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.hardware.efficiency.gemm_max.bf16: got null"), std::string::npos) << e.what();
+  }
 }
 
 // JSON text the parser would accept silently or crash on: repeated keys (the last would win),
