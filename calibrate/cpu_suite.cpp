@@ -252,11 +252,32 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     double overhead = 0, copy_s = 0, optimizer_s = 0;  // copy: seconds per byte moved; optimizer: per parameter
     std::vector<double> fit, held;
   };
+  // Within a pass, fitted and held-out shapes are measured interleaved by size (each held-out
+  // shape between fitted shapes of similar work), so a change of the machine's speed during the
+  // pass reaches both alike instead of the held-out shapes measured last.
+  std::vector<std::pair<double, int>> gemm_order;  // (work, index: fitted i >= 0, held-out -1 - i)
+  for (size_t i = 0; i < fit_shapes.size(); ++i) {
+    const auto& sh = fit_shapes[i];
+    gemm_order.emplace_back(static_cast<double>(sh.m) * sh.n * sh.k, static_cast<int>(i));
+  }
+  for (size_t i = 0; i < held_shapes.size(); ++i) {
+    const auto& sh = held_shapes[i];
+    gemm_order.emplace_back(static_cast<double>(sh.m) * sh.n * sh.k, -1 - static_cast<int>(i));
+  }
+  std::stable_sort(gemm_order.begin(), gemm_order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   auto compute_pass = [&]() {
     ComputePass c;
     c.overhead = slowest(time_gemm({8, 8, 8}, mo, true));
-    for (const auto& sh : fit_shapes) c.fit.push_back(slowest(time_gemm(sh, mo, true)));
-    for (const auto& sh : held_shapes) c.held.push_back(slowest(time_gemm(sh, mo, true)));
+    c.fit.assign(fit_shapes.size(), 0.0);
+    c.held.assign(held_shapes.size(), 0.0);
+    for (const auto& [work, idx] : gemm_order) {
+      (void)work;
+      if (idx >= 0) {
+        c.fit[static_cast<size_t>(idx)] = slowest(time_gemm(fit_shapes[static_cast<size_t>(idx)], mo, true));
+      } else {
+        c.held[static_cast<size_t>(-1 - idx)] = slowest(time_gemm(held_shapes[static_cast<size_t>(-1 - idx)], mo, true));
+      }
+    }
     c.copy_s = slowest(1.0 / copy_bandwidth(mo));
     c.optimizer_s = slowest(1.0 / optimizer_rate(mo));
     return c;
