@@ -791,6 +791,11 @@ int run(int argc, char** argv) {
     if (mem_json) {
       Json j = stepcast::report::ledger_json(l);
       j["run"] = stepcast::report::run_summary_json(rc);
+      if (!l.fits()) {
+        // What stderr says, for scripts: by how much, and the lightest recomputation that fits.
+        j["overshoot_bytes"] = l.peak().value() - l.capacity.value();
+        j["does_not_fit"] = fit_message(rc, l);
+      }
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::report::ledger_table(rc, l);
