@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -80,6 +81,19 @@ CLI::Validator finite_range(double lo, double hi) {
       },
       "NUMBER in " + range);
 }
+// CLI11's wording for the common command-line mistakes, said the way the rest of stepcast says
+// things ("--top: given 2 times; give it once").
+std::string cli_message(std::string m) {
+  static const std::regex repeated(R"(^(\S+): At Most 1 required but received (\d+)$)");
+  static const std::regex convert(R"(^Could not convert: (\S+) = (.*)$)");
+  static const std::regex extra(R"(^The following arguments? (?:was|were) not expected: (.*)$)");
+  std::smatch g;
+  if (std::regex_match(m, g, repeated)) return g[1].str() + ": given " + g[2].str() + " times; give it once";
+  if (std::regex_match(m, g, convert)) return g[1].str() + ": got \"" + g[2].str() + "\"; not a value of the expected type (a number, or numbers separated by commas)";
+  if (std::regex_match(m, g, extra)) return "unexpected argument(s): " + g[1].str() + " (a misspelt flag, or a second input where one is taken?)";
+  return m;
+}
+
 // What stops a file or folder being made at `path`: its folder missing or read-only ("" if none).
 std::string parent_problem(const std::string& path) {
   std::error_code ec;
@@ -540,7 +554,7 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Bad command lines are bad input like bad run files: one message, exit code 2.
-    std::cerr << "stepcast: error: " << e.what() << " (run with --help for usage)\n";
+    std::cerr << "stepcast: error: " << cli_message(e.what()) << " (run with --help for usage)\n";
     return kExitBadInput;
   }
 
