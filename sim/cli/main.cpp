@@ -145,18 +145,13 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
   return hint.empty() ? std::string(buf) : std::string(buf) + "; " + hint;
 }
 
+// Writes `text` to `path` whole: through a temporary file renamed into place, except for a
+// device or pipe (/dev/stdout, a fifo), written in place because renaming would replace it.
 void write_text(const std::string& path, const std::string& text) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
-  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
-    // A device or pipe (/dev/stdout, a fifo) is written in place: renaming over it would replace it.
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out) throw stepcast::core::UserError(path + ": writing failed");
-    return;
-  }
-  const std::string tmp = path + ".tmp";
+  const bool in_place = !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st);
+  const std::string tmp = in_place ? path : path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) throw stepcast::core::UserError(path + ": cannot write");
@@ -164,10 +159,11 @@ void write_text(const std::string& path, const std::string& text) {
     out.flush();
     if (!out) {
       out.close();
-      std::remove(tmp.c_str());
+      if (!in_place) std::remove(tmp.c_str());
       throw stepcast::core::UserError(path + ": writing failed (disk full?)");
     }
   }
+  if (in_place) return;
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw stepcast::core::UserError(path + ": cannot rename into place");
@@ -715,12 +711,13 @@ int run(int argc, char** argv) {
       // hardware): the input is bad, whatever the layout.
       if (most != r.rejected.end() && most->first.rfind("invalid $.", 0) == 0 && most->first.rfind("invalid $.parallel", 0) != 0) {
         const auto ex = r.rejected_example.find(most->first);
-        const std::string msg = ex == r.rejected_example.end() ? most->first : ex->second.substr(ex->second.find(": ") + 2);
-        throw stepcast::core::UserError(plan_run.source + ": " + msg);
+        throw stepcast::core::UserError(plan_run.source + ": " + (ex == r.rejected_example.end() ? most->first : ex->second.message));
       }
       if (most != r.rejected.end()) {
         why = "; " + std::to_string(most->second) + " of " + std::to_string(r.enumerated) + " layouts: " + most->first;
-        if (const auto ex = r.rejected_example.find(most->first); ex != r.rejected_example.end()) why += " (e.g. " + ex->second + ")";
+        if (const auto ex = r.rejected_example.find(most->first); ex != r.rejected_example.end()) {
+          why += " (e.g. " + ex->second.layout + ": " + ex->second.message + ")";
+        }
       } else if (r.enumerated == 0) {
         why = "; no layout could be formed from the fixed settings";
       }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <set>
 #include <stdexcept>
 
 #include "sim/core/embedded.hpp"
@@ -53,6 +52,12 @@ core::FlopRate HardwareProfile::peak_for(Dtype d) const {
                           " peak rate (hardware.gpu.peak_flops." + to_string(d) + ")");
   }
   return it->second;
+}
+
+double HardwareProfile::gemm_shape_efficiency(Dtype d, double m, double n, double k) const {
+  const double h = efficiency.gemm_half_dim;
+  auto ramp = [h](double x) { return h <= 0.0 ? 1.0 : x / (x + h); };
+  return gemm_max_for(d) * ramp(m) * ramp(n) * ramp(k);
 }
 
 double HardwareProfile::gemm_max_for(Dtype d) const {
@@ -135,8 +140,8 @@ std::vector<std::pair<double, double>> head_dim_scale(ObjectReader& r, const cha
 }
 
 // efficiency.gemm_measured: {dtype: [[m, n, k, efficiency], ...]}; each point's ratio to the
-// shape model (gemm_max x the three ramps, parsed before it) is kept in log form.
-void parse_gemm_measured(ObjectReader& r, Efficiency& eff, const std::set<Dtype>& dtypes) {
+// shape model (gemm_max and the half-dimension are parsed before it) is kept in log form.
+void parse_gemm_measured(ObjectReader& r, HardwareProfile& hw) {
   const Json* j = r.get_raw("gemm_measured");
   if (j == nullptr) return;
   const std::string path = r.child_path("gemm_measured");
@@ -144,7 +149,6 @@ void parse_gemm_measured(ObjectReader& r, Efficiency& eff, const std::set<Dtype>
     r.issues().add(path, "expected an object of dtype -> [[m, n, k, efficiency], ...]");
     return;
   }
-  auto ramp = [&](double x) { return eff.gemm_half_dim <= 0 ? 1.0 : x / (x + eff.gemm_half_dim); };
   for (const auto& [name, list] : j->items()) {
     const std::string p = path + "." + name;
     const auto d = std::find(kDtypes.begin(), kDtypes.end(), name);
@@ -153,7 +157,7 @@ void parse_gemm_measured(ObjectReader& r, Efficiency& eff, const std::set<Dtype>
       continue;
     }
     const Dtype dtype = dtype_from_string(name);
-    if (dtypes.count(dtype) == 0) r.issues().add(p, "dtype has no gpu.peak_flops entry to measure against");
+    if (!hw.has_dtype(dtype)) r.issues().add(p, "dtype has no gpu.peak_flops entry to measure against");
     if (!list.is_array()) {
       r.issues().add(p, "expected an array of [m, n, k, efficiency]");
       continue;
@@ -179,10 +183,9 @@ void parse_gemm_measured(ObjectReader& r, Efficiency& eff, const std::set<Dtype>
         r.issues().add(ep, "repeats the shape " + core::show(Json::array({e[0], e[1], e[2]})) + "; give each measured shape once");
         continue;
       }
-      const double model = eff.gemm_max.count(dtype) ? eff.gemm_max.at(dtype) : (eff.gemm_max.count(Dtype::kBf16) ? eff.gemm_max.at(Dtype::kBf16) : 0.7);
-      pts.push_back({std::log2(m), std::log2(n), std::log2(k), std::log(e[3].get<double>() / (model * ramp(m) * ramp(n) * ramp(k)))});
+      pts.push_back({std::log2(m), std::log2(n), std::log2(k), std::log(e[3].get<double>() / hw.gemm_shape_efficiency(dtype, m, n, k))});
     }
-    eff.gemm_measured[dtype] = std::move(pts);
+    hw.efficiency.gemm_measured[dtype] = std::move(pts);
   }
 }
 
@@ -271,11 +274,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
     hw.efficiency.attention_head_dim_scale = head_dim_scale(er, "attention_head_dim_scale");
     hw.efficiency.attention_flash2_head_dim_scale = head_dim_scale(er, "attention_flash2_head_dim_scale");
-    {
-      std::set<Dtype> measured_dtypes;
-      for (const auto& [d, rate] : hw.peak) measured_dtypes.insert(d);
-      parse_gemm_measured(er, hw.efficiency, measured_dtypes);
-    }
+    parse_gemm_measured(er, hw);
     hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
     hw.efficiency.optimizer_rate = er.get_number("optimizer_rate", 0.0, 1e15, 0.0);
     hw.efficiency.kernel_overhead =

@@ -149,6 +149,9 @@ struct HardwareProfile {
   [[nodiscard]] core::FlopRate peak_for(Dtype d) const;   // throws UserError if absent
   [[nodiscard]] bool has_dtype(Dtype d) const { return peak.count(d) != 0; }
   [[nodiscard]] double gemm_max_for(Dtype d) const;
+  // The GEMM shape model before the clock and measured corrections: gemm_max x r(m) r(n) r(k),
+  // with r(x) = x / (x + gemm_half_dim) (1 when the half-dimension is 0).
+  [[nodiscard]] double gemm_shape_efficiency(Dtype d, double m, double n, double k) const;
   // Share of the GPU a collective running beside compute takes (efficiency.collective_sms over
   // sm_count, at most 0.9); 0 without both.
   [[nodiscard]] double collective_compute_share() const {

@@ -28,45 +28,21 @@ std::string library_message(const Json::exception& e) {
 }
 
 // Inputs nest a few levels; a file nested deeper than this is not an input (and would exhaust
-// the parser's stack).
+// the stack of the recursive value it builds).
 constexpr int kMaxNesting = 256;
-
-void check_nesting(const std::string& text, const std::string& source_name) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxNesting) {
-        throw UserError(source_name + ": JSON nested deeper than " + std::to_string(kMaxNesting) + " levels at byte " + std::to_string(i) +
-                        "; stepcast inputs nest a few levels");
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-}
 
 }  // namespace
 
 Json parse_json_text(const std::string& text, const std::string& source_name) {
-  check_nesting(text, source_name);
   // Objects must not repeat a key: the library would keep the last silently.
   std::vector<std::set<std::string>> seen;
   std::vector<std::string> names{"$"};  // the key each open object was found under
   std::string current_key = "$";
   std::string duplicate;
-  const Json::parser_callback_t cb = [&](int /*depth*/, Json::parse_event_t ev, Json& parsed) {
+  const Json::parser_callback_t cb = [&](int depth, Json::parse_event_t ev, Json& parsed) {
+    if ((ev == Json::parse_event_t::object_start || ev == Json::parse_event_t::array_start) && depth >= kMaxNesting) {
+      throw UserError(source_name + ": JSON nested deeper than " + std::to_string(kMaxNesting) + " levels; stepcast inputs nest a few levels");
+    }
     if (ev == Json::parse_event_t::object_start) {
       seen.emplace_back();
       names.push_back(current_key);

@@ -38,9 +38,7 @@ double measured_correction(const GemmShape& g, hw::Dtype dtype, const hw::Hardwa
 }  // namespace
 
 double gemm_efficiency(const GemmShape& g, hw::Dtype dtype, const hw::HardwareProfile& hw) {
-  const double h = hw.efficiency.gemm_half_dim;
-  return hw.gemm_max_for(dtype) * hw.efficiency.sustained_clock * ramp(g.m, h) * ramp(g.n, h) * ramp(g.k, h) *
-         measured_correction(g, dtype, hw);
+  return hw.gemm_shape_efficiency(dtype, g.m, g.n, g.k) * hw.efficiency.sustained_clock * measured_correction(g, dtype, hw);
 }
 
 Duration gemm_time(const GemmShape& g, hw::Dtype dtype, const hw::HardwareProfile& hw) {

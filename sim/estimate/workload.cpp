@@ -690,33 +690,17 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   }
 
   // ---- recomputation ----
-  if (recompute == config::Recompute::kFull) {
-    // The whole forward (with its TP collectives) runs again before this layer's backward.
-    std::vector<Op> re;
-    for (const auto& o : F) {
-      Op r = o;
-      r.name = "recompute." + o.name;
-      r.flops = Flops(0);
-      re.push_back(r);
-    }
-    B.insert(B.begin(), re.begin(), re.end());
-    // Host-side work of the recomputed forward counts as host time (LayerCost::host), not as
-    // recomputation.
-    for (const auto& o : F) {
-      if (o.kind != OpKind::kComm && o.kind != OpKind::kHost) lc.recompute += o.time;
-    }
-    for (const auto& o : F) {
-      if (o.kind != OpKind::kComm) lc.hardware_flops += o.flops;
-    }
-  } else if (recompute == config::Recompute::kSelective) {
-    // Selective recompute (Megatron-Core's recompute modules): each chosen module's forward
-    // operators run again before the layer's backward, its TP / EP exchanges included. The
-    // attention core counts only when unfused (flash attention recomputes it anyway); norms only
-    // where they are separate modules (a MoE layer's pre-MLP norm, which the router shares, and
-    // the input norm of MLA's down-projections); `mlp` is a dense layer's MLP, `moe` a MoE
-    // layer's whole block (router to combine, shared experts included).
+  if (recompute == config::Recompute::kFull || recompute == config::Recompute::kSelective) {
+    // Full recompute runs the whole forward (with its TP collectives) again before this layer's
+    // backward. Selective recompute (Megatron-Core's recompute modules) re-runs each chosen
+    // module's forward operators, its TP / EP exchanges included: the attention core only when
+    // unfused (flash attention recomputes it anyway); norms only where they are separate
+    // modules (a MoE layer's pre-MLP norm, which the router shares, and the input norm of MLA's
+    // down-projections); `mlp` is a dense layer's MLP, `moe` a MoE layer's whole block (router
+    // to combine, shared experts included).
     const bool mla = m.mla.enabled();
     auto in_module = [&](const std::string& n) {
+      if (recompute == config::Recompute::kFull) return true;
       if (p.recomputes(config::kRecomputeCoreAttn) && rc_.training.attention == config::AttentionImpl::kUnfused &&
           n == "attention")
         return true;
@@ -739,10 +723,10 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       r.name = "recompute." + o.name;
       r.flops = Flops(0);
       re.push_back(r);
-      if (o.kind != OpKind::kComm && o.kind != OpKind::kHost) {
-        lc.recompute += o.time;
-        lc.hardware_flops += o.flops;
-      }
+      // Host-side work of the recomputed forward counts as host time (LayerCost::host), not as
+      // recomputation.
+      if (o.kind != OpKind::kComm && o.kind != OpKind::kHost) lc.recompute += o.time;
+      if (o.kind != OpKind::kComm) lc.hardware_flops += o.flops;
     }
     B.insert(B.begin(), re.begin(), re.end());
   } else if (recompute == config::Recompute::kSelectiveOp) {

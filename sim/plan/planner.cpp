@@ -307,7 +307,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   // Validate, check memory and estimate, in parallel; results land by index (deterministic).
   struct Eval {
     bool ok = false;
-    std::string reason, detail;
+    std::string reason, message;  // message: the validator's, when invalid
     Candidate c;
   };
   std::vector<Eval> evals(cands.size());
@@ -321,7 +321,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
       if (!issues.empty()) {
         const std::string& line = issues.lines().front();
         ev.reason = "invalid " + line.substr(0, line.find(": "));
-        ev.detail = layout_text(cands[i]) + ": " + line;
+        ev.message = line;
         continue;
       }
       auto ledger = memory::compute_ledger(rc);
@@ -357,12 +357,15 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   for (auto& th : pool) th.join();
 
   std::vector<Candidate> ok;
-  for (auto& ev : evals) {
+  for (size_t i = 0; i < evals.size(); ++i) {
+    auto& ev = evals[i];
     if (ev.ok) {
       ok.push_back(std::move(ev.c));
     } else {
       ++res.rejected[ev.reason];
-      if (!ev.detail.empty()) res.rejected_example.emplace(ev.reason, ev.detail);
+      if (!ev.message.empty() && res.rejected_example.count(ev.reason) == 0) {
+        res.rejected_example.emplace(ev.reason, PlanResult::Rejection{layout_text(cands[i]), ev.message});
+      }
     }
   }
   res.fit = static_cast<int64_t>(ok.size());

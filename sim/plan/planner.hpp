@@ -49,7 +49,11 @@ struct Candidate {
 struct PlanResult {
   std::vector<Candidate> ranked;             // best first: simulated ones, then the rest by estimate
   std::map<std::string, int64_t> rejected;   // reason -> layouts
-  std::map<std::string, std::string> rejected_example;  // reason -> the first such layout's full message
+  struct Rejection {
+    std::string layout;   // the first layout rejected for the reason (layout_text)
+    std::string message;  // its validator message ("$.training.seq_len: got ...")
+  };
+  std::map<std::string, Rejection> rejected_example;  // reason -> the first such layout, when it was invalid
   int64_t enumerated = 0;
   int64_t fit = 0;
   std::string explanation;                   // why the winner beats the runner-up

@@ -258,8 +258,8 @@ namespace {
 
 // Before resuming into `path`: every complete line must be a result of this sweep (a point it
 // has, with that point's settings), so a file of something else is never overwritten and a
-// result of another sweep is never kept as this one's.
-void check_resumable(const SweepSpec& spec, const std::string& path) {
+// result of another sweep is never kept as this one's. Adds the finished points to `done`.
+void check_resumable(const SweepSpec& spec, const std::string& path, std::set<size_t>& done) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   std::string line;
@@ -277,6 +277,7 @@ void check_resumable(const SweepSpec& spec, const std::string& path) {
       throw core::UserError(where + "point " + std::to_string(point) + " was made by a different sweep (its settings are " +
                             core::show(j["settings"]) + "); write to a new --out");
     }
+    done.insert(point);
   }
 }
 
@@ -290,12 +291,12 @@ RunSummary run_sweep(const SweepSpec& spec, const RunOptions& opt) {
   if (!opt.resume && (std::filesystem::exists(opt.out) || !part_files(opt.out).empty())) {
     throw core::UserError(opt.out + ": results already exist; pass --resume to continue them or remove the file");
   }
+  std::set<size_t> done;
   if (opt.resume) {
-    check_resumable(spec, opt.out);
-    for (const auto& f : part_files(opt.out)) check_resumable(spec, f);
+    check_resumable(spec, opt.out, done);
+    for (const auto& f : part_files(opt.out)) check_resumable(spec, f, done);
   }
   if (opt.barrier) opt.barrier();  // every rank sees the same starting state
-  const std::set<size_t> done = opt.resume ? finished_points(opt.out) : std::set<size_t>{};
   std::vector<size_t> mine;
   for (size_t i = static_cast<size_t>(opt.rank); i < sum.points; i += static_cast<size_t>(opt.size)) {
     if (done.count(i) == 0) mine.push_back(i);
