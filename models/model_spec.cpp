@@ -16,7 +16,8 @@ int64_t ModelSpec::kv_dim() const { return kv_heads * head_dim; }
 
 bool ModelSpec::is_moe_layer(int64_t layer) const {
   if (!moe.enabled() || layer < moe.first_k_dense) return false;
-  return (layer - moe.first_k_dense) % std::max<int64_t>(1, moe.layer_freq) == 0;
+  if (std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), layer)) return false;
+  return (layer + moe.layer_offset) % std::max<int64_t>(1, moe.layer_freq) == 0;
 }
 
 int64_t ModelSpec::num_moe_layers() const {
@@ -346,14 +347,38 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     m.moe.shared_expert_ffn = *sf;
   }
   m.moe.first_k_dense = r.get_int("first_k_dense_replace", 0, 100000).value_or(0);
-  m.moe.layer_freq =
-      int_alias(r, {"moe_layer_freq", "decoder_sparse_step"}, 1, 100000).value_or(1);
+  // MoE layer spacing: Megatron / DeepSeek count from layer 0, Qwen-MoE and Llama 4 from layer 1.
+  const auto freq_from_0 = r.get_int("moe_layer_freq", 1, 100000);
+  const auto freq_from_1 = int_alias(r, {"decoder_sparse_step", "interleave_moe_layer_step"}, 1, 100000);
+  if (freq_from_0 && freq_from_1 && *freq_from_0 > 1 && *freq_from_1 > 1) {
+    issues.add(path + ".decoder_sparse_step", "got " + std::to_string(*freq_from_1) + " beside moe_layer_freq " +
+                                                  std::to_string(*freq_from_0) +
+                                                  "; the two place MoE layers differently (from layer 1 and from layer 0), give one");
+  } else if (freq_from_1 && *freq_from_1 > 1) {
+    m.moe.layer_freq = *freq_from_1;
+    m.moe.layer_offset = 1;
+  } else if (freq_from_0) {
+    m.moe.layer_freq = *freq_from_0;
+  }
   m.moe.groups = r.get_int("n_group", 1, 1 << 20).value_or(0);
   m.moe.group_topk = r.get_int("topk_group", 1, 1 << 20).value_or(0);
   if (const Json* mlp_only = r.get_raw("mlp_only_layers"); mlp_only != nullptr) {
-    if (!mlp_only->is_array() || !mlp_only->empty()) {
-      issues.add(path + ".mlp_only_layers",
-                 "only an empty list is supported; use first_k_dense_replace for dense leading layers");
+    const std::string where = path + ".mlp_only_layers";
+    if (!mlp_only->is_array()) {
+      issues.add(where, "expected a list of layer indices (from 0) whose MLP is dense");
+    } else {
+      for (size_t i = 0; i < mlp_only->size(); ++i) {
+        const Json& v = (*mlp_only)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+          issues.add(where + "[" + std::to_string(i) + "]", "got " + v.dump() + "; expected a layer index (an integer from 0)");
+          continue;
+        }
+        m.moe.dense_layers.push_back(v.get<int64_t>());
+      }
+      std::sort(m.moe.dense_layers.begin(), m.moe.dense_layers.end());
+      if (std::adjacent_find(m.moe.dense_layers.begin(), m.moe.dense_layers.end()) != m.moe.dense_layers.end()) {
+        issues.add(where, "lists a layer twice");
+      }
     }
   }
   if (m.moe.num_experts == 0) {
@@ -405,9 +430,14 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
       issues.add(path + ".first_k_dense_replace",
                  "got " + std::to_string(m.moe.first_k_dense) + "; leaves no MoE layer in " +
                      std::to_string(m.num_layers) + " layers");
-    } else if (m.moe.layer_freq > m.num_layers - m.moe.first_k_dense) {
-      issues.add(path + ".decoder_sparse_step", "got " + std::to_string(m.moe.layer_freq) + " (one MoE layer every that many); exceeds the " +
-                                                    std::to_string(m.num_layers - m.moe.first_k_dense) + " layers that can hold experts");
+    } else if (!m.moe.dense_layers.empty() && m.moe.dense_layers.back() >= m.num_layers) {
+      issues.add(path + ".mlp_only_layers", "got layer " + std::to_string(m.moe.dense_layers.back()) + "; the model has layers 0.." +
+                                                std::to_string(m.num_layers - 1));
+    } else if (m.num_moe_layers() == 0) {
+      const std::string key = m.moe.layer_offset == 1 ? "decoder_sparse_step" : "moe_layer_freq";
+      issues.add(path + "." + key, "got " + std::to_string(m.moe.layer_freq) + " (one MoE layer every that many); with " +
+                                       std::to_string(m.num_layers) + " layers, first_k_dense_replace " +
+                                       std::to_string(m.moe.first_k_dense) + " and mlp_only_layers it leaves no MoE layer");
     }
   }
   if (m.mla.enabled() && (m.mla.qk_nope_head_dim <= 0 || m.mla.v_head_dim <= 0)) {

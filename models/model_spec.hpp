@@ -30,7 +30,13 @@ struct MoeSpec {
   int64_t shared_experts = 0;    // always-on experts
   int64_t shared_expert_ffn = 0; // intermediate size of one shared expert
   int64_t first_k_dense = 0;     // leading dense layers (DeepSeek first_k_dense_replace)
-  int64_t layer_freq = 1;        // every layer_freq-th layer is MoE (after the dense ones)
+  // Layer l (from 0) is MoE when (l + layer_offset) % layer_freq == 0, l >= first_k_dense and
+  // l is not in dense_layers. Megatron's and DeepSeek's moe_layer_freq count from layer 0
+  // (offset 0: layers 0, f, 2f, ...); Qwen-MoE's decoder_sparse_step and Llama 4's
+  // interleave_moe_layer_step from layer 1 (offset 1: layers f-1, 2f-1, ...).
+  int64_t layer_freq = 1;
+  int64_t layer_offset = 0;
+  std::vector<int64_t> dense_layers;  // Qwen-MoE mlp_only_layers: dense MLP in these layers (sorted)
   // Group-limited routing (DeepSeek-V3 n_group / topk_group): the experts form `groups`
   // contiguous groups and a token's top-k experts come from its best `group_topk` groups.
   // 0 = routing over all experts.

@@ -194,6 +194,60 @@ TEST(ModelParse, DerivedShapes) {
   EXPECT_EQ(g.ffn_hidden, 4 * 768);  // n_inner absent means 4*n_embd
 }
 
+// Where MoE layers sit follows each family's convention: Qwen-MoE's decoder_sparse_step counts
+// from layer 1 ((l + 1) % step == 0, as transformers' Qwen2MoeDecoderLayer), minus the
+// mlp_only_layers; Megatron's and DeepSeek's moe_layer_freq from layer 0.
+TEST(ModelParse, MoeLayerPlacementFollowsTheFamilyConvention) {
+  const Json base = {{"hidden_size", 512}, {"num_attention_heads", 8}, {"num_hidden_layers", 8},
+                     {"intermediate_size", 1024}, {"moe_intermediate_size", 256}, {"num_experts", 8},
+                     {"num_experts_per_tok", 2}, {"vocab_size", 1000}};
+  const auto layers_of = [](const ModelSpec& m) {
+    std::vector<int64_t> out;
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      if (m.is_moe_layer(l)) out.push_back(l);
+    }
+    return out;
+  };
+  const auto parse_ok = [](const Json& j) {
+    core::Issues issues;
+    const ModelSpec m = parse_model(j, "$.model", issues, "");
+    for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+    return m;
+  };
+  Json qwen = base;
+  qwen["decoder_sparse_step"] = 2;
+  EXPECT_EQ(layers_of(parse_ok(qwen)), (std::vector<int64_t>{1, 3, 5, 7}));
+  qwen["mlp_only_layers"] = Json::array({3, 0});
+  EXPECT_EQ(layers_of(parse_ok(qwen)), (std::vector<int64_t>{1, 5, 7}));
+  Json megatron = base;
+  megatron["moe_layer_freq"] = 2;
+  EXPECT_EQ(layers_of(parse_ok(megatron)), (std::vector<int64_t>{0, 2, 4, 6}));
+  megatron["first_k_dense_replace"] = 3;  // DeepSeek: l >= k and l % freq == 0
+  EXPECT_EQ(layers_of(parse_ok(megatron)), (std::vector<int64_t>{4, 6}));
+
+  // Mistakes name the field: a layer out of range, a repeated layer, both spacings at once,
+  // and a pattern that leaves no MoE layer.
+  const auto message = [](const Json& j) {
+    core::Issues issues;
+    parse_model(j, "$.model", issues, "");
+    return issues.empty() ? std::string() : issues.lines().front();
+  };
+  Json bad = base;
+  bad["mlp_only_layers"] = Json::array({8});
+  EXPECT_NE(message(bad).find("$.model.mlp_only_layers"), std::string::npos) << message(bad);
+  bad["mlp_only_layers"] = Json::array({2, 2});
+  EXPECT_NE(message(bad).find("twice"), std::string::npos) << message(bad);
+  bad["mlp_only_layers"] = Json::array({"2"});
+  EXPECT_NE(message(bad).find("$.model.mlp_only_layers[0]"), std::string::npos) << message(bad);
+  bad = base;
+  bad["decoder_sparse_step"] = 2;
+  bad["moe_layer_freq"] = 3;
+  EXPECT_NE(message(bad).find("$.model.decoder_sparse_step"), std::string::npos) << message(bad);
+  bad = base;
+  bad["mlp_only_layers"] = Json::array({0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_NE(message(bad).find("leaves no MoE layer"), std::string::npos) << message(bad);
+}
+
 // DeepSeek-V3: the first 3 layers are dense (first_k_dense_replace), the remaining 58 are MoE.
 TEST(ModelParse, DeepSeekDenseLeadingLayers) {
   const ModelSpec m = zoo_model("deepseek-v3");
