@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
@@ -421,19 +422,28 @@ Row row_of(const Candidate& c) {
 
 std::string plan_table(const PlanResult& r, size_t rows) {
   std::ostringstream o;
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof buf, "%lld layouts enumerated, %lld fit; rejected:", static_cast<long long>(r.enumerated),
                 static_cast<long long>(r.fit));
   o << buf;
   if (r.rejected.empty()) o << " none";
   for (const auto& [why, n] : r.rejected) o << " " << why << " (" << n << ");";
   o << "\n\n";
-  std::snprintf(buf, sizeof buf, "%4s  %-62s %9s %9s %10s %6s %9s %7s %9s\n", "rank", "layout", "step s", "est s", "tok/s/GPU",
+  // The layout column is as wide as the longest layout shown (at least 62), so the numbers line up.
+  const size_t shown = std::min(rows, r.ranked.size());
+  std::vector<Row> table;
+  table.reserve(shown);
+  int width = 62;
+  for (size_t i = 0; i < shown; ++i) {
+    table.push_back(row_of(r.ranked[i]));
+    width = std::max(width, static_cast<int>(table.back().layout.size()));
+  }
+  std::snprintf(buf, sizeof buf, "%4s  %-*s %9s %9s %10s %6s %9s %7s %9s\n", "rank", width, "layout", "step s", "est s", "tok/s/GPU",
                 "MFU", "peak GiB", "bubble", "comm s");
   o << buf;
-  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) {
-    const Row x = row_of(r.ranked[i]);
-    std::snprintf(buf, sizeof buf, "%4zu  %-62s %9.3f %9.3f %10.1f %5.1f%% %9.2f %6.1f%% %9.3f%s\n", i + 1, x.layout.c_str(), x.step,
+  for (size_t i = 0; i < shown; ++i) {
+    const Row& x = table[i];
+    std::snprintf(buf, sizeof buf, "%4zu  %-*s %9.3f %9.3f %10.1f %5.1f%% %9.2f %6.1f%% %9.3f%s\n", i + 1, width, x.layout.c_str(), x.step,
                   x.est_step, x.tok_gpu, 100.0 * x.mfu, x.peak_gib, 100.0 * x.bubble, x.comm, x.simulated ? "" : "  (estimate)");
     o << buf;
   }
