@@ -20,6 +20,12 @@ bool ModelSpec::is_moe_layer(int64_t layer) const {
   return (layer + moe.layer_offset) % std::max<int64_t>(1, moe.layer_freq) == 0;
 }
 
+int64_t ModelSpec::local_window(int64_t seq_len) const {
+  if (sliding_layer_fraction <= 0) return 0;
+  if (attention_chunk > 0) return attention_chunk < seq_len ? std::max<int64_t>(1, attention_chunk / 2) : 0;
+  return sliding_window > 0 && sliding_window < seq_len ? sliding_window : 0;
+}
+
 int64_t ModelSpec::num_moe_layers() const {
   int64_t n = 0;
   for (int64_t l = 0; l < num_layers; ++l) n += is_moe_layer(l) ? 1 : 0;
@@ -152,13 +158,30 @@ const std::vector<std::string>& ignored_hf_keys() {
       "is_decoder", "use_parallel_residual", "bias_dropout_fusion", "apply_residual_connection_post_layernorm",
       "tie_encoder_decoder", "output_attentions", "output_hidden_states", "return_dict",
       "torchscript", "id2label", "label2id", "problem_type", "finetuning_task", "prefix",
-      "use_bfloat16", "attn_config", "init_config", "no_bias", "learned_pos_emb", "emb_pdrop",
+      "use_bfloat16", "init_config", "learned_pos_emb", "emb_pdrop",
       "logit_scale", "verbose", "moe_aux_loss_coeff", "aux_loss_coef", "router_dtype",
       "initial_context_length", "rope_ntk_alpha", "rope_ntk_beta", "rope_scaling_factor",
       "enable_moe_block", "qk_layernorm_eps", "mtp_num_layers",
       // BLOOM: kernel-fusion and tensor-parallel flags of the training code, ALiBi offset.
       "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv", "slow_but_exact",
       "unk_token_id", "attention_softmax_in_fp32",
+      // Runtime, export and serving settings.
+      "transformers.js_config", "custom_pipelines", "attn_implementation", "cache_implementation",
+      "classifier_dropout", "init_device", "tokenizer_name", "embedding_fraction",
+      // Scalars that scale activations, logits or RoPE: no parameters, no extra passes worth costing.
+      "original_max_position_embeddings", "attention_multiplier", "embedding_multiplier", "logits_scaling",
+      "residual_multiplier", "query_pre_attn_scalar", "rope_local_base_freq", "attn_logit_softcapping",
+      "final_logit_softcapping", "rotary_dim", "attn_scale", "attn_temperature_tuning", "floor_scale",
+      "use_routing_bias", "qk_norm_type", "router_bias", "moe_router_enable_expert_bias",
+      // Falcon's parallel attention + MLP: the same matrices and FLOPs as the sequential block.
+      "parallel_attn", "mlp_type",
+      // Multi-token-prediction modules of the checkpoint (DeepSeek-V3, GLM, MiniMax): a training
+      // choice, not part of the decoder stepcast costs.
+      "num_mtp_modules", "mtp_transformer_layers", "use_mtp",
+      // ERNIE 4.5 router settings (capacity for inference, gate kind, bias-based balancing).
+      "moe_capacity", "moe_gate", "moe_use_aux_free", "moe_norm_min",
+      // MiniMax: the mixer of each layer, checked to be softmax attention (1) before parsing.
+      "attn_type_list",
   };
   return keys;
 }
@@ -200,7 +223,88 @@ std::optional<int64_t> int_alias(ObjectReader& r, std::initializer_list<std::str
   return out;
 }
 
+// The first present of several boolean names for one setting; `negated` names mean the
+// opposite (MPT's no_bias). Two that disagree are an error naming both.
+std::optional<bool> bool_alias(ObjectReader& r, std::initializer_list<std::string_view> keys,
+                               std::initializer_list<std::string_view> negated = {}) {
+  std::optional<bool> out;
+  std::string first;
+  auto take = [&](std::string_view k, bool flip) {
+    if (!r.has(k)) {
+      r.ignore({k});
+      return;
+    }
+    auto v = r.get_bool(k);
+    if (!v) return;
+    const bool b = flip ? !*v : *v;
+    if (!out) {
+      out = b;
+      first = std::string(k);
+    } else if (b != *out) {
+      r.issues().add(r.child_path(k), "conflicts with " + first + ", another name for the same setting");
+    }
+  };
+  for (auto k : keys) take(k, false);
+  for (auto k : negated) take(k, true);
+  return out;
+}
+
+// Architectures whose token mixing is not softmax attention in every layer (state-space or
+// linear-attention layers): stepcast's layer model would cost them as full attention, so they
+// are refused with the reason instead of loading with wrong numbers. Returns the reason or "".
+std::string unsupported_mixer(const Json& j, const std::string& model_type) {
+  static const std::vector<std::string> types = {
+      "mamba", "mamba2", "falcon_mamba", "jamba", "zamba", "zamba2", "bamba", "falcon_h1", "nemotron_h",
+      "granitemoehybrid", "qwen3_next", "rwkv", "rwkv5", "rwkv6", "recurrent_gemma", "lfm2", "plamo2",
+      "minimax", "minimax_m1", "xlstm"};
+  if (std::find(types.begin(), types.end(), model_type) != types.end()) {
+    return "model_type \"" + model_type + "\" has state-space or linear-attention layers";
+  }
+  for (const char* k : {"state_size", "ssm_cfg", "mamba_d_state", "linear_num_key_heads", "layers_block_type", "attn_layer_period"}) {
+    if (j.contains(k)) return std::string("its \"") + k + "\" key describes state-space or linear-attention layers";
+  }
+  if (auto it = j.find("attn_type_list"); it != j.end() && it->is_array()) {
+    for (const auto& t : *it) {
+      if (!(t.is_number_integer() && t.get<int64_t>() == 1)) return "attn_type_list marks linear-attention layers (0)";
+    }
+  }
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array()) {
+    for (const auto& t : *it) {
+      if (t.is_string() && t.get<std::string>() != "sliding_attention" && t.get<std::string>() != "full_attention" &&
+          t.get<std::string>() != "chunked_attention") {
+        return "layer_types names \"" + t.get<std::string>() + "\" layers";
+      }
+    }
+  }
+  return "";
+}
+
 ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& issues) {
+  {
+    const std::string why = unsupported_mixer(j, j.contains("model_type") && j["model_type"].is_string()
+                                                      ? j["model_type"].get<std::string>()
+                                                      : std::string());
+    if (!why.empty()) {
+      issues.add(path, why + "; stepcast models decoders with softmax attention in every layer (dense or MoE MLPs), "
+                             "so it cannot cost this architecture");
+      return {};
+    }
+  }
+  // Multimodal wrappers (Llama 4, Gemma 3, ...) keep the language model under text_config:
+  // stepcast costs that decoder (the vision tower is not modelled). Top-level keys the text
+  // config lacks (name, tie_word_embeddings, ...) carry over; the wrapper's vision keys are ignored.
+  if (auto tc = j.find("text_config"); tc != j.end() && tc->is_object() && !j.contains("num_hidden_layers")) {
+    static const std::vector<std::string> wrapper = {
+        "text_config", "vision_config", "image_token_index", "image_token_id", "boi_token_index", "eoi_token_index",
+        "boi_token_id", "eoi_token_id", "mm_tokens_per_image", "vision_feature_layer", "vision_feature_select_strategy",
+        "projector_hidden_act", "multi_modal_projector_bias", "model_type", "architectures"};
+    Json merged = *tc;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (std::find(wrapper.begin(), wrapper.end(), it.key()) != wrapper.end()) continue;
+      if (!merged.contains(it.key())) merged[it.key()] = it.value();
+    }
+    return parse_model_object(merged, path + ".text_config", issues);
+  }
   ObjectReader r(j, path, issues);
   r.accept_null_as_absent();  // hub config.json files write null for unset settings
   ModelSpec m;
@@ -211,9 +315,25 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // BLOOM's config.json names none of these; the architecture fixes them: ALiBi, LayerNorm
   // (also on the embeddings), biases on every linear layer, a plain GeLU MLP.
   const bool bloom = model_type == "bloom";
+  // Gemma's MLP is gated (GeGLU) whatever its activation is called.
+  const bool gemma = model_type.rfind("gemma", 0) == 0;
+  const bool falcon = model_type == "falcon" || model_type == "RefinedWeb" || model_type == "RefinedWebModel";
+  const bool llama4 = model_type == "llama4_text" || model_type == "llama4";
+  // MPT and DBRX keep attention settings in attn_config (and DBRX its MoE in ffn_config).
+  const Json* attn_config = r.get_raw("attn_config");
+  const Json* ffn_config = r.get_raw("ffn_config");
+  auto sub_int = [&](const Json* obj, const char* key, const char* parent) -> std::optional<int64_t> {
+    if (obj == nullptr || !obj->is_object() || !obj->contains(key) || (*obj)[key].is_null()) return std::nullopt;
+    const Json& v = (*obj)[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1) {
+      issues.add(path + "." + parent + "." + key, "got " + core::show(v) + "; expected a positive integer");
+      return std::nullopt;
+    }
+    return v.get<int64_t>();
+  };
 
   constexpr int64_t kBig = int64_t{1} << 40;
-  auto layers = int_alias(r, {"num_hidden_layers", "n_layer", "num_layers"}, 1, 100000);
+  auto layers = int_alias(r, {"num_hidden_layers", "n_layer", "num_layers", "n_layers"}, 1, 100000);
   auto hidden = int_alias(r, {"hidden_size", "n_embd", "d_model"}, 1, kBig);
   auto heads = int_alias(r, {"num_attention_heads", "n_head", "n_heads"}, 1, 1 << 20);
   // Missing, not wrong: a bad value of one of the names is reported by the reader already.
@@ -223,15 +343,29 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     }
     return true;
   };
-  if (!layers && none_of({"num_hidden_layers", "n_layer", "num_layers"})) issues.add(path, "missing the layer count (num_hidden_layers or n_layer)");
+  if (!layers && none_of({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})) issues.add(path, "missing the layer count (num_hidden_layers or n_layer)");
   if (!hidden && none_of({"hidden_size", "n_embd", "d_model"})) issues.add(path, "missing the hidden size (hidden_size or n_embd)");
   if (!heads && none_of({"num_attention_heads", "n_head", "n_heads"})) issues.add(path, "missing the head count (num_attention_heads or n_head)");
   m.num_layers = layers.value_or(0);
   m.hidden = hidden.value_or(0);
   m.heads = heads.value_or(0);
   m.kv_heads = r.get_int("num_key_value_heads", 1, 1 << 20).value_or(m.heads);
+  if (falcon) {
+    // Falcon: new_decoder_architecture groups K/V (num_kv_heads); otherwise multi_query means
+    // one K/V head. (Older files also print num_kv_heads equal to the head count.)
+    const bool new_arch = r.get_bool("new_decoder_architecture", false);
+    const bool multi_query = r.get_bool("multi_query", true);
+    const auto kv = r.get_int("num_kv_heads", 1, 1 << 20);
+    if (new_arch) {
+      m.kv_heads = kv.value_or(m.heads);
+    } else if (multi_query) {
+      m.kv_heads = 1;
+    }
+  }
+  if (auto kv = sub_int(attn_config, "kv_n_heads", "attn_config")) m.kv_heads = *kv;
   m.head_dim = r.get_int("head_dim", 1, 1 << 20).value_or(m.heads > 0 ? m.hidden / m.heads : 0);
-  if (!r.has("head_dim") && m.heads > 0 && m.hidden % m.heads != 0) {
+  const bool mla_config = r.has("kv_lora_rank");  // MLA sets the head widths itself (below)
+  if (!r.has("head_dim") && !mla_config && m.heads > 0 && m.hidden % m.heads != 0) {
     issues.add(path + ".num_attention_heads", "hidden_size " + std::to_string(m.hidden) +
                                                   " is not divisible by " +
                                                   std::to_string(m.heads) +
@@ -239,9 +373,20 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   // GPT-2 writes n_inner: null (or leaves it out) for 4*h; other families must give the size.
   auto ffn = int_alias(r, {"intermediate_size", "n_inner", "ffn_hidden_size"}, 1, kBig);
+  if (!ffn) ffn = sub_int(ffn_config, "ffn_hidden_size", "ffn_config");
+  if (!ffn && r.has("expansion_ratio")) {
+    // MPT: the MLP is expansion_ratio x d_model wide.
+    if (auto ratio = r.get_number("expansion_ratio", 0.0, 1e6, 0.0); ratio > 0) {
+      ffn = static_cast<int64_t>(std::llround(ratio * static_cast<double>(m.hidden)));
+    }
+  }
   m.ffn_hidden = ffn.value_or(4 * m.hidden);
-  const bool moe_config = r.has("num_local_experts") || r.has("n_routed_experts") || r.has("num_experts");
-  if (!ffn && !gpt2_like && !r.has("n_inner") && !moe_config) {
+  const bool moe_config = r.has("num_local_experts") || r.has("n_routed_experts") || r.has("num_experts") ||
+                          r.has("moe_num_experts") || (ffn_config != nullptr && ffn_config->is_object() &&
+                                                       ffn_config->contains("moe_num_experts"));
+  // Llama 4: routed and shared experts are intermediate_size wide, the dense layers intermediate_size_mlp.
+  const auto llama4_dense = r.get_int("intermediate_size_mlp", 1, kBig);
+  if (!ffn && !gpt2_like && !falcon && !r.has("n_inner") && !moe_config) {
     issues.add(path + ".intermediate_size", "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }
   auto vocab = r.get_int("vocab_size", 1, kBig);
@@ -255,50 +400,103 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   if (r.has("activation_function")) {
     act_key = "activation_function";
     act = r.get_string("activation_function").value_or(act);
+    r.ignore({"hidden_act", "hidden_activation"});
+  } else if (r.has("hidden_activation")) {
+    act_key = "hidden_activation";  // Gemma's name (newer files carry hidden_act beside it)
+    act = r.get_string("hidden_activation").value_or(act);
     r.ignore({"hidden_act"});
   } else if (r.has("hidden_act")) {
     act = r.get_string("hidden_act").value_or(act);
-  } else if (gpt2_like) {
-    act = "gelu_new";
-  } else if (bloom) {
+  } else if (ffn_config != nullptr && ffn_config->is_object() && ffn_config->contains("ffn_act_fn")) {
+    act = "silu";  // DBRX: a GLU expert MLP (w1, v1, w2)
+  } else if (gpt2_like || falcon) {
+    act = gpt2_like ? "gelu_new" : "gelu";
+  } else if (bloom || model_type == "mpt") {
     act = "gelu";
   }
   bool act_ok = true;
   m.mlp = mlp_from_activation(act, act_ok);
+  if (gemma && act_ok) m.mlp = MlpKind::kGated;
   if (!act_ok) {
     issues.add(path + "." + act_key, "got \"" + act +
                                          "\"; allowed: silu, swiglu, swish, geglu, reglu (gated, 3 "
                                          "matrices) or gelu, gelu_new, gelu_pytorch_tanh, relu, "
                                          "relu2, squared_relu (2 matrices)");
   }
-  m.tied_embeddings = r.get_bool("tie_word_embeddings", true);
+  // transformers writes tie_word_embeddings unless it equals both the library default (true) and
+  // the family's; Llama 4's family default is false.
+  m.tied_embeddings = r.get_bool("tie_word_embeddings", !llama4);
 
+  // ALiBi: BLOOM always; Falcon and MPT by their flag (MPT's in attn_config).
+  bool alibi = bloom;
+  if (falcon) alibi = r.get_bool("alibi", false);
+  if (attn_config != nullptr && attn_config->is_object() && attn_config->contains("alibi")) {
+    alibi = (*attn_config)["alibi"].is_boolean() && (*attn_config)["alibi"].get<bool>();
+  }
+  // MPT learns positions unless it uses ALiBi (learned_pos_emb is true by default there).
+  const bool mpt_learned = model_type == "mpt" && !alibi;
   const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi"},
-                                       gpt2_like ? "learned" : bloom ? "alibi" : "rotary");
+                                       gpt2_like || mpt_learned ? "learned" : alibi ? "alibi" : "rotary");
   m.position = pos == "learned" ? PositionKind::kLearned
                : pos == "alibi" ? PositionKind::kAlibi
                                 : PositionKind::kRotary;
   if (m.position == PositionKind::kLearned && m.max_positions == 0) {
     issues.add(path, "learned position embeddings need n_positions or max_position_embeddings");
   }
-  const bool layernorm_default = gpt2_like || bloom || model_type == "nemotron" || model_type == "gpt_neox";
-  const std::string norm =
-      r.get_choice("norm", {"rmsnorm", "layernorm"}, layernorm_default ? "layernorm" : "rmsnorm");
+  const bool layernorm_default = gpt2_like || bloom || falcon || model_type == "nemotron" || model_type == "gpt_neox" ||
+                                 model_type == "mpt" || model_type == "dbrx" || model_type == "starcoder2" ||
+                                 model_type == "phi" || model_type == "cohere";
+  std::string norm_default = layernorm_default ? "layernorm" : "rmsnorm";
+  if (r.has("norm_type")) {
+    // StarCoder2 / MPT name the norm: layer_norm, low_precision_layernorm, rms_norm, rmsnorm, ...
+    const std::string t = r.get_string("norm_type").value_or("");
+    const bool rms = t.find("rms") != std::string::npos;
+    const bool ln = !rms && (t.find("layer") != std::string::npos || t.find("ln") != std::string::npos);
+    if (!rms && !ln) {
+      issues.add(path + ".norm_type", "got \"" + t + "\"; expected a LayerNorm (layer_norm, low_precision_layernorm) or an RMSNorm (rms_norm)");
+    }
+    norm_default = rms ? "rmsnorm" : "layernorm";
+  }
+  const std::string norm = r.get_choice("norm", {"rmsnorm", "layernorm"}, norm_default);
   m.norm = norm == "layernorm" ? NormKind::kLayerNorm : NormKind::kRmsNorm;
-  m.linear_bias = r.get_bool("linear_bias", gpt2_like || bloom);
+  m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias"}, {"no_bias"}).value_or(gpt2_like || bloom);
   const bool attention_bias = r.get_bool("attention_bias", false);
   m.qkv_bias = r.get_bool("qkv_bias", attention_bias || model_type == "qwen2" ||
                                           model_type == "qwen2_moe");
-  m.qk_norm = r.get_bool("qk_norm", model_type == "qwen3" || model_type == "qwen3_moe");
+  m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"}).value_or(model_type == "qwen3" || model_type == "qwen3_moe");
   m.embedding_norm = r.get_bool("embedding_norm", bloom);
 
-  // Sliding-window attention (Mistral, gpt-oss alternating layers).
-  auto window = r.get_int("sliding_window", 1, kBig);
+  // Sliding-window attention (Mistral, gpt-oss and Gemma 2 alternating layers, Gemma 3 five
+  // local layers to one global) and Llama 4's chunked attention (three layers in four).
+  auto window = int_alias(r, {"sliding_window", "sliding_window_size"}, 1, kBig);
   bool use_window = true;
   if (r.has("use_sliding_window")) use_window = r.get_bool("use_sliding_window", true);
+  const auto chunk = r.get_int("attention_chunk_size", 1, kBig);
+  if (chunk && window) {
+    issues.add(path + ".attention_chunk_size", "given beside sliding_window; a model uses one kind of local attention");
+  }
+  if (chunk && !window) {
+    // A chunk of C tokens attends causally within itself: C/2 keys per query on average,
+    // as many as a sliding window of C/2 sees (ModelSpec::local_window applies it).
+    m.attention_chunk = *chunk;
+    m.sliding_layer_fraction = 0.75;  // transformers' default: every fourth layer is global (NoPE)
+    if (const Json* nr = r.get_raw("no_rope_layers"); nr != nullptr && nr->is_array() && !nr->empty()) {
+      // 1 = a RoPE layer with chunked attention, 0 = a global NoPE layer.
+      int64_t chunked = 0;
+      for (const auto& v : *nr) chunked += v.is_number_integer() && v.get<int64_t>() == 1 ? 1 : 0;
+      m.sliding_layer_fraction = static_cast<double>(chunked) / static_cast<double>(nr->size());
+    }
+  } else {
+    r.ignore({"no_rope_layers"});
+  }
   if (window && use_window) {
     m.sliding_window = *window;
     m.sliding_layer_fraction = 1.0;
+    if (model_type == "gemma2") m.sliding_layer_fraction = 0.5;  // local and global layers alternate
+    if (auto pattern = r.get_int("sliding_window_pattern", 1, 100000)) {
+      // Gemma 3: every pattern-th layer is global, the others local.
+      m.sliding_layer_fraction = 1.0 - 1.0 / static_cast<double>(*pattern);
+    }
     if (const Json* lt = r.get_raw("layer_types"); lt != nullptr) {
       if (!lt->is_array() || lt->empty()) {
         issues.add(path + ".layer_types", "expected a non-empty array of layer type strings");
@@ -331,20 +529,29 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
 
   // Mixture of experts.
-  auto experts = int_alias(r, {"num_local_experts", "n_routed_experts", "num_experts"}, 0, 1 << 20);
-  m.moe.num_experts = experts.value_or(0);
-  const auto top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk"}, 1, 1 << 20);
+  auto experts = int_alias(r, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"}, 0, 1 << 20);
+  auto top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"}, 1, 1 << 20);
+  if (!top_k) top_k = sub_int(ffn_config, "moe_top_k", "ffn_config");  // DBRX
   m.moe.top_k = top_k.value_or(0);
-  if (m.moe.num_experts > 0 && !top_k && !r.has("num_experts_per_tok") && !r.has("experts_per_token") && !r.has("moe_topk")) {
+  if (!experts) experts = sub_int(ffn_config, "moe_num_experts", "ffn_config");
+  m.moe.num_experts = experts.value_or(0);
+  if (m.moe.num_experts > 0 && !top_k && !r.has("num_experts_per_tok") && !r.has("experts_per_token") && !r.has("moe_topk") &&
+      !r.has("moe_k")) {
     issues.add(path + ".num_experts_per_tok", "required integer is missing (experts each token is routed to) for a model with " +
                                                   std::to_string(m.moe.num_experts) + " experts");
   }
   m.moe.expert_ffn = r.get_int("moe_intermediate_size", 1, kBig).value_or(m.ffn_hidden);
-  m.moe.shared_experts = r.get_int("n_shared_experts", 0, 1 << 20).value_or(0);
+  m.moe.shared_experts = int_alias(r, {"n_shared_experts", "moe_num_shared_experts"}, 0, 1 << 20).value_or(0);
   m.moe.shared_expert_ffn = m.moe.expert_ffn;
-  if (auto sf = r.get_int("shared_expert_intermediate_size", 0, kBig); sf && *sf > 0) {
+  if (auto sf = int_alias(r, {"shared_expert_intermediate_size", "shared_intermediate_size"}, 0, kBig); sf && *sf > 0) {
     if (m.moe.shared_experts == 0) m.moe.shared_experts = 1;
     m.moe.shared_expert_ffn = *sf;
+  }
+  if (llama4 && m.moe.num_experts > 0) {
+    // Every Llama 4 MoE layer adds one always-on shared expert as wide as a routed one.
+    m.moe.shared_experts = 1;
+    m.moe.shared_expert_ffn = m.moe.expert_ffn;
+    if (llama4_dense) m.ffn_hidden = *llama4_dense;
   }
   m.moe.first_k_dense = r.get_int("first_k_dense_replace", 0, 100000).value_or(0);
   // MoE layer spacing: Megatron / DeepSeek count from layer 0, Qwen-MoE and Llama 4 from layer 1.
@@ -359,6 +566,33 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     m.moe.layer_offset = 1;
   } else if (freq_from_0) {
     m.moe.layer_freq = *freq_from_0;
+  }
+  // ERNIE 4.5: MoE layers from moe_layer_start_index to moe_layer_end_index, every
+  // moe_layer_interval-th counted from layer 1.
+  if (auto interval = r.get_int("moe_layer_interval", 1, 100000)) {
+    m.moe.layer_freq = *interval;
+    m.moe.layer_offset = 1;
+  }
+  if (auto start = r.get_int("moe_layer_start_index", 0, 100000)) m.moe.first_k_dense = *start;
+  // -1 (or absent): up to the last layer.
+  const int64_t moe_end = r.has("moe_layer_end_index") ? r.get_int("moe_layer_end_index", -1, 100000).value_or(-1) : -1;
+  // An explicit list of MoE layers (transformers' Llama 4 moe_layers).
+  std::vector<int64_t> moe_listed;
+  bool moe_list_given = false;
+  if (const Json* ml = r.get_raw("moe_layers"); ml != nullptr) {
+    moe_list_given = true;
+    if (!ml->is_array()) {
+      issues.add(path + ".moe_layers", "expected a list of layer indices (from 0) that hold experts");
+    } else {
+      for (size_t i = 0; i < ml->size(); ++i) {
+        const Json& v = (*ml)[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+          issues.add(path + ".moe_layers[" + std::to_string(i) + "]", "got " + v.dump() + "; expected a layer index (an integer from 0)");
+          continue;
+        }
+        moe_listed.push_back(v.get<int64_t>());
+      }
+    }
   }
   m.moe.groups = r.get_int("n_group", 1, 1 << 20).value_or(0);
   m.moe.group_topk = r.get_int("topk_group", 1, 1 << 20).value_or(0);
@@ -378,6 +612,16 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
       std::sort(m.moe.dense_layers.begin(), m.moe.dense_layers.end());
       if (std::adjacent_find(m.moe.dense_layers.begin(), m.moe.dense_layers.end()) != m.moe.dense_layers.end()) {
         issues.add(where, "lists a layer twice");
+      }
+    }
+  }
+  if (moe_end >= 0 || moe_list_given) {
+    // Express the range end or the explicit list as dense layers.
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      const bool past_end = moe_end >= 0 && l > moe_end;
+      const bool unlisted = moe_list_given && std::find(moe_listed.begin(), moe_listed.end(), l) == moe_listed.end();
+      if ((past_end || unlisted) && !std::binary_search(m.moe.dense_layers.begin(), m.moe.dense_layers.end(), l)) {
+        m.moe.dense_layers.insert(std::upper_bound(m.moe.dense_layers.begin(), m.moe.dense_layers.end(), l), l);
       }
     }
   }

@@ -66,7 +66,8 @@ struct ModelSpec {
   int64_t vocab = 0;
   int64_t max_positions = 0;
   int64_t sliding_window = 0;       // 0 = full attention everywhere
-  double sliding_layer_fraction = 0;  // share of layers that use the window
+  int64_t attention_chunk = 0;      // Llama 4 chunked attention: tokens attend within chunks of this size
+  double sliding_layer_fraction = 0;  // share of layers that use the window (or the chunks)
   MlpKind mlp = MlpKind::kGated;
   NormKind norm = NormKind::kRmsNorm;
   PositionKind position = PositionKind::kRotary;
@@ -84,6 +85,10 @@ struct ModelSpec {
   [[nodiscard]] bool is_moe_layer(int64_t layer) const;  // layer index from 0
   [[nodiscard]] int64_t num_moe_layers() const;
   [[nodiscard]] int64_t mlp_matrices() const { return mlp == MlpKind::kGated ? 3 : 2; }
+  // Keys a query of the local layers sees at sequence length seq_len, as a sliding window
+  // (0: those layers attend to the whole causal prefix). A chunk of C tokens gives C/2 keys per
+  // query on average, as a window of C/2 does; a sequence within one chunk is full attention.
+  [[nodiscard]] int64_t local_window(int64_t seq_len) const;
 
   // --- parameter counts ---
   [[nodiscard]] double norm_params() const;           // one norm: h (RMSNorm) or 2h (LayerNorm)

@@ -436,8 +436,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   }
   Duration attn_f = af_full, attn_b = ab_full;
   Flops attn_flops = fl_full;
-  if (m.sliding_window > 0 && m.sliding_window < rc_.training.seq_len && m.sliding_layer_fraction > 0) {
-    auto [af_w, ab_w, fl_w] = attention_times(static_cast<double>(m.sliding_window));
+  if (const int64_t window = m.local_window(rc_.training.seq_len); window > 0) {
+    auto [af_w, ab_w, fl_w] = attention_times(static_cast<double>(window));
     const double w = m.sliding_layer_fraction;
     attn_f = af_full * (1.0 - w) + af_w * w;
     attn_b = ab_full * (1.0 - w) + ab_w * w;

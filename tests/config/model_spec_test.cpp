@@ -248,6 +248,80 @@ TEST(ModelParse, MoeLayerPlacementFollowsTheFamilyConvention) {
   EXPECT_NE(message(bad).find("leaves no MoE layer"), std::string::npos) << message(bad);
 }
 
+// Published config.json files of other families load unchanged and count their published
+// parameters (tests/data/hf/README.md names each source). Tolerance 0.5% where the card gives a
+// count to three significant figures (its own rounding), 1.5% for a count given only by the
+// model's name (30B, 17B active), which is itself rounded.
+TEST(ModelParse, HubConfigsOfOtherFamiliesCountTheirPublishedParameters) {
+  struct Case {
+    const char* file;
+    double total;   // 0: not checked
+    double active;  // 0: not checked
+    double tol;
+  };
+  const Case cases[] = {
+      {"gemma2-9b-config.json", 9.24e9, 0, 0.005},
+      {"starcoder2-15b-config.json", 15.96e9, 0, 0.005},
+      {"granite3-8b-config.json", 8.17e9, 0, 0.005},
+      {"mpt-7b-instruct-config.json", 6.65e9, 0, 0.005},
+      {"glm4.7-flash-30b-a3b-config.json", 30e9, 0, 0.015},
+      {"llama4-scout-17b-16e-config.json", 0, 17e9, 0.015},
+  };
+  for (const Case& c : cases) {
+    core::Issues issues;
+    const ModelSpec m = parse_model(Json{{"path", std::string("hf/") + c.file}}, "$.model", issues, kDataDir);
+    for (const auto& l : issues.lines()) ADD_FAILURE() << c.file << ": " << l;
+    if (!issues.empty()) continue;
+    if (c.total > 0) {
+      EXPECT_NEAR(m.total_params() / c.total, 1.0, c.tol) << c.file << ": " << m.total_params();
+    }
+    if (c.active > 0) {
+      EXPECT_NEAR(m.active_params() / c.active, 1.0, c.tol) << c.file << ": " << m.active_params();
+    }
+  }
+}
+
+// What each family's file implies beyond its counts: Gemma's gated MLP under a gelu name and
+// its alternating local layers; MPT's ALiBi from attn_config; Llama 4's decoder under
+// text_config with a shared expert and chunked attention on three layers in four; MLA heads
+// that do not divide the hidden size; and a hybrid linear-attention model refused with why.
+TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
+  const auto load = [](const char* file, core::Issues& issues) {
+    return parse_model(Json{{"path", std::string("hf/") + file}}, "$.model", issues, kDataDir);
+  };
+  core::Issues issues;
+  const ModelSpec gemma = load("gemma2-9b-config.json", issues);
+  EXPECT_EQ(gemma.mlp, MlpKind::kGated);
+  EXPECT_EQ(gemma.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(gemma.sliding_layer_fraction, 0.5);
+  EXPECT_EQ(gemma.local_window(8192), 4096);
+  EXPECT_EQ(gemma.local_window(4096), 0);  // the window covers the whole sequence
+  const ModelSpec mpt = load("mpt-7b-instruct-config.json", issues);
+  EXPECT_EQ(mpt.position, PositionKind::kAlibi);
+  EXPECT_EQ(mpt.norm, NormKind::kLayerNorm);
+  EXPECT_FALSE(mpt.linear_bias);  // no_bias: true
+  const ModelSpec star = load("starcoder2-15b-config.json", issues);
+  EXPECT_EQ(star.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(star.linear_bias);
+  const ModelSpec scout = load("llama4-scout-17b-16e-config.json", issues);
+  EXPECT_EQ(scout.num_layers, 48);
+  EXPECT_EQ(scout.moe.shared_experts, 1);
+  EXPECT_EQ(scout.moe.shared_expert_ffn, 8192);
+  EXPECT_EQ(scout.num_moe_layers(), 48);
+  EXPECT_FALSE(scout.tied_embeddings);
+  EXPECT_DOUBLE_EQ(scout.sliding_layer_fraction, 0.75);
+  EXPECT_EQ(scout.local_window(32768), 4096);  // chunks of 8192: 4096 keys per query on average
+  EXPECT_EQ(scout.local_window(8192), 0);      // one chunk: full causal attention
+  const ModelSpec glm = load("glm4.7-flash-30b-a3b-config.json", issues);
+  EXPECT_TRUE(glm.mla.enabled());
+  for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+
+  core::Issues refused;
+  load("qwen3next-80b-a3b-config.json", refused);
+  ASSERT_FALSE(refused.empty());
+  EXPECT_NE(refused.lines().front().find("linear-attention"), std::string::npos) << refused.lines().front();
+}
+
 // DeepSeek-V3: the first 3 layers are dense (first_k_dense_replace), the remaining 58 are MoE.
 TEST(ModelParse, DeepSeekDenseLeadingLayers) {
   const ModelSpec m = zoo_model("deepseek-v3");
