@@ -115,6 +115,17 @@ double ModelSpec::output_params() const {
   return p;
 }
 
+double ModelSpec::mtp_layer_params() const {
+  const double h = static_cast<double>(hidden);
+  return layer_params(num_layers - 1) + 2.0 * h * h + 3.0 * norm_params();
+}
+
+double ModelSpec::mtp_layer_active_params() const {
+  const double h = static_cast<double>(hidden);
+  const bool moe_last = is_moe_layer(num_layers - 1);
+  return attention_params() + (moe_last ? moe_mlp_active_params() : dense_mlp_params()) + 2.0 * h * h + 3.0 * norm_params();
+}
+
 double ModelSpec::total_params() const {
   double p = embedding_params() + output_params();
   for (int64_t l = 0; l < num_layers; ++l) p += layer_params(l);

@@ -107,6 +107,7 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.lp_grads = r.get_bool("lp_grads", false);
   t.fused_elementwise = r.get_bool("fused_elementwise", true);
   t.repeat_kv = r.get_bool("repeat_kv", false);
+  t.mtp_layers = r.get_int("mtp_layers", 0, 16).value_or(0);
   t.fp8_saved_inputs = r.get_bool("fp8_saved_inputs", t.precision == hw::Dtype::kFp8);
   if (t.fp8_saved_inputs && t.precision != hw::Dtype::kFp8) {
     r.issues().add(r.child_path("fp8_saved_inputs"), "got true; saving linear-layer inputs in fp8 needs precision fp8");

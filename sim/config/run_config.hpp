@@ -134,6 +134,11 @@ struct Training {
   // per element (Transformer Engine saves the quantized copy it fed the GEMM). false: they keep
   // the 16-bit inputs and quantize again in backward (torchao float8).
   bool fp8_saved_inputs = false;
+  // Multi-token prediction depth (DeepSeek-V3, Megatron --mtp-num-layers): each module adds,
+  // on the last pipeline stage, one transformer layer of the model's last-layer kind, a 2h -> h
+  // projection, three norms and a second pass through the shared output head and loss.
+  // A hub config's num_nextn_predict_layers describes the checkpoint and does not set it.
+  int64_t mtp_layers = 0;
 };
 
 struct Parallel {

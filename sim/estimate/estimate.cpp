@@ -29,7 +29,12 @@ double model_flops_per_step(const config::RunConfig& rc) {
   // Causal attention forward per token and layer: heads * (d_qk + d_v) * sk FLOPs (QK^T + PV
   // at 2 FLOPs per MAC over sk/2 keys on average); x3 for forward + backward.
   const double attn = 3.0 * static_cast<double>(m.heads) * (d_qk + d_v) * sk * static_cast<double>(m.num_layers);
-  return tokens * (6.0 * m.flop_params() + attn);
+  // Multi-token prediction: per module one more layer (attention term included), the 2h -> h
+  // projection and another pass through the output head (Megatron counts them the same way).
+  const double mtp = static_cast<double>(rc.training.mtp_layers);
+  const double mtp_flops = mtp * (6.0 * (m.mtp_layer_active_params() + static_cast<double>(m.vocab * m.hidden)) +
+                                  attn / static_cast<double>(std::max<int64_t>(1, m.num_layers)));
+  return tokens * (6.0 * m.flop_params() + attn + mtp_flops);
 }
 
 namespace {

@@ -820,6 +820,24 @@ LayerCost WorkloadBuilder::build_output() const {
   if (c.t > 1) {
     lc.fwd.push_back(comm_op(c, "cross_entropy.tp_stats", CommKind::kTp, Collective::kAllReduce, 3.0 * c.T * 4.0, places_.tp));
   }
+  // Multi-token prediction modules run after the main loss on the same stage: each embeds the
+  // next tokens with the shared embedding, norms that and the hidden state, projects the pair
+  // (2h -> h, column-parallel), runs one transformer layer of the model's last-layer kind and
+  // predicts with the shared output head and a loss of its own (the head's ops again).
+  if (rc_.training.mtp_layers > 0) {
+    const std::vector<Op> head_f = lc.fwd, head_b = lc.bwd;
+    const LayerCost layer = build_layer(m.is_moe_layer(m.num_layers - 1), config::Recompute::kNone);
+    for (int64_t d = 0; d < rc_.training.mtp_layers; ++d) {
+      lc.fwd.push_back(mem_op(c, "mtp.embedding", 2.0 * c.e * c.T * h));
+      lc.fwd.push_back(mem_op(c, "mtp.norms", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+      lc.bwd.push_back(mem_op(c, "mtp.norms.bwd", 8.0 * c.e * h * c.T_rep));
+      linear(c, lc.fwd, lc.bwd, "mtp.eh_proj", c.T, h / c.t, 2.0 * h, 1.0, 2.0 * c.e * h * c.T);
+      lc.fwd.insert(lc.fwd.end(), layer.fwd.begin(), layer.fwd.end());
+      lc.bwd.insert(lc.bwd.end(), layer.bwd.begin(), layer.bwd.end());
+      lc.fwd.insert(lc.fwd.end(), head_f.begin(), head_f.end());
+      lc.bwd.insert(lc.bwd.end(), head_b.begin(), head_b.end());
+    }
+  }
   // Megatron does not recompute the output layer, so full recompute adds nothing here.
   finish(lc);
   return lc;

@@ -368,11 +368,12 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.layers = rc.stage_layers[static_cast<size_t>(s)];
     double dense_params = 0, expert_params = 0, largest_layer = 0;
     int64_t moe_layers = 0;
-    for (const int64_t l : rc.stage_layer_ids(s)) {
+    // One layer's parameters on this rank: replicated over the dense DP group, and routed
+    // experts (sharded over ep and etp).
+    auto layer_split = [&](int64_t l) {
       double layer_dense = m.attention_params() / t;
       double layer_expert = 0;
       if (m.is_moe_layer(l)) {
-        ++moe_layers;
         const auto& mo = m.moe;
         layer_dense += h * static_cast<double>(mo.num_experts) +
                        static_cast<double>(m.mlp_matrices()) * h *
@@ -382,6 +383,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       } else {
         layer_dense += m.dense_mlp_params() / t;
       }
+      return std::make_pair(layer_dense, layer_expert);
+    };
+    for (const int64_t l : rc.stage_layer_ids(s)) {
+      if (m.is_moe_layer(l)) ++moe_layers;
+      const auto [layer_dense, layer_expert] = layer_split(l);
       dense_params += layer_dense;
       expert_params += layer_expert;
       largest_layer = std::max(largest_layer, layer_dense + layer_expert);
@@ -399,6 +405,16 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // Final norm (h for RMSNorm, 2h for LayerNorm).
       dense_params += m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h);
       if (holds_head) dense_params += vh;
+      if (rc.training.mtp_layers > 0) {
+        // Multi-token prediction modules: a layer each (its routed experts sharded like the
+        // model's), the projection and norms; with pp > 1 an untied model's last stage also
+        // keeps a copy of the input embedding for their lookups.
+        const double d = static_cast<double>(rc.training.mtp_layers);
+        const auto [layer_dense, layer_expert] = layer_split(m.num_layers - 1);
+        dense_params += d * (layer_dense + 2.0 * h * h / t + 3.0 * m.norm_params());
+        expert_params += d * layer_expert;
+        if (p.pp > 1 && !m.tied_embeddings) dense_params += vh;
+      }
     }
     st.params = dense_params + expert_params;
     st.dense_params = dense_params;
@@ -463,11 +479,21 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // GPipe runs every forward before the first backward, so the last stage keeps the logits
       // (and the loss's copy) of all m micro-batches; the other schedules back-propagate each
       // micro-batch through the output layer right after its forward.
+      // Multi-token prediction: each module's loss keeps its own logits until the one backward.
+      st.logits = st.logits * (1.0 + static_cast<double>(rc.training.mtp_layers));
       if (p.schedule == Schedule::kGpipe) st.activations += st.logits * (static_cast<double>(rc.num_microbatches) - 1.0);
       // Per micro-batch in flight: the final norm's input and the LM head's input (the sequence
       // shard under SP, re-gathered in backward, unless the gathered input is kept).
       const bool keeps_gathered = sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
       st.activations += Bytes((boundary + e * h * tokens / (sp && !keeps_gathered ? t : 1.0)) * inflight);
+      if (rc.training.mtp_layers > 0) {
+        // Each module's layer keeps all its activations (it is not recomputed), plus its
+        // projection's [h; embedding] input, per micro-batch in flight.
+        config::RunConfig kept = rc;
+        kept.parallel.recompute = Recompute::kNone;
+        const Bytes mtp_layer = layer_activation_bytes(kept, m.is_moe_layer(m.num_layers - 1));
+        st.activations += (mtp_layer + Bytes(2.0 * e * h * tokens)) * (inflight * static_cast<double>(rc.training.mtp_layers));
+      }
     }
     // Buffers.
     if (zero >= 3) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sim/core/error.hpp"
@@ -233,6 +234,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
             scheds = {Schedule::kOneFOneB, Schedule::kZbH1};
           }
           int64_t first = -1, last = -1;
+          std::vector<std::pair<int64_t, int64_t>> end_splits;  // alternatives to (first, last)
           std::vector<int64_t> stage_list;
           if (fixed("first_stage_layers") || fixed("last_stage_layers")) {
             first = bp.first_stage_layers;
@@ -244,6 +246,15 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
             // exist; otherwise the balanced split over every virtual stage (torchtitan's
             // split points).
             const bool megatron_ends = vpp == 1 && config::megatron_end_stages(L, pp, first, last);  // sets first, last
+            if (megatron_ends) {
+              // Every way to share the remainder between the two end stages (each at most a
+              // middle stage's count): the last stage also runs the output head (and any
+              // multi-token-prediction modules), so a lighter last stage can be the faster one.
+              const int64_t per = (L + pp - 1) / pp, ends = first + last;
+              for (int64_t f = std::max<int64_t>(1, ends - per); f <= std::min(per, ends - 1); ++f) {
+                if (f != first) end_splits.emplace_back(f, ends - f);
+              }
+            }
             if (!megatron_ends && L >= pp * vpp) stage_list = config::balanced_stage_layers(L, pp * vpp);
             if (!megatron_ends && stage_list.empty()) {
               ++res.enumerated;
@@ -292,6 +303,11 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                     p.last_stage_layers = last;
                     p.stage_layer_list = stage_list;
                     cands.push_back(p);
+                    for (const auto& [f, l] : end_splits) {
+                      p.first_stage_layers = f;
+                      p.last_stage_layers = l;
+                      cands.push_back(p);
+                    }
                   }
                 }
               }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
 #include "sim/core/json_reader.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/estimate/moe_routing.hpp"
@@ -398,6 +399,62 @@ TEST(ContextParallel, UlyssesBoundedByHeads) {
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("$.parallel.cp"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("key/value heads"), std::string::npos) << e.what();
+  }
+}
+
+// Multi-token prediction (training.mtp_layers): each module puts one more layer of the last
+// layer's kind, a 2h -> h projection and three norms on the last stage, with an untied model's
+// embedding copy when pp > 1, runs that layer and a second pass through the output head and
+// loss there, and counts those FLOPs as model FLOPs.
+TEST(MultiTokenPrediction, AddsALayerAndAHeadPassToTheLastStage) {
+  Json base = moe_run(8);
+  base["cluster"]["num_gpus"] = 16;
+  base["training"]["global_batch_size"] = 16;
+  base["parallel"]["pp"] = 2;
+  base["parallel"]["tp"] = 1;
+  base["model"]["tie_word_embeddings"] = false;  // the last stage then needs an embedding copy
+  Json with = base;
+  with["training"]["mtp_layers"] = 1;
+  const RunConfig a = parse(base), b = parse(with);
+  const auto& m = a.model;
+  const double h = static_cast<double>(m.hidden);
+
+  // Parameters: the last stage gains exactly one module (its routed experts split over ep 8).
+  const memory::MemoryLedger la = memory::compute_ledger(a), lb = memory::compute_ledger(b);
+  const LayerTensors lt = layer_tensors(a, m.is_moe_layer(m.num_layers - 1));
+  double module = 2.0 * h * h + 3.0 * m.norm_params() + static_cast<double>(a.padded_vocab) * h;  // proj, norms, embedding copy
+  for (double x : lt.dense) module += x;
+  for (double x : lt.expert) module += x;
+  EXPECT_DOUBLE_EQ(lb.stages[0].params, la.stages[0].params);
+  EXPECT_NEAR(lb.stages[1].params - la.stages[1].params, module, 1e-6 * module);
+  // Its loss keeps a second set of logits; its layer keeps its activations.
+  EXPECT_DOUBLE_EQ(lb.stages[1].logits.value(), 2.0 * la.stages[1].logits.value());
+  EXPECT_GT(lb.stages[1].activations.value(), la.stages[1].activations.value());
+
+  // Time: the output slot now runs a layer and the head twice.
+  const WorkloadBuilder wa(a), wb(b);
+  const double head = (wa.output_layer().fwd_time() + wa.output_layer().bwd_time()).value();
+  const double layer = (wa.layer(m.num_layers - 1).fwd_time() + wa.layer(m.num_layers - 1).bwd_time()).value();
+  const double with_mtp = (wb.output_layer().fwd_time() + wb.output_layer().bwd_time()).value();
+  EXPECT_GT(with_mtp, 2.0 * head + 0.9 * layer);
+  EXPECT_LT(with_mtp, 2.0 * head + 1.5 * layer);
+
+  // Model FLOPs: one more layer's 6N (active experts) and attention term plus a head pass.
+  const double tokens = static_cast<double>(a.tokens_per_step());
+  const double extra = model_flops_per_step(b) - model_flops_per_step(a);
+  const double s = static_cast<double>(a.training.seq_len);
+  const double attn = 3.0 * static_cast<double>(m.heads) * 2.0 * static_cast<double>(m.head_dim) * s;
+  EXPECT_NEAR(extra, tokens * (6.0 * (m.mtp_layer_active_params() + static_cast<double>(m.vocab * m.hidden)) + attn),
+              1e-9 * extra);
+
+  // A depth outside 0..16 is refused by name.
+  Json bad = base;
+  bad["training"]["mtp_layers"] = -1;
+  try {
+    parse(bad);
+    ADD_FAILURE() << "mtp_layers -1 accepted";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.training.mtp_layers"), std::string::npos) << e.what();
   }
 }
 

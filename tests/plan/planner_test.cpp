@@ -147,6 +147,28 @@ TEST(Planner, DeterministicOutput) {
 }
 
 // Uneven pipeline splits: 126 layers on pp 16 need first/last stages one layer short.
+// The end stages share their remainder every way the planner can split it; a last stage that
+// also runs a multi-token-prediction module wins with fewer layers (as Megatron's DeepSeek-V3
+// recipes place them), while without it the head alone is lighter than the module.
+TEST(Planner, EndStageSplitFollowsTheLastStagesExtraWork) {
+  Json j = {{"model", "deepseek-v3"},
+            {"hardware", "h800"},
+            {"cluster", {{"num_gpus", 2048}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}, {"mtp_layers", 1}}},
+            {"parallel", {{"tp", 1}, {"pp", 16}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1}}}};
+  PlanOptions o = small_options();
+  o.top_k = 1;
+  const PlanResult with_mtp = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(with_mtp.ranked.empty());
+  const auto& best = with_mtp.ranked.front().rc.parallel;
+  EXPECT_EQ(best.first_stage_layers + best.last_stage_layers, 5);  // 61 = 14 x 4 + 5
+  EXPECT_EQ(best.last_stage_layers, 1);
+  j["training"]["mtp_layers"] = 0;
+  const PlanResult without = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(without.ranked.empty());
+  EXPECT_GT(without.ranked.front().rc.parallel.last_stage_layers, best.last_stage_layers);
+}
+
 TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   Json j = {{"model", "llama3.1-405b"},
             {"hardware", "h100-sxm"},
@@ -160,8 +182,10 @@ TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   bool interleaved = false;
   for (const auto& c : r.ranked) {
     if (c.rc.parallel.vpp == 1) {
-      EXPECT_EQ(c.rc.parallel.first_stage_layers, 7);
-      EXPECT_EQ(c.rc.parallel.last_stage_layers, 7);
+      // Megatron's shorter end stages: 14 layers between them, neither above a middle stage's 8.
+      EXPECT_EQ(c.rc.parallel.first_stage_layers + c.rc.parallel.last_stage_layers, 14);
+      EXPECT_LE(c.rc.parallel.first_stage_layers, 8);
+      EXPECT_LE(c.rc.parallel.last_stage_layers, 8);
     } else {
       // With virtual stages: one list over pp*vpp virtual stages, the first and last shortest
       // and every pipeline stage within one layer of the others.
