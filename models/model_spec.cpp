@@ -115,11 +115,6 @@ double ModelSpec::output_params() const {
   return p;
 }
 
-double ModelSpec::mtp_layer_params() const {
-  const double h = static_cast<double>(hidden);
-  return layer_params(num_layers - 1) + 2.0 * h * h + 3.0 * norm_params();
-}
-
 double ModelSpec::mtp_layer_active_params() const {
   const double h = static_cast<double>(hidden);
   const bool moe_last = is_moe_layer(num_layers - 1);
@@ -396,7 +391,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                           r.has("moe_num_experts") || (ffn_config != nullptr && ffn_config->is_object() &&
                                                        ffn_config->contains("moe_num_experts"));
   // Llama 4: routed and shared experts are intermediate_size wide, the dense layers intermediate_size_mlp.
-  const auto llama4_dense = r.get_int("intermediate_size_mlp", 1, kBig);
+  const auto llama4_dense = llama4 ? r.get_int("intermediate_size_mlp", 1, kBig) : std::nullopt;
   if (!ffn && !gpt2_like && !falcon && !r.has("n_inner") && !moe_config) {
     issues.add(path + ".intermediate_size", "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }

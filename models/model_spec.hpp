@@ -98,9 +98,8 @@ struct ModelSpec {
   [[nodiscard]] double moe_mlp_params() const;        // one MoE layer's MLP block (all experts)
   [[nodiscard]] double moe_mlp_active_params() const; // the part one token touches
   [[nodiscard]] double layer_params(int64_t layer) const;
-  // One multi-token-prediction module (DeepSeek-V3): a layer of the last layer's kind, the
-  // 2h -> h projection and its three norms (embedding and head are shared with the model).
-  [[nodiscard]] double mtp_layer_params() const;
+  // What one token touches in a multi-token-prediction module (DeepSeek-V3): a layer of the
+  // last layer's kind, the 2h -> h projection and its three norms (embedding and head are shared).
   [[nodiscard]] double mtp_layer_active_params() const;
   [[nodiscard]] double embedding_params() const;      // input embedding (+ learned positions)
   [[nodiscard]] double output_params() const;         // LM head (0 when tied) + final norm
