@@ -186,8 +186,6 @@ const std::vector<std::string>& ignored_hf_keys() {
       "num_mtp_modules", "mtp_transformer_layers", "use_mtp",
       // ERNIE 4.5 router settings (capacity for inference, gate kind, bias-based balancing).
       "moe_capacity", "moe_gate", "moe_use_aux_free", "moe_norm_min",
-      // MiniMax: the mixer of each layer, checked to be softmax attention (1) before parsing.
-      "attn_type_list",
   };
   return keys;
 }
@@ -271,7 +269,7 @@ std::string unsupported_mixer(const Json& j, const std::string& model_type) {
   }
   if (auto it = j.find("attn_type_list"); it != j.end() && it->is_array()) {
     for (const auto& t : *it) {
-      if (!(t.is_number_integer() && t.get<int64_t>() == 1)) return "attn_type_list marks linear-attention layers (0)";
+      if (t.is_number_integer() && t.get<int64_t>() == 0) return "attn_type_list marks linear-attention layers (0)";
     }
   }
   if (auto it = j.find("layer_types"); it != j.end() && it->is_array()) {
@@ -297,19 +295,43 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     }
   }
   // Multimodal wrappers (Llama 4, Gemma 3, ...) keep the language model under text_config:
-  // stepcast costs that decoder (the vision tower is not modelled). Top-level keys the text
-  // config lacks (name, tie_word_embeddings, ...) carry over; the wrapper's vision keys are ignored.
-  if (auto tc = j.find("text_config"); tc != j.end() && tc->is_object() && !j.contains("num_hidden_layers")) {
+  // stepcast costs that decoder (the vision tower is not modelled). The wrapper's own keys and
+  // hub metadata are accepted; its name, source, tie_word_embeddings and model_type carry into
+  // the decoder when text_config lacks them; any other top-level key is an error at its path.
+  if (j.is_object() && j.contains("text_config")) {
+    const Json& tc = j["text_config"];
+    if (!tc.is_object()) {
+      issues.add(path + ".text_config", "got " + core::show(tc) + "; expected the language model's config object");
+      return {};
+    }
+    for (const char* k : {"num_hidden_layers", "n_layer", "num_layers", "hidden_size"}) {
+      if (j.contains(k)) {
+        issues.add(path + ".text_config", std::string("given beside a top-level ") + k +
+                                              "; a multimodal config keeps the decoder's settings in text_config only");
+        return {};
+      }
+    }
     static const std::vector<std::string> wrapper = {
         "text_config", "vision_config", "image_token_index", "image_token_id", "boi_token_index", "eoi_token_index",
         "boi_token_id", "eoi_token_id", "mm_tokens_per_image", "vision_feature_layer", "vision_feature_select_strategy",
         "projector_hidden_act", "multi_modal_projector_bias", "model_type", "architectures"};
-    Json merged = *tc;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (std::find(wrapper.begin(), wrapper.end(), it.key()) != wrapper.end()) continue;
-      if (!merged.contains(it.key())) merged[it.key()] = it.value();
+    ObjectReader top(j, path, issues);
+    top.accept_null_as_absent();
+    top.ignore(wrapper);
+    top.ignore(ignored_hf_keys());
+    Json text = tc;
+    for (const char* k : {"name", "source", "tie_word_embeddings"}) {
+      const Json* v = top.get_raw(k);
+      if (v == nullptr || v->is_null()) continue;
+      if (!text.contains(k) || text[k].is_null()) {
+        text[k] = *v;
+      } else if (text[k] != *v) {
+        issues.add(path + "." + k, "got " + core::show(*v) + "; text_config." + k + " says " + core::show(text[k]));
+      }
     }
-    return parse_model_object(merged, path + ".text_config", issues);
+    if ((!text.contains("model_type") || text["model_type"].is_null()) && j.contains("model_type")) text["model_type"] = j["model_type"];
+    top.finish();
+    return parse_model_object(text, path + ".text_config", issues);
   }
   ObjectReader r(j, path, issues);
   r.accept_null_as_absent();  // hub config.json files write null for unset settings
@@ -325,20 +347,50 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   const bool gemma = model_type.rfind("gemma", 0) == 0;
   const bool falcon = model_type == "falcon" || model_type == "RefinedWeb" || model_type == "RefinedWebModel";
   const bool llama4 = model_type == "llama4_text" || model_type == "llama4";
-  // MPT and DBRX keep attention settings in attn_config (and DBRX its MoE in ffn_config).
-  const Json* attn_config = r.get_raw("attn_config");
-  const Json* ffn_config = r.get_raw("ffn_config");
-  auto sub_int = [&](const Json* obj, const char* key, const char* parent) -> std::optional<int64_t> {
-    if (obj == nullptr || !obj->is_object() || !obj->contains(key) || (*obj)[key].is_null()) return std::nullopt;
-    const Json& v = (*obj)[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 1) {
-      issues.add(path + "." + parent + "." + key, "got " + core::show(v) + "; expected a positive integer");
-      return std::nullopt;
-    }
-    return v.get<int64_t>();
-  };
-
+  // MPT and DBRX keep attention settings in attn_config and DBRX its MLP / experts in
+  // ffn_config; each is read with its own known keys (elsewhere they are unknown keys).
   constexpr int64_t kBig = int64_t{1} << 40;
+  const bool mpt_family = model_type == "mpt" || model_type == "dbrx";
+  struct Nested {
+    std::optional<int64_t> kv_heads, ffn, experts, top_k;
+    std::optional<bool> alibi;
+    bool multi_query = false, act_given = false, top_k_written = false;
+  } nested;
+  if (mpt_family) {
+    if (const Json* ac = r.get_raw("attn_config"); ac != nullptr && !ac->is_null()) {
+      ObjectReader a(*ac, path + ".attn_config", issues);
+      a.accept_null_as_absent();
+      nested.kv_heads = a.get_int("kv_n_heads", 1, 1 << 20);
+      nested.alibi = a.get_bool("alibi");
+      const std::string kind = a.get_choice("attn_type", {"multihead_attention", "multiquery_attention", "grouped_query_attention"},
+                                            "multihead_attention");
+      nested.multi_query = kind == "multiquery_attention";
+      a.ignore({"clip_qkv", "rope_theta", "attn_pdrop", "attn_impl", "alibi_bias_max", "prefix_lm", "qk_ln", "qk_gn",
+                "softmax_scale", "attn_uses_sequence_id", "sliding_window_size", "rope", "rope_impl", "rope_dail_config",
+                "rope_hf_config", "fused_qkv", "model_type", "transformers_version"});
+      a.finish();
+    }
+    if (const Json* fc = r.get_raw("ffn_config"); fc != nullptr && !fc->is_null()) {
+      ObjectReader f(*fc, path + ".ffn_config", issues);
+      f.accept_null_as_absent();
+      nested.ffn = f.get_int("ffn_hidden_size", 1, kBig);
+      nested.experts = f.get_int("moe_num_experts", 1, 1 << 20);
+      nested.top_k = f.get_int("moe_top_k", 1, 1 << 20);
+      nested.act_given = f.has("ffn_act_fn");
+      nested.top_k_written = f.has("moe_top_k") && !(*fc)["moe_top_k"].is_null();
+      f.ignore({"ffn_act_fn", "moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights", "uniform_expert_assignment",
+                "ffn_type", "fc_type", "moe_weight_parallelism", "model_type", "transformers_version"});
+      f.finish();
+    }
+  }
+  // A setting given both at the top level and in attn_config / ffn_config must agree.
+  auto agree = [&](std::optional<int64_t>& top, const std::optional<int64_t>& inner, const char* top_key, const char* inner_key) {
+    if (!inner) return;
+    if (top && *top != *inner) {
+      issues.add(path + "." + top_key, "got " + std::to_string(*top) + "; " + inner_key + " says " + std::to_string(*inner));
+    }
+    top = inner;
+  };
   auto layers = int_alias(r, {"num_hidden_layers", "n_layer", "num_layers", "n_layers"}, 1, 100000);
   auto hidden = int_alias(r, {"hidden_size", "n_embd", "d_model"}, 1, kBig);
   auto heads = int_alias(r, {"num_attention_heads", "n_head", "n_heads"}, 1, 1 << 20);
@@ -349,26 +401,37 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     }
     return true;
   };
+  // Present with a value (hub configs write null for unset).
+  auto given = [&](std::initializer_list<const char*> keys) { return !none_of(keys); };
   if (!layers && none_of({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})) issues.add(path, "missing the layer count (num_hidden_layers or n_layer)");
   if (!hidden && none_of({"hidden_size", "n_embd", "d_model"})) issues.add(path, "missing the hidden size (hidden_size or n_embd)");
   if (!heads && none_of({"num_attention_heads", "n_head", "n_heads"})) issues.add(path, "missing the head count (num_attention_heads or n_head)");
   m.num_layers = layers.value_or(0);
   m.hidden = hidden.value_or(0);
   m.heads = heads.value_or(0);
-  m.kv_heads = r.get_int("num_key_value_heads", 1, 1 << 20).value_or(m.heads);
+  auto kv_heads = r.get_int("num_key_value_heads", 1, 1 << 20);
   if (falcon) {
     // Falcon: new_decoder_architecture groups K/V (num_kv_heads); otherwise multi_query means
     // one K/V head. (Older files also print num_kv_heads equal to the head count.)
     const bool new_arch = r.get_bool("new_decoder_architecture", false);
     const bool multi_query = r.get_bool("multi_query", true);
     const auto kv = r.get_int("num_kv_heads", 1, 1 << 20);
+    std::optional<int64_t> falcon_kv;
     if (new_arch) {
-      m.kv_heads = kv.value_or(m.heads);
+      falcon_kv = kv ? kv : heads;
+      m.key_names.kv_heads = "num_kv_heads";
     } else if (multi_query) {
-      m.kv_heads = 1;
+      falcon_kv = 1;
+      m.key_names.kv_heads = "multi_query";
     }
+    if (falcon_kv) agree(kv_heads, falcon_kv, "num_key_value_heads", m.key_names.kv_heads.c_str());
   }
-  if (auto kv = sub_int(attn_config, "kv_n_heads", "attn_config")) m.kv_heads = *kv;
+  if (nested.multi_query) nested.kv_heads = 1;
+  if (nested.kv_heads) {
+    m.key_names.kv_heads = nested.multi_query ? "attn_config.attn_type" : "attn_config.kv_n_heads";
+    agree(kv_heads, nested.kv_heads, "num_key_value_heads", m.key_names.kv_heads.c_str());
+  }
+  m.kv_heads = kv_heads.value_or(m.heads);
   m.head_dim = r.get_int("head_dim", 1, 1 << 20).value_or(m.heads > 0 ? m.hidden / m.heads : 0);
   const bool mla_config = r.has("kv_lora_rank");  // MLA sets the head widths itself (below)
   if (!r.has("head_dim") && !mla_config && m.heads > 0 && m.hidden % m.heads != 0) {
@@ -379,20 +442,28 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   // GPT-2 writes n_inner: null (or leaves it out) for 4*h; other families must give the size.
   auto ffn = int_alias(r, {"intermediate_size", "n_inner", "ffn_hidden_size"}, 1, kBig);
-  if (!ffn) ffn = sub_int(ffn_config, "ffn_hidden_size", "ffn_config");
-  if (!ffn && r.has("expansion_ratio")) {
+  agree(ffn, nested.ffn, "intermediate_size", "ffn_config.ffn_hidden_size");
+  // n_inner: null is GPT-2's (and BLOOM's) way of saying 4 x hidden.
+  bool ffn_given = given({"intermediate_size", "ffn_hidden_size"}) || r.has("n_inner") || (mpt_family && r.has("ffn_config"));
+  if (given({"expansion_ratio"})) {
     // MPT: the MLP is expansion_ratio x d_model wide.
-    if (auto ratio = r.get_number("expansion_ratio", 0.0, 1e6, 0.0); ratio > 0) {
-      ffn = static_cast<int64_t>(std::llround(ratio * static_cast<double>(m.hidden)));
+    ffn_given = true;
+    if (auto ratio = r.get_number("expansion_ratio", 0.0, 1e6)) {
+      const auto width = static_cast<int64_t>(std::llround(*ratio * static_cast<double>(m.hidden)));
+      if (width < 1) {
+        issues.add(path + ".expansion_ratio", "got " + core::fmt("%g", *ratio) + "; the MLP would be " + std::to_string(width) +
+                                                  " wide (expansion_ratio x d_model must be at least 1)");
+      } else {
+        std::optional<int64_t> from_ratio = width;
+        agree(ffn, from_ratio, "intermediate_size", "expansion_ratio x d_model");
+      }
     }
   }
   m.ffn_hidden = ffn.value_or(4 * m.hidden);
-  const bool moe_config = r.has("num_local_experts") || r.has("n_routed_experts") || r.has("num_experts") ||
-                          r.has("moe_num_experts") || (ffn_config != nullptr && ffn_config->is_object() &&
-                                                       ffn_config->contains("moe_num_experts"));
+  const bool moe_config = given({"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"}) || nested.experts;
   // Llama 4: routed and shared experts are intermediate_size wide, the dense layers intermediate_size_mlp.
   const auto llama4_dense = llama4 ? r.get_int("intermediate_size_mlp", 1, kBig) : std::nullopt;
-  if (!ffn && !gpt2_like && !falcon && !r.has("n_inner") && !moe_config) {
+  if (!ffn_given && !gpt2_like && !falcon && !moe_config) {
     issues.add(path + ".intermediate_size", "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }
   auto vocab = r.get_int("vocab_size", 1, kBig);
@@ -413,7 +484,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     r.ignore({"hidden_act"});
   } else if (r.has("hidden_act")) {
     act = r.get_string("hidden_act").value_or(act);
-  } else if (ffn_config != nullptr && ffn_config->is_object() && ffn_config->contains("ffn_act_fn")) {
+  } else if (nested.act_given) {
     act = "silu";  // DBRX: a GLU expert MLP (w1, v1, w2)
   } else if (gpt2_like || falcon) {
     act = gpt2_like ? "gelu_new" : "gelu";
@@ -435,14 +506,22 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
 
   // ALiBi: BLOOM always; Falcon and MPT by their flag (MPT's in attn_config).
   bool alibi = bloom;
-  if (falcon) alibi = r.get_bool("alibi", false);
-  if (attn_config != nullptr && attn_config->is_object() && attn_config->contains("alibi")) {
-    alibi = (*attn_config)["alibi"].is_boolean() && (*attn_config)["alibi"].get<bool>();
+  std::string alibi_key;
+  if (falcon && given({"alibi"})) {
+    alibi = r.get_bool("alibi", false);
+    alibi_key = "alibi";
+  }
+  if (nested.alibi) {
+    alibi = *nested.alibi;
+    alibi_key = "attn_config.alibi";
   }
   // MPT learns positions unless it uses ALiBi (learned_pos_emb is true by default there).
   const bool mpt_learned = model_type == "mpt" && !alibi;
-  const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi"},
-                                       gpt2_like || mpt_learned ? "learned" : alibi ? "alibi" : "rotary");
+  const std::string pos_default = gpt2_like || mpt_learned ? "learned" : alibi ? "alibi" : "rotary";
+  const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi"}, pos_default);
+  if (!alibi_key.empty() && given({"position_embedding"}) && pos != pos_default) {
+    issues.add(path + ".position_embedding", "got \"" + pos + "\"; " + alibi_key + " says " + (alibi ? "alibi" : "not alibi"));
+  }
   m.position = pos == "learned" ? PositionKind::kLearned
                : pos == "alibi" ? PositionKind::kAlibi
                                 : PositionKind::kRotary;
@@ -453,17 +532,24 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                  model_type == "mpt" || model_type == "dbrx" || model_type == "starcoder2" ||
                                  model_type == "phi" || model_type == "cohere";
   std::string norm_default = layernorm_default ? "layernorm" : "rmsnorm";
-  if (r.has("norm_type")) {
-    // StarCoder2 / MPT name the norm: layer_norm, low_precision_layernorm, rms_norm, rmsnorm, ...
-    const std::string t = r.get_string("norm_type").value_or("");
+  bool norm_type_given = false;
+  if (auto nt = r.get_string("norm_type")) {
+    // StarCoder2 / MPT name the norm: layer_norm, low_precision_layernorm, rms_norm, RMSNorm, ...
+    std::string t = *nt;
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
     const bool rms = t.find("rms") != std::string::npos;
     const bool ln = !rms && (t.find("layer") != std::string::npos || t.find("ln") != std::string::npos);
     if (!rms && !ln) {
-      issues.add(path + ".norm_type", "got \"" + t + "\"; expected a LayerNorm (layer_norm, low_precision_layernorm) or an RMSNorm (rms_norm)");
+      issues.add(path + ".norm_type", "got \"" + *nt + "\"; expected a LayerNorm (layer_norm, low_precision_layernorm) or an RMSNorm (rms_norm)");
+    } else {
+      norm_default = rms ? "rmsnorm" : "layernorm";
+      norm_type_given = true;
     }
-    norm_default = rms ? "rmsnorm" : "layernorm";
   }
   const std::string norm = r.get_choice("norm", {"rmsnorm", "layernorm"}, norm_default);
+  if (norm_type_given && given({"norm"}) && norm != norm_default) {
+    issues.add(path + ".norm", "got \"" + norm + "\"; norm_type says " + norm_default);
+  }
   m.norm = norm == "layernorm" ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias"}, {"no_bias"}).value_or(gpt2_like || bloom);
   const bool attention_bias = r.get_bool("attention_bias", false);
@@ -472,25 +558,73 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"}).value_or(model_type == "qwen3" || model_type == "qwen3_moe");
   m.embedding_norm = r.get_bool("embedding_norm", bloom);
 
+  // A list of layer indices (from 0) in [0, layers): entries checked one by one, sorted, no
+  // repeats. Returns false when the list had a mistake (reported at its path).
+  auto layer_list = [&](const Json& v, const std::string& where, std::vector<int64_t>& out) {
+    if (!v.is_array()) {
+      issues.add(where, "got " + core::show(v) + "; expected a list of layer indices (integers from 0)");
+      return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const Json& x = v[i];
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || (layers && x.get<int64_t>() >= *layers)) {
+        issues.add(where + "[" + std::to_string(i) + "]", "got " + core::show(x) + "; expected a layer index from 0 to " +
+                                                              (layers ? std::to_string(*layers - 1) : std::string("the last layer")));
+        ok = false;
+        continue;
+      }
+      out.push_back(x.get<int64_t>());
+    }
+    std::sort(out.begin(), out.end());
+    if (ok && std::adjacent_find(out.begin(), out.end()) != out.end()) {
+      issues.add(where, "lists a layer twice");
+      ok = false;
+    }
+    return ok;
+  };
+  // A per-layer list of 0/1 flags (Llama 4's no_rope_layers, MiniMax's attn_type_list): the
+  // count of 1s, or nullopt after reporting a mistake at its path.
+  auto flag_list = [&](const Json& v, const std::string& where) -> std::optional<int64_t> {
+    if (!v.is_array() || (layers && static_cast<int64_t>(v.size()) != *layers)) {
+      issues.add(where, "got " + (v.is_array() ? std::to_string(v.size()) + " entries" : core::show(v)) +
+                            "; expected a list of 0/1 flags, one per layer" + (layers ? " (" + std::to_string(*layers) + ")" : ""));
+      return std::nullopt;
+    }
+    int64_t ones = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer() || (v[i].get<int64_t>() != 0 && v[i].get<int64_t>() != 1)) {
+        issues.add(where + "[" + std::to_string(i) + "]", "got " + core::show(v[i]) + "; expected 0 or 1");
+        return std::nullopt;
+      }
+      ones += v[i].get<int64_t>();
+    }
+    return ones;
+  };
+  if (const Json* atl = r.get_raw("attn_type_list"); atl != nullptr && !atl->is_null()) {
+    flag_list(*atl, path + ".attn_type_list");  // all 1 (softmax) here: a 0 was refused before parsing
+  }
+
   // Sliding-window attention (Mistral, gpt-oss and Gemma 2 alternating layers, Gemma 3 five
   // local layers to one global) and Llama 4's chunked attention (three layers in four).
   auto window = int_alias(r, {"sliding_window", "sliding_window_size"}, 1, kBig);
   bool use_window = true;
   if (r.has("use_sliding_window")) use_window = r.get_bool("use_sliding_window", true);
+  const auto pattern = r.get_int("sliding_window_pattern", 1, 100000);
   const auto chunk = r.get_int("attention_chunk_size", 1, kBig);
-  if (chunk && window) {
+  if (chunk && window && use_window) {
     issues.add(path + ".attention_chunk_size", "given beside sliding_window; a model uses one kind of local attention");
   }
-  if (chunk && !window) {
+  if (chunk && !(window && use_window)) {
     // A chunk of C tokens attends causally within itself: C/2 keys per query on average,
     // as many as a sliding window of C/2 sees (ModelSpec::local_window applies it).
     m.attention_chunk = *chunk;
     m.sliding_layer_fraction = 0.75;  // transformers' default: every fourth layer is global (NoPE)
-    if (const Json* nr = r.get_raw("no_rope_layers"); nr != nullptr && nr->is_array() && !nr->empty()) {
+    if (const Json* nr = r.get_raw("no_rope_layers"); nr != nullptr && !nr->is_null()) {
       // 1 = a RoPE layer with chunked attention, 0 = a global NoPE layer.
-      int64_t chunked = 0;
-      for (const auto& v : *nr) chunked += v.is_number_integer() && v.get<int64_t>() == 1 ? 1 : 0;
-      m.sliding_layer_fraction = static_cast<double>(chunked) / static_cast<double>(nr->size());
+      if (auto chunked = flag_list(*nr, path + ".no_rope_layers"); chunked && !nr->empty()) {
+        m.sliding_layer_fraction = static_cast<double>(*chunked) / static_cast<double>(nr->size());
+      }
     }
   } else {
     r.ignore({"no_rope_layers"});
@@ -499,10 +633,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     m.sliding_window = *window;
     m.sliding_layer_fraction = 1.0;
     if (model_type == "gemma2") m.sliding_layer_fraction = 0.5;  // local and global layers alternate
-    if (auto pattern = r.get_int("sliding_window_pattern", 1, 100000)) {
-      // Gemma 3: every pattern-th layer is global, the others local.
-      m.sliding_layer_fraction = 1.0 - 1.0 / static_cast<double>(*pattern);
-    }
+    // Gemma 3: every pattern-th layer is global, the others local.
+    if (pattern) m.sliding_layer_fraction = 1.0 - 1.0 / static_cast<double>(*pattern);
     if (const Json* lt = r.get_raw("layer_types"); lt != nullptr) {
       if (!lt->is_array() || lt->empty()) {
         issues.add(path + ".layer_types", "expected a non-empty array of layer type strings");
@@ -534,16 +666,28 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     }
   }
 
-  // Mixture of experts.
+  // Mixture of experts. Each setting may come under several families' names; the name given
+  // is the one an error quotes (ModelSpec::key_names).
+  auto alias_given = [&](std::initializer_list<const char*> keys) -> std::string {
+    for (const char* k : keys) {
+      if (given({k})) return k;
+    }
+    return "";
+  };
   auto experts = int_alias(r, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"}, 0, 1 << 20);
+  const std::string experts_key = alias_given({"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"});
+  agree(experts, nested.experts, experts_key.empty() ? "num_local_experts" : experts_key.c_str(), "ffn_config.moe_num_experts");
   auto top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"}, 1, 1 << 20);
-  if (!top_k) top_k = sub_int(ffn_config, "moe_top_k", "ffn_config");  // DBRX
+  std::string top_k_key = alias_given({"num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"});
+  if (nested.top_k && top_k_key.empty()) top_k_key = "ffn_config.moe_top_k";
+  agree(top_k, nested.top_k, top_k_key.empty() ? "num_experts_per_tok" : top_k_key.c_str(), "ffn_config.moe_top_k");
+  if (!top_k_key.empty()) m.key_names.top_k = top_k_key;
   m.moe.top_k = top_k.value_or(0);
-  if (!experts) experts = sub_int(ffn_config, "moe_num_experts", "ffn_config");
   m.moe.num_experts = experts.value_or(0);
-  if (m.moe.num_experts > 0 && !top_k && !r.has("num_experts_per_tok") && !r.has("experts_per_token") && !r.has("moe_topk") &&
-      !r.has("moe_k")) {
-    issues.add(path + ".num_experts_per_tok", "required integer is missing (experts each token is routed to) for a model with " +
+  // Written but wrong (already reported) is not missing.
+  const bool top_k_written = !top_k_key.empty() || nested.top_k_written;
+  if (m.moe.num_experts > 0 && !top_k && !top_k_written) {
+    issues.add(path + (mpt_family ? ".ffn_config.moe_top_k" : ".num_experts_per_tok"), "required integer is missing (experts each token is routed to) for a model with " +
                                                   std::to_string(m.moe.num_experts) + " experts");
   }
   m.moe.expert_ffn = r.get_int("moe_intermediate_size", 1, kBig).value_or(m.ffn_hidden);
@@ -559,78 +703,69 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     m.moe.shared_expert_ffn = m.moe.expert_ffn;
     if (llama4_dense) m.ffn_hidden = *llama4_dense;
   }
-  m.moe.first_k_dense = r.get_int("first_k_dense_replace", 0, 100000).value_or(0);
-  // MoE layer spacing: Megatron / DeepSeek count from layer 0, Qwen-MoE and Llama 4 from layer 1.
+  // Leading dense layers: DeepSeek's first_k_dense_replace or ERNIE's moe_layer_start_index.
+  auto first_k = r.get_int("first_k_dense_replace", 0, 100000);
+  if (auto start = r.get_int("moe_layer_start_index", 0, 100000)) {
+    agree(first_k, start, "first_k_dense_replace", "moe_layer_start_index");
+    m.key_names.first_k = "moe_layer_start_index";
+  }
+  m.moe.first_k_dense = first_k.value_or(0);
+  // MoE layer spacing: Megatron / DeepSeek count from layer 0; Qwen-MoE, Llama 4 and ERNIE
+  // from layer 1.
   const auto freq_from_0 = r.get_int("moe_layer_freq", 1, 100000);
-  const auto freq_from_1 = int_alias(r, {"decoder_sparse_step", "interleave_moe_layer_step"}, 1, 100000);
+  auto freq_from_1 = int_alias(r, {"decoder_sparse_step", "interleave_moe_layer_step"}, 1, 100000);
+  std::string freq_1_key = alias_given({"decoder_sparse_step", "interleave_moe_layer_step"});
+  if (auto interval = r.get_int("moe_layer_interval", 1, 100000)) {
+    agree(freq_from_1, interval, freq_1_key.empty() ? "decoder_sparse_step" : freq_1_key.c_str(), "moe_layer_interval");
+    freq_1_key = "moe_layer_interval";
+  }
   if (freq_from_0 && freq_from_1 && *freq_from_0 > 1 && *freq_from_1 > 1) {
-    issues.add(path + ".decoder_sparse_step", "got " + std::to_string(*freq_from_1) + " beside moe_layer_freq " +
-                                                  std::to_string(*freq_from_0) +
-                                                  "; the two place MoE layers differently (from layer 1 and from layer 0), give one");
+    issues.add(path + "." + freq_1_key, "got " + std::to_string(*freq_from_1) + " beside moe_layer_freq " +
+                                            std::to_string(*freq_from_0) +
+                                            "; the two place MoE layers differently (from layer 1 and from layer 0), give one");
   } else if (freq_from_1 && *freq_from_1 > 1) {
     m.moe.layer_freq = *freq_from_1;
     m.moe.layer_offset = 1;
+    m.key_names.moe_spacing = freq_1_key;
   } else if (freq_from_0) {
     m.moe.layer_freq = *freq_from_0;
   }
-  // ERNIE 4.5: MoE layers from moe_layer_start_index to moe_layer_end_index, every
-  // moe_layer_interval-th counted from layer 1.
-  if (auto interval = r.get_int("moe_layer_interval", 1, 100000)) {
-    m.moe.layer_freq = *interval;
-    m.moe.layer_offset = 1;
-  }
-  if (auto start = r.get_int("moe_layer_start_index", 0, 100000)) m.moe.first_k_dense = *start;
-  // -1 (or absent): up to the last layer.
-  const int64_t moe_end = r.has("moe_layer_end_index") ? r.get_int("moe_layer_end_index", -1, 100000).value_or(-1) : -1;
-  // An explicit list of MoE layers (transformers' Llama 4 moe_layers).
-  std::vector<int64_t> moe_listed;
-  bool moe_list_given = false;
-  if (const Json* ml = r.get_raw("moe_layers"); ml != nullptr) {
-    moe_list_given = true;
-    if (!ml->is_array()) {
-      issues.add(path + ".moe_layers", "expected a list of layer indices (from 0) that hold experts");
-    } else {
-      for (size_t i = 0; i < ml->size(); ++i) {
-        const Json& v = (*ml)[i];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-          issues.add(path + ".moe_layers[" + std::to_string(i) + "]", "got " + v.dump() + "; expected a layer index (an integer from 0)");
-          continue;
-        }
-        moe_listed.push_back(v.get<int64_t>());
-      }
-    }
+  // ERNIE's last MoE layer: -1 (or absent) means the last layer.
+  std::optional<int64_t> moe_end = r.get_int("moe_layer_end_index", -1, 100000);
+  if (moe_end && *moe_end < 0) moe_end.reset();
+  bool placement_ok = true;
+  if (moe_end && *moe_end < m.moe.first_k_dense) {
+    issues.add(path + ".moe_layer_end_index", "got " + std::to_string(*moe_end) + "; before the first MoE layer (" +
+                                                  m.key_names.first_k + " " + std::to_string(m.moe.first_k_dense) + ")");
+    placement_ok = false;
   }
   m.moe.groups = r.get_int("n_group", 1, 1 << 20).value_or(0);
   m.moe.group_topk = r.get_int("topk_group", 1, 1 << 20).value_or(0);
-  if (const Json* mlp_only = r.get_raw("mlp_only_layers"); mlp_only != nullptr) {
-    const std::string where = path + ".mlp_only_layers";
-    if (!mlp_only->is_array()) {
-      issues.add(where, "expected a list of layer indices (from 0) whose MLP is dense");
+  if (const Json* mlp_only = r.get_raw("mlp_only_layers"); mlp_only != nullptr && !mlp_only->is_null()) {
+    placement_ok = layer_list(*mlp_only, path + ".mlp_only_layers", m.moe.dense_layers) && placement_ok;
+  }
+  if (moe_end) {
+    for (int64_t l = *moe_end + 1; l < m.num_layers; ++l) m.moe.dense_layers.push_back(l);
+  }
+  // An explicit list of MoE layers (transformers' Llama 4 moe_layers) decides on its own, as
+  // in transformers: every other layer is dense.
+  if (const Json* ml = r.get_raw("moe_layers"); ml != nullptr && !ml->is_null()) {
+    std::vector<int64_t> listed;
+    if (layer_list(*ml, path + ".moe_layers", listed)) {
+      m.moe.first_k_dense = 0;
+      m.moe.layer_freq = 1;
+      m.moe.layer_offset = 0;
+      m.key_names.moe_spacing = "moe_layers";
+      for (int64_t l = 0; l < m.num_layers; ++l) {
+        if (!std::binary_search(listed.begin(), listed.end(), l)) m.moe.dense_layers.push_back(l);
+      }
     } else {
-      for (size_t i = 0; i < mlp_only->size(); ++i) {
-        const Json& v = (*mlp_only)[i];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-          issues.add(where + "[" + std::to_string(i) + "]", "got " + v.dump() + "; expected a layer index (an integer from 0)");
-          continue;
-        }
-        m.moe.dense_layers.push_back(v.get<int64_t>());
-      }
-      std::sort(m.moe.dense_layers.begin(), m.moe.dense_layers.end());
-      if (std::adjacent_find(m.moe.dense_layers.begin(), m.moe.dense_layers.end()) != m.moe.dense_layers.end()) {
-        issues.add(where, "lists a layer twice");
-      }
+      placement_ok = false;
     }
   }
-  if (moe_end >= 0 || moe_list_given) {
-    // Express the range end or the explicit list as dense layers.
-    for (int64_t l = 0; l < m.num_layers; ++l) {
-      const bool past_end = moe_end >= 0 && l > moe_end;
-      const bool unlisted = moe_list_given && std::find(moe_listed.begin(), moe_listed.end(), l) == moe_listed.end();
-      if ((past_end || unlisted) && !std::binary_search(m.moe.dense_layers.begin(), m.moe.dense_layers.end(), l)) {
-        m.moe.dense_layers.insert(std::upper_bound(m.moe.dense_layers.begin(), m.moe.dense_layers.end(), l), l);
-      }
-    }
-  }
+  std::sort(m.moe.dense_layers.begin(), m.moe.dense_layers.end());
+  m.moe.dense_layers.erase(std::unique(m.moe.dense_layers.begin(), m.moe.dense_layers.end()), m.moe.dense_layers.end());
+  m.key_names.placement_ok = placement_ok;
   if (m.moe.num_experts == 0) {
     m.moe = MoeSpec{};
   }
@@ -659,13 +794,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
 void validate_model(const ModelSpec& m, const std::string& path, Issues& issues) {
   if (m.num_layers <= 0 || m.hidden <= 0 || m.heads <= 0 || m.vocab <= 0) return;  // reported
   if (m.kv_heads <= 0 || m.heads % m.kv_heads != 0) {
-    issues.add(path + ".num_key_value_heads",
+    issues.add(path + "." + m.key_names.kv_heads,
                "got " + std::to_string(m.kv_heads) + "; must divide num_attention_heads (" +
                    std::to_string(m.heads) + ")");
   }
   if (m.moe.enabled()) {
     if (m.moe.top_k > m.moe.num_experts) {
-      issues.add(path + ".num_experts_per_tok",
+      issues.add(path + "." + m.key_names.top_k,
                  "got " + std::to_string(m.moe.top_k) + "; cannot exceed the number of experts (" +
                      std::to_string(m.moe.num_experts) + ")");
     }
@@ -677,17 +812,15 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
                      " experts and 1 <= topk_group <= n_group");
     }
     if (m.moe.first_k_dense >= m.num_layers) {
-      issues.add(path + ".first_k_dense_replace",
+      issues.add(path + "." + m.key_names.first_k,
                  "got " + std::to_string(m.moe.first_k_dense) + "; leaves no MoE layer in " +
                      std::to_string(m.num_layers) + " layers");
-    } else if (!m.moe.dense_layers.empty() && m.moe.dense_layers.back() >= m.num_layers) {
-      issues.add(path + ".mlp_only_layers", "got layer " + std::to_string(m.moe.dense_layers.back()) + "; the model has layers 0.." +
-                                                std::to_string(m.num_layers - 1));
-    } else if (m.num_moe_layers() == 0) {
-      const std::string key = m.moe.layer_offset == 1 ? "decoder_sparse_step" : "moe_layer_freq";
-      issues.add(path + "." + key, "got " + std::to_string(m.moe.layer_freq) + " (one MoE layer every that many); with " +
-                                       std::to_string(m.num_layers) + " layers, first_k_dense_replace " +
-                                       std::to_string(m.moe.first_k_dense) + " and mlp_only_layers it leaves no MoE layer");
+    } else if (m.key_names.placement_ok && m.num_moe_layers() == 0) {
+      // Name the placement the config used (a list, a spacing) and what else removed layers.
+      const std::string& key = m.key_names.moe_spacing;
+      std::string detail = key == "moe_layers" ? "lists no layer" : "got " + std::to_string(m.moe.layer_freq) + " (one MoE layer every that many)";
+      issues.add(path + "." + key, detail + "; with " + std::to_string(m.num_layers) + " layers, " + m.key_names.first_k + " " +
+                                       std::to_string(m.moe.first_k_dense) + " and the dense layers listed it leaves no MoE layer");
     }
   }
   if (m.mla.enabled() && (m.mla.qk_nope_head_dim <= 0 || m.mla.v_head_dim <= 0)) {

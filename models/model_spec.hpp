@@ -78,6 +78,15 @@ struct ModelSpec {
   bool embedding_norm = false;  // a norm on the token embeddings (BLOOM's word_embeddings_layernorm)
   MoeSpec moe;
   MlaSpec mla;
+  // The config keys some settings were read from (families name them differently), so a check
+  // on the parsed model names the key the user wrote.
+  struct KeyNames {
+    std::string kv_heads = "num_key_value_heads";
+    std::string top_k = "num_experts_per_tok";
+    std::string first_k = "first_k_dense_replace";
+    std::string moe_spacing = "moe_layer_freq";
+    bool placement_ok = true;  // false: the MoE layer lists had mistakes (already reported)
+  } key_names;
 
   // --- derived shapes ---
   [[nodiscard]] int64_t q_dim() const;      // width of all query heads

@@ -177,6 +177,37 @@ const std::vector<BadCase> kCases = {
                                              "moe_intermediate_size": 256, "num_experts": 8, "num_experts_per_tok": 2,
                                              "decoder_sparse_step": 10, "vocab_size": 1000}})",
      {"$.model.decoder_sparse_step", "leaves no MoE layer"}},
+    // Other families' configs: a null top-k is missing, not zero; DBRX's nested MoE block is
+    // checked key by key and must agree with top-level names; an explicit MoE layer list must
+    // stay in range; a per-layer flag list must have one 0/1 per layer; an MPT expansion ratio
+    // must give a real MLP; a multimodal wrapper keeps the decoder in text_config only; and
+    // MiniMax-M1's linear-attention layers are refused with the reason.
+    {"MoeTopKNull", R"({"model": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 1024,
+                                  "num_local_experts": 8, "num_experts_per_tok": null, "vocab_size": 1000}})",
+     {"$.model.num_experts_per_tok", "required"}},
+    {"DbrxFfnConfigTypo", R"({"model": {"model_type": "dbrx", "n_layers": 4, "d_model": 512, "n_heads": 8, "vocab_size": 1000,
+                                        "ffn_config": {"ffn_hidden_size": 512, "moe_num_expert": 16, "moe_top_k": 4}}})",
+     {"$.model.ffn_config.moe_num_expert", "unknown key"}},
+    {"DbrxExpertsDisagree", R"({"model": {"model_type": "dbrx", "n_layers": 4, "d_model": 512, "n_heads": 8, "vocab_size": 1000,
+                                          "num_local_experts": 8,
+                                          "ffn_config": {"ffn_hidden_size": 512, "moe_num_experts": 16, "moe_top_k": 4}}})",
+     {"$.model.num_local_experts", "got 8", "ffn_config.moe_num_experts says 16"}},
+    {"MoeLayersOutOfRange", R"({"model": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 1024,
+                                          "num_local_experts": 8, "num_experts_per_tok": 2, "moe_layers": [1, 3, 100], "vocab_size": 1000}})",
+     {"$.model.moe_layers[2]", "got 100", "0 to 3"}},
+    {"NoRopeLayersWrongLength", R"({"model": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "intermediate_size": 1024,
+                                              "attention_chunk_size": 1024, "no_rope_layers": [1, 0], "vocab_size": 1000}})",
+     {"$.model.no_rope_layers", "2 entries", "one per layer (4)"}},
+    {"ExpansionRatioTooSmall", R"({"model": {"model_type": "mpt", "n_layers": 4, "d_model": 512, "n_heads": 8, "vocab_size": 1000,
+                                             "max_seq_len": 4096, "expansion_ratio": 0.0001}})",
+     {"$.model.expansion_ratio", "0 wide"}},
+    {"TextConfigBesideTopLevelLayers", R"({"model": {"model_type": "llama4", "num_hidden_layers": 4,
+                                                     "text_config": {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
+                                                                     "intermediate_size": 1024, "vocab_size": 1000}}})",
+     {"$.model.text_config", "beside a top-level num_hidden_layers"}},
+    {"LinearAttentionHybrid", R"({"model": {"model_type": "minimax_m1", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
+                                            "intermediate_size": 1024, "vocab_size": 1000}})",
+     {"$.model", "linear-attention", "cannot cost"}},
     // A bare number is FLOP/s; 989 of them is no GPU.
     {"PeakFlopsWithoutUnit", R"({"hardware": {"base": "h100-sxm", "gpu": {"peak_flops": {"bf16": 989}}}})",
      {"$.hardware.gpu.peak_flops.bf16", "989TFLOPS"}},
