@@ -179,8 +179,9 @@ struct RunFlags {
 
 void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string& file_help) {
   cmd->add_option("run", f.file, file_help);
-  cmd->add_option("--model", f.model, "model (zoo name) when no run file is given, or to override it");
-  cmd->add_option("--hardware", f.hardware, "hardware profile name");
+  cmd->add_option("--model", f.model,
+                  "model (zoo name, or a model-hub config.json path) when no run file is given, or to override it");
+  cmd->add_option("--hardware", f.hardware, "hardware profile (built-in name, or a profile JSON path such as calibrate writes)");
   if (with_gpus) cmd->add_option("--gpus", f.gpus, "number of GPUs")->check(kPositive);
   cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the hardware's)")->check(kPositive);
   cmd->add_option("--seq", f.seq, "sequence length")->check(kPositive);
@@ -198,8 +199,14 @@ Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
   } else if (f.model.empty() || f.hardware.empty() || (need_gpus && f.gpus == 0) || f.seq == 0 || f.batch == 0) {
     throw stepcast::core::UserError(command + " needs a run file, or --model, --hardware, " + (need_gpus ? "--gpus, " : "") + "--seq and --batch");
   }
-  if (!f.model.empty()) run["model"] = f.model;
-  if (!f.hardware.empty()) run["hardware"] = f.hardware;
+  // A value naming a file (or ending in .json) is that file: a hub config.json, a profile.
+  auto name_or_path = [](const std::string& v) -> Json {
+    const bool file = v.size() > 5 && v.compare(v.size() - 5, 5, ".json") == 0;
+    if (!file && !std::filesystem::is_regular_file(v)) return v;
+    return Json{{"path", std::filesystem::absolute(v).string()}};
+  };
+  if (!f.model.empty()) run["model"] = name_or_path(f.model);
+  if (!f.hardware.empty()) run["hardware"] = name_or_path(f.hardware);
   if (f.gpus > 0) run["cluster"]["num_gpus"] = f.gpus;
   if (f.gpus_per_node > 0) run["cluster"]["gpus_per_node"] = f.gpus_per_node;
   if (f.seq > 0) run["training"]["seq_len"] = f.seq;
