@@ -1,6 +1,7 @@
 #include "models/model_spec.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "sim/core/embedded.hpp"
@@ -20,10 +21,20 @@ bool ModelSpec::is_moe_layer(int64_t layer) const {
   return (layer + moe.layer_offset) % std::max<int64_t>(1, moe.layer_freq) == 0;
 }
 
-int64_t ModelSpec::local_window(int64_t seq_len) const {
-  if (sliding_layer_fraction <= 0) return 0;
-  if (attention_chunk > 0) return attention_chunk < seq_len ? std::max<int64_t>(1, attention_chunk / 2) : 0;
-  return sliding_window > 0 && sliding_window < seq_len ? sliding_window : 0;
+double ModelSpec::local_keys_per_query(int64_t seq_len) const {
+  if (sliding_layer_fraction <= 0 || seq_len <= 0) return 0;
+  const double s = static_cast<double>(seq_len);
+  if (attention_chunk > 0) {
+    if (attention_chunk >= seq_len) return 0;
+    // Whole chunks of C keys (C(C+1)/2 pairs each) and the last partial chunk of r.
+    const double c = static_cast<double>(attention_chunk);
+    const double whole = std::floor(s / c), rest = s - whole * c;
+    return (whole * c * (c + 1.0) / 2.0 + rest * (rest + 1.0) / 2.0) / s;
+  }
+  if (sliding_window <= 0 || sliding_window >= seq_len) return 0;
+  // The first W queries see 1..W keys, the rest W each.
+  const double w = static_cast<double>(sliding_window);
+  return (w * (w + 1.0) / 2.0 + (s - w) * w) / s;
 }
 
 int64_t ModelSpec::num_moe_layers() const {
@@ -184,6 +195,8 @@ const std::vector<std::string>& ignored_hf_keys() {
       // Multi-token-prediction modules of the checkpoint (DeepSeek-V3, GLM, MiniMax): a training
       // choice, not part of the decoder stepcast costs.
       "num_mtp_modules", "mtp_transformer_layers", "use_mtp",
+      // Llama 4: a quantization-tooling flag.
+      "for_llm_compressor",
       // ERNIE 4.5 router settings (capacity for inference, gate kind, bias-based balancing).
       "moe_capacity", "moe_gate", "moe_use_aux_free", "moe_norm_min",
   };
@@ -333,6 +346,26 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     top.finish();
     return parse_model_object(text, path + ".text_config", issues);
   }
+  // Gemma 3's multimodal files keep a minimal text_config and rely on transformers'
+  // Gemma3TextConfig defaults for the rest (one global layer in six, a 4,096-token window).
+  if (j.is_object() && j.contains("model_type") && j["model_type"] == "gemma3_text") {
+    static const Json defaults = {{"vocab_size", 262208}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+                                  {"head_dim", 256}, {"sliding_window", 4096}, {"sliding_window_pattern", 6},
+                                  {"max_position_embeddings", 131072}};
+    bool missing = false;
+    for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+      const bool pattern_given = it.key() == "sliding_window_pattern" && (j.contains("_sliding_window_pattern") || j.contains("layer_types"));
+      if ((!j.contains(it.key()) || j[it.key()].is_null()) && !pattern_given) missing = true;
+    }
+    if (missing) {
+      Json filled = j;
+      for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+        const bool pattern_given = it.key() == "sliding_window_pattern" && (j.contains("_sliding_window_pattern") || j.contains("layer_types"));
+        if ((!filled.contains(it.key()) || filled[it.key()].is_null()) && !pattern_given) filled[it.key()] = it.value();
+      }
+      return parse_model_object(filled, path, issues);
+    }
+  }
   ObjectReader r(j, path, issues);
   r.accept_null_as_absent();  // hub config.json files write null for unset settings
   ModelSpec m;
@@ -354,7 +387,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   struct Nested {
     std::optional<int64_t> kv_heads, ffn, experts, top_k;
     std::optional<bool> alibi;
-    bool multi_query = false, act_given = false, top_k_written = false;
+    bool multi_query = false, top_k_written = false;
+    std::string act;  // ffn_config.ffn_act_fn.name
   } nested;
   if (mpt_family) {
     if (const Json* ac = r.get_raw("attn_config"); ac != nullptr && !ac->is_null()) {
@@ -376,9 +410,12 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
       nested.ffn = f.get_int("ffn_hidden_size", 1, kBig);
       nested.experts = f.get_int("moe_num_experts", 1, 1 << 20);
       nested.top_k = f.get_int("moe_top_k", 1, 1 << 20);
-      nested.act_given = f.has("ffn_act_fn");
+      if (const Json* act = f.get_raw("ffn_act_fn"); act != nullptr && act->is_object() && act->contains("name") &&
+                                                   (*act)["name"].is_string()) {
+        nested.act = (*act)["name"].get<std::string>();
+      }
       nested.top_k_written = f.has("moe_top_k") && !(*fc)["moe_top_k"].is_null();
-      f.ignore({"ffn_act_fn", "moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights", "uniform_expert_assignment",
+      f.ignore({"moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights", "uniform_expert_assignment",
                 "ffn_type", "fc_type", "moe_weight_parallelism", "model_type", "transformers_version"});
       f.finish();
     }
@@ -417,10 +454,11 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     const bool multi_query = r.get_bool("multi_query", true);
     const auto kv = r.get_int("num_kv_heads", 1, 1 << 20);
     std::optional<int64_t> falcon_kv;
-    if (new_arch) {
+    if (new_arch || !multi_query) {
+      // transformers: num_kv_heads when new_decoder_architecture or not multi_query.
       falcon_kv = kv ? kv : heads;
       m.key_names.kv_heads = "num_kv_heads";
-    } else if (multi_query) {
+    } else {
       falcon_kv = 1;
       m.key_names.kv_heads = "multi_query";
     }
@@ -484,8 +522,10 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     r.ignore({"hidden_act"});
   } else if (r.has("hidden_act")) {
     act = r.get_string("hidden_act").value_or(act);
-  } else if (nested.act_given) {
-    act = "silu";  // DBRX: a GLU expert MLP (w1, v1, w2)
+  } else if (model_type == "dbrx") {
+    act = "silu";  // DBRX: a GLU expert MLP (w1, v1, w2) whatever ffn_act_fn names
+  } else if (!nested.act.empty()) {
+    act = nested.act;  // MPT's ffn_config.ffn_act_fn
   } else if (gpt2_like || falcon) {
     act = gpt2_like ? "gelu_new" : "gelu";
   } else if (bloom || model_type == "mpt") {
@@ -610,24 +650,31 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   auto window = int_alias(r, {"sliding_window", "sliding_window_size"}, 1, kBig);
   bool use_window = true;
   if (r.has("use_sliding_window")) use_window = r.get_bool("use_sliding_window", true);
-  const auto pattern = r.get_int("sliding_window_pattern", 1, 100000);
+  const auto pattern = int_alias(r, {"sliding_window_pattern", "_sliding_window_pattern"}, 1, 100000);
+  // Gemma 3 embedding models attend both ways, which the causal cost model does not describe.
+  if (r.get_bool("use_bidirectional_attention", false)) {
+    issues.add(path + ".use_bidirectional_attention", "got true; stepcast costs causal decoders (bidirectional attention is an encoder's)");
+  }
   const auto chunk = r.get_int("attention_chunk_size", 1, kBig);
   if (chunk && window && use_window) {
     issues.add(path + ".attention_chunk_size", "given beside sliding_window; a model uses one kind of local attention");
   }
   if (chunk && !(window && use_window)) {
     // A chunk of C tokens attends causally within itself: C/2 keys per query on average,
-    // as many as a sliding window of C/2 sees (ModelSpec::local_window applies it).
+    // as many as a sliding window of C/2 sees (ModelSpec::local_keys_per_query counts it).
     m.attention_chunk = *chunk;
-    m.sliding_layer_fraction = 0.75;  // transformers' default: every fourth layer is global (NoPE)
-    if (const Json* nr = r.get_raw("no_rope_layers"); nr != nullptr && !nr->is_null()) {
+    // Every no_rope_layer_interval-th layer is global (NoPE): transformers' default is 4.
+    const auto interval = r.get_int("no_rope_layer_interval", 1, 100000);
+    m.sliding_layer_fraction = 1.0 - 1.0 / static_cast<double>(interval.value_or(4));
+    // An explicit per-layer list (empty: the interval's default, as transformers reads it).
+    if (const Json* nr = r.get_raw("no_rope_layers"); nr != nullptr && !nr->is_null() && !(nr->is_array() && nr->empty())) {
       // 1 = a RoPE layer with chunked attention, 0 = a global NoPE layer.
       if (auto chunked = flag_list(*nr, path + ".no_rope_layers"); chunked && !nr->empty()) {
         m.sliding_layer_fraction = static_cast<double>(*chunked) / static_cast<double>(nr->size());
       }
     }
   } else {
-    r.ignore({"no_rope_layers"});
+    r.ignore({"no_rope_layers", "no_rope_layer_interval"});
   }
   if (window && use_window) {
     m.sliding_window = *window;

@@ -94,10 +94,10 @@ struct ModelSpec {
   [[nodiscard]] bool is_moe_layer(int64_t layer) const;  // layer index from 0
   [[nodiscard]] int64_t num_moe_layers() const;
   [[nodiscard]] int64_t mlp_matrices() const { return mlp == MlpKind::kGated ? 3 : 2; }
-  // Keys a query of the local layers sees at sequence length seq_len, as a sliding window
-  // (0: those layers attend to the whole causal prefix). A chunk of C tokens gives C/2 keys per
-  // query on average, as a window of C/2 does; a sequence within one chunk is full attention.
-  [[nodiscard]] int64_t local_window(int64_t seq_len) const;
+  // Keys a query of the local layers sees on average at sequence length seq_len, mask
+  // included (0: those layers attend to the whole causal prefix, the window or chunk covering
+  // the sequence). Query i sees min(i+1, W) keys under a window W, (i mod C)+1 under chunks of C.
+  [[nodiscard]] double local_keys_per_query(int64_t seq_len) const;
 
   // --- parameter counts ---
   [[nodiscard]] double norm_params() const;           // one norm: h (RMSNorm) or 2h (LayerNorm)

@@ -22,9 +22,9 @@ double model_flops_per_step(const config::RunConfig& rc) {
                                       : static_cast<double>(m.head_dim);
   const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
   double sk = s;
-  if (const int64_t window = m.local_window(rc.training.seq_len); window > 0) {
-    // A windowed causal layer sees ~window keys per query instead of ~s/2.
-    sk = s * (1.0 - m.sliding_layer_fraction) + 2.0 * static_cast<double>(window) * m.sliding_layer_fraction;
+  if (const double keys = m.local_keys_per_query(rc.training.seq_len); keys > 0) {
+    // A local layer's query sees `keys` keys on average instead of ~s/2.
+    sk = s * (1.0 - m.sliding_layer_fraction) + 2.0 * keys * m.sliding_layer_fraction;
   }
   // Causal attention forward per token and layer: heads * (d_qk + d_v) * sk FLOPs (QK^T + PV
   // at 2 FLOPs per MAC over sk/2 keys on average); x3 for forward + backward.

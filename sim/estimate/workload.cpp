@@ -407,8 +407,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   const double d_qk = m.mla.enabled() ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
                                       : static_cast<double>(m.head_dim);
   const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
-  auto attention_times = [&](double sk) {
-    cost::AttentionShape a{static_cast<double>(p.micro_batch_size), heads_local, s / cp, sk, d_qk, d_v, true};
+  auto attention_times = [&](double sk, bool causal = true) {
+    cost::AttentionShape a{static_cast<double>(p.micro_batch_size), heads_local, s / cp, sk, d_qk, d_v, causal};
     if (p.cp_comm == config::CpComm::kUlysses && p.cp > 1) {
       // Ulysses: full sequence, heads split over cp.
       a.heads = heads_local / cp;
@@ -436,8 +436,9 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   }
   Duration attn_f = af_full, attn_b = ab_full;
   Flops attn_flops = fl_full;
-  if (const int64_t window = m.local_window(rc_.training.seq_len); window > 0) {
-    auto [af_w, ab_w, fl_w] = attention_times(static_cast<double>(window));
+  if (const double keys = m.local_keys_per_query(rc_.training.seq_len); keys > 0) {
+    // Local layers: every query sees `keys` keys on average (the mask is already counted).
+    auto [af_w, ab_w, fl_w] = attention_times(keys, false);
     const double w = m.sliding_layer_fraction;
     attn_f = af_full * (1.0 - w) + af_w * w;
     attn_b = ab_full * (1.0 - w) + ab_w * w;
@@ -821,17 +822,41 @@ LayerCost WorkloadBuilder::build_output() const {
     lc.fwd.push_back(comm_op(c, "cross_entropy.tp_stats", CommKind::kTp, Collective::kAllReduce, 3.0 * c.T * 4.0, places_.tp));
   }
   // Multi-token prediction modules run after the main loss on the same stage: each embeds the
-  // next tokens with the shared embedding, norms that and the hidden state, projects the pair
-  // (2h -> h, column-parallel), runs one transformer layer of the model's last-layer kind and
-  // predicts with the shared output head and a loss of its own (the head's ops again).
+  // next tokens with the shared embedding (vocab-parallel: partial lookups summed over TP, a
+  // scatter-add into the embedding gradient in backward), norms that and the hidden state,
+  // projects the pair (2h -> h; under TP the pair is gathered in, the output gathered and
+  // re-sharded, as Megatron's MTP concatenation does), runs one transformer layer of the model's
+  // last-layer kind (recomputed as the model's layers are) and predicts with the shared output
+  // head and a loss of its own (the head's ops again).
   if (rc_.training.mtp_layers > 0) {
     const std::vector<Op> head_f = lc.fwd, head_b = lc.bwd;
-    const LayerCost layer = build_layer(m.is_moe_layer(m.num_layers - 1), config::Recompute::kNone);
+    const LayerCost layer = build_layer(m.is_moe_layer(m.num_layers - 1), rc_.parallel.recompute);
+    const double vocab_local = static_cast<double>(rc_.padded_vocab) / c.t;
     for (int64_t d = 0; d < rc_.training.mtp_layers; ++d) {
       lc.fwd.push_back(mem_op(c, "mtp.embedding", 2.0 * c.e * c.T * h));
+      if (c.t > 1) {
+        lc.fwd.push_back(comm_op(c, "mtp.embedding.tp_reduce", CommKind::kTp,
+                                 c.sp ? Collective::kReduceScatter : Collective::kAllReduce, c.T * h * c.e, places_.tp));
+      }
+      lc.bwd.push_back(mem_op(c, "mtp.embedding.grad",
+                              2.0 * c.e * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
       lc.fwd.push_back(mem_op(c, "mtp.norms", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
       lc.bwd.push_back(mem_op(c, "mtp.norms.bwd", 8.0 * c.e * h * c.T_rep));
-      linear(c, lc.fwd, lc.bwd, "mtp.eh_proj", c.T, h / c.t, 2.0 * h, 1.0, 2.0 * c.e * h * c.T);
+      const size_t pf = lc.fwd.size(), pb = lc.bwd.size();
+      linear(c, lc.fwd, lc.bwd, "mtp.eh_proj", c.T, h / c.t, 2.0 * h, 1.0, 2.0 * c.e * h * c.T_rep);
+      std::vector<Op> in_f, in_b, out_f, out_b;
+      // The 2h input's gather (twice the bytes of a hidden state), the h/t output's gather.
+      tp_entry(c, in_f, in_b, "mtp.eh_proj_in", Duration(sum_time(lc.fwd, pf)), Duration(sum_time(lc.bwd, pb)));
+      tp_entry(c, in_f, in_b, "mtp.eh_proj_in2", Duration(0), Duration(0));
+      if (c.t > 1) {
+        out_f.push_back(comm_op(c, "mtp.eh_proj_out.ag", CommKind::kTp, Collective::kAllGather, c.T * h * c.e, places_.tp));
+        // Backward: the gather's split is local; re-sharding the sequence (SP) gathers it back.
+        if (c.sp) out_b.push_back(comm_op(c, "mtp.eh_proj_out.ag_grad", CommKind::kTp, Collective::kAllGather, c.T * h * c.e, places_.tp));
+      }
+      lc.fwd.insert(lc.fwd.begin() + static_cast<long>(pf), in_f.begin(), in_f.end());
+      lc.fwd.insert(lc.fwd.end(), out_f.begin(), out_f.end());
+      lc.bwd.insert(lc.bwd.end(), in_b.begin(), in_b.end());
+      lc.bwd.insert(lc.bwd.end(), out_b.begin(), out_b.end());
       lc.fwd.insert(lc.fwd.end(), layer.fwd.begin(), layer.fwd.end());
       lc.bwd.insert(lc.bwd.end(), layer.bwd.begin(), layer.bwd.end());
       lc.fwd.insert(lc.fwd.end(), head_f.begin(), head_f.end());

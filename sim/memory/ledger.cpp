@@ -476,23 +476,31 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     if (s == p.pp - 1) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
+      // Multi-token prediction: each module's loss keeps what its backward needs (the fp32
+      // log-softmax output of an eager loss, the fused loss's softmax copy) while another
+      // loss's backward peaks.
+      const double mtp = static_cast<double>(rc.training.mtp_layers);
+      const double kept_per_logit = rc.training.loss == config::LossImpl::kEager ? 4.0 : (rc.training.fp32_logits ? 4.0 : e);
+      st.logits += Bytes(elems * kept_per_logit * mtp);
       // GPipe runs every forward before the first backward, so the last stage keeps the logits
       // (and the loss's copy) of all m micro-batches; the other schedules back-propagate each
       // micro-batch through the output layer right after its forward.
-      // Multi-token prediction: each module's loss keeps its own logits until the one backward.
-      st.logits = st.logits * (1.0 + static_cast<double>(rc.training.mtp_layers));
       if (p.schedule == Schedule::kGpipe) st.activations += st.logits * (static_cast<double>(rc.num_microbatches) - 1.0);
-      // Per micro-batch in flight: the final norm's input and the LM head's input (the sequence
-      // shard under SP, re-gathered in backward, unless the gathered input is kept).
+      // The head (and any MTP module) runs in the last virtual stage, whose forward is followed
+      // by its backward: one micro-batch's worth, all m under GPipe.
+      const double head_inflight = p.schedule == Schedule::kGpipe ? static_cast<double>(rc.num_microbatches) : 1.0;
+      // Per micro-batch: the final norm's input and the LM head's input (the sequence shard
+      // under SP, re-gathered in backward, unless the gathered input is kept).
       const bool keeps_gathered = sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
-      st.activations += Bytes((boundary + e * h * tokens / (sp && !keeps_gathered ? t : 1.0)) * inflight);
+      const double head_input = e * h * tokens / (sp && !keeps_gathered ? t : 1.0);
+      st.activations += Bytes((boundary + head_input) * head_inflight);
       if (rc.training.mtp_layers > 0) {
-        // Each module's layer keeps all its activations (it is not recomputed), plus its
-        // projection's [h; embedding] input, per micro-batch in flight.
-        config::RunConfig kept = rc;
-        kept.parallel.recompute = Recompute::kNone;
-        const Bytes mtp_layer = layer_activation_bytes(kept, m.is_moe_layer(m.num_layers - 1));
-        st.activations += (mtp_layer + Bytes(2.0 * e * h * tokens)) * (inflight * static_cast<double>(rc.training.mtp_layers));
+        // Each module: its layer's activations (recomputed as the model's layers are, as
+        // Megatron's MTP layer is), its projection's [h; embedding] input (the sequence shard
+        // under SP), its final norm's and its head's inputs.
+        const Bytes mtp_layer = layer_activation_bytes(rc, m.is_moe_layer(m.num_layers - 1));
+        const double proj_input = 2.0 * e * h * tokens / (sp ? t : 1.0);
+        st.activations += (mtp_layer + Bytes(proj_input + boundary + head_input)) * (head_inflight * mtp);
       }
     }
     // Buffers.

@@ -235,6 +235,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
           }
           int64_t first = -1, last = -1;
           std::vector<std::pair<int64_t, int64_t>> end_splits;  // alternatives to (first, last)
+          std::vector<std::vector<int64_t>> alt_lists;          // alternatives to stage_list
           std::vector<int64_t> stage_list;
           if (fixed("first_stage_layers") || fixed("last_stage_layers")) {
             first = bp.first_stage_layers;
@@ -255,12 +256,24 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                 if (f != first) end_splits.emplace_back(f, ends - f);
               }
             }
-            if (!megatron_ends && L >= pp * vpp) stage_list = config::balanced_stage_layers(L, pp * vpp);
+            if (!megatron_ends && L >= pp * vpp) {
+              stage_list = config::balanced_stage_layers(L, pp * vpp);
+              // The balanced list puts the extra layers last; the mirrored one keeps the last
+              // (head-carrying) stage light.
+              std::vector<int64_t> mirrored(stage_list.rbegin(), stage_list.rend());
+              if (mirrored != stage_list) alt_lists.push_back(std::move(mirrored));
+            }
             if (!megatron_ends && stage_list.empty()) {
               ++res.enumerated;
               ++res.rejected["layers do not split over pp*vpp"];
               continue;
             }
+          } else if (vpp == 1 && pp >= 3) {
+            // Even stages, and Megatron's shorter last stage: k layers moved to the first stage
+            // (k up to one more than the multi-token-prediction modules the last stage runs).
+            const int64_t per = L / pp;
+            const int64_t moves = std::min<int64_t>(per - 1, 1 + base.training.mtp_layers);
+            for (int64_t k = 1; k <= moves; ++k) end_splits.emplace_back(per + k, per - k);
           }
           std::vector<config::CpComm> cp_methods{bp.cp_comm};
           if (cp > 1 && !fixed("cp_comm")) cp_methods = {config::CpComm::kRing, config::CpComm::kAllGather, config::CpComm::kUlysses};
@@ -306,6 +319,12 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
                     for (const auto& [f, l] : end_splits) {
                       p.first_stage_layers = f;
                       p.last_stage_layers = l;
+                      cands.push_back(p);
+                    }
+                    p.first_stage_layers = first;
+                    p.last_stage_layers = last;
+                    for (const auto& list : alt_lists) {
+                      p.stage_layer_list = list;
                       cands.push_back(p);
                     }
                   }

@@ -294,8 +294,9 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_EQ(gemma.mlp, MlpKind::kGated);
   EXPECT_EQ(gemma.sliding_window, 4096);
   EXPECT_DOUBLE_EQ(gemma.sliding_layer_fraction, 0.5);
-  EXPECT_EQ(gemma.local_window(8192), 4096);
-  EXPECT_EQ(gemma.local_window(4096), 0);  // the window covers the whole sequence
+  // At 8,192 tokens the first 4,096 queries see 1..4,096 keys, the rest 4,096 each.
+  EXPECT_DOUBLE_EQ(gemma.local_keys_per_query(8192), (4096.0 * 4097.0 / 2.0 + 4096.0 * 4096.0) / 8192.0);
+  EXPECT_EQ(gemma.local_keys_per_query(4096), 0.0);  // the window covers the whole sequence
   const ModelSpec mpt = load("mpt-7b-instruct-config.json", issues);
   EXPECT_EQ(mpt.position, PositionKind::kAlibi);
   EXPECT_EQ(mpt.norm, NormKind::kLayerNorm);
@@ -310,8 +311,8 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_EQ(scout.num_moe_layers(), 48);
   EXPECT_FALSE(scout.tied_embeddings);
   EXPECT_DOUBLE_EQ(scout.sliding_layer_fraction, 0.75);
-  EXPECT_EQ(scout.local_window(32768), 4096);  // chunks of 8192: 4096 keys per query on average
-  EXPECT_EQ(scout.local_window(8192), 0);      // one chunk: full causal attention
+  EXPECT_DOUBLE_EQ(scout.local_keys_per_query(32768), 8193.0 / 2.0);  // four chunks of 8,192
+  EXPECT_EQ(scout.local_keys_per_query(8192), 0.0);                   // one chunk: full causal attention
   const ModelSpec glm = load("glm4.7-flash-30b-a3b-config.json", issues);
   EXPECT_TRUE(glm.mla.enabled());
   for (const auto& l : issues.lines()) ADD_FAILURE() << l;
