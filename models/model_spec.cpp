@@ -541,8 +541,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                          "relu2, squared_relu (2 matrices)");
   }
   // transformers writes tie_word_embeddings unless it equals both the library default (true) and
-  // the family's; Llama 4's family default is false.
-  m.tied_embeddings = r.get_bool("tie_word_embeddings", !llama4);
+  // the family's, so a published file carries it; a hand-written one that leaves it out gets the
+  // family's default (false for these families, the library's true otherwise).
+  static const std::vector<std::string> untied_families = {
+      "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+      "deepseek_v2", "deepseek_v3", "kimi_k2", "dbrx", "phi3", "olmo", "olmo2", "olmoe", "granite", "nemotron", "glm4_moe"};
+  const bool untied_default = std::find(untied_families.begin(), untied_families.end(), model_type) != untied_families.end();
+  m.tied_embeddings = r.get_bool("tie_word_embeddings", !untied_default);
 
   // ALiBi: BLOOM always; Falcon and MPT by their flag (MPT's in attn_config).
   bool alibi = bloom;
@@ -570,7 +575,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   const bool layernorm_default = gpt2_like || bloom || falcon || model_type == "nemotron" || model_type == "gpt_neox" ||
                                  model_type == "mpt" || model_type == "dbrx" || model_type == "starcoder2" ||
-                                 model_type == "phi" || model_type == "cohere";
+                                 model_type == "phi";
   std::string norm_default = layernorm_default ? "layernorm" : "rmsnorm";
   bool norm_type_given = false;
   if (auto nt = r.get_string("norm_type")) {
