@@ -171,7 +171,7 @@ const std::vector<std::string>& ignored_hf_keys() {
       "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob",
       "scoring_func", "topk_method", "routed_scaling_factor",
       "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers", "quantization_config",
-      "max_window_layers", "use_sliding_window", "swiglu_limit", "router_aux_loss_coef",
+      "use_sliding_window", "swiglu_limit", "router_aux_loss_coef",
       "is_decoder", "use_parallel_residual", "bias_dropout_fusion", "apply_residual_connection_post_layernorm",
       "tie_encoder_decoder", "output_attentions", "output_hidden_states", "return_dict",
       "torchscript", "id2label", "label2id", "problem_type", "finetuning_task", "prefix",
@@ -685,6 +685,11 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     m.sliding_window = *window;
     m.sliding_layer_fraction = 1.0;
     if (model_type == "gemma2") m.sliding_layer_fraction = 0.5;  // local and global layers alternate
+    // Qwen2/3: layers from max_window_layers on slide (transformers' layer_types rule).
+    if (auto mwl = r.get_int("max_window_layers", 0, 100000); mwl && layers) {
+      m.sliding_layer_fraction = static_cast<double>(std::max<int64_t>(0, *layers - std::min(*mwl, *layers))) /
+                                 static_cast<double>(*layers);
+    }
     // Gemma 3: every pattern-th layer is global, the others local.
     if (pattern) m.sliding_layer_fraction = 1.0 - 1.0 / static_cast<double>(*pattern);
     if (const Json* lt = r.get_raw("layer_types"); lt != nullptr) {
@@ -707,6 +712,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
       }
     }
   } else {
+    r.ignore({"max_window_layers"});
     // Layer types without a window to slide: only full attention is meaningful.
     if (const Json* lt = r.get_raw("layer_types"); lt != nullptr && lt->is_array()) {
       for (const auto& t : *lt) {

@@ -436,13 +436,16 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   }
   Duration attn_f = af_full, attn_b = ab_full;
   Flops attn_flops = fl_full;
-  if (const double keys = m.local_keys_per_query(rc_.training.seq_len); keys > 0) {
-    // Local layers: every query sees `keys` keys on average (the mask is already counted).
+  // Local layers: every query sees `keys` keys on average (the mask is already counted), at
+  // most the full causal cost (a window near the sequence skips almost nothing). Unfused
+  // attention computes the whole score matrix and masks it, so a window saves nothing there.
+  const double keys = rc_.training.attention == config::AttentionImpl::kUnfused ? 0.0 : m.local_keys_per_query(rc_.training.seq_len);
+  if (keys > 0) {
     auto [af_w, ab_w, fl_w] = attention_times(keys, false);
     const double w = m.sliding_layer_fraction;
-    attn_f = af_full * (1.0 - w) + af_w * w;
-    attn_b = ab_full * (1.0 - w) + ab_w * w;
-    attn_flops = fl_full * (1.0 - w) + fl_w * w;
+    attn_f = af_full * (1.0 - w) + std::min(af_w, af_full) * w;
+    attn_b = ab_full * (1.0 - w) + std::min(ab_w, ab_full) * w;
+    attn_flops = fl_full * (1.0 - w) + std::min(fl_w, fl_full) * w;
   }
   Op af;
   af.name = "attention";

@@ -148,7 +148,8 @@ std::string layout_text(const Parallel& p) {
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage)) << " rc "
     << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
-  if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers << " last " << p.last_stage_layers;
+  if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers;
+  if (p.last_stage_layers >= 0) o << " last " << p.last_stage_layers;
   if (!p.stage_layer_list.empty()) {
     // Runs of equal stages written n*k (k stages of n layers each): [1, 2*30, 1*33].
     o << " stages [";
@@ -251,8 +252,10 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
               // Every way to share the remainder between the two end stages (each at most a
               // middle stage's count): the last stage also runs the output head (and any
               // multi-token-prediction modules), so a lighter last stage can be the faster one.
+              // With MTP modules the first stage may take more than a middle stage.
               const int64_t per = (L + pp - 1) / pp, ends = first + last;
-              for (int64_t f = std::max<int64_t>(1, ends - per); f <= std::min(per, ends - 1); ++f) {
+              const int64_t max_first = base.training.mtp_layers > 0 ? ends - 1 : std::min(per, ends - 1);
+              for (int64_t f = std::max<int64_t>(1, ends - per); f <= max_first; ++f) {
                 if (f != first) end_splits.emplace_back(f, ends - f);
               }
             }
@@ -268,12 +271,18 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
               ++res.rejected["layers do not split over pp*vpp"];
               continue;
             }
-          } else if (vpp == 1 && pp >= 3) {
-            // Even stages, and Megatron's shorter last stage: k layers moved to the first stage
-            // (k up to one more than the multi-token-prediction modules the last stage runs).
+          } else if (vpp == 1 && pp >= 2) {
+            // Even stages, and a shorter last stage: k layers moved to the first stage (one, or
+            // any number when the last stage also runs multi-token-prediction modules).
             const int64_t per = L / pp;
-            const int64_t moves = std::min<int64_t>(per - 1, 1 + base.training.mtp_layers);
-            for (int64_t k = 1; k <= moves; ++k) end_splits.emplace_back(per + k, per - k);
+            const int64_t moves = base.training.mtp_layers > 0 ? per - 1 : std::min<int64_t>(per - 1, 1);
+            for (int64_t k = 1; k <= moves; ++k) {
+              if (pp >= 3) {
+                end_splits.emplace_back(per + k, per - k);
+              } else {
+                alt_lists.push_back({per + k, per - k});  // two stages: a list (Megatron's ends need a middle)
+              }
+            }
           }
           std::vector<config::CpComm> cp_methods{bp.cp_comm};
           if (cp > 1 && !fixed("cp_comm")) cp_methods = {config::CpComm::kRing, config::CpComm::kAllGather, config::CpComm::kUlysses};
@@ -508,6 +517,9 @@ Json plan_json(const PlanResult& r, size_t rows) {
     Json par = {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}, {"sp", p.sp},
                 {"micro_batch_size", p.micro_batch_size}, {"zero_stage", p.zero_stage}, {"fsdp", p.fsdp},
                 {"recompute", config::to_string(p.recompute)}, {"schedule", config::to_string(p.schedule)}};
+    // Every setting the planner chose, so the layout re-runs as ranked.
+    if (p.cp > 1) par["cp_comm"] = config::to_string(p.cp_comm);
+    if (c.rc.model.moe.enabled()) par["etp"] = p.etp;
     if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
     if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
       par["recompute_modules"] = report::recompute_modules_json(p);

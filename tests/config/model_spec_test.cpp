@@ -317,6 +317,16 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_TRUE(glm.mla.enabled());
   for (const auto& l : issues.lines()) ADD_FAILURE() << l;
 
+  // Qwen2: layers from max_window_layers on slide; max_window_layers = every layer leaves none.
+  core::Issues qi;
+  Json qwen = {{"model_type", "qwen2"}, {"hidden_size", 512}, {"num_attention_heads", 8}, {"num_hidden_layers", 8},
+               {"intermediate_size", 1024}, {"vocab_size", 1000}, {"use_sliding_window", true}, {"sliding_window", 256},
+               {"max_window_layers", 6}};
+  EXPECT_DOUBLE_EQ(parse_model(qwen, "$.model", qi, "").sliding_layer_fraction, 0.25);
+  qwen["max_window_layers"] = 8;
+  EXPECT_EQ(parse_model(qwen, "$.model", qi, "").local_keys_per_query(4096), 0.0);
+  for (const auto& l : qi.lines()) ADD_FAILURE() << l;
+
   core::Issues refused;
   load("qwen3next-80b-a3b-config.json", refused);
   ASSERT_FALSE(refused.empty());

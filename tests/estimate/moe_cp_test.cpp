@@ -460,5 +460,34 @@ TEST(MultiTokenPrediction, AddsALayerAndAHeadPassToTheLastStage) {
   }
 }
 
+// Local attention never costs more than full causal attention (a window just under the
+// sequence skips almost nothing), shrinks with the window, and saves nothing with unfused
+// attention (it computes and masks the whole score matrix).
+TEST(LocalAttention, WindowCostIsBoundedMonotoneAndFusedOnly) {
+  auto attention_time = [](Json window, const char* impl) {
+    Json j = cp_run(8192, 1, 8);
+    j["model"] = {{"hidden_size", 1024}, {"num_attention_heads", 16}, {"num_key_value_heads", 8}, {"num_hidden_layers", 4},
+                  {"intermediate_size", 4096}, {"vocab_size", 32000}};
+    if (!window.is_null()) j["model"]["sliding_window"] = window;
+    j["training"]["attention"] = impl;
+    const WorkloadBuilder w(parse(j));
+    double t = 0;
+    for (const auto& o : w.layer(0).fwd) {
+      if (o.kind == OpKind::kAttention) t += o.time.value();
+    }
+    return t;
+  };
+  const double full = attention_time(Json(), "flash");
+  double previous = 0;
+  for (int64_t win : {256, 1024, 4096, 7000, 8191}) {
+    const double t = attention_time(win, "flash");
+    EXPECT_LE(t, full * (1.0 + 1e-12)) << win;
+    EXPECT_GE(t, previous) << win;
+    previous = t;
+  }
+  EXPECT_LT(attention_time(1024, "flash"), 0.3 * full);
+  EXPECT_DOUBLE_EQ(attention_time(1024, "unfused"), attention_time(Json(), "unfused"));
+}
+
 }  // namespace
 }  // namespace stepcast::estimate

@@ -223,6 +223,29 @@ TEST(Planner, OddLayersOnTwoStagesSplitByList) {
   EXPECT_TRUE(mirrored) << "the mirrored split was not ranked";
 }
 
+// plan --json carries every setting the planner chose, so its layouts re-run as ranked: the
+// CP exchange when cp > 1 and the expert-tensor-parallel size of a MoE model.
+TEST(Planner, JsonLayoutsCarryCpExchangeAndEtp) {
+  Json j = run_8b();
+  j["model"] = {{"hidden_size", 1024}, {"num_attention_heads", 8}, {"num_key_value_heads", 8}, {"num_hidden_layers", 4},
+                {"intermediate_size", 4096}, {"moe_intermediate_size", 1024}, {"num_local_experts", 8},
+                {"num_experts_per_tok", 2}, {"vocab_size", 32000}};
+  j["parallel"] = {{"pp", 1}, {"cp", 2}, {"tp", 2}};
+  PlanOptions o = small_options();
+  o.top_k = 1;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  const Json out = plan_json(r, 5);
+  for (const auto& l : out["layouts"]) {
+    EXPECT_TRUE(l["parallel"].contains("cp_comm")) << l["layout"];
+    EXPECT_TRUE(l["parallel"].contains("etp")) << l["layout"];
+    // Re-running the JSON layout gives a valid run.
+    Json again = j;
+    again["parallel"] = l["parallel"];
+    EXPECT_NO_THROW(config::parse_run(again, "<rerun>", "")) << l["layout"];
+  }
+}
+
 TEST(Planner, BadRunFileIsAConfigError) {
   Json j = run_8b();
   j["training"]["seq_len"] = -1;
