@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
+
+#include "sim/engine/schedule.hpp"
 
 namespace stepcast::memory {
 
@@ -305,16 +308,32 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
     for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);
     return per_mb * inflight;
   }
-  const auto passes = static_cast<int64_t>(std::llround(inflight * static_cast<double>(v)));
+  // Interleaved 1F1B: walk the stage's own order (each forward keeps its chunk's
+  // activations until that chunk's backward) and take the largest set held at once; with
+  // unequal chunks the peak can come after the warm-up.
+  (void)inflight;
+  std::vector<double> chunk_bytes(static_cast<size_t>(v));
+  for (int64_t c = 0; c < v; ++c) chunk_bytes[static_cast<size_t>(c)] = chunk_layer_activation_bytes(rc, stage, c).value();
+  // After the warm-up ((pp - s - 1) * 2 + (v - 1) * pp forwards) the held set repeats every
+  // pp * v actions and the cool-down only frees, so a run of pp * (v + 4) micro-batches (a
+  // multiple of pp) reaches the same peak as any longer one; that bound keeps the walk short
+  // for thousands of micro-batches.
   const int64_t pp = rc.parallel.pp;
-  Bytes out(0);
-  for (int64_t c = 0; c < v; ++c) {
-    // Forwards k < passes with (k / pp) mod v == c.
-    int64_t count = 0;
-    for (int64_t k = 0; k < passes; ++k) count += (k / pp) % v == c ? 1 : 0;
-    out += chunk_layer_activation_bytes(rc, stage, c) * static_cast<double>(count);
+  const int64_t bound = pp * (v + 4);
+  const int64_t m = rc.num_microbatches > bound ? bound : rc.num_microbatches;
+  const auto order = engine::stage_order(Schedule::kInterleaved, static_cast<int32_t>(pp), static_cast<int32_t>(stage),
+                                         static_cast<int32_t>(m), static_cast<int32_t>(v));
+  double held = 0, peak = 0;
+  for (const auto& a : order) {
+    const double b = chunk_bytes[static_cast<size_t>(a.chunk)];
+    if (a.phase == engine::Phase::kF) {
+      held += b;
+      peak = std::max(peak, held);
+    } else if (a.phase == engine::Phase::kB) {
+      held -= b;
+    }
   }
-  return out;
+  return Bytes(peak);
 }
 
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
