@@ -215,17 +215,21 @@ MlpKind mlp_from_activation(const std::string& act, bool& ok) {
   return MlpKind::kGated;
 }
 
-// First present key among aliases; marks all aliases read.
 // The first of several names for one setting (hub configs of different families); two of them
-// given with different values is an error naming both.
+// given with different values is an error naming both. Marks all names read. `given`, when
+// passed, receives the first name the config writes a value under (right or wrong), so errors
+// can quote it and a wrong value is not also reported as missing.
 std::optional<int64_t> int_alias(ObjectReader& r, std::initializer_list<std::string_view> keys,
-                                 int64_t lo, int64_t hi) {
+                                 int64_t lo, int64_t hi, std::string* given = nullptr) {
   std::optional<int64_t> out;
   std::string first;
   for (auto k : keys) {
     if (!r.has(k)) {
       r.ignore({k});
       continue;
+    }
+    if (given != nullptr && given->empty()) {
+      if (const Json* raw = r.get_raw(k); raw != nullptr && !raw->is_null()) *given = std::string(k);
     }
     auto v = r.get_int(k, lo, hi);
     if (!v) continue;
@@ -352,19 +356,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     static const Json defaults = {{"vocab_size", 262208}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
                                   {"head_dim", 256}, {"sliding_window", 4096}, {"sliding_window_pattern", 6},
                                   {"max_position_embeddings", 131072}};
-    bool missing = false;
+    Json filled = j;
+    const bool pattern_given = j.contains("_sliding_window_pattern") || j.contains("layer_types");
     for (auto it = defaults.begin(); it != defaults.end(); ++it) {
-      const bool pattern_given = it.key() == "sliding_window_pattern" && (j.contains("_sliding_window_pattern") || j.contains("layer_types"));
-      if ((!j.contains(it.key()) || j[it.key()].is_null()) && !pattern_given) missing = true;
+      if (it.key() == "sliding_window_pattern" && pattern_given) continue;
+      if (!filled.contains(it.key()) || filled[it.key()].is_null()) filled[it.key()] = it.value();
     }
-    if (missing) {
-      Json filled = j;
-      for (auto it = defaults.begin(); it != defaults.end(); ++it) {
-        const bool pattern_given = it.key() == "sliding_window_pattern" && (j.contains("_sliding_window_pattern") || j.contains("layer_types"));
-        if ((!filled.contains(it.key()) || filled[it.key()].is_null()) && !pattern_given) filled[it.key()] = it.value();
-      }
-      return parse_model_object(filled, path, issues);
-    }
+    if (filled != j) return parse_model_object(filled, path, issues);
   }
   ObjectReader r(j, path, issues);
   r.accept_null_as_absent();  // hub config.json files write null for unset settings
@@ -726,17 +724,10 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
 
   // Mixture of experts. Each setting may come under several families' names; the name given
   // is the one an error quotes (ModelSpec::key_names).
-  auto alias_given = [&](std::initializer_list<const char*> keys) -> std::string {
-    for (const char* k : keys) {
-      if (given({k})) return k;
-    }
-    return "";
-  };
-  auto experts = int_alias(r, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"}, 0, 1 << 20);
-  const std::string experts_key = alias_given({"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"});
+  std::string experts_key, top_k_key, freq_1_key;
+  auto experts = int_alias(r, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"}, 0, 1 << 20, &experts_key);
   agree(experts, nested.experts, experts_key.empty() ? "num_local_experts" : experts_key.c_str(), "ffn_config.moe_num_experts");
-  auto top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"}, 1, 1 << 20);
-  std::string top_k_key = alias_given({"num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"});
+  auto top_k = int_alias(r, {"num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k"}, 1, 1 << 20, &top_k_key);
   if (nested.top_k && top_k_key.empty()) top_k_key = "ffn_config.moe_top_k";
   agree(top_k, nested.top_k, top_k_key.empty() ? "num_experts_per_tok" : top_k_key.c_str(), "ffn_config.moe_top_k");
   if (!top_k_key.empty()) m.key_names.top_k = top_k_key;
@@ -771,8 +762,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // MoE layer spacing: Megatron / DeepSeek count from layer 0; Qwen-MoE, Llama 4 and ERNIE
   // from layer 1.
   const auto freq_from_0 = r.get_int("moe_layer_freq", 1, 100000);
-  auto freq_from_1 = int_alias(r, {"decoder_sparse_step", "interleave_moe_layer_step"}, 1, 100000);
-  std::string freq_1_key = alias_given({"decoder_sparse_step", "interleave_moe_layer_step"});
+  auto freq_from_1 = int_alias(r, {"decoder_sparse_step", "interleave_moe_layer_step"}, 1, 100000, &freq_1_key);
   if (auto interval = r.get_int("moe_layer_interval", 1, 100000)) {
     agree(freq_from_1, interval, freq_1_key.empty() ? "decoder_sparse_step" : freq_1_key.c_str(), "moe_layer_interval");
     freq_1_key = "moe_layer_interval";

@@ -165,10 +165,11 @@ double eager_factor(const Ctx& c, Eager k) {
 }
 
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
+// `width`: the entering activation's width in hidden sizes (2 for MTP's [h; embedding] pair).
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
-              Duration gemm_fwd, Duration gemm_bwd) {
+              Duration gemm_fwd, Duration gemm_bwd, double width = 1.0) {
   if (c.t <= 1) return;
-  const double bytes = c.T * static_cast<double>(c.rc.model.hidden) * c.e;
+  const double bytes = width * c.T * static_cast<double>(c.rc.model.hidden) * c.e;
   const bool overlap = c.rc.parallel.tp_comm_overlap;
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
@@ -848,9 +849,8 @@ LayerCost WorkloadBuilder::build_output() const {
       const size_t pf = lc.fwd.size(), pb = lc.bwd.size();
       linear(c, lc.fwd, lc.bwd, "mtp.eh_proj", c.T, h / c.t, 2.0 * h, 1.0, 2.0 * c.e * h * c.T_rep);
       std::vector<Op> in_f, in_b, out_f, out_b;
-      // The 2h input's gather (twice the bytes of a hidden state), the h/t output's gather.
-      tp_entry(c, in_f, in_b, "mtp.eh_proj_in", Duration(sum_time(lc.fwd, pf)), Duration(sum_time(lc.bwd, pb)));
-      tp_entry(c, in_f, in_b, "mtp.eh_proj_in2", Duration(0), Duration(0));
+      // The 2h input's gather, the h/t output's gather.
+      tp_entry(c, in_f, in_b, "mtp.eh_proj_in", Duration(sum_time(lc.fwd, pf)), Duration(sum_time(lc.bwd, pb)), 2.0);
       if (c.t > 1) {
         out_f.push_back(comm_op(c, "mtp.eh_proj_out.ag", CommKind::kTp, Collective::kAllGather, c.T * h * c.e, places_.tp));
         // Backward: the gather's split is local; re-sharding the sequence (SP) gathers it back.

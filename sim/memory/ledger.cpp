@@ -302,16 +302,14 @@ Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, i
 
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t v = rc.parallel.vpp;
-  const double inflight = inflight_microbatches(rc, stage);
   if (rc.parallel.schedule != Schedule::kInterleaved || v <= 1) {
     Bytes per_mb(0);
     for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);
-    return per_mb * inflight;
+    return per_mb * inflight_microbatches(rc, stage);
   }
   // Interleaved 1F1B: walk the stage's own order (each forward keeps its chunk's
   // activations until that chunk's backward) and take the largest set held at once; with
   // unequal chunks the peak can come after the warm-up.
-  (void)inflight;
   std::vector<double> chunk_bytes(static_cast<size_t>(v));
   for (int64_t c = 0; c < v; ++c) chunk_bytes[static_cast<size_t>(c)] = chunk_layer_activation_bytes(rc, stage, c).value();
   // After the warm-up ((pp - s - 1) * 2 + (v - 1) * pp forwards) the held set repeats every
