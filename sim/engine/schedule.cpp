@@ -38,30 +38,19 @@ std::vector<Action> stage_order(Schedule sched, int32_t p, int32_t s, int32_t m,
   }
   for (int32_t i = m - warm; i < m; ++i) base.push_back({Phase::kB, i, 0});
   if (sched != Schedule::kZbH1) return base;
-  // ZB-H1: weight-gradient work W(i) follows B(i), except that stage s keeps up to p - s - 1
-  // of them pending through the steady state and spends them in the cool-down, one before each
-  // backward there, where 1F1B would idle waiting for the next stage's gradients.
-  const size_t defer = static_cast<size_t>(p - s - 1);
+  // ZB-H1 (Qi et al. 2023, the handcrafted schedule that keeps 1F1B's peak memory): the
+  // forwards and input-gradient backwards keep 1F1B's order, and stage s holds back its last s
+  // weight-gradient passes W, so every stage has p micro-batches in flight (stage 0, which has
+  // the most forwards in flight, defers none). Later stages thereby pass their B on at once, the
+  // backward chain reaches stage 0 sooner, and the held-back W fill the cool-down; with equal F,
+  // B and W costs the bubble is (p - 1)(F + B - W), a third of 1F1B's.
+  const size_t defer = static_cast<size_t>(s);
   std::deque<int32_t> pending;
-  int32_t backwards_seen = 0;
   for (const auto& a : base) {
-    if (a.phase != Phase::kB) {
-      out.push_back(a);
-      continue;
-    }
-    const bool cooldown = ++backwards_seen > m - warm;
-    if (cooldown && !pending.empty()) {
-      // Spread the pending weight-gradient work evenly over the cool-down's backward waits.
-      const auto remaining = static_cast<size_t>(m - backwards_seen + 1);
-      const size_t emit = (pending.size() + remaining - 1) / remaining;
-      for (size_t k = 0; k < emit && !pending.empty(); ++k) {
-        out.push_back({Phase::kW, pending.front(), 0});
-        pending.pop_front();
-      }
-    }
     out.push_back(a);
+    if (a.phase != Phase::kB) continue;
     pending.push_back(a.mb);
-    while (!cooldown && pending.size() > defer) {
+    while (pending.size() > defer) {
       out.push_back({Phase::kW, pending.front(), 0});
       pending.pop_front();
     }

@@ -263,6 +263,8 @@ class RankBuilder {
       b_.fwd_[static_cast<size_t>(r_)][k] = ids;
     } else if (a.phase == Phase::kB) {
       b_.bwd_[static_cast<size_t>(r_)][k] = ids;
+    } else {
+      b_.wgt_[static_cast<size_t>(r_)][k] = ids;
     }
     last_pipeline_ = ids.last;
     if (finalize_pending_ >= 0) {
@@ -411,6 +413,11 @@ double StepBuilder::chunk_activation_bytes(int32_t s, int32_t c) const {
          memory::chunk_layer_activation_bytes(rc_, s, c).value();
 }
 
+double StepBuilder::chunk_weight_grad_bytes(int32_t s, int32_t c) const {
+  if (p_.schedule != Schedule::kZbH1) return 0.0;
+  return memory::chunk_layer_weight_grad_bytes(rc_, s, c).value();
+}
+
 Tick StepBuilder::scaled(double seconds, int64_t r, uint64_t index) const {
   const auto& sc = rc_.scenario;
   double f = compute_scale_;
@@ -442,6 +449,7 @@ void StepBuilder::build() {
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
+  if (p_.schedule == Schedule::kZbH1) wgt_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   tp_coll_.assign(static_cast<size_t>(full_ ? ranks_ / (p_.tp * p_.cp) : ranks_), {});
   dp_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp : ranks_), {});
   // Each simulated rank's links: NIC send and receive directions and its port into the node

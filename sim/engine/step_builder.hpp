@@ -74,13 +74,17 @@ class StepBuilder {
     return full_ ? sim_rank : sim_rank * p_.tp * p_.cp * p_.dp;
   }
   [[nodiscard]] int32_t stage_of(int64_t sim_rank) const { return static_cast<int32_t>(sim_rank / per_stage_); }
-  // Activation bytes one micro-batch chunk stores on stage s (from the ledger).
   // Activations one micro-batch's pass of chunk c stores on stage s (its layers' share plus the
   // stage's other per-micro-batch terms).
   [[nodiscard]] double chunk_activation_bytes(int32_t s, int32_t c) const;
-  // Pass tasks per simulated rank, indexed chunk * m + micro-batch.
+  // What that pass keeps from its input-gradient backward to its weight-gradient pass when the
+  // schedule splits them (ZB-H1; 0 otherwise).
+  [[nodiscard]] double chunk_weight_grad_bytes(int32_t s, int32_t c) const;
+  // Pass tasks per simulated rank, indexed chunk * m + micro-batch (weight-gradient passes only
+  // under ZB-H1).
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& forward_passes() const { return fwd_; }
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& backward_passes() const { return bwd_; }
+  [[nodiscard]] const std::vector<std::vector<PassTasks>>& weight_passes() const { return wgt_; }
 
  private:
   friend class RankBuilder;
@@ -115,7 +119,7 @@ class StepBuilder {
   Names names_{};
   std::vector<std::vector<Slot>> slots_;
   std::vector<std::vector<std::vector<size_t>>> chunk_slots_;  // [stage][chunk] -> slot indices
-  std::vector<std::vector<PassTasks>> fwd_, bwd_;
+  std::vector<std::vector<PassTasks>> fwd_, bwd_, wgt_;
   // The j-th collective a rank joins in its group is the group's j-th collective.
   std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_;
   uint32_t barrier_ = kNone;

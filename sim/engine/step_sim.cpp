@@ -34,8 +34,12 @@ class StepObserver : public Observer {
     wait_.assign(n, 0);
     v_ = static_cast<int32_t>(b.rc().parallel.vpp);
     chunk_bytes_.resize(static_cast<size_t>(pp * v_));
+    chunk_w_bytes_.resize(static_cast<size_t>(pp * v_));
     for (int32_t s = 0; s < pp; ++s) {
-      for (int32_t c = 0; c < v_; ++c) chunk_bytes_[static_cast<size_t>(s * v_ + c)] = b.chunk_activation_bytes(s, c);
+      for (int32_t c = 0; c < v_; ++c) {
+        chunk_bytes_[static_cast<size_t>(s * v_ + c)] = b.chunk_activation_bytes(s, c);
+        chunk_w_bytes_[static_cast<size_t>(s * v_ + c)] = b.chunk_weight_grad_bytes(s, c);
+      }
     }
   }
   void on_start(const TaskGraph& g, TaskId id, Tick ready, Tick start) override {
@@ -71,8 +75,14 @@ class StepObserver : public Observer {
     }
     if ((t.kind == TaskKind::kBackward || t.kind == TaskKind::kTpComm || t.kind == TaskKind::kPpSend) &&
         !b_.backward_passes()[r].empty() && b_.backward_passes()[r][k].last_compute == id) {
+      // A split backward (ZB-H1) keeps the weight-gradient inputs until its W pass.
+      const auto ci = static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk);
       --inflight_[r];
-      act_[r] -= chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk)];
+      act_[r] += chunk_w_bytes_[ci] - chunk_bytes_[ci];
+      peak_act_[r] = std::max(peak_act_[r], act_[r]);
+    }
+    if (t.kind == TaskKind::kBackwardWeight && !b_.weight_passes().empty() && b_.weight_passes()[r][k].last_compute == id) {
+      act_[r] -= chunk_w_bytes_[static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk)];
     }
   }
 
@@ -83,7 +93,7 @@ class StepObserver : public Observer {
  private:
   const StepBuilder& b_;
   int32_t m_ = 1, v_ = 1;
-  std::vector<double> chunk_bytes_;  // [stage * vpp + chunk]
+  std::vector<double> chunk_bytes_, chunk_w_bytes_;  // [stage * vpp + chunk]
 };
 
 }  // namespace

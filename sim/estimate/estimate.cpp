@@ -188,7 +188,17 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   if (p.schedule == config::Schedule::kZbH1) {
     scale = std::max(0.0, (t_max - 2.0 * w_stage[slowest]) / t_max);
   }
-  const double pipe_compute = m * t_max + (sum - t_max) * scale;
+  double pipe_compute = m * t_max + (sum - t_max) * scale;
+  if (p.schedule == config::Schedule::kZbH1) {
+    // With fewer micro-batches than stages the held-back weight-gradient work cannot fill the
+    // cool-down: the step is the forward and input-gradient chain through every stage for the
+    // first micro-batch, one F + B per further micro-batch, and stage 0's last W
+    // ((m + p - 1)(F + B) + W for equal stages; equal to the form above at m = p).
+    double chain = 0;
+    for (size_t s = 0; s < t_stage.size(); ++s) chain += t_stage[s] - w_stage[s];
+    chain += (m - 1.0) * (t_max - w_stage[slowest]) + w_stage[0];
+    pipe_compute = std::max(pipe_compute, chain);
+  }
   double p2p = 0;
   if (pp > 1) {
     const double tp2p = wb.p2p_time().value();
@@ -221,12 +231,26 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       BucketPlan expert = bucketed(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, hw);
       const double total = (dense.total + expert.total).value();
       const double last = std::max(dense.last, expert.last).value();
-      const double window = out.stage_bwd_s[static_cast<size_t>(s)];
+      // The gradients become final during the last micro-batch's backward; under ZB-H1 during
+      // its weight-gradient pass W, which the held-back W of the cool-down run just before.
+      const bool zb = p.schedule == config::Schedule::kZbH1;
+      const double window = zb ? w_stage[static_cast<size_t>(s)] : out.stage_bwd_s[static_cast<size_t>(s)];
       // Overlapped: the last bucket follows the backward; the rest runs beside it (or, when the
       // traffic outlasts the backward, the backward runs slowed under it).
       const double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow) : total;
-      if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
-      end_max = std::max(end_max, t_pipe - drain + exposed);
+      // How long before the pipeline's end stage s finishes: 1F1B drains stage by stage (the
+      // earlier stages' backward); under ZB-H1 only the input-gradient chain drains, and the
+      // min(s, m - 1) W that stage s held back fill that time.
+      double stage_drain = 0;
+      if (zb) {
+        double chain = 0;
+        for (int64_t j = 0; j < s; ++j) chain += out.stage_bwd_s[static_cast<size_t>(j)] - w_stage[static_cast<size_t>(j)];
+        stage_drain = std::max(0.0, chain - std::min(static_cast<double>(s), m - 1.0) * w_stage[static_cast<size_t>(s)]);
+      } else {
+        if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
+        stage_drain = drain;
+      }
+      end_max = std::max(end_max, t_pipe - stage_drain + exposed);
       if (zero >= 1) {
         BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket, places.dp_cp, hw);
         BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket, places.edp, hw);

@@ -193,6 +193,35 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
+Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double e = act_bytes_per_element(rc);
+  const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
+  const double t = static_cast<double>(p.tp);
+  const double rep = p.sp && p.tp > 1 ? t : 1.0;
+  const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
+  const double h = static_cast<double>(m.hidden);
+  const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
+  const config::AttentionWidths w = config::attention_widths(rc, false);
+  // A weight gradient is X^T dY: each linear layer keeps its input X and its output's gradient
+  // dY from the input-gradient pass until the weight-gradient pass.
+  auto linear = [&](double in_width, double out_width) { return li * in_width + e * out_width; };
+  double per = linear(h / rep, w.q + w.k + w.v) + linear(w.out, h / rep);
+  if (m.mla.enabled()) per += linear(static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep, static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep);
+  auto mlp = [&](double ffn_local) { return linear(h / rep, gate * ffn_local) + linear(ffn_local, h / rep); };
+  if (!moe_layer) {
+    per += mlp(static_cast<double>(m.ffn_hidden) / t);
+  } else {
+    const auto& mo = m.moe;
+    const double fe = static_cast<double>(mo.expert_ffn) / static_cast<double>(p.etp);
+    const double routed = static_cast<double>(mo.top_k) * (linear(h, gate * fe) + linear(fe, h)) * (static_cast<double>(p.etp) / t);
+    per += linear(h / rep, static_cast<double>(mo.num_experts) / t) + routed;
+    if (mo.shared_experts > 0) per += mlp(static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
+  }
+  return Bytes(T * per);
+}
+
 std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage) {
   const auto& p = rc.parallel;
   int64_t multi = 0, pairs = 0;
@@ -300,8 +329,34 @@ Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, i
   return out;
 }
 
+Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
+  const Bytes dense = layer_weight_grad_bytes(rc, false);
+  const Bytes moe = rc.model.moe.enabled() ? layer_weight_grad_bytes(rc, true) : dense;
+  Bytes out(0);
+  const int64_t first = rc.chunk_first_layer(stage, chunk);
+  for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
+  return out;
+}
+
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t v = rc.parallel.vpp;
+  if (rc.parallel.schedule == Schedule::kZbH1 && rc.parallel.pp > 1) {
+    // ZB-H1: walk the stage's order. A forward stores the micro-batch's activations; its
+    // input-gradient pass B frees them but for what the held-back weight-gradient pass W needs
+    // (each linear layer's input and output gradient), freed at W. The order repeats after the
+    // warm-up, so 2 pp + 2 micro-batches reach the peak of any longer run.
+    const int64_t pp = rc.parallel.pp;
+    const int64_t m = std::min<int64_t>(rc.num_microbatches, 2 * pp + 2);
+    const double full = chunk_layer_activation_bytes(rc, stage, 0).value();
+    const double kept = chunk_layer_weight_grad_bytes(rc, stage, 0).value();
+    double held = 0, peak = 0;
+    for (const auto& a : engine::stage_order(Schedule::kZbH1, static_cast<int32_t>(pp), static_cast<int32_t>(stage),
+                                             static_cast<int32_t>(m), 1)) {
+      held += a.phase == engine::Phase::kF ? full : a.phase == engine::Phase::kB ? kept - full : -kept;
+      peak = std::max(peak, held);
+    }
+    return Bytes(peak);
+  }
   if (rc.parallel.schedule != Schedule::kInterleaved || v <= 1) {
     Bytes per_mb(0);
     for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);

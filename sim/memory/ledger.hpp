@@ -131,10 +131,15 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage);
 
 // One micro-batch's saved activations of the layers of chunk `chunk` of pipeline stage `stage`.
 core::Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
+// What one layer keeps for one micro-batch between its input-gradient pass and its deferred
+// weight-gradient pass (ZB-H1): every linear layer's input and the gradient of its output.
+core::Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer);
+core::Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
 // The stage's saved layer activations at its peak: in-flight micro-batches times the stage's
 // layers; under the interleaved schedule the in-flight (chunk, micro-batch) passes are those
 // of Megatron's order (the k-th forward runs chunk (k / pp) mod vpp), each with its chunk's
-// own layers.
+// own layers; under ZB-H1 the weight-gradient inputs of the passes each stage holds back are
+// counted until their W.
 core::Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage);
 
 MemoryLedger compute_ledger(const config::RunConfig& rc);

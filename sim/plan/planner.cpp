@@ -78,6 +78,33 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
     d.push_back("recompute " + config::recompute_label(a) + " vs " + config::recompute_label(b));
   }
   if (a.schedule != b.schedule) d.push_back(config::to_string(a.schedule) + " vs " + config::to_string(b.schedule));
+  // The pipeline split, when the stage counts agree (otherwise pp already says it).
+  if (a.pp == b.pp && a.vpp == b.vpp) {
+    if (a.stage_layer_list != b.stage_layer_list) {
+      auto list = [](const std::vector<int64_t>& l) {
+        std::string out = "[";
+        for (size_t i = 0; i < l.size(); ++i) {
+          if (i > 0) out += ',';
+          out += std::to_string(l[i]);
+        }
+        out += ']';
+        return out;
+      };
+      d.push_back("stage layers " + (a.stage_layer_list.empty() ? std::string("even") : list(a.stage_layer_list)) + " vs " +
+                  (b.stage_layer_list.empty() ? std::string("even") : list(b.stage_layer_list)));
+    } else {
+      auto end = [](const char* which, int64_t x, int64_t y) {
+        std::string out = which;
+        out += x < 0 ? std::string("even") : std::to_string(x);
+        out += " vs ";
+        out += y < 0 ? std::string("even") : std::to_string(y);
+        out += " layers";
+        return out;
+      };
+      if (a.first_stage_layers != b.first_stage_layers) d.push_back(end("first stage ", a.first_stage_layers, b.first_stage_layers));
+      if (a.last_stage_layers != b.last_stage_layers) d.push_back(end("last stage ", a.last_stage_layers, b.last_stage_layers));
+    }
+  }
   std::string s;
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i];
   return s;

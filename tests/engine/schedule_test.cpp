@@ -58,5 +58,36 @@ TEST(Schedule, WarmupLengths) {
   EXPECT_EQ(leading_forwards(stage_order(Schedule::kInterleaved, 4, 0, 8, 2)), 11u);  // 6 + 4 warm-up + 1
 }
 
+// ZB-H1 keeps 1F1B's forward / input-gradient order and stage s holds back its last s
+// weight-gradient passes: W(i) runs right after B(i + s), and the last B is followed by its
+// own W and the s held back (all m when m <= s); so every stage has p micro-batches in
+// flight and stage 0 defers none.
+TEST(Schedule, ZeroBubbleH1StageSHoldsBackSWeightPasses) {
+  for (auto [p, m] : {std::pair<int32_t, int32_t>{4, 8}, {8, 4}, {8, 32}}) {
+    for (int32_t s = 0; s < p; ++s) {
+      const auto zb = stage_order(Schedule::kZbH1, p, s, m, 1);
+      std::vector<Action> fb;
+      for (const auto& a : zb) {
+        if (a.phase != Phase::kW) fb.push_back(a);
+      }
+      const auto base = stage_order(Schedule::kOneFOneB, p, s, m, 1);
+      ASSERT_EQ(fb.size(), base.size());
+      for (size_t i = 0; i < fb.size(); ++i) {
+        EXPECT_EQ(fb[i].phase, base[i].phase);
+        EXPECT_EQ(fb[i].mb, base[i].mb);
+      }
+      int32_t held = 0, trailing = 0;
+      for (size_t i = 0; i < zb.size(); ++i) {
+        held += zb[i].phase == Phase::kB ? 1 : zb[i].phase == Phase::kW ? -1 : 0;
+        if (zb[i].phase == Phase::kB && i + 1 < zb.size()) {
+          EXPECT_LE(held, s + 1) << "p" << p << " s" << s;  // the W that follows brings it to s
+        }
+      }
+      for (auto it = zb.rbegin(); it != zb.rend() && it->phase == Phase::kW; ++it) ++trailing;
+      EXPECT_EQ(trailing, m <= s ? m : s + 1) << "p" << p << " m" << m << " s" << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::engine

@@ -149,13 +149,15 @@ TEST(Planner, DeterministicOutput) {
 // Uneven pipeline splits: 126 layers on pp 16 need first/last stages one layer short.
 // The end stages share their remainder every way the planner can split it; a last stage that
 // also runs a multi-token-prediction module wins with fewer layers (as Megatron's DeepSeek-V3
-// recipes place them), while without it the head alone is lighter than the module.
+// recipes place them), while without it the head alone is lighter than the module. ZB-H1 is
+// fixed: its bubble follows every stage's own work, so the end stages' split shows in the step
+// (under 1F1B only the slowest stage counts and the splits tie).
 TEST(Planner, EndStageSplitFollowsTheLastStagesExtraWork) {
   Json j = {{"model", "deepseek-v3"},
             {"hardware", "h800"},
             {"cluster", {{"num_gpus", 2048}}},
             {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}, {"mtp_layers", 1}}},
-            {"parallel", {{"tp", 1}, {"pp", 16}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1}}}};
+            {"parallel", {{"tp", 1}, {"pp", 16}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"schedule", "zb-h1"}}}};
   PlanOptions o = small_options();
   o.top_k = 1;
   const PlanResult with_mtp = plan(j, "<plan-test>", "", o);
