@@ -79,7 +79,8 @@ void BM_Llama405bAllRanks(benchmark::State& state) {
 }
 BENCHMARK(BM_Llama405bAllRanks)->Unit(benchmark::kSecond)->Iterations(1);
 
-// Issue 4 target: deepseek-v3 on 2,048 h800 (pp 16, ep 64, dp 128, tp 1) with symmetry < 2 s.
+// Issue 4 target: deepseek-v3 on 2,048 h800 (pp 16, ep 64, dp 128, tp 1) with symmetry < 2 s
+// (configs/examples/deepseek-v3-h800x2048.json).
 void BM_DeepseekV3Symmetric(benchmark::State& state) {
   const stepcast::core::Json j = {
       {"model", "deepseek-v3"},
@@ -88,7 +89,8 @@ void BM_DeepseekV3Symmetric(benchmark::State& state) {
       {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}}},
       {"parallel",
        {{"tp", 1}, {"pp", 16}, {"dp", 128}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1},
-        {"recompute", "full"}, {"schedule", "zb-h1"}, {"first_stage_layers", 3}, {"last_stage_layers", 2},
+        {"recompute", "selective"}, {"recompute_modules", {"layernorm", "mla_up_proj"}}, {"schedule", "1f1b"},
+        {"first_stage_layers", 3}, {"last_stage_layers", 2},
         {"moe", {{"overlap", "micro-batch"}, {"max_nodes_per_token", 4}}}}}};
   const auto rc = stepcast::config::parse_run(j, "<bench>", "");
   stepcast::engine::SimResult r;
