@@ -320,12 +320,15 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
            std::to_string(r.rank_ids[static_cast<size_t>(t.rank)]) + ",\"tid\":" +
            std::to_string(static_cast<int>(t.stream)) + ",\"ts\":";
     append_us(out, r.start[id]);
+    // What the task took on the timeline: longer than its own duration when communication
+    // beside it slowed a compute task or concurrent flows shared its link.
+    const Tick took = r.finish.size() > id && r.finish[id] >= r.start[id] ? r.finish[id] - r.start[id] : t.duration;
     out += ",\"dur\":";
-    append_us(out, t.duration);
+    append_us(out, took);
     out += "}";
     if (ops_wb && (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward || t.kind == TaskKind::kBackwardWeight)) {
       // Nested operator slices: the layer's compute operators in order, scaled to the task's
-      // simulated duration (which includes slowdowns, jitter and sequence-length scaling).
+      // time on the timeline (which includes slowdowns, jitter and sequence-length scaling).
       const estimate::LayerCost& lc = t.layer == -1  ? ops_wb->embedding()
                                       : t.layer == L ? ops_wb->output_layer()
                                                      : ops_wb->layer(t.layer);
@@ -344,7 +347,7 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
       Tick at = r.start[id];
       for (const auto& o : list) {
         if (!in_task(o) || total <= 0) continue;
-        const auto dur = static_cast<Tick>(static_cast<double>(t.duration) * o.time.value() / total);
+        const auto dur = static_cast<Tick>(static_cast<double>(took) * o.time.value() / total);
         sep();
         out += "{\"ph\":\"X\",\"name\":\"" + o.name + "\",\"cat\":\"op\",\"pid\":" +
                std::to_string(r.rank_ids[static_cast<size_t>(t.rank)]) + ",\"tid\":" +

@@ -128,12 +128,18 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   std::vector<double> t_stage(static_cast<size_t>(pp)), w_stage(static_cast<size_t>(pp));
   std::vector<double> compute_stage(static_cast<size_t>(pp)), recompute_stage(static_cast<size_t>(pp)),
       host_stage(static_cast<size_t>(pp));
+  // Per-step ZeRO-3 exposure of unsharded parameters: each stage's first forward, last backward.
+  std::vector<double> once_fill(static_cast<size_t>(pp), 0.0), once_drain(static_cast<size_t>(pp), 0.0);
   std::vector<double> tp_stage(static_cast<size_t>(pp)), cp_stage(static_cast<size_t>(pp)),
       ep_stage(static_cast<size_t>(pp)), fsdp_stage(static_cast<size_t>(pp));
   out.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
   out.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
   double hardware_flops_mb = 0;
   double model_flops_mb = 0;
+  // A rank's port into the node fabric (the link intra-node data-parallel traffic shares).
+  const auto& node_tier = hw.tier_for_span(0, static_cast<int>(rc.cluster.gpus_per_node) - 1);
+  const double zero3_port = std::max({node_tier.busbw.value(), node_tier.allreduce_busbw.value(), node_tier.reduce_scatter_busbw.value(),
+                                      node_tier.broadcast_busbw.value(), node_tier.p2p_bandwidth.value()});
   for (int64_t s = 0; s < pp; ++s) {
     const auto& st = out.memory.stages[static_cast<size_t>(s)];
     const StageCost sc = stage_cost(rc, wb, s);
@@ -142,28 +148,61 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     hardware_flops_mb += sc.hardware_flops;
     model_flops_mb += sc.model_flops;
 
-    // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters, every micro-batch,
-    // hidden behind the layer's own compute when shorter.
+    // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters on their own
+    // streams, one layer ahead of the compute that uses them.
     if (zero >= 3 && p.dp * p.cp > 1 && st.layers > 0) {
-      const double layer_params = (st.dense_params + st.expert_params) / static_cast<double>(st.layers);
+      const double L = static_cast<double>(st.layers);
+      const double layer_params = (st.dense_params + st.expert_params) / L;
       const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
       const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
-      const Duration ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * gather_bytes), places.zero3, hw);
-      const Duration rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), places.zero3, hw);
-      const double per_layer_f = (f / static_cast<double>(st.layers));
-      const double per_layer_b = (b / static_cast<double>(st.layers));
+      const double ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * gather_bytes), places.zero3, hw).value();
+      const double rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), places.zero3, hw).value();
       // The share of the stage's layers whose recomputed forward gathers again.
       double regathered = 0;
       if (p.zero3_recompute_regather) {
         for (const int64_t l : rc.stage_layer_ids(s)) regathered += rc.full_recompute_layer(l) ? 1.0 : 0.0;
-        regathered /= static_cast<double>(st.layers);
+        regathered /= L;
       }
-      const double bwd_comm = (p.reshard_after_forward ? ag.value() * (1.0 + regathered) : 0.0) + rs.value();
-      const double exp_f = beside_compute(ag.value(), per_layer_f, slow) * static_cast<double>(st.layers) + ag.value();
-      const double exp_b = beside_compute(bwd_comm, per_layer_b, slow) * static_cast<double>(st.layers) + rs.value();
-      fsdp = exp_f + exp_b;
-      f += exp_f;
-      b += exp_b;
+      // The gathers slow only the compute they run beside: the share of the layer's time that
+      // is exposed TP / CP / EP communication carries them for free.
+      const double busy = f + b;
+      const double slow_here = busy > 0 ? slow * std::clamp(comp / busy, 0.0, 1.0) : slow;
+      double exp_f = 0, exp_b = 0;
+      if (p.reshard_after_forward || m <= 1.0) {
+        // Every micro-batch gathers in forward and again in backward and reduce-scatters. The
+        // gathers run one layer ahead of the compute, so within a pass a layer's traffic hides
+        // behind its neighbours' compute (the pass is exposed where its traffic outlasts it),
+        // but a forward's gathers cannot wait for the backward. In backward the gathers and the
+        // reduce-scatters run on two streams at once and share the rank's link (its NIC, or its
+        // port into the node fabric), as in the simulated timeline. The step's first gather and
+        // last reduce-scatter have nothing to hide behind.
+        const auto& where = places.zero3;
+        const double link = where.intra_node() ? zero3_port : hw.nic_bandwidth_per_gpu().value();
+        const double ag_link = cost::link_bytes(Collective::kAllGather, Bytes(layer_params * gather_bytes), where) / link;
+        const double rs_link = cost::link_bytes(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), where) / link;
+        if (p.schedule == config::Schedule::kZbH1) {
+          // A split backward makes a layer's gradient final in its weight-gradient pass: the
+          // gathers run beside the input-gradient pass, the reduce-scatters start in the W pass
+          // and what outlasts it spills into the next forward, sharing the link with its gathers.
+          const double spill = std::max(0.0, L * rs - w);
+          const double spill_link = rs > 0 ? spill * rs_link / rs : 0.0;
+          exp_f = beside_compute(std::max(L * ag, L * ag_link + spill_link), f, slow_here) + ag / m;
+          exp_b = beside_compute(L * ag * (1.0 + regathered), b - w, slow_here) + std::min(L * rs, w) * slow_here + rs / m;
+        } else {
+          exp_f = beside_compute(L * ag, f, slow_here) + ag / m;
+          const double bwd_traffic = std::max({L * ag * (1.0 + regathered), L * rs, L * (ag_link * (1.0 + regathered) + rs_link)});
+          exp_b = beside_compute(bwd_traffic, b, slow_here) + rs / m;
+        }
+        fsdp = exp_f + exp_b;
+        f += exp_f;
+        b += exp_b;
+      } else {
+        // Unsharded between micro-batches: one gather per layer during the stage's first forward
+        // and one reduce-scatter per layer during its last backward, each beside that layer's
+        // compute: once per step (below), not per micro-batch.
+        once_fill[static_cast<size_t>(s)] = beside_compute(ag, f / L, slow_here) * L + ag;
+        once_drain[static_cast<size_t>(s)] = beside_compute(rs, b / L, slow_here) * L + rs;
+      }
     }
     out.stage_fwd_s[static_cast<size_t>(s)] = f;
     out.stage_bwd_s[static_cast<size_t>(s)] = b;
@@ -206,9 +245,15 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
               ? 2.0 * tp2p * static_cast<double>(pp - 1) * static_cast<double>(p.vpp)
               : 2.0 * tp2p * (m + static_cast<double>(pp) - 2.0);
   }
+  // Unsharded ZeRO-3 / FSDP parameters: each stage's one-time gathers lengthen its first
+  // forward, which the pipeline's fill chains stage after stage; the reduce-scatters of the last
+  // backward run on their own stream after it, so only the longest such tail extends the step.
+  double once = *std::max_element(once_drain.begin(), once_drain.end());
+  for (double x : once_fill) once += x;
+  const double bubble = pipe_compute - m * t_max;
+  pipe_compute += once;
   const double t_pipe = pipe_compute + p2p;
   out.pipeline_time_s = t_pipe;
-  const double bubble = pipe_compute - m * t_max;
 
   // ---- data-parallel gradient sync ----
   double dp_exposed = 0;
@@ -288,7 +333,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   br.exposed_comm["cp"] = m * cp_stage[slowest];
   br.exposed_comm["ep"] = m * ep_stage[slowest];
   br.exposed_comm["pp"] = p2p;
-  br.exposed_comm["dp"] = dp_exposed + param_gather + m * fsdp_stage[slowest];
+  br.exposed_comm["dp"] = dp_exposed + param_gather + m * fsdp_stage[slowest] + once;
   br.bubble = bubble;
   br.optimizer = opt;
   return out;
