@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 
@@ -389,6 +391,31 @@ TEST(Trace, OperatorSlicesNestInsideLayerTasks) {
   ASSERT_GT(layer_start, -1);
   EXPECT_GE(ops, 8);  // norms, QKV, attention, projections, MLP, residuals
   EXPECT_NEAR(ops_sum, layer_end - layer_start, 1e-3);  // microseconds, ps rounding per op
+}
+
+// Trace slices span what each task took on the timeline: a compute task slowed by a gradient
+// reduction beside it (collective_sms > 0) shows its stretched time, not its own duration.
+TEST(Trace, SlicesShowTimeOnTheTimeline) {
+  const auto rc = with_collective_sms(run_json(2, 4, "1f1b", 1, 2), 24);
+  SimOptions o;
+  o.keep_timeline = true;
+  const SimResult r = simulate_step(rc, o);
+  const Json t = Json::parse(trace_json(rc, r))["traceEvents"];
+  std::map<std::tuple<int64_t, int64_t, double>, double> dur;  // (pid, tid, ts) -> dur, microseconds
+  for (const auto& e : t) {
+    if (e["ph"] == "X" && e["cat"] != "op") dur[{e["pid"].get<int64_t>(), e["tid"].get<int64_t>(), e["ts"].get<double>()}] = e["dur"].get<double>();
+  }
+  int stretched = 0;
+  for (TaskId id = 0; id < r.graph->size(); ++id) {
+    const Task& task = r.graph->task(id);
+    if (task.duration == 0 || task.stream != Stream::kCompute) continue;
+    const double took = static_cast<double>(r.finish[id] - r.start[id]) * 1e-6;  // ps -> us
+    const auto it = dur.find({r.rank_ids[static_cast<size_t>(task.rank)], static_cast<int64_t>(task.stream), static_cast<double>(r.start[id]) * 1e-6});
+    if (it == dur.end()) continue;
+    EXPECT_NEAR(it->second, took, 1e-3);
+    if (took > static_cast<double>(task.duration) * 1e-6 * 1.01) ++stretched;
+  }
+  EXPECT_GT(stretched, 0);
 }
 
 // Contention: with every rank on its own node, pipeline sends and the DDP gradient buckets
