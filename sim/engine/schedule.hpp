@@ -4,8 +4,8 @@
 // weight-gradient (W, zero-bubble schedules only) pass of one micro-batch through one chunk of
 // the stage's layers. Orders follow Megatron-LM (GPipe, 1F1B with p - s - 1 warm-up forwards,
 // interleaved 1F1B over v chunks with (p - s - 1) * 2 + (v - 1) * p warm-up forwards) and, for
-// ZB-H1, Qi et al. 2023: stage s defers up to p - s - 1 weight-gradient passes through the
-// steady state and spreads them over the cool-down backwards.
+// ZB-H1, Qi et al. 2023's handcrafted schedule: 1F1B's order of F and B, with stage s holding
+// back its last s weight-gradient passes (W(i) right after B(i + s), the held ones at the end).
 #pragma once
 
 #include <cstdint>

@@ -321,7 +321,8 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
            std::to_string(static_cast<int>(t.stream)) + ",\"ts\":";
     append_us(out, r.start[id]);
     // What the task took on the timeline: longer than its own duration when communication
-    // beside it slowed a compute task or concurrent flows shared its link.
+    // beside it slowed a compute task or concurrent flows shared its link (a collective over
+    // flows runs from its last member's arrival until its slowest member is done).
     const Tick took = r.finish.size() > id && r.finish[id] >= r.start[id] ? r.finish[id] - r.start[id] : t.duration;
     out += ",\"dur\":";
     append_us(out, took);

@@ -168,6 +168,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double busy = f + b;
       const double slow_here = busy > 0 ? slow * std::clamp(comp / busy, 0.0, 1.0) : slow;
       double exp_f = 0, exp_b = 0;
+      // Gathers per layer in backward: again when the forward resharded (and once more for a
+      // recomputed forward that regathers); none when the weights stay gathered from the
+      // forward (a single micro-batch without resharding), as in the timeline.
+      const double bwd_gathers = p.reshard_after_forward ? 1.0 + regathered : 0.0;
       if (p.reshard_after_forward || m <= 1.0) {
         // Every micro-batch gathers in forward and again in backward and reduce-scatters. The
         // gathers run one layer ahead of the compute, so within a pass a layer's traffic hides
@@ -187,10 +191,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           const double spill = std::max(0.0, L * rs - w);
           const double spill_link = rs > 0 ? spill * rs_link / rs : 0.0;
           exp_f = beside_compute(std::max(L * ag, L * ag_link + spill_link), f, slow_here) + ag / m;
-          exp_b = beside_compute(L * ag * (1.0 + regathered), b - w, slow_here) + std::min(L * rs, w) * slow_here + rs / m;
+          exp_b = beside_compute(L * ag * bwd_gathers, b - w, slow_here) + std::min(L * rs, w) * slow_here + rs / m;
         } else {
           exp_f = beside_compute(L * ag, f, slow_here) + ag / m;
-          const double bwd_traffic = std::max({L * ag * (1.0 + regathered), L * rs, L * (ag_link * (1.0 + regathered) + rs_link)});
+          const double bwd_traffic = std::max({L * ag * bwd_gathers, L * rs, L * (ag_link * bwd_gathers + rs_link)});
           exp_b = beside_compute(bwd_traffic, b, slow_here) + rs / m;
         }
         fsdp = exp_f + exp_b;

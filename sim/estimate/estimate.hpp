@@ -4,13 +4,16 @@
 // the TP/CP/EP communication left exposed after overlap). The pipeline then costs
 //   T_pipe = m * t_max + (sum_s t_s - t_max) * bubble_scale + exposed p2p
 // with t_s = forward + backward of stage s for one micro-batch; bubble_scale is 1 for GPipe and
-// 1F1B, 1/v for interleaved, and (F + B - 2W)/(F + B) for ZB-H1 (W = weight-gradient work);
-// uniform stages give the textbook bubble (p-1)/(m+p-1) (divided by v when interleaved).
+// 1F1B, 1/v for interleaved, and (F + B - 2W)/(F + B) for ZB-H1 (W = weight-gradient work; with
+// m < p at least the chain (m + p - 1)(F + B - W) + W); uniform stages give the textbook bubble
+// (p-1)/(m+p-1) (divided by v when interleaved).
 // Data-parallel gradient reduction overlaps the last micro-batch's backward in buckets (the first
 // bucket small, then bucket_mb); what does not fit behind it is exposed. ZeRO-1/2 reduce-scatter
 // gradients and all-gather updated parameters (overlapped with the next forward when
-// param_gather_overlap); ZeRO-3/FSDP gather each layer's weights before use and reduce-scatter
-// its gradients every micro-batch, hidden behind that layer's compute when shorter. The
+// param_gather_overlap); ZeRO-3/FSDP gather each layer's weights one layer ahead of use and
+// reduce-scatter its gradients: every micro-batch, exposed where a pass's traffic outlasts its
+// compute, or (parameters unsharded between micro-batches) once per step on the pipeline's fill
+// and drain. The
 // optimizer is HBM-bound over the local shard.
 // MFU = model FLOPs (6 * N * tokens + causal attention, no recompute) / (step * GPUs * dense
 // peak of the training precision). HFU counts recomputed forward work too.

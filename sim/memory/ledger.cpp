@@ -205,18 +205,22 @@ Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer) {
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const config::AttentionWidths w = config::attention_widths(rc, false);
   // A weight gradient is X^T dY: each linear layer keeps its input X and its output's gradient
-  // dY from the input-gradient pass until the weight-gradient pass.
+  // dY from the input-gradient pass until the weight-gradient pass. Under sequence parallelism
+  // a row-parallel layer's output gradient is gathered over the sequence before it (full width
+  // h per token); a column-parallel layer keeps its input as the sequence shard (regathered for
+  // W) unless the framework keeps the gathered input.
   auto linear = [&](double in_width, double out_width) { return li * in_width + e * out_width; };
-  double per = linear(h / rep, w.q + w.k + w.v) + linear(w.out, h / rep);
+  const double col_in = p.tp_saves_gathered_input ? h : h / rep;
+  double per = linear(col_in, w.q + w.k + w.v) + linear(w.out, h);
   if (m.mla.enabled()) per += linear(static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep, static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep);
-  auto mlp = [&](double ffn_local) { return linear(h / rep, gate * ffn_local) + linear(ffn_local, h / rep); };
+  auto mlp = [&](double ffn_local) { return linear(col_in, gate * ffn_local) + linear(ffn_local, h); };
   if (!moe_layer) {
     per += mlp(static_cast<double>(m.ffn_hidden) / t);
   } else {
     const auto& mo = m.moe;
     const double fe = static_cast<double>(mo.expert_ffn) / static_cast<double>(p.etp);
     const double routed = static_cast<double>(mo.top_k) * (linear(h, gate * fe) + linear(fe, h)) * (static_cast<double>(p.etp) / t);
-    per += linear(h / rep, static_cast<double>(mo.num_experts) / t) + routed;
+    per += linear(col_in, static_cast<double>(mo.num_experts) / t) + routed;
     if (mo.shared_experts > 0) per += mlp(static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
   }
   return Bytes(T * per);
@@ -335,12 +339,28 @@ Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, 
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
   for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
+  if (stage == rc.parallel.pp - 1 && chunk == rc.parallel.vpp - 1) {
+    // The LM head is a linear layer too: its input and the logits' gradient, once for the main
+    // loss and once per multi-token-prediction module (each with its layer and 2h -> h
+    // projection).
+    const auto& p = rc.parallel;
+    const double e = act_bytes_per_element(rc);
+    const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
+    const double t = static_cast<double>(p.tp);
+    const double h = static_cast<double>(rc.model.hidden);
+    const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
+    const double col_in = p.tp_saves_gathered_input ? h : h / (p.sp && p.tp > 1 ? t : 1.0);
+    const Bytes head(T * (li * col_in + e * static_cast<double>(rc.padded_vocab) / t));
+    const double modules = static_cast<double>(rc.training.mtp_layers);
+    const Bytes mtp_layer = rc.model.is_moe_layer(rc.model.num_layers - 1) ? moe : dense;
+    out += head * (1.0 + modules) + (mtp_layer + Bytes(T * (li * 2.0 * col_in + e * h))) * modules;
+  }
   return out;
 }
 
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t v = rc.parallel.vpp;
-  if (rc.parallel.schedule == Schedule::kZbH1 && rc.parallel.pp > 1) {
+  if (rc.parallel.schedule == Schedule::kZbH1) {
     // ZB-H1: walk the stage's order. A forward stores the micro-batch's activations; its
     // input-gradient pass B frees them but for what the held-back weight-gradient pass W needs
     // (each linear layer's input and output gradient), freed at W. The order repeats after the

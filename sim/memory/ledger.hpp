@@ -132,7 +132,8 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage);
 // One micro-batch's saved activations of the layers of chunk `chunk` of pipeline stage `stage`.
 core::Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
 // What one layer keeps for one micro-batch between its input-gradient pass and its deferred
-// weight-gradient pass (ZB-H1): every linear layer's input and the gradient of its output.
+// weight-gradient pass (ZB-H1): every linear layer's input and the gradient of its output; per
+// chunk, the last stage's chunk adds the LM head (and multi-token-prediction modules).
 core::Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer);
 core::Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
 // The stage's saved layer activations at its peak: in-flight micro-batches times the stage's

@@ -90,8 +90,18 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
         out += ']';
         return out;
       };
-      d.push_back("stage layers " + (a.stage_layer_list.empty() ? std::string("even") : list(a.stage_layer_list)) + " vs " +
-                  (b.stage_layer_list.empty() ? std::string("even") : list(b.stage_layer_list)));
+      // A split given by first/last stage counts, or even.
+      auto split = [&](const Parallel& x) {
+        if (!x.stage_layer_list.empty()) return list(x.stage_layer_list);
+        std::string out;
+        if (x.first_stage_layers >= 0) out += "first " + std::to_string(x.first_stage_layers);
+        if (x.last_stage_layers >= 0) {
+          if (!out.empty()) out += ' ';
+          out += "last " + std::to_string(x.last_stage_layers);
+        }
+        return out.empty() ? std::string("even") : out;
+      };
+      d.push_back("stage layers " + split(a) + " vs " + split(b));
     } else {
       auto end = [](const char* which, int64_t x, int64_t y) {
         std::string out = which;
