@@ -84,6 +84,8 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.tp += lc.tp_exposed.value() * count;
     c.cp += lc.cp_exposed.value() * count;
     c.ep += lc.ep_exposed.value() * count;
+    c.fwd_nic += lc.fwd_exposed_nic_comm.value() * count;
+    c.bwd_nic += lc.bwd_exposed_nic_comm.value() * count;
     c.hardware_flops += lc.hardware_flops.value() * count;
     c.model_flops += lc.model_flops.value() * count;
   };
@@ -167,6 +169,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // is exposed TP / CP / EP communication carries them for free.
       const double busy = f + b;
       const double slow_here = busy > 0 ? slow * std::clamp(comp / busy, 0.0, 1.0) : slow;
+      // Traffic that crosses the NIC shares it with the exposed communication that crosses it
+      // too (expert all-to-alls, context-parallel exchanges, TP groups that leave the node): it
+      // hides behind compute and on-node communication only.
+      const bool on_nic = !places.zero3.intra_node();
+      const double f_win = std::max(0.0, f - (on_nic ? sc.fwd_nic : 0.0));
+      const double b_win = std::max(0.0, b - (on_nic ? sc.bwd_nic : 0.0));
       double exp_f = 0, exp_b = 0;
       // Gathers per layer in backward: again when the forward resharded (and once more for a
       // recomputed forward that regathers); none when the weights stay gathered from the
@@ -190,12 +198,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // and what outlasts it spills into the next forward, sharing the link with its gathers.
           const double spill = std::max(0.0, L * rs - w);
           const double spill_link = rs > 0 ? spill * rs_link / rs : 0.0;
-          exp_f = beside_compute(std::max(L * ag, L * ag_link + spill_link), f, slow_here) + ag / m;
-          exp_b = beside_compute(L * ag * bwd_gathers, b - w, slow_here) + std::min(L * rs, w) * slow_here + rs / m;
+          exp_f = beside_compute(std::max(L * ag, L * ag_link + spill_link), f_win, slow_here) + ag / m;
+          exp_b = beside_compute(L * ag * bwd_gathers, std::max(0.0, b_win - w), slow_here) + std::min(L * rs, w) * slow_here + rs / m;
         } else {
-          exp_f = beside_compute(L * ag, f, slow_here) + ag / m;
+          exp_f = beside_compute(L * ag, f_win, slow_here) + ag / m;
           const double bwd_traffic = std::max({L * ag * bwd_gathers, L * rs, L * (ag_link * bwd_gathers + rs_link)});
-          exp_b = beside_compute(bwd_traffic, b, slow_here) + rs / m;
+          exp_b = beside_compute(bwd_traffic, b_win, slow_here) + rs / m;
         }
         fsdp = exp_f + exp_b;
         f += exp_f;
@@ -204,8 +212,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         // Unsharded between micro-batches: one gather per layer during the stage's first forward
         // and one reduce-scatter per layer during its last backward, each beside that layer's
         // compute: once per step (below), not per micro-batch.
-        once_fill[static_cast<size_t>(s)] = beside_compute(ag, f / L, slow_here) * L + ag;
-        once_drain[static_cast<size_t>(s)] = beside_compute(rs, b / L, slow_here) * L + rs;
+        once_fill[static_cast<size_t>(s)] = beside_compute(ag, f_win / L, slow_here) * L + ag;
+        once_drain[static_cast<size_t>(s)] = beside_compute(rs, b_win / L, slow_here) * L + rs;
       }
     }
     out.stage_fwd_s[static_cast<size_t>(s)] = f;

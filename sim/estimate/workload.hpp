@@ -71,6 +71,8 @@ struct LayerCost {
   // NIC bytes moved during the exposed comm (each op's NIC bytes times its exposed fraction):
   // the simulator runs the exposed comm as a flow over the rank's NIC when this is non-zero.
   double fwd_exposed_nic_bytes = 0, bwd_exposed_nic_bytes = 0;
+  // Exposed comm time of the operators that cross the NIC (they share it with DP traffic).
+  core::Duration fwd_exposed_nic_comm, bwd_exposed_nic_comm;
   core::Flops model_flops;     // forward + backward, no recompute
   core::Flops hardware_flops;  // including recomputed forward
   ExpertLoad expert_load;      // MoE layers: routing statistics of the busiest expert rank
