@@ -6,7 +6,7 @@
 # Needs a built ./build/stepcast. Usage: bash scripts/estimate-vs-simulate.sh [layouts per model]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-per_model=${1:-60}
+per_model=${1:-150}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 - "$per_model" "$tmp" <<'EOF'
