@@ -135,13 +135,16 @@ lines.append("| gap | " + " | ".join(f"{pct(p) * 100:+.1f}%" for p in (0.01, 0.0
 lines.append("")
 lines.append(f"Beyond 5%: {sum(abs(g) > 0.05 for g in gaps)}; beyond 10%: {sum(abs(g) > 0.10 for g in gaps)}.")
 lines.append("")
-lines.append("| model | compared | median gap | worst gap |")
-lines.append("|---|---:|---:|---:|")
+lines.append("| model | compared | median gap | worst gap | beyond 10% | of them ZeRO-3/FSDP |")
+lines.append("|---|---:|---:|---:|---:|---:|")
 for name in BASES:
-    g = sorted(x[4] for x in compared if x[0] == name)
+    rows = [x for x in compared if x[0] == name]
+    g = sorted(x[4] for x in rows)
     if g:
         worst = max(g, key=abs)
-        lines.append(f"| {name} | {len(g)} | {g[len(g) // 2] * 100:+.1f}% | {worst * 100:+.1f}% |")
+        far = [x for x in rows if abs(x[4]) > 0.10]
+        z3 = sum(1 for x in far if x[1]["parallel"].get("fsdp") or x[1]["parallel"].get("zero_stage") == 3)
+        lines.append(f"| {name} | {len(g)} | {g[len(g) // 2] * 100:+.1f}% | {worst * 100:+.1f}% | {len(far)} | {z3} |")
 lines.append("")
 lines.append("The ten largest gaps:")
 lines.append("")
