@@ -339,23 +339,25 @@ Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, 
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
   for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
-  if (stage == rc.parallel.pp - 1 && chunk == rc.parallel.vpp - 1) {
-    // The LM head is a linear layer too: its input and the logits' gradient, once for the main
-    // loss and once per multi-token-prediction module (each with its layer and 2h -> h
-    // projection).
-    const auto& p = rc.parallel;
-    const double e = act_bytes_per_element(rc);
-    const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
-    const double t = static_cast<double>(p.tp);
-    const double h = static_cast<double>(rc.model.hidden);
-    const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
-    const double col_in = p.tp_saves_gathered_input ? h : h / (p.sp && p.tp > 1 ? t : 1.0);
-    const Bytes head(T * (li * col_in + e * static_cast<double>(rc.padded_vocab) / t));
-    const double modules = static_cast<double>(rc.training.mtp_layers);
-    const Bytes mtp_layer = rc.model.is_moe_layer(rc.model.num_layers - 1) ? moe : dense;
-    out += head * (1.0 + modules) + (mtp_layer + Bytes(T * (li * 2.0 * col_in + e * h))) * modules;
-  }
+  if (stage == rc.parallel.pp - 1 && chunk == rc.parallel.vpp - 1) out += output_weight_grad_bytes(rc);
   return out;
+}
+
+Bytes output_weight_grad_bytes(const config::RunConfig& rc) {
+  // The LM head is a linear layer too: its input and the logits' gradient, once for the main
+  // loss and once per multi-token-prediction module (each with its layer and 2h -> h
+  // projection).
+  const auto& p = rc.parallel;
+  const double e = act_bytes_per_element(rc);
+  const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
+  const double t = static_cast<double>(p.tp);
+  const double h = static_cast<double>(rc.model.hidden);
+  const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
+  const double col_in = p.tp_saves_gathered_input ? h : h / (p.sp && p.tp > 1 ? t : 1.0);
+  const Bytes head(T * (li * col_in + e * static_cast<double>(rc.padded_vocab) / t));
+  const double modules = static_cast<double>(rc.training.mtp_layers);
+  const Bytes mtp_layer = layer_weight_grad_bytes(rc, rc.model.is_moe_layer(rc.model.num_layers - 1));
+  return head * (1.0 + modules) + (mtp_layer + Bytes(T * (li * 2.0 * col_in + e * h))) * modules;
 }
 
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {

@@ -136,6 +136,8 @@ core::Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t st
 // chunk, the last stage's chunk adds the LM head (and multi-token-prediction modules).
 core::Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer);
 core::Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
+// ... of the LM head (and multi-token-prediction modules) on the last stage.
+core::Bytes output_weight_grad_bytes(const config::RunConfig& rc);
 // The stage's saved layer activations at its peak: in-flight micro-batches times the stage's
 // layers; under the interleaved schedule the in-flight (chunk, micro-batch) passes are those
 // of Megatron's order (the k-th forward runs chunk (k / pp) mod vpp), each with its chunk's
