@@ -245,9 +245,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     // cool-down: the step is the forward and input-gradient chain through every stage for the
     // first micro-batch, one F + B per further micro-batch, and stage 0's last W
     // ((m + p - 1)(F + B) + W for equal stages; equal to the form above at m = p).
-    double chain = 0;
-    for (size_t s = 0; s < t_stage.size(); ++s) chain += t_stage[s] - w_stage[s];
-    chain += (m - 1.0) * (t_max - w_stage[slowest]) + w_stage[0];
+    double chain = 0, fb_max = 0;
+    for (size_t s = 0; s < t_stage.size(); ++s) {
+      chain += t_stage[s] - w_stage[s];
+      fb_max = std::max(fb_max, t_stage[s] - w_stage[s]);
+    }
+    chain += (m - 1.0) * fb_max + w_stage[0];
     pipe_compute = std::max(pipe_compute, chain);
   }
   double p2p = 0;
