@@ -208,7 +208,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   // Buffers a forward pass leaves for its backward: [chunk * m + mb][slot] -> ids.
   std::map<std::pair<int64_t, size_t>, std::vector<int32_t>> kept;
   // Under a split backward: what each pass keeps from its B until its W.
-  std::map<std::pair<int64_t, size_t>, std::vector<int32_t>> held_for_w;
+  std::map<std::pair<int64_t, size_t>, int32_t> held_for_w;
 
   for (const engine::Action& a : engine::stage_order(p.schedule, pp, s, m, v)) {
     const int32_t vs = a.chunk * pp + s;
@@ -250,8 +250,10 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
         for (const Op& o : slots[k].cost->bwd) {
           if (o.weight_grad) em.op(o, a.mb, slots[k].layer);
         }
-        for (int32_t id : held_for_w[{pass, k}]) em.free(id, a.mb, slots[k].layer);
-        held_for_w.erase({pass, k});
+        if (const auto it = held_for_w.find({pass, k}); it != held_for_w.end()) {
+          em.free(it->second, a.mb, slots[k].layer);
+          held_for_w.erase(it);
+        }
         if (a.mb == m - 1) buckets_ready_after(k);
       }
       continue;
@@ -286,10 +288,10 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       if (split_w) {
         // The weight-gradient pass needs each linear layer's input and output gradient: kept
         // from here until it runs (as the memory ledger counts them).
-        const double held = transformer                  ? memory::layer_weight_grad_bytes(rc, rc.model.is_moe_layer(sl.layer)).value()
+        const double held = transformer ? memory::layer_weight_grad_bytes(rc, rc.model.is_moe_layer(sl.layer)).value()
                             : sl.layer == num_layers ? memory::output_weight_grad_bytes(rc).value()
                                                      : 0.0;
-        if (held > 0) held_for_w[{pass, k}].push_back(em.alloc(held, "keep weight-gradient inputs", a.mb, sl.layer));
+        if (held > 0) held_for_w[{pass, k}] = em.alloc(held, "keep weight-gradient inputs", a.mb, sl.layer);
       }
       if (!split_w && a.mb == m - 1) buckets_ready_after(k);
     }

@@ -108,6 +108,12 @@ core::Bandwidth HardwareProfile::nic_bandwidth_per_gpu(int64_t nodes) const {
   return core::Bandwidth(network.nic_bandwidth.value() * network.efficiency * nics / static_cast<double>(gpus_per_node) / over);
 }
 
+core::Bandwidth HardwareProfile::fabric_port_bandwidth(int64_t node_gpus) const {
+  const auto& tier = tier_for_span(0, static_cast<int>(node_gpus) - 1);
+  return core::Bandwidth(std::max({tier.busbw.value(), tier.allreduce_busbw.value(), tier.reduce_scatter_busbw.value(),
+                                   tier.broadcast_busbw.value(), tier.p2p_bandwidth.value()}));
+}
+
 namespace {
 
 const std::vector<std::string> kDtypes = {"fp32", "tf32", "bf16", "fp16", "fp8"};

@@ -168,6 +168,9 @@ struct HardwareProfile {
   // Scale-out bandwidth available to one GPU when all GPUs of its node talk at once.
   // nodes: how many nodes the traffic spans (oversubscription applies above the leaf).
   [[nodiscard]] core::Bandwidth nic_bandwidth_per_gpu(int64_t nodes = 1) const;
+  // One GPU's port into the node fabric of gpus_per_node GPUs: the fastest rate any collective
+  // or transfer reaches on the tier that spans the node (the link intra-node traffic shares).
+  [[nodiscard]] core::Bandwidth fabric_port_bandwidth(int64_t gpus_per_node) const;
 };
 
 // Reads a profile: a built-in name, or an object (optionally {"base": NAME, ...overrides}).

@@ -456,9 +456,7 @@ void StepBuilder::build() {
   // fabric. A degraded link scenario lowers the named rank's capacities.
   const auto& hw = rc_.hardware;
   const double nic = hw.nic_bandwidth_per_gpu().value();
-  const auto& tier = hw.tier_for_span(0, static_cast<int>(rc_.cluster.gpus_per_node) - 1);
-  const double port = std::max({tier.busbw.value(), tier.allreduce_busbw.value(), tier.reduce_scatter_busbw.value(),
-                                tier.broadcast_busbw.value(), tier.p2p_bandwidth.value()});
+  const double port = hw.fabric_port_bandwidth(rc_.cluster.gpus_per_node).value();
   for (int64_t r = 0; r < ranks_; ++r) {
     const double f = full_ && rc_.scenario.degraded_rank == global_rank(r) ? rc_.scenario.degraded_factor : 1.0;
     const std::string who = "rank " + std::to_string(global_rank(r));

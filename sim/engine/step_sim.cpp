@@ -323,7 +323,7 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
     // What the task took on the timeline: longer than its own duration when communication
     // beside it slowed a compute task or concurrent flows shared its link (a collective over
     // flows runs from its last member's arrival until its slowest member is done).
-    const Tick took = r.finish.size() > id && r.finish[id] >= r.start[id] ? r.finish[id] - r.start[id] : t.duration;
+    const Tick took = r.finish[id] - r.start[id];
     out += ",\"dur\":";
     append_us(out, took);
     out += "}";

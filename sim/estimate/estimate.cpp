@@ -138,10 +138,6 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   out.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
   double hardware_flops_mb = 0;
   double model_flops_mb = 0;
-  // A rank's port into the node fabric (the link intra-node data-parallel traffic shares).
-  const auto& node_tier = hw.tier_for_span(0, static_cast<int>(rc.cluster.gpus_per_node) - 1);
-  const double zero3_port = std::max({node_tier.busbw.value(), node_tier.allreduce_busbw.value(), node_tier.reduce_scatter_busbw.value(),
-                                      node_tier.broadcast_busbw.value(), node_tier.p2p_bandwidth.value()});
   for (int64_t s = 0; s < pp; ++s) {
     const auto& st = out.memory.stages[static_cast<size_t>(s)];
     const StageCost sc = stage_cost(rc, wb, s);
@@ -189,7 +185,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         // port into the node fabric), as in the simulated timeline. The step's first gather and
         // last reduce-scatter have nothing to hide behind.
         const auto& where = places.zero3;
-        const double link = where.intra_node() ? zero3_port : hw.nic_bandwidth_per_gpu().value();
+        const double link = on_nic ? hw.nic_bandwidth_per_gpu().value() : hw.fabric_port_bandwidth(rc.cluster.gpus_per_node).value();
         const double ag_link = cost::link_bytes(Collective::kAllGather, Bytes(layer_params * gather_bytes), where) / link;
         const double rs_link = cost::link_bytes(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), where) / link;
         if (p.schedule == config::Schedule::kZbH1) {

@@ -193,37 +193,53 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
+namespace {
+
+// Per-token quantities of what a deferred weight-gradient pass keeps: a weight gradient is
+// X^T dY, so each linear layer keeps its input X and its output's gradient dY from the
+// input-gradient pass until the weight-gradient pass. Under sequence parallelism a row-parallel
+// layer's output gradient is gathered over the sequence before it (full width h per token); a
+// column-parallel layer keeps its input as the sequence shard (regathered for W) unless the
+// framework keeps the gathered input.
+struct WeightGradKeep {
+  double e, li, t, T, h, col_in;
+  explicit WeightGradKeep(const config::RunConfig& rc)
+      : e(act_bytes_per_element(rc)),
+        li(rc.training.fp8_saved_inputs ? 1.0 : e),
+        t(static_cast<double>(rc.parallel.tp)),
+        T(static_cast<double>(rc.parallel.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
+          static_cast<double>(rc.parallel.cp)),
+        h(static_cast<double>(rc.model.hidden)),
+        col_in(rc.parallel.tp_saves_gathered_input || !(rc.parallel.sp && rc.parallel.tp > 1) ? h : h / t) {}
+  // One linear layer's input and output widths (elements per token on this rank).
+  [[nodiscard]] double linear(double in_width, double out_width) const { return li * in_width + e * out_width; }
+};
+
+}  // namespace
+
 Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
-  const double e = act_bytes_per_element(rc);
-  const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
-  const double t = static_cast<double>(p.tp);
-  const double rep = p.sp && p.tp > 1 ? t : 1.0;
-  const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
-  const double h = static_cast<double>(m.hidden);
+  const WeightGradKeep k(rc);
+  const double rep = p.sp && p.tp > 1 ? k.t : 1.0;
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const config::AttentionWidths w = config::attention_widths(rc, false);
-  // A weight gradient is X^T dY: each linear layer keeps its input X and its output's gradient
-  // dY from the input-gradient pass until the weight-gradient pass. Under sequence parallelism
-  // a row-parallel layer's output gradient is gathered over the sequence before it (full width
-  // h per token); a column-parallel layer keeps its input as the sequence shard (regathered for
-  // W) unless the framework keeps the gathered input.
-  auto linear = [&](double in_width, double out_width) { return li * in_width + e * out_width; };
-  const double col_in = p.tp_saves_gathered_input ? h : h / rep;
-  double per = linear(col_in, w.q + w.k + w.v) + linear(w.out, h);
-  if (m.mla.enabled()) per += linear(static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep, static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep);
-  auto mlp = [&](double ffn_local) { return linear(col_in, gate * ffn_local) + linear(ffn_local, h); };
+  double per = k.linear(k.col_in, w.q + w.k + w.v) + k.linear(w.out, k.h);
+  if (m.mla.enabled()) {
+    const double lora = static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep;
+    per += k.linear(lora, lora);
+  }
+  auto mlp = [&](double ffn_local) { return k.linear(k.col_in, gate * ffn_local) + k.linear(ffn_local, k.h); };
   if (!moe_layer) {
-    per += mlp(static_cast<double>(m.ffn_hidden) / t);
+    per += mlp(static_cast<double>(m.ffn_hidden) / k.t);
   } else {
     const auto& mo = m.moe;
     const double fe = static_cast<double>(mo.expert_ffn) / static_cast<double>(p.etp);
-    const double routed = static_cast<double>(mo.top_k) * (linear(h, gate * fe) + linear(fe, h)) * (static_cast<double>(p.etp) / t);
-    per += linear(col_in, static_cast<double>(mo.num_experts) / t) + routed;
-    if (mo.shared_experts > 0) per += mlp(static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t);
+    const double routed = static_cast<double>(mo.top_k) * (k.linear(k.h, gate * fe) + k.linear(fe, k.h)) * (static_cast<double>(p.etp) / k.t);
+    per += k.linear(k.col_in, static_cast<double>(mo.num_experts) / k.t) + routed;
+    if (mo.shared_experts > 0) per += mlp(static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / k.t);
   }
-  return Bytes(T * per);
+  return Bytes(k.T * per);
 }
 
 std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage) {
@@ -347,66 +363,43 @@ Bytes output_weight_grad_bytes(const config::RunConfig& rc) {
   // The LM head is a linear layer too: its input and the logits' gradient, once for the main
   // loss and once per multi-token-prediction module (each with its layer and 2h -> h
   // projection).
-  const auto& p = rc.parallel;
-  const double e = act_bytes_per_element(rc);
-  const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
-  const double t = static_cast<double>(p.tp);
-  const double h = static_cast<double>(rc.model.hidden);
-  const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
-  const double col_in = p.tp_saves_gathered_input ? h : h / (p.sp && p.tp > 1 ? t : 1.0);
-  const Bytes head(T * (li * col_in + e * static_cast<double>(rc.padded_vocab) / t));
+  const WeightGradKeep k(rc);
+  const Bytes head(k.T * k.linear(k.col_in, static_cast<double>(rc.padded_vocab) / k.t));
   const double modules = static_cast<double>(rc.training.mtp_layers);
   const Bytes mtp_layer = layer_weight_grad_bytes(rc, rc.model.is_moe_layer(rc.model.num_layers - 1));
-  return head * (1.0 + modules) + (mtp_layer + Bytes(T * (li * 2.0 * col_in + e * h))) * modules;
+  return head * (1.0 + modules) + (mtp_layer + Bytes(k.T * k.linear(2.0 * k.col_in, k.h))) * modules;
 }
 
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t v = rc.parallel.vpp;
-  if (rc.parallel.schedule == Schedule::kZbH1) {
-    // ZB-H1: walk the stage's order. A forward stores the micro-batch's activations; its
-    // input-gradient pass B frees them but for what the held-back weight-gradient pass W needs
-    // (each linear layer's input and output gradient), freed at W. The order repeats after the
-    // warm-up, so 2 pp + 2 micro-batches reach the peak of any longer run.
-    const int64_t pp = rc.parallel.pp;
-    const int64_t m = std::min<int64_t>(rc.num_microbatches, 2 * pp + 2);
-    const double full = chunk_layer_activation_bytes(rc, stage, 0).value();
-    const double kept = chunk_layer_weight_grad_bytes(rc, stage, 0).value();
-    double held = 0, peak = 0;
-    for (const auto& a : engine::stage_order(Schedule::kZbH1, static_cast<int32_t>(pp), static_cast<int32_t>(stage),
-                                             static_cast<int32_t>(m), 1)) {
-      held += a.phase == engine::Phase::kF ? full : a.phase == engine::Phase::kB ? kept - full : -kept;
-      peak = std::max(peak, held);
-    }
-    return Bytes(peak);
-  }
-  if (rc.parallel.schedule != Schedule::kInterleaved || v <= 1) {
+  const bool interleaved = rc.parallel.schedule == Schedule::kInterleaved && v > 1;
+  const bool split_w = rc.parallel.schedule == Schedule::kZbH1;
+  if (!interleaved && !split_w) {
     Bytes per_mb(0);
     for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);
     return per_mb * inflight_microbatches(rc, stage);
   }
-  // Interleaved 1F1B: walk the stage's own order (each forward keeps its chunk's
-  // activations until that chunk's backward) and take the largest set held at once; with
-  // unequal chunks the peak can come after the warm-up.
-  std::vector<double> chunk_bytes(static_cast<size_t>(v));
-  for (int64_t c = 0; c < v; ++c) chunk_bytes[static_cast<size_t>(c)] = chunk_layer_activation_bytes(rc, stage, c).value();
-  // After the warm-up ((pp - s - 1) * 2 + (v - 1) * pp forwards) the held set repeats every
-  // pp * v actions and the cool-down only frees, so a run of pp * (v + 4) micro-batches (a
-  // multiple of pp) reaches the same peak as any longer one; that bound keeps the walk short
+  // Interleaved 1F1B and ZB-H1: walk the stage's own order and take the largest set held at
+  // once. A forward stores its chunk's activations until that chunk's backward (with unequal
+  // chunks the peak can come after the warm-up); a split backward (ZB-H1) keeps what its
+  // held-back weight-gradient pass needs (each linear layer's input and output gradient) until
+  // that W. After the warm-up ((pp - s - 1) * 2 + (v - 1) * pp forwards) the held set repeats
+  // every pp * v actions and the cool-down only frees, so a run of pp * (v + 4) micro-batches
+  // (a multiple of pp) reaches the same peak as any longer one; that bound keeps the walk short
   // for thousands of micro-batches.
+  std::vector<double> full(static_cast<size_t>(v)), kept(static_cast<size_t>(v), 0.0);
+  for (int64_t c = 0; c < v; ++c) {
+    full[static_cast<size_t>(c)] = chunk_layer_activation_bytes(rc, stage, c).value();
+    if (split_w) kept[static_cast<size_t>(c)] = chunk_layer_weight_grad_bytes(rc, stage, c).value();
+  }
   const int64_t pp = rc.parallel.pp;
-  const int64_t bound = pp * (v + 4);
-  const int64_t m = rc.num_microbatches > bound ? bound : rc.num_microbatches;
-  const auto order = engine::stage_order(Schedule::kInterleaved, static_cast<int32_t>(pp), static_cast<int32_t>(stage),
-                                         static_cast<int32_t>(m), static_cast<int32_t>(v));
+  const int64_t m = std::min<int64_t>(rc.num_microbatches, pp * (v + 4));
   double held = 0, peak = 0;
-  for (const auto& a : order) {
-    const double b = chunk_bytes[static_cast<size_t>(a.chunk)];
-    if (a.phase == engine::Phase::kF) {
-      held += b;
-      peak = std::max(peak, held);
-    } else if (a.phase == engine::Phase::kB) {
-      held -= b;
-    }
+  for (const auto& a : engine::stage_order(rc.parallel.schedule, static_cast<int32_t>(pp), static_cast<int32_t>(stage),
+                                           static_cast<int32_t>(m), static_cast<int32_t>(v))) {
+    const auto c = static_cast<size_t>(a.chunk);
+    held += a.phase == engine::Phase::kF ? full[c] : a.phase == engine::Phase::kB ? kept[c] - full[c] : -kept[c];
+    peak = std::max(peak, held);
   }
   return Bytes(peak);
 }

@@ -57,6 +57,27 @@ std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown
 
 }  // namespace
 
+// An uneven pipeline split as the layout column writes it ("first 3 last 2", or the virtual
+// stages' list with runs of equal stages as n*k: "stages [1, 2*30, 1*33]"); empty when even.
+std::string split_text(const Parallel& p) {
+  std::ostringstream o;
+  if (p.first_stage_layers >= 0) o << "first " << p.first_stage_layers;
+  if (p.last_stage_layers >= 0) o << (o.tellp() > 0 ? " " : "") << "last " << p.last_stage_layers;
+  if (!p.stage_layer_list.empty()) {
+    o << (o.tellp() > 0 ? " " : "") << "stages [";
+    const auto& l = p.stage_layer_list;
+    for (size_t i = 0; i < l.size();) {
+      size_t j = i;
+      while (j < l.size() && l[j] == l[i]) ++j;
+      o << (i > 0 ? ", " : "") << l[i];
+      if (j - i > 1) o << "*" << (j - i);
+      i = j;
+    }
+    o << "]";
+  }
+  return o.str();
+}
+
 std::string layout_diff(const Parallel& a, const Parallel& b) {
   std::vector<std::string> d;
   auto num = [&](const char* name, int64_t x, int64_t y) {
@@ -78,42 +99,11 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
     d.push_back("recompute " + config::recompute_label(a) + " vs " + config::recompute_label(b));
   }
   if (a.schedule != b.schedule) d.push_back(config::to_string(a.schedule) + " vs " + config::to_string(b.schedule));
-  // The pipeline split, when the stage counts agree (otherwise pp already says it).
-  if (a.pp == b.pp && a.vpp == b.vpp) {
-    if (a.stage_layer_list != b.stage_layer_list) {
-      auto list = [](const std::vector<int64_t>& l) {
-        std::string out = "[";
-        for (size_t i = 0; i < l.size(); ++i) {
-          if (i > 0) out += ',';
-          out += std::to_string(l[i]);
-        }
-        out += ']';
-        return out;
-      };
-      // A split given by first/last stage counts, or even.
-      auto split = [&](const Parallel& x) {
-        if (!x.stage_layer_list.empty()) return list(x.stage_layer_list);
-        std::string out;
-        if (x.first_stage_layers >= 0) out += "first " + std::to_string(x.first_stage_layers);
-        if (x.last_stage_layers >= 0) {
-          if (!out.empty()) out += ' ';
-          out += "last " + std::to_string(x.last_stage_layers);
-        }
-        return out.empty() ? std::string("even") : out;
-      };
-      d.push_back("stage layers " + split(a) + " vs " + split(b));
-    } else {
-      auto end = [](const char* which, int64_t x, int64_t y) {
-        std::string out = which;
-        out += x < 0 ? std::string("even") : std::to_string(x);
-        out += " vs ";
-        out += y < 0 ? std::string("even") : std::to_string(y);
-        out += " layers";
-        return out;
-      };
-      if (a.first_stage_layers != b.first_stage_layers) d.push_back(end("first stage ", a.first_stage_layers, b.first_stage_layers));
-      if (a.last_stage_layers != b.last_stage_layers) d.push_back(end("last stage ", a.last_stage_layers, b.last_stage_layers));
-    }
+  // The pipeline split, when the stage counts agree (otherwise pp already says it), written as
+  // the layout column writes it.
+  if (a.pp == b.pp && a.vpp == b.vpp && split_text(a) != split_text(b)) {
+    auto or_even = [](const std::string& t) { return t.empty() ? std::string("even split") : t; };
+    d.push_back(or_even(split_text(a)) + " vs " + or_even(split_text(b)));
   }
   std::string s;
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i];
@@ -185,21 +175,8 @@ std::string layout_text(const Parallel& p) {
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage)) << " rc "
     << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
-  if (p.first_stage_layers >= 0) o << " first " << p.first_stage_layers;
-  if (p.last_stage_layers >= 0) o << " last " << p.last_stage_layers;
-  if (!p.stage_layer_list.empty()) {
-    // Runs of equal stages written n*k (k stages of n layers each): [1, 2*30, 1*33].
-    o << " stages [";
-    const auto& l = p.stage_layer_list;
-    for (size_t i = 0; i < l.size();) {
-      size_t j = i;
-      while (j < l.size() && l[j] == l[i]) ++j;
-      o << (i > 0 ? ", " : "") << l[i];
-      if (j - i > 1) o << "*" << (j - i);
-      i = j;
-    }
-    o << "]";
-  }
+  const std::string split = split_text(p);
+  if (!split.empty()) o << " " << split;
   return o.str();
 }
 

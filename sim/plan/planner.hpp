@@ -66,6 +66,8 @@ std::string layout_diff(const config::Parallel& a, const config::Parallel& b);
 
 // One-line layout, e.g. "tp 8 pp 4 dp 32 cp 1 ep 1 vpp 2 mbs 1 zero 1 rc selective interleaved".
 std::string layout_text(const config::Parallel& p);
+// Its uneven pipeline split part ("first 3 last 2", "stages [1, 2*30, 1*33]"; empty when even).
+std::string split_text(const config::Parallel& p);
 
 // run: a run file object whose parallel block is absent or partial (keys present are fixed).
 PlanResult plan(const core::Json& run, const std::string& source_name, const std::string& base_dir,
