@@ -655,6 +655,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
   if (torchtitan && pp > 1) {
     parallel["keep_stage_outputs"] = true;
     notes.push_back("parallel: torch.distributed.pipelining keeps each in-flight micro-batch's stage output until its backward");
+    // PipelineStage.forward_one_chunk appends every output to output_chunks, which step()
+    // merges and returns and the next step clears; from PyTorch 2.8 (pytorch/pytorch PR 153383)
+    // only the last stage keeps them. These runs used a December 2024 nightly.
+    parallel["keep_step_outputs"] = "all-stages";
+    notes.push_back("parallel: torch.distributed.pipelining (2024) keeps every micro-batch's stage output, the last stage's 16-bit logits included, "
+                    "until the step ends, for step() to return (PipelineStage.output_chunks; only the last stage from PyTorch 2.8)");
     parallel["recv_buffer_per_microbatch"] = true;
     notes.push_back("parallel: torch.distributed.pipelining allocates a receive buffer per micro-batch for stage inputs and output gradients (PipelineStage _prepare_forward_infra / _setup_backward_recv_info)");
     if (parallel.contains("fsdp")) {

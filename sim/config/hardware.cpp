@@ -229,13 +229,16 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     if (hw.peak.count(Dtype::kBf16) == 0 && hw.peak.count(Dtype::kFp16) == 0) {
       issues.add(gr.child_path("peak_flops"), "needs at least a bf16 or fp16 dense peak rate");
     }
-    hw.hbm_capacity = gr.get_bytes("memory").value_or(core::Bytes(0));
+    const auto capacity = gr.get_bytes("memory");
+    hw.hbm_capacity = capacity.value_or(core::Bytes(0));
     if (!gr.has("memory")) issues.add(gr.child_path("memory"), "required (e.g. \"80GB\")");
-    if (hw.hbm_capacity.value() > 1.2e15) {
-      issues.add(gr.child_path("memory"), "got " + core::fmt("%g", hw.hbm_capacity.value()) + " bytes; expected at most a petabyte per GPU");
+    if (capacity && (hw.hbm_capacity.value() < 64.0 * 1048576.0 || hw.hbm_capacity.value() > 1.2e15)) {
+      issues.add(gr.child_path("memory"), "got " + core::fmt("%g", hw.hbm_capacity.value()) +
+                                              " bytes; expected 64 MiB to a petabyte per GPU (a bare number is bytes: write \"80GB\")");
     }
-    hw.hbm_bandwidth = gr.get_bandwidth("memory_bandwidth").value_or(core::Bandwidth(1));
-    if (gr.has("memory_bandwidth") && (hw.hbm_bandwidth.value() < 1e6 || hw.hbm_bandwidth.value() > 1e15)) {
+    const auto bandwidth = gr.get_bandwidth("memory_bandwidth");
+    hw.hbm_bandwidth = bandwidth.value_or(core::Bandwidth(1));
+    if (bandwidth && (hw.hbm_bandwidth.value() < 1e6 || hw.hbm_bandwidth.value() > 1e15)) {
       issues.add(gr.child_path("memory_bandwidth"), "got " + core::fmt("%g", hw.hbm_bandwidth.value()) +
                                                         " B/s; expected 1 MB/s to 1 PB/s (a bare number is bytes/s: write \"3.35TB/s\")");
     }
@@ -262,7 +265,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       }
       gr.finish();
     }
-    hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 1e6, 128.0);
+    hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 16384.0, 128.0);
     hw.efficiency.sustained_clock = er.get_number("sustained_clock", 0.05, 1.0, 1.0);
     hw.efficiency.tp_overlap_sms = er.get_number("tp_overlap_sms", 0.0, 1024.0, 16.0);
     hw.efficiency.collective_sms = er.get_number("collective_sms", 0.0, 1024.0, 0.0);
@@ -283,8 +286,14 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     parse_gemm_measured(er, hw);
     hw.efficiency.memory_bound = er.get_number("memory_bound", 0.01, 1.0, 0.8);
     hw.efficiency.optimizer_rate = er.get_number("optimizer_rate", 0.0, 1e15, 0.0);
+    if (hw.efficiency.optimizer_rate > 0 && hw.efficiency.optimizer_rate < 1e6) {
+      issues.add(er.child_path("optimizer_rate"), "got " + core::fmt("%g", hw.efficiency.optimizer_rate) +
+                                                      " parameters per second; no processor updates fewer than 1e6 a second "
+                                                      "(0 or omitted: the optimizer is costed from memory bandwidth)");
+      hw.efficiency.optimizer_rate = 0;
+    }
     hw.efficiency.kernel_overhead =
-        er.get_duration("kernel_overhead", false).value_or(core::micros(3.0));
+        er.get_duration("kernel_overhead", false, 0.1).value_or(core::micros(3.0));
     er.finish();
   }
 
@@ -309,10 +318,10 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       t.socket_link = need_bw("socket_link");
       t.chain_bandwidth = tr.get_bandwidth("chain_bandwidth").value_or(t.ring_bandwidth);
       t.socket_reduce_efficiency = tr.get_number("socket_reduce_efficiency", 0.01, 1.0, 1.0);
-      t.launch_latency = tr.get_duration("launch_latency", false).value_or(core::Duration(0));
-      t.switch_hop = tr.get_duration("switch_hop", false).value_or(core::micros(1));
-      t.socket_hop = tr.get_duration("socket_hop", false).value_or(t.switch_hop);
-      t.socket_link_hop = tr.get_duration("socket_link_hop", false).value_or(t.socket_hop);
+      t.launch_latency = tr.get_duration("launch_latency", false, 0.1).value_or(core::Duration(0));
+      t.switch_hop = tr.get_duration("switch_hop", false, 0.1).value_or(core::micros(1));
+      t.socket_hop = tr.get_duration("socket_hop", false, 0.1).value_or(t.switch_hop);
+      t.socket_link_hop = tr.get_duration("socket_link_hop", false, 0.1).value_or(t.socket_hop);
       if (t.gpus_per_socket % t.gpus_per_switch != 0 || hw.gpus_per_node % t.gpus_per_socket != 0) {
         issues.add(tr.child_path("gpus_per_socket"), "switches must nest in sockets and sockets in the node (" +
                                                          std::to_string(t.gpus_per_switch) + " | " +
@@ -335,8 +344,8 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
         t.reduce_scatter_busbw = tr.get_bandwidth("reduce_scatter_busbw").value_or(t.busbw);
         t.broadcast_busbw = tr.get_bandwidth("broadcast_busbw").value_or(t.busbw);
         t.p2p_bandwidth = tr.get_bandwidth("p2p_bandwidth").value_or(t.busbw);
-        t.latency = tr.get_duration("latency", false).value_or(core::micros(5));
-        t.base_latency = tr.get_duration("base_latency", false).value_or(core::Duration(0));
+        t.latency = tr.get_duration("latency", false, 0.1).value_or(core::micros(5));
+        t.base_latency = tr.get_duration("base_latency", false, 0.1).value_or(core::Duration(0));
         if (const Json* curve = tr.get_raw("size_curve"); curve != nullptr) {
           bool ok = curve->is_array() && !curve->empty();
           double last = 0.0;
@@ -417,7 +426,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.network.nic_bandwidth = nr.get_bandwidth("nic_bandwidth").value_or(core::gb_per_s(25));
     hw.network.nics_per_node = static_cast<int>(nr.get_int("nics_per_node", 1, 1024, hw.gpus_per_node));
     hw.network.efficiency = nr.get_number("efficiency", 0.01, 1.0, 0.9);
-    hw.network.latency = nr.get_duration("latency", false).value_or(core::micros(10));
+    hw.network.latency = nr.get_duration("latency", false, 0.1).value_or(core::micros(10));
     hw.network.oversubscription = nr.get_number("oversubscription", 1.0, 64.0, 1.0);
     hw.network.nodes_per_leaf = nr.get_int("nodes_per_leaf", 0, 1000000, 0);
     nr.finish();

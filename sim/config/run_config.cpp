@@ -139,7 +139,7 @@ void parse_moe(ObjectReader r, MoeRouting& m) {
               : ov == "micro-batch"  ? MoeRouting::Overlap::kMicroBatch
                                      : MoeRouting::Overlap::kNone;
   m.max_nodes_per_token = r.get_int("max_nodes_per_token", 0, 1 << 20, 0);
-  if (auto overhead = r.get_duration("expert_overhead", false); overhead) m.expert_overhead = overhead->value();
+  if (auto overhead = r.get_duration("expert_overhead", false, 1.0); overhead) m.expert_overhead = overhead->value();
   r.finish();
 }
 
@@ -220,6 +220,8 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.no_sync = r.get_bool("no_sync", true);
   p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
   p.recv_buffer_per_microbatch = r.get_bool("recv_buffer_per_microbatch", false);
+  const auto so = r.get_choice("keep_step_outputs", {"none", "last-stage", "all-stages"}, "none");
+  p.keep_step_outputs = so == "last-stage" ? StepOutputs::kLastStage : so == "all-stages" ? StepOutputs::kAllStages : StepOutputs::kNone;
   p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
   p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
   r.finish();

@@ -41,6 +41,11 @@ enum class AttentionImpl { kFlash, kFlash2, kUnfused };
 // one all-gather issued before the first block; dK/dV accumulate in fp32 and travel the ring;
 // PyTorch context_parallel's default rotation).
 enum class CpComm { kRing, kAllGather, kUlysses, kRotateAllGather };
+// What a pipeline runtime keeps of each micro-batch's stage output after its backward, until the
+// step ends: nothing (Megatron, DeepSpeed), the model's last stage's outputs (the logits), which
+// torch.distributed.pipelining keeps so that step() can return them merged, or every stage's
+// outputs (torch.distributed.pipelining before PyTorch 2.8, pytorch/pytorch PR 153383).
+enum class StepOutputs { kNone, kLastStage, kAllStages };
 // kFlex: DeepEP / HybridEP (Megatron-Core's flex dispatcher): a token crosses the network once
 // per destination node and is forwarded to its experts there over the node fabric.
 enum class MoeDispatcher { kAllToAll, kAllGather, kFlex };
@@ -198,6 +203,9 @@ struct Parallel {
   // run (torch.distributed.pipelining: the stage input of every non-first stage chunk and the
   // output gradient of every non-last one); others reuse one buffer.
   bool recv_buffer_per_microbatch = false;
+  // Stage outputs kept from their forward until the step ends (see StepOutputs); with
+  // kAllStages they replace keep_stage_outputs' in-flight ones (the same tensors).
+  StepOutputs keep_step_outputs = StepOutputs::kNone;
   // Tensor parallelism through DTensor (torchtitan): a column-parallel linear saves its
   // all-gathered (sequence-replicated) input for the weight gradient, where Megatron saves the
   // sequence-parallel shard and gathers it again in backward: the output layer (never

@@ -311,8 +311,14 @@ std::optional<Q> get_unit(ObjectReader& r, const Json* v, std::string_view key, 
 std::optional<Bytes> ObjectReader::get_bytes(std::string_view key, bool positive) {
   return get_unit<Bytes>(*this, fetch(key), key, positive, parse_bytes, "\"80GiB\"", *issues_);
 }
-std::optional<Duration> ObjectReader::get_duration(std::string_view key, bool positive) {
-  return get_unit<Duration>(*this, fetch(key), key, positive, parse_duration, "\"2us\"", *issues_);
+std::optional<Duration> ObjectReader::get_duration(std::string_view key, bool positive, double max_seconds) {
+  const Json* v = fetch(key);
+  auto d = get_unit<Duration>(*this, v, key, positive, parse_duration, "\"2us\"", *issues_);
+  if (d && d->value() > max_seconds) {
+    issues_->add(child_path(key), "got " + show(*v) + "; must be at most " + format_duration(Duration(max_seconds)));
+    return std::nullopt;
+  }
+  return d;
 }
 std::optional<Bandwidth> ObjectReader::get_bandwidth(std::string_view key, bool positive) {
   return get_unit<Bandwidth>(*this, fetch(key), key, positive, parse_bandwidth, "\"400GB/s\"",

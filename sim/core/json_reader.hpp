@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -78,7 +79,10 @@ class ObjectReader {
 
   // Unit-suffixed strings or bare numbers in base units; must be >= 0 (> 0 when positive).
   std::optional<Bytes> get_bytes(std::string_view key, bool positive = true);
-  std::optional<Duration> get_duration(std::string_view key, bool positive = true);
+  // Durations also refuse values above max_seconds (no hardware latency or overhead lasts a
+  // second; an unbounded one would only overflow the prediction).
+  std::optional<Duration> get_duration(std::string_view key, bool positive = true,
+                                       double max_seconds = std::numeric_limits<double>::infinity());
   std::optional<Bandwidth> get_bandwidth(std::string_view key, bool positive = true);
   std::optional<FlopRate> get_flop_rate(std::string_view key, bool positive = true);
 

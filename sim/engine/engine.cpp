@@ -12,6 +12,16 @@ void Engine::push(Tick t, EventType type, TaskId id, uint32_t version) {
   queue_.push(Event{t, seq_++, type, id, version});
 }
 
+namespace {
+// The time `ticks` after `now`, refused (std::range_error, which the step simulation turns into
+// a user error) when it would pass the clock's range instead of wrapping.
+Tick after(Tick now, double ticks) {
+  const double room = static_cast<double>(std::numeric_limits<Tick>::max() - now);
+  if (!(ticks <= room * 0.999)) throw std::range_error("the step would last longer than the simulator's range of 106 days");
+  return now + static_cast<Tick>(std::max(0.0, ticks));
+}
+}  // namespace
+
 bool Engine::is_compute(const Task& t) {
   return t.stream == Stream::kCompute && t.collective == kNone && t.flow == kNone &&
          (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward || t.kind == TaskKind::kBackwardWeight ||
@@ -31,7 +41,7 @@ void Engine::rerate(int32_t rank, Tick now) {
   c.left = std::max(0.0, c.left - c.rate * static_cast<double>(now - c.last));
   c.last = now;
   c.rate = comm_active_[static_cast<size_t>(rank)] > 0 ? 1.0 - share_ : 1.0;
-  push(now + static_cast<Tick>(std::ceil(c.left / c.rate - 1e-6)), EventType::kFinish, c.task, ++version_[c.task]);
+  push(after(now, std::ceil(c.left / c.rate - 1e-6)), EventType::kFinish, c.task, ++version_[c.task]);
 }
 
 void Engine::start(TaskId id, Tick ready, Tick at) {
@@ -48,7 +58,7 @@ void Engine::start(TaskId id, Tick ready, Tick at) {
     if (slows_compute(t) && comm_active_[r]++ == 0) rerate(t.rank, at);
   }
   if (t.flow == kNone) {
-    push(at + t.duration, EventType::kFinish, id);
+    push(after(at, static_cast<double>(t.duration)), EventType::kFinish, id);
     return;
   }
   const Flow& f = g_.flow(t.flow);
@@ -137,8 +147,7 @@ void Engine::reshare(const uint32_t* seed_links, uint32_t count, Tick now) {
   }
   for (TaskId t : comp) {
     const ActiveFlow& a = flows_[g_.task(t).flow];
-    const auto left_ticks = static_cast<Tick>(std::ceil(a.remaining / a.rate - 1e-6));
-    push(now + std::max<Tick>(0, left_ticks), EventType::kFinish, t, ++version_[t]);
+    push(after(now, std::ceil(a.remaining / a.rate - 1e-6)), EventType::kFinish, t, ++version_[t]);
   }
 }
 

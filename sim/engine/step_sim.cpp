@@ -35,10 +35,12 @@ class StepObserver : public Observer {
     v_ = static_cast<int32_t>(b.rc().parallel.vpp);
     chunk_bytes_.resize(static_cast<size_t>(pp * v_));
     chunk_w_bytes_.resize(static_cast<size_t>(pp * v_));
+    chunk_kept_.resize(static_cast<size_t>(pp * v_));
     for (int32_t s = 0; s < pp; ++s) {
       for (int32_t c = 0; c < v_; ++c) {
         chunk_bytes_[static_cast<size_t>(s * v_ + c)] = b.chunk_activation_bytes(s, c);
         chunk_w_bytes_[static_cast<size_t>(s * v_ + c)] = b.chunk_weight_grad_bytes(s, c);
+        chunk_kept_[static_cast<size_t>(s * v_ + c)] = memory::chunk_kept_output_bytes(b.rc(), s, c).value();
       }
     }
   }
@@ -70,7 +72,9 @@ class StepObserver : public Observer {
     if (t.kind == TaskKind::kForward && b_.forward_passes()[r][k].first == id) {
       ++inflight_[r];
       max_inflight_[r] = std::max(max_inflight_[r], inflight_[r]);
-      act_[r] += chunk_bytes_[static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk)];
+      // An output the runtime keeps until the step ends (keep_step_outputs) is never released.
+      const auto ci = static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk);
+      act_[r] += chunk_bytes_[ci] + chunk_kept_[ci];
       peak_act_[r] = std::max(peak_act_[r], act_[r]);
     }
     if ((t.kind == TaskKind::kBackward || t.kind == TaskKind::kTpComm || t.kind == TaskKind::kPpSend) &&
@@ -93,7 +97,7 @@ class StepObserver : public Observer {
  private:
   const StepBuilder& b_;
   int32_t m_ = 1, v_ = 1;
-  std::vector<double> chunk_bytes_, chunk_w_bytes_;  // [stage * vpp + chunk]
+  std::vector<double> chunk_bytes_, chunk_w_bytes_, chunk_kept_;  // [stage * vpp + chunk]
 };
 
 }  // namespace
@@ -120,7 +124,8 @@ SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
     return simulate_step_checked(rc, opt);
   } catch (const std::range_error& e) {
     throw core::UserError(std::string("the step cannot be simulated: ") + e.what() +
-                          "; check the run file's sizes (model, batch) and scenario times");
+                          "; check the run file's sizes (model, batch), the hardware profile's rates and times (efficiency, "
+                          "network) and the scenario's times");
   }
 }
 
@@ -190,7 +195,7 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
   for (int64_t s = 0; s < pp; ++s) {
     auto& st = out.stages[static_cast<size_t>(s)];
     const auto& ls = ledger.stages[static_cast<size_t>(s)];
-    st.peak_memory_bytes = (ls.resident() - ls.activations).value() + st.peak_activation_bytes +
+    st.peak_memory_bytes = (ls.resident() - ls.activations - ls.kept_outputs).value() + st.peak_activation_bytes +
                            std::max(ls.transient, ls.logits).value();
     if (st.peak_memory_bytes > out.memory_timeline_peak_bytes) {
       out.memory_timeline_peak_bytes = st.peak_memory_bytes;

@@ -1,7 +1,7 @@
 #include "sim/engine/task_graph.hpp"
 
 #include <algorithm>
-
+#include <cstdio>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -41,8 +41,10 @@ constexpr size_t kStreams = static_cast<size_t>(Stream::kCount);
 
 Tick to_ticks(double seconds) {
   if (!(seconds <= kMaxTaskSeconds)) {
-    throw std::range_error("an operation of " + std::to_string(seconds) + " s is beyond the simulator's range of " +
-                           std::to_string(static_cast<int>(kMaxTaskSeconds)) + " s per operation");
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "an operation of %.3g s is beyond the simulator's range of %.3g s per operation", seconds,
+                  kMaxTaskSeconds);
+    throw std::range_error(buf);
   }
   return static_cast<Tick>(seconds * static_cast<double>(kTicksPerSecond) + 0.5);
 }

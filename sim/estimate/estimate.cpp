@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "sim/core/error.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
 #include "sim/estimate/workload.hpp"
@@ -347,6 +348,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   br.exposed_comm["dp"] = dp_exposed + param_gather + m * fsdp_stage[slowest] + once;
   br.bubble = bubble;
   br.optimizer = opt;
+  if (!std::isfinite(out.step_time_s) || !(out.step_time_s > 0) || !std::isfinite(out.mfu)) {
+    throw core::UserError("the estimate of this run is not a finite time (step " + core::fmt("%g", out.step_time_s) +
+                          " s); check the hardware profile's rates and times (efficiency, network) and the run's sizes");
+  }
   return out;
 }
 

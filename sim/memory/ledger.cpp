@@ -329,6 +329,25 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
   return m;
 }
 
+Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
+  const auto& p = rc.parallel;
+  if (p.keep_step_outputs == config::StepOutputs::kNone || p.pp <= 1) return Bytes(0);
+  const double e = act_bytes_per_element(rc);
+  const double t = static_cast<double>(p.tp);
+  const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
+                        static_cast<double>(p.cp);
+  const bool model_last = stage == p.pp - 1 && chunk == std::max<int64_t>(1, p.vpp) - 1;
+  if (model_last) {
+    // The model's output: this rank's vocabulary shard of the 16-bit logits.
+    if (p.schedule == Schedule::kGpipe) return Bytes(0);
+    return Bytes(e * tokens * static_cast<double>(rc.padded_vocab) / t);
+  }
+  if (p.keep_step_outputs != config::StepOutputs::kAllStages) return Bytes(0);
+  // The hidden states sent to the next stage (the sequence shard under SP).
+  const bool sp = p.sp && p.tp > 1;
+  return Bytes(e * static_cast<double>(rc.model.hidden) * tokens / (sp ? t : 1.0));
+}
+
 Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
   const Bytes dense = layer_activation_bytes(rc, false);
   const Bytes moe = rc.model.moe.enabled() ? layer_activation_bytes(rc, true) : dense;
@@ -549,7 +568,13 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // The embedding norm keeps its input (the looked-up embeddings) for backward.
       st.activations += Bytes(boundary * inflight);
     }
-    if (p.keep_stage_outputs && s < p.pp - 1) {
+    const bool keep_all = p.keep_step_outputs == config::StepOutputs::kAllStages && p.pp > 1;
+    for (int64_t c = 0; c < std::max<int64_t>(1, p.vpp); ++c) {
+      // All m micro-batches' kept outputs are live at the stage's last forward, while its
+      // in-flight activations are still at their peak.
+      st.kept_outputs += chunk_kept_output_bytes(rc, s, c) * static_cast<double>(rc.num_microbatches);
+    }
+    if (p.keep_stage_outputs && s < p.pp - 1 && !keep_all) {
       // The stage output of every in-flight micro-batch stays in the engine's pipe buffers.
       st.activations += Bytes(boundary * std::ceil(inflight));
     }
@@ -573,6 +598,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // (and the loss's copy) of all m micro-batches; the other schedules back-propagate each
       // micro-batch through the output layer right after its forward.
       if (p.schedule == Schedule::kGpipe) st.activations += st.logits * (static_cast<double>(rc.num_microbatches) - 1.0);
+      // Logits kept for step() to return: at the last micro-batch's loss the m - 1 earlier
+      // ones are held beside its working set, and through its backward all m; the current
+      // micro-batch's 16-bit logits move from the loss working set to the kept outputs.
+      const Bytes kept_logits = chunk_kept_output_bytes(rc, s, std::max<int64_t>(1, p.vpp) - 1);
+      st.logits = Bytes(std::max(0.0, (st.logits - kept_logits).value()));
       // The head (and any MTP module) runs in the last virtual stage, whose forward is followed
       // by its backward: one micro-batch's worth, all m under GPipe.
       const double head_inflight = p.schedule == Schedule::kGpipe ? static_cast<double>(rc.num_microbatches) : 1.0;

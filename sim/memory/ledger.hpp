@@ -30,8 +30,12 @@
 // A model with an embedding norm (BLOOM) keeps its input on stage 0 per micro-batch in flight.
 // The last stage keeps the inputs of the final norm and the LM head per micro-batch in flight
 // and holds one micro-batch's logits (all m under GPipe) (16-bit output + fp32 copy for the loss;
-// eager PyTorch cross-entropy keeps three fp32 copies at its peak). Peak = resident state +
-// max(layer backward working set, loss working set): the two are live at different times.
+// eager PyTorch cross-entropy keeps three fp32 copies at its peak). A runtime that keeps stage
+// outputs until the step ends (torch.distributed.pipelining returns the last stage's outputs
+// from step()) holds all m of them at the last micro-batch: the last stage's 16-bit logits
+// (which then leave the loss working set), and before PyTorch 2.8 every other stage's
+// boundary output per chunk too. Peak = resident state + max(layer backward working set, loss
+// working set): the two are live at different times.
 #pragma once
 
 #include <algorithm>
@@ -55,6 +59,7 @@ struct StageMemory {
   core::Bytes activations;    // stored activations for all in-flight micro-batches
   core::Bytes transient;      // backward working set (one layer's worth) and recompute buffer
   core::Bytes logits;         // last stage: logits of one micro-batch
+  core::Bytes kept_outputs;   // stage outputs kept until the step ends (keep_step_outputs), all m
   core::Bytes buffers;        // communication buckets, ZeRO-3 gather buffers
   core::Bytes runtime;        // CUDA context and NCCL communicators (from the hardware profile)
   core::Bytes nccl;           // of which NCCL communicator buffers
@@ -68,7 +73,7 @@ struct StageMemory {
   // live at different times (the loss is released before the last layer's backward starts),
   // so the larger of the two adds to what is resident throughout.
   [[nodiscard]] core::Bytes resident() const {
-    return weights + gradients + optimizer + activations + buffers + runtime;
+    return weights + gradients + optimizer + activations + kept_outputs + buffers + runtime;
   }
   [[nodiscard]] core::Bytes total() const { return resident() + std::max(transient, logits); }
 };
@@ -128,6 +133,12 @@ double flex_dispatch_buffer_bytes(const config::RunConfig& rc);
 double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab);
 
 double inflight_microbatches(const config::RunConfig& rc, int64_t stage);
+
+// Bytes of one micro-batch's output of chunk `chunk` of pipeline stage `stage` that the runtime
+// keeps from the chunk's forward until the step ends (parallel.keep_step_outputs): the 16-bit
+// logits for the model's last chunk (not under GPipe, which holds all m logits anyway), the
+// stage-boundary hidden states for the others under kAllStages; 0 otherwise.
+core::Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
 
 // One micro-batch's saved activations of the layers of chunk `chunk` of pipeline stage `stage`.
 core::Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);

@@ -83,7 +83,7 @@ const std::map<std::string, std::string>& palette() {
       {"compute", "#4e79a7"},   {"recompute", "#a0cbe8"}, {"host", "#d4a6c8"}, {"bubble", "#e15759"},    {"comm tp", "#f28e2b"},
       {"comm cp", "#ffbe7d"},   {"comm ep", "#b07aa1"},   {"comm pp", "#59a14f"},   {"comm dp", "#8cd17d"},
       {"optimizer", "#79706e"}, {"weights", "#4e79a7"},   {"gradients", "#f28e2b"}, {"optimizer state", "#59a14f"},
-      {"activations", "#e15759"}, {"transient", "#b07aa1"}, {"logits", "#edc948"},  {"buffers", "#9c755f"},
+      {"activations", "#e15759"}, {"transient", "#b07aa1"}, {"logits", "#edc948"},  {"kept outputs", "#ff9da7"}, {"buffers", "#9c755f"},
       {"runtime", "#bab0ac"},   {"forward", "#4e79a7"},   {"backward", "#f28e2b"},  {"weight grad", "#ffbe7d"},
       {"tp/cp/ep comm", "#b07aa1"}, {"pp send", "#59a14f"}, {"dp comm", "#8cd17d"}, {"optimizer step", "#79706e"},
       {"other", "#bab0ac"}};
@@ -354,6 +354,7 @@ std::string render_html(const ReportData& d) {
                                                                    {"optimizer state", s.value("optimizer_bytes", 0.0)},
                                                                    {"activations", s.value("activations_bytes", 0.0)},
                                                                    {"transient", std::max(s.value("transient_bytes", 0.0), s.value("logits_bytes", 0.0))},
+                                                                   {"kept outputs", s.value("kept_outputs_bytes", 0.0)},
                                                                    {"buffers", s.value("buffers_bytes", 0.0)},
                                                                    {"runtime", s.value("runtime_bytes", 0.0)}});
     }

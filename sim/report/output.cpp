@@ -2,6 +2,7 @@
 
 #include "sim/estimate/workload.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -36,6 +37,7 @@ Json ledger_json(const memory::MemoryLedger& l) {
                       {"inflight_microbatches", s.inflight_microbatches},
                       {"transient_bytes", s.transient.value()},
                       {"logits_bytes", s.logits.value()},
+                      {"kept_outputs_bytes", s.kept_outputs.value()},
                       {"buffers_bytes", s.buffers.value()},
                       {"runtime_bytes", s.runtime.value()},
                       {"nccl_bytes", s.nccl.value()},
@@ -119,18 +121,23 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
   o << "memory per GPU (GiB) for " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name
     << " (tp " << rc.parallel.tp << ", pp " << rc.parallel.pp << ", dp " << rc.parallel.dp << ", cp " << rc.parallel.cp
     << ", zero " << rc.parallel.effective_zero() << ", recompute " << config::recompute_label(rc.parallel) << ")\n";
+  // The kept-outputs column appears only for runtimes that keep stage outputs until the step ends.
+  const bool kept = std::any_of(l.stages.begin(), l.stages.end(), [](const auto& s) { return s.kept_outputs.value() > 0; });
   char line[256];
-  std::snprintf(line, sizeof line, "%-6s %6s %9s %9s %9s %11s %8s %9s %8s %8s %8s %9s\n", "stage", "layers", "weights",
-                "grads", "optim", "activations", "in-flt", "transient", "logits", "buffers", "runtime", "total");
+  std::snprintf(line, sizeof line, "%-6s %6s %9s %9s %9s %11s %8s %9s %8s%s%s %8s %8s %9s\n", "stage", "layers", "weights",
+                "grads", "optim", "activations", "in-flt", "transient", "logits", kept ? " " : "", kept ? "    kept" : "",
+                "buffers", "runtime", "total");
   o << line;
   for (const auto& s : l.stages) {
-    std::snprintf(line, sizeof line, "%-6lld %6lld %9s %9s %9s %11s %8lld %9s %8s %8s %8s %9s\n",
+    std::snprintf(line, sizeof line, "%-6lld %6lld %9s %9s %9s %11s %8lld %9s %8s%s%8s %8s %8s %9s\n",
                   static_cast<long long>(s.stage), static_cast<long long>(s.layers), gib(s.weights).c_str(),
                   gib(s.gradients).c_str(), gib(s.optimizer).c_str(), gib(s.activations).c_str(),
                   static_cast<long long>(s.inflight_microbatches), gib(s.transient).c_str(), gib(s.logits).c_str(),
-                  gib(s.buffers).c_str(), gib(s.runtime).c_str(), gib(s.total()).c_str());
+                  kept ? " " : "", kept ? gib(s.kept_outputs).c_str() : "", gib(s.buffers).c_str(), gib(s.runtime).c_str(),
+                  gib(s.total()).c_str());
     o << line;
   }
+  if (kept) o << "kept: stage outputs held from their forward until the step ends (parallel.keep_step_outputs)\n";
   const auto& pk = l.stages[static_cast<size_t>(l.peak_stage)];
   if (pk.nccl.value() > 0) {
     o << "runtime on stage " << pk.stage << ": CUDA context " << gib(pk.runtime - pk.nccl) << " GiB + NCCL buffers "

@@ -208,6 +208,24 @@ const std::vector<BadCase> kCases = {
     {"LinearAttentionHybrid", R"({"model": {"model_type": "minimax_m1", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
                                             "intermediate_size": 1024, "vocab_size": 1000}})",
      {"$.model", "linear-attention", "cannot cost"}},
+    // What a pipeline runtime keeps until the step ends is one of three named behaviours.
+    {"KeepStepOutputsUnknown", R"({"parallel": {"keep_step_outputs": true}})",
+     {"$.parallel.keep_step_outputs", "none", "last-stage", "all-stages"}},
+    // Times in a hardware profile are overheads and latencies: a second or more is a typo, and
+    // a value near the simulator's range would overflow its clock instead of failing here.
+    {"KernelOverheadTooLong", R"({"hardware": {"base": "h100-sxm", "efficiency": {"kernel_overhead": "1e6s"}}})",
+     {"$.hardware.efficiency.kernel_overhead", "1e6s", "at most"}},
+    {"NetworkLatencyTooLong", R"({"hardware": {"base": "h100-sxm", "network": {"latency": "5s"}}})",
+     {"$.hardware.network.latency", "5s", "at most"}},
+    // An optimizer rate of a millionth of a parameter a second is a unit slip, not a processor.
+    {"OptimizerRateTiny", R"({"hardware": {"base": "h100-sxm", "efficiency": {"optimizer_rate": 1e-12}}})",
+     {"$.hardware.efficiency.optimizer_rate", "1e-12", "memory bandwidth"}},
+    // A bare number is bytes: one byte of HBM is not a GPU.
+    {"GpuMemoryOneByte", R"({"hardware": {"base": "h100-sxm", "gpu": {"memory": "1B"}}})",
+     {"$.hardware.gpu.memory", "64 MiB"}},
+    // The GEMM efficiency curve's half point is a matrix dimension, not a FLOP count.
+    {"GemmHalfDimHuge", R"({"hardware": {"base": "h100-sxm", "efficiency": {"gemm_half_dim": 500000}}})",
+     {"$.hardware.efficiency.gemm_half_dim", "500000"}},
     // A bare number is FLOP/s; 989 of them is no GPU.
     {"PeakFlopsWithoutUnit", R"({"hardware": {"base": "h100-sxm", "gpu": {"peak_flops": {"bf16": 989}}}})",
      {"$.hardware.gpu.peak_flops.bf16", "989TFLOPS"}},
@@ -300,6 +318,23 @@ TEST(BadInputs, ReportsEveryProblemAtOnce) {
     for (const char* p : {"$.training.seq_len", "$.parallel.recompute", "$.parallel.tpp"}) {
       EXPECT_NE(msg.find(p), std::string::npos) << msg;
     }
+  }
+}
+
+// A zero bandwidth is one problem with one message, quoting what the user wrote (not a
+// substituted value).
+TEST(BadInputs, ZeroMemoryBandwidthIsOneProblem) {
+  Json run = Json::parse(kBase);
+  run.merge_patch(Json::parse(R"({"hardware": {"base": "h100-sxm", "gpu": {"memory_bandwidth": "0GB/s"}}})"));
+  try {
+    parse_run(run, "<test>", "");
+    FAIL() << "expected ConfigError";
+  } catch (const core::ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 1u) << e.what();
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("$.hardware.gpu.memory_bandwidth"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("0GB/s"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("1 B/s"), std::string::npos) << msg;
   }
 }
 

@@ -187,6 +187,25 @@ TEST(Schedules, ZeroBubbleH1HoldsWeightGradientInputsUntilW) {
   }
 }
 
+// Outputs kept until the step ends accrue on the timeline, one per forward, and are never
+// released: with p = 4 and m = 16 the last stage's timeline peak (one micro-batch in flight, all
+// 16 logits kept) and stage 0's (four in flight, then all 16 boundaries by its last forward)
+// match the ledger, whose kept outputs count all m at the peak.
+TEST(Schedules, KeptStepOutputsAccrueOnTheTimeline) {
+  Json j = run_json(4, 16, "1f1b");
+  j["parallel"]["keep_step_outputs"] = "all-stages";
+  const auto k = config::parse_run(j, "<step-sim-test>", "");
+  const auto lk = memory::compute_ledger(k);
+  EXPECT_NEAR(lk.stages[3].kept_outputs.value(), 16.0 * memory::chunk_kept_output_bytes(k, 3, 0).value(), 1.0);
+  EXPECT_NEAR(lk.stages[0].kept_outputs.value(), 16.0 * memory::chunk_kept_output_bytes(k, 0, 0).value(), 1.0);
+  const SimResult sk = simulate_step(k);
+  const SimResult plain = simulate_step(run(4, 16, "1f1b"));
+  for (size_t s = 0; s < 4; ++s) {
+    EXPECT_NEAR(sk.stages[s].peak_memory_bytes, lk.stages[s].total().value(), 0.01 * lk.stages[s].total().value()) << "stage " << s;
+  }
+  EXPECT_GT(sk.stages[3].peak_memory_bytes, plain.stages[3].peak_memory_bytes + 14.0 * memory::chunk_kept_output_bytes(k, 3, 0).value());
+}
+
 // 1F1B keeps at most p micro-batches of activations on stage 0; GPipe keeps all m.
 TEST(Schedules, OneFOneBHoldsAtMostPMicrobatchesOnStageZero) {
   const SimResult a = simulate_step(run(4, 16, "1f1b"));
@@ -477,6 +496,25 @@ TEST(StepSim, InterleavedLedgerPeakMatchesTheTimelineWithUnequalChunks) {
     const auto rc = config::parse_run(j, "<step-sim-test>", "");
     const auto r = simulate_step(rc);
     EXPECT_NEAR(r.step.memory.peak().value() / r.memory_timeline_peak_bytes, 1.0, 1e-9) << batch;
+  }
+}
+
+// A step whose operators each fit the clock but whose sum does not (one micro-batch of 2^24
+// sequences of 16,384 tokens: about 2e7 s on 8 GPUs, past the 2^63 ps range of about 106 days;
+// at 8,192 tokens it is 8.3e6 s, inside the range) is refused with a UserError, not a saturated
+// clock and negative compute time.
+TEST(StepSim, RefusesAStepLongerThanTheClockRange) {
+  Json j = run_json(1, 1, "1f1b");
+  j["model"]["max_position_embeddings"] = 16384;
+  j["training"]["seq_len"] = 16384;
+  j["training"]["global_batch_size"] = int64_t{1} << 24;
+  j["parallel"]["micro_batch_size"] = int64_t{1} << 24;
+  const auto rc = config::parse_run(j, "<test>", "");
+  try {
+    (void)simulate_step(rc);
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("106 days"), std::string::npos) << e.what();
   }
 }
 

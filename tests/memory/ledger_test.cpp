@@ -601,6 +601,48 @@ TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(async, false).value(), layer_activation_bytes(base, false).value());
 }
 
+// torch.distributed.pipelining returns every micro-batch's last-stage output from step(): the
+// last stage keeps all m 16-bit logits (s*b*32768/tp*2 each) until the step ends, the current
+// one's moving out of the loss working set; before PyTorch 2.8 every other stage also kept its
+// m outputs (the boundary s*b*h*2/tp under SP), replacing the in-flight ones of
+// keep_stage_outputs. GPipe already holds all m logits at its peak.
+TEST(Ledger, StepOutputsKeptUntilTheStepEnds) {
+  RunConfig base = gpt_run(pp2_tp2_sp());
+  base.parallel.keep_stage_outputs = true;
+  const MemoryLedger led = compute_ledger(base);
+  const double m = static_cast<double>(base.num_microbatches);
+  const double logits16 = 2.0 * s * b * 32768.0 / 2.0;
+  const double boundary = 2.0 * s * b * h / 2.0;
+
+  RunConfig last = base;
+  last.parallel.keep_step_outputs = config::StepOutputs::kLastStage;
+  const MemoryLedger with_last = compute_ledger(last);
+  EXPECT_DOUBLE_EQ(with_last.stages[0].kept_outputs.value(), 0.0);
+  expect_rel(with_last.stages[1].kept_outputs.value(), logits16 * m);
+  expect_rel(led.stages[1].logits.value() - with_last.stages[1].logits.value(), logits16);
+  // Peak: all m kept through the last backward, beside the larger of the layer working set and
+  // what the loss adds to its own 16-bit logits.
+  const double T = led.stages[1].transient.value(), L = led.stages[1].logits.value();
+  expect_rel(with_last.stages[1].total().value() - led.stages[1].total().value(),
+             logits16 * m + std::max(T, L - logits16) - std::max(T, L));
+
+  RunConfig all = base;
+  all.parallel.keep_step_outputs = config::StepOutputs::kAllStages;
+  const MemoryLedger with_all = compute_ledger(all);
+  expect_rel(with_all.stages[0].kept_outputs.value(), boundary * m);
+  const double inflight0 = std::ceil(inflight_microbatches(base, 0));
+  expect_rel(led.stages[0].activations.value() - with_all.stages[0].activations.value(), boundary * inflight0);
+  expect_rel(with_all.stages[1].kept_outputs.value(), logits16 * m);
+
+  RunConfig gpipe = last;
+  gpipe.parallel.schedule = config::Schedule::kGpipe;
+  EXPECT_DOUBLE_EQ(compute_ledger(gpipe).stages[1].kept_outputs.value(), 0.0);
+
+  RunConfig no_pp = gpt_run(Layout{});
+  no_pp.parallel.keep_step_outputs = config::StepOutputs::kAllStages;
+  EXPECT_DOUBLE_EQ(compute_ledger(no_pp).stages[0].kept_outputs.value(), 0.0);
+}
+
 // BLOOM-style embedding norm: stage 0 keeps the looked-up embeddings (s*b*h*2 / tp under SP) for
 // every in-flight micro-batch, and holds the norm's parameters; later stages are unchanged.
 TEST(Ledger, EmbeddingNormKeepsItsInputOnStageZero) {
