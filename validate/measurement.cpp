@@ -110,8 +110,9 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   };
   c.phases.push_back({"compute", st.compute_s, measured(Category::kCompute)});
   c.phases.push_back({"tensor-parallel communication", st.tp_comm_s, measured(Category::kTpComm), waited(Category::kTpComm)});
-  c.phases.push_back({"pipeline send/receive and bubble", st.pp_comm_s + std::max(0.0, sim.step.pipeline_time_s - st.busy_s),
-                      measured(Category::kPpComm)});
+  // The pipeline's idle time on that stage less its waits for ZeRO-3 / FSDP collectives (the
+  // breakdown's bubble), which are data-parallel communication.
+  c.phases.push_back({"pipeline send/receive and bubble", st.pp_comm_s + br.bubble, measured(Category::kPpComm)});
   c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm), waited(Category::kDpComm)});
   c.phases.push_back({"optimizer", br.optimizer, measured(Category::kOptimizer)});
   c.reference_measured_s = meas.reference_s;
@@ -165,7 +166,7 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
   const auto& p = rc.parallel;
   o << "## " << c.run << "\n\n";
   o << "Layout: tp " << p.tp << ", pp " << p.pp << " (" << config::to_string(p.schedule) << "), dp " << p.dp << (p.sp ? ", sp" : "")
-    << ", ZeRO " << p.zero_stage << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
+    << (p.fsdp ? std::string(", FSDP") : ", ZeRO " + std::to_string(p.effective_zero())) << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
     << rc.num_microbatches << "; backend " << m.backend << ", profile " << c.profile << "; " << m.steps << " measured steps after "
     << m.warmup << " warm-up.\n\n";
   o << "| | predicted | measured | error |\n|---|---:|---:|---:|\n";

@@ -47,7 +47,8 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   if (m.sliding_window > 0) refuse("sliding-window attention");
   if (p.cp > 1) refuse("parallel.cp " + std::to_string(p.cp) + " (context parallelism is not executed yet)");
   if (p.ep > 1) refuse("parallel.ep " + std::to_string(p.ep));
-  if (p.effective_zero() >= 3) refuse(p.fsdp ? std::string("parallel.fsdp") : "parallel.zero_stage 3");
+  if (p.effective_zero() >= 3 && !p.reshard_after_forward)
+    refuse("parallel.reshard_after_forward false (ZeRO-3 / FSDP layers are gathered for every forward and backward and resharded after each)");
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
   if (!p.no_sync) refuse("parallel.no_sync false (gradients are reduced once per step)");
   if (p.recompute == Recompute::kSelectiveOp) refuse("parallel.recompute \"selective-op\"");
@@ -62,7 +63,9 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
 }
 
 config::RunConfig executed_run(config::RunConfig rc, const std::string& backend) {
-  if (backend != "cuda") rc.parallel.grad_reduce_overlap = false;
+  // ZeRO-3 / FSDP collectives run in line on every backend: each layer is gathered when it runs
+  // and its gradient reduce-scattered before the next layer's compute.
+  if (backend != "cuda" || rc.parallel.effective_zero() >= 3) rc.parallel.grad_reduce_overlap = false;
   rc.parallel.param_gather_overlap = false;
   return rc;
 }
@@ -168,11 +171,13 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   const double n = static_cast<double>(p.dp * p.cp);
   double params = 0;
   for (const auto& sl : slots) params += sl.params;
-  prog.weight_bytes = params * sbytes.weights;
+  prog.weight_bytes = params * sbytes.weights / (zero >= 3 ? n : 1.0);
   prog.gradient_bytes = params * sbytes.gradients / (zero >= 2 ? n : 1.0);
   prog.optimizer_bytes = params * sbytes.optimizer / (zero >= 1 ? n : 1.0);
   prog.local_params = params / (zero >= 1 ? n : 1.0);
-  const auto buckets = engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p.bucket_mb);
+  // ZeRO-3 / FSDP reduce each layer's gradient on its own instead of in buckets.
+  const auto buckets = zero >= 3 ? std::vector<engine::GradBucket>{}
+                                 : engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p.bucket_mb);
   if (p.dp * p.cp > 1) {
     for (const auto& b : buckets) prog.bucket_buffer_bytes = std::max(prog.bucket_buffer_bytes, b.bytes);
   }
@@ -209,6 +214,31 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     return static_cast<int32_t>(mesh.rank_of(co.tp, co.cp, co.dp, stage));
   };
   auto tag = [&](int32_t mb, int32_t vs_dest, bool fwd) { return (mb * total_vs + vs_dest) * 2 + (fwd ? 0 : 1); };
+  // ZeRO-3 / FSDP, in line as the simulation of executed_run() schedules it: a layer's
+  // parameters are gathered (in training.gather_dtype) into a buffer of their own just before
+  // it runs, forward and backward, and released after it; its gradient fills an unsharded
+  // buffer that is reduce-scattered (in training.reduce_dtype) after its backward (its
+  // weight-gradient pass under ZB-H1). The next layer's gather comes before that
+  // reduce-scatter, as the simulated rank issues them.
+  const bool fsdp = zero >= 3 && p.dp * p.cp > 1;
+  const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
+  const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
+  auto fsdp_collective = [&](cost::Collective c, const engine::Slot& sl, double bytes_per_param, int32_t mb) {
+    Instr& in = em.add(Kind::kCollective, Category::kDpComm,
+                       c == cost::Collective::kAllGather ? "all-gather params" : "reduce-scatter grads", mb, sl.layer);
+    in.collective = c;
+    in.group = Group::kDp;
+    in.bytes = sl.params * bytes_per_param;
+  };
+  // Gathers slot k's parameters (twice when its recomputed forward gathers again); returns the
+  // buffer.
+  auto fsdp_gather = [&](const engine::Slot& sl, int32_t mb, bool again) {
+    const int32_t id = em.alloc(sl.params * gather_bytes, "gathered params", mb, sl.layer);
+    fsdp_collective(cost::Collective::kAllGather, sl, gather_bytes, mb);
+    if (again) fsdp_collective(cost::Collective::kAllGather, sl, gather_bytes, mb);
+    return id;
+  };
+  const bool regather_full = p.zero3_recompute_regather && p.recompute == Recompute::kFull;
   // Buffers a forward pass leaves for its backward: [chunk * m + mb][slot] -> ids.
   std::map<std::pair<int64_t, size_t>, std::vector<int32_t>> kept;
   // Under a split backward: what each pass keeps from its B until its W.
@@ -225,7 +255,9 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
         in.peer = peer_of_stage((vs - 1) % pp);
         in.tag = tag(a.mb, vs, true);
       }
-      for (size_t k : seq) {
+      int32_t gathered = fsdp && !seq.empty() ? fsdp_gather(slots[seq[0]], a.mb, false) : -1;
+      for (size_t i = 0; i < seq.size(); ++i) {
+        const size_t k = seq[i];
         const auto& sl = slots[k];
         const bool transformer = sl.layer >= 0 && sl.layer < num_layers;
         const bool full = transformer && p.recompute == Recompute::kFull;
@@ -239,6 +271,10 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
           }
           ids.push_back(em.alloc(o.held_bytes, "hold " + o.name + " output", a.mb, sl.layer));
         }
+        if (fsdp) {
+          em.free(gathered, a.mb, sl.layer);
+          gathered = i + 1 < seq.size() ? fsdp_gather(slots[seq[i + 1]], a.mb, false) : -1;
+        }
       }
       if (vs < total_vs - 1) {
         Instr& in = em.add(Kind::kSend, Category::kPpComm, "send activation", a.mb, -2);
@@ -251,12 +287,17 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     std::reverse(seq.begin(), seq.end());
     if (a.phase == engine::Phase::kW) {
       for (size_t k : seq) {
+        const int32_t grad = fsdp ? em.alloc(slots[k].params * sbytes.gradients, "unsharded gradients", a.mb, slots[k].layer) : -1;
         for (const Op& o : slots[k].cost->bwd) {
           if (o.weight_grad) em.op(o, a.mb, slots[k].layer);
         }
         if (const auto it = held_for_w.find({pass, k}); it != held_for_w.end()) {
           em.free(it->second, a.mb, slots[k].layer);
           held_for_w.erase(it);
+        }
+        if (fsdp) {
+          fsdp_collective(cost::Collective::kReduceScatter, slots[k], reduce_bytes, a.mb);
+          em.free(grad, a.mb, slots[k].layer);
         }
         if (a.mb == m - 1) buckets_ready_after(k);
       }
@@ -268,10 +309,16 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       in.peer = peer_of_stage((vs + 1) % pp);
       in.tag = tag(a.mb, vs, false);
     }
-    for (size_t k : seq) {
+    auto regathered = [&](const engine::Slot& sl) {
+      return regather_full && sl.layer >= 0 && sl.layer < num_layers && rc.full_recompute_layer(sl.layer);
+    };
+    int32_t gathered = fsdp && !seq.empty() ? fsdp_gather(slots[seq[0]], a.mb, regathered(slots[seq[0]])) : -1;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const size_t k = seq[i];
       const auto& sl = slots[k];
       const bool transformer = sl.layer >= 0 && sl.layer < num_layers;
       std::vector<int32_t> working;
+      const int32_t grad = fsdp && !split_w ? em.alloc(sl.params * sbytes.gradients, "unsharded gradients", a.mb, sl.layer) : -1;
       // The gradients of the layer's activations (one per saved tensor) are live through its
       // backward; recomputation rebuilds the dropped activations first.
       double saved = 0, scores = 0;
@@ -296,6 +343,14 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
                             : sl.layer == num_layers ? memory::output_weight_grad_bytes(rc).value()
                                                      : 0.0;
         if (held > 0) held_for_w[{pass, k}] = em.alloc(held, "keep weight-gradient inputs", a.mb, sl.layer);
+      }
+      if (fsdp) {
+        em.free(gathered, a.mb, sl.layer);
+        gathered = i + 1 < seq.size() ? fsdp_gather(slots[seq[i + 1]], a.mb, regathered(slots[seq[i + 1]])) : -1;
+        if (!split_w) {
+          fsdp_collective(cost::Collective::kReduceScatter, sl, reduce_bytes, a.mb);
+          em.free(grad, a.mb, sl.layer);
+        }
       }
       if (!split_w && a.mb == m - 1) buckets_ready_after(k);
     }

@@ -59,6 +59,8 @@ class RankBuilder {
         my_dp_(static_cast<size_t>(b.dp_group(r))),
         bad_(b.full_ ? sc_.degraded_rank : -1),
         fsdp_(b.p_.effective_zero() >= 3 && has_sync()),
+        gather_inline_(fsdp_ && !b.p_.param_gather_overlap),
+        reduce_inline_(fsdp_ && !b.p_.grad_reduce_overlap),
         split_w_(b.p_.schedule == Schedule::kZbH1),
         op_index_(static_cast<uint64_t>(r) << 32),
         replica_(b.full_ ? (r % b.per_stage_) / (b.p_.tp * b.p_.cp) : 0) {
@@ -139,7 +141,9 @@ class RankBuilder {
   }
 
   // FSDP: gather a layer's weights; the gather for the k-th use waits for the compute of use
-  // k - 2 (one layer of prefetch).
+  // k - 2 (one layer of prefetch). In line (param_gather_overlap off) it is issued when the
+  // layer runs: after the work queued before it on the compute stream and the collective
+  // issued in line before it.
   // backward_regather: the recomputed forward gathers once more before the backward's gather.
   TaskId fsdp_gather(const Slot& sl, bool backward_regather = false) {
     Task t = dp_base_;
@@ -148,13 +152,29 @@ class RankBuilder {
     t.layer = sl.layer;
     const auto& where = b_.wb_.placements().zero3;
     TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.gather_bytes_, where, b_.names_.gather);
-    if (compute_uses_.size() >= 2) g_.depend(compute_uses_[compute_uses_.size() - 2], id);
+    first_gather_ = id;
+    if (gather_inline_) {
+      g_.depend(last_on_compute_, id);
+      g_.depend(inline_tail_, id);
+      inline_tail_ = id;
+    } else if (compute_uses_.size() >= 2) {
+      g_.depend(compute_uses_[compute_uses_.size() - 2], id);
+    }
     if (backward_regather) {
       const TaskId again = dp_task(t, Collective::kAllGather, sl.params * b_.gather_bytes_, where, b_.names_.gather);
       g_.depend(id, again);
       id = again;
+      if (gather_inline_) inline_tail_ = id;
     }
     return id;
+  }
+
+  // A compute-stream task that waits for a data-parallel collective (its layer's gather, or
+  // whatever was issued in line before it).
+  void gate_on_dp(TaskId dp, TaskId compute) {
+    if (dp == kNone) return;
+    g_.depend(dp, compute);
+    b_.dp_gates_.emplace_back(compute, dp);
   }
 
   // Tokens of this replica's micro-batch relative to seq_len (variable-length scenario).
@@ -183,7 +203,9 @@ class RankBuilder {
       t.name = name;
       const TaskId id = g_.add(t);
       if (ids.first == kNone) ids.first = id;
+      if (ids.entry == kNone) ids.entry = id;
       ids.last = id;
+      last_on_compute_ = id;
       if (start_barrier_ != kNone) g_.depend(start_barrier_, id);
       return id;
     };
@@ -194,6 +216,7 @@ class RankBuilder {
       Task c = layer_task;
       c.kind = TaskKind::kTpComm;
       ids.last = group_task(true, c, to_ticks(seconds * lf), name, nic_bytes * lf, true);
+      last_on_compute_ = ids.last;
     };
     std::vector<const Slot*> seq;
     for (size_t k : chunk_slots) seq.push_back(&slots[k]);
@@ -208,7 +231,17 @@ class RankBuilder {
     auto regathered = [&](const Slot& sl) {
       return regather && sl.layer >= 0 && sl.layer < static_cast<int32_t>(b_.rc_.model.num_layers) && b_.rc_.full_recompute_layer(sl.layer);
     };
-    if (gather && !seq.empty()) gates[0] = fsdp_gather(*seq[0], regathered(*seq[0]));
+    // A layer's compute waits for its gather; in line, for the collective issued last before it.
+    auto gate_compute = [&](TaskId gather_id, TaskId cid) {
+      gate_on_dp(inline_tail_, cid);
+      inline_tail_ = kNone;
+      gate_on_dp(gather_id, cid);
+    };
+    if (gather && !seq.empty()) {
+      gates[0] = fsdp_gather(*seq[0], regathered(*seq[0]));
+      // In line, the pass starts with its first gather, after the receive of its input.
+      if (gather_inline_) ids.entry = first_gather_;
+    }
     const auto& n = b_.names_;
     for (size_t si = 0; si < seq.size(); ++si) {
       const Slot* sl = seq[si];
@@ -221,17 +254,18 @@ class RankBuilder {
       if (a.phase == Phase::kF) {
         t.kind = TaskKind::kForward;
         cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd);
-        g_.depend(gates[si], cid);
+        gate_compute(gates[si], cid);
         tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
       } else if (a.phase == Phase::kB) {
         t.kind = TaskKind::kBackward;
         const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
         cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd);
-        g_.depend(gates[si], cid);
+        gate_compute(gates[si], cid);
         tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, n.tp_bwd, t);
       } else {
         t.kind = TaskKind::kBackwardWeight;
         cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight);
+        gate_compute(kNone, cid);
       }
       if (gather) {
         compute_uses_.push_back(cid);
@@ -252,11 +286,18 @@ class RankBuilder {
           const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.reduce_bytes_, b_.wb_.placements().zero3,
                                      n.reduce_scatter);
           g_.depend(ids.last, rid);
+          if (reduce_inline_) {
+            // In line (grad_reduce_overlap off): after the next layer's gather issued before it;
+            // the next compute waits for it.
+            g_.depend(inline_tail_, rid);
+            inline_tail_ = rid;
+          }
           fsdp_reductions_.push_back(rid);
         }
       }
     }
     ids.last_compute = ids.last;
+    if (ids.entry == kNone) ids.entry = ids.first;
     emit_send(a, lf, ids);
     const size_t k = static_cast<size_t>(a.chunk) * static_cast<size_t>(b_.m_) + static_cast<size_t>(a.mb);
     if (a.phase == Phase::kF) {
@@ -295,6 +336,9 @@ class RankBuilder {
     const auto me = static_cast<size_t>(r_);
     t.name = a.phase == Phase::kF ? b_.names_.send_act : b_.names_.send_grad;
     const TaskId sid = g_.add(t);
+    // The send follows the pass's in-line reduce-scatters.
+    g_.depend(inline_tail_, sid);
+    if (t.stream == Stream::kCompute) last_on_compute_ = sid;
     if (!b_.ideal_) {
       const double bytes = b_.wb_.p2p_bytes().value() * lf;
       if (b_.wb_.placements().pp_neighbour.intra_node()) {
@@ -371,6 +415,11 @@ class RankBuilder {
   const int64_t bad_;  // degraded rank (all-ranks mode), -1 none
   bool tp_degraded_ = false, dp_degraded_ = false;
   const bool fsdp_;
+  // ZeRO-3 / FSDP collectives issued in line with the compute (no prefetch / no overlap).
+  const bool gather_inline_, reduce_inline_;
+  TaskId last_on_compute_ = kNone;  // the last task queued on this rank's compute stream
+  TaskId inline_tail_ = kNone;      // the last in-line collective not yet followed by compute
+  TaskId first_gather_ = kNone;     // the first all-gather of the latest fsdp_gather call
   const bool split_w_;
   uint64_t op_index_;
   const int64_t replica_;
@@ -485,13 +534,13 @@ void StepBuilder::link_stages() {
           const int32_t ps = (vs - 1) % pp_, pc = (vs - 1) / pp_;
           const int64_t pr = static_cast<int64_t>(ps) * per_stage_ + w;
           g.depend(fwd_[static_cast<size_t>(pr)][static_cast<size_t>(pc) * mbs + static_cast<size_t>(mb)].last,
-                   fwd_[static_cast<size_t>(r)][k].first);
+                   fwd_[static_cast<size_t>(r)][k].entry);
         }
         if (vs < pp_ * v_ - 1) {
           const int32_t ns = (vs + 1) % pp_, nc = (vs + 1) / pp_;
           const int64_t nr = static_cast<int64_t>(ns) * per_stage_ + w;
           g.depend(bwd_[static_cast<size_t>(nr)][static_cast<size_t>(nc) * mbs + static_cast<size_t>(mb)].last,
-                   bwd_[static_cast<size_t>(r)][k].first);
+                   bwd_[static_cast<size_t>(r)][k].entry);
         }
       }
     }

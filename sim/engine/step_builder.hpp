@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "sim/config/run_config.hpp"
@@ -50,6 +51,9 @@ std::vector<GradBucket> gradient_buckets(const std::vector<Slot>& slots, const s
 struct PassTasks {
   TaskId first = kNone, last = kNone;
   TaskId last_compute = kNone;  // last task before the pipeline send (activations freed here)
+  // The task the previous (forward) or next (backward) virtual stage's send gates: the first
+  // compute task, or an in-line ZeRO-3 gather issued before it (the receive comes first).
+  TaskId entry = kNone;
 };
 
 class StepBuilder {
@@ -85,6 +89,11 @@ class StepBuilder {
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& forward_passes() const { return fwd_; }
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& backward_passes() const { return bwd_; }
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& weight_passes() const { return wgt_; }
+  // ZeRO-3 / FSDP: (compute task, a data-parallel collective it waits for): the layer's
+  // gather, and the in-line collective issued last before it. The step's breakdown books the
+  // compute stream's wait for the later of them as data-parallel communication, not pipeline
+  // bubble.
+  [[nodiscard]] const std::vector<std::pair<TaskId, TaskId>>& dp_gates() const { return dp_gates_; }
 
  private:
   friend class RankBuilder;
@@ -120,6 +129,7 @@ class StepBuilder {
   std::vector<std::vector<Slot>> slots_;
   std::vector<std::vector<std::vector<size_t>>> chunk_slots_;  // [stage][chunk] -> slot indices
   std::vector<std::vector<PassTasks>> fwd_, bwd_, wgt_;
+  std::vector<std::pair<TaskId, TaskId>> dp_gates_;
   // The j-th collective a rank joins in its group is the group's j-th collective.
   std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_;
   uint32_t barrier_ = kNone;

@@ -32,6 +32,12 @@ class StepObserver : public Observer {
     act_.assign(n, 0);
     peak_act_.assign(n, 0);
     wait_.assign(n, 0);
+    dp_in_.assign(n, 0);
+    gates_ = b.dp_gates();
+    if (!gates_.empty()) {
+      std::sort(gates_.begin(), gates_.end());
+      dp_finish_.assign(b.graph()->size(), 0);
+    }
     v_ = static_cast<int32_t>(b.rc().parallel.vpp);
     chunk_bytes_.resize(static_cast<size_t>(pp * v_));
     chunk_w_bytes_.resize(static_cast<size_t>(pp * v_));
@@ -46,12 +52,24 @@ class StepObserver : public Observer {
   }
   void on_start(const TaskGraph& g, TaskId id, Tick ready, Tick start) override {
     const Task& t = g.task(id);
-    wait_[static_cast<size_t>(t.rank)] += start - ready;
-    if (t.stream == Stream::kCompute) running_since_[static_cast<size_t>(t.rank)] = start;
+    const auto r = static_cast<size_t>(t.rank);
+    wait_[r] += start - ready;
+    if (t.stream != Stream::kCompute) return;
+    running_since_[r] = start;
+    if (gates_.empty()) return;
+    // ZeRO-3 / FSDP: the compute stream's idle time before this task, up to when the
+    // data-parallel collectives it waited for finished, is data-parallel communication.
+    Tick gated = -1;
+    for (auto it = std::lower_bound(gates_.begin(), gates_.end(), std::make_pair(id, TaskId{0}));
+         it != gates_.end() && it->first == id; ++it) {
+      gated = std::max(gated, dp_finish_[it->second]);
+    }
+    if (gated >= 0) dp_in_[r] += std::max<Tick>(0, std::min(start, gated) - pipe_end_[r]);
   }
   void on_finish(const TaskGraph& g, TaskId id, Tick finish) override {
     const Task& t = g.task(id);
     const auto r = static_cast<size_t>(t.rank);
+    if (!dp_finish_.empty() && t.kind == TaskKind::kDpComm) dp_finish_[id] = finish;
     const bool pipeline = t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward ||
                           t.kind == TaskKind::kBackwardWeight || t.kind == TaskKind::kTpComm ||
                           (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
@@ -91,6 +109,7 @@ class StepObserver : public Observer {
   }
 
   std::vector<Tick> busy_, compute_, tp_, pp_, slowed_, running_since_, pipe_end_, wait_;
+  std::vector<Tick> dp_in_;  // compute-stream time waiting for ZeRO-3 / FSDP collectives
   std::vector<int64_t> inflight_, max_inflight_;
   std::vector<double> act_, peak_act_;
 
@@ -98,6 +117,8 @@ class StepObserver : public Observer {
   const StepBuilder& b_;
   int32_t m_ = 1, v_ = 1;
   std::vector<double> chunk_bytes_, chunk_w_bytes_, chunk_kept_;  // [stage * vpp + chunk]
+  std::vector<std::pair<TaskId, TaskId>> gates_;  // (compute task, collective it waits for), sorted
+  std::vector<Tick> dp_finish_;                    // finish of each data-parallel task (gated runs)
 };
 
 }  // namespace
@@ -185,6 +206,7 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
       st.tp_comm_s = to_seconds(obs.tp_[ri]);
       st.pp_comm_s = to_seconds(obs.pp_[ri]);
       st.slowed_s = to_seconds(obs.slowed_[ri]);
+      st.dp_wait_s = to_seconds(obs.dp_in_[ri]);
     }
     st.busy_s = std::max(st.busy_s, to_seconds(obs.busy_[ri]));
     st.pipeline_end_s = std::max(st.pipeline_end_s, to_seconds(obs.pipe_end_[ri]));
@@ -214,7 +236,8 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
     if (out.stages[s].busy_s > out.stages[crit].busy_s) crit = s;
   }
   e.pipeline_time_s = span;
-  const double bubble = std::max(0.0, span - out.stages[crit].busy_s);
+  // Idle time inside the pipeline that is not the ZeRO-3 / FSDP wait is the bubble.
+  const double bubble = std::max(0.0, span - out.stages[crit].busy_s - out.stages[crit].dp_wait_s);
   e.bubble_fraction = span > 0 ? bubble / span : 0.0;
   const double tokens = static_cast<double>(rc.tokens_per_step());
   const double gpus = static_cast<double>(rc.cluster.num_gpus);
@@ -244,8 +267,9 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
   br.exposed_comm["pp"] = cs.pp_comm_s;
   br.bubble = bubble;
   br.optimizer = estimate::optimizer_time_s(rc, ls);
-  // DP: the tail after the pipeline, and the compute its traffic (and overlapped sends) slowed.
-  br.exposed_comm["dp"] = std::max(0.0, e.step_time_s - span - br.optimizer) + cs.slowed_s;
+  // DP: the tail after the pipeline, the compute its traffic (and overlapped sends) slowed, and
+  // the pipeline's waits for ZeRO-3 / FSDP collectives.
+  br.exposed_comm["dp"] = std::max(0.0, e.step_time_s - span - br.optimizer) + cs.slowed_s + cs.dp_wait_s;
   e.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
   e.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
 

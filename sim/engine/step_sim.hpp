@@ -12,12 +12,14 @@
 //     stream, each launched when its last layer's final backward is done (or after every
 //     micro-batch without no_sync); ZeRO-1/2 reduce-scatter, optimizer, all-gather of updated
 //     shards; ZeRO-3/FSDP all-gather per layer before use (prefetched on the DP stream, again in
-//     backward when resharding) and reduce-scatter after each layer's backward;
+//     backward when resharding) and reduce-scatter after each layer's backward, or both in line
+//     with the compute when param_gather_overlap / grad_reduce_overlap are off;
 //   - the optimizer step on the compute stream once the stage's gradients are reduced.
 // Identical ranks are simulated once (one representative rank per pipeline stage); a scenario
 // (slowdowns, jitter, host work) simulates every rank, so collectives wait for the slowest
 // participant. Bubble fraction, exposed communication and the memory timeline's peak are read
-// from the simulated timeline.
+// from the simulated timeline (the compute stream's waits for ZeRO-3/FSDP collectives count as
+// exposed data-parallel communication, not bubble).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,7 @@ struct StageStats {
   double tp_comm_s = 0;          // of which exposed TP/CP/EP communication
   double pp_comm_s = 0;          // of which blocking pipeline sends
   double slowed_s = 0;           // of which compute lost to communication running beside it
+  double dp_wait_s = 0;          // compute-stream idle time waiting for ZeRO-3 / FSDP collectives
   double pipeline_end_s = 0;     // last pipeline task on this stage
   int64_t max_inflight = 0;      // micro-batch chunks forwarded and not yet backwarded
   double peak_activation_bytes = 0;

@@ -189,7 +189,15 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         const double link = on_nic ? hw.nic_bandwidth_per_gpu().value() : hw.fabric_port_bandwidth(rc.cluster.gpus_per_node).value();
         const double ag_link = cost::link_bytes(Collective::kAllGather, Bytes(layer_params * gather_bytes), where) / link;
         const double rs_link = cost::link_bytes(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), where) / link;
-        if (p.schedule == config::Schedule::kZbH1) {
+        if (!p.param_gather_overlap || !p.grad_reduce_overlap) {
+          // In line (no prefetch, or reduce-scatters that block): those collectives add to the
+          // pass in full; the others still hide behind its compute.
+          const bool ag_in = !p.param_gather_overlap, rs_in = !p.grad_reduce_overlap;
+          exp_f = ag_in ? L * ag : beside_compute(L * ag, f_win, slow_here) + ag / m;
+          const double bwd_ag = L * ag * bwd_gathers;
+          exp_b = (ag_in ? bwd_ag : beside_compute(bwd_ag, b_win, slow_here)) +
+                  (rs_in ? L * rs : beside_compute(L * rs, b_win, slow_here) + rs / m);
+        } else if (p.schedule == config::Schedule::kZbH1) {
           // A split backward makes a layer's gradient final in its weight-gradient pass: the
           // gathers run beside the input-gradient pass, the reduce-scatters start in the W pass
           // and what outlasts it spills into the next forward, sharing the link with its gathers.
@@ -209,8 +217,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         // Unsharded between micro-batches: one gather per layer during the stage's first forward
         // and one reduce-scatter per layer during its last backward, each beside that layer's
         // compute: once per step (below), not per micro-batch.
-        once_fill[static_cast<size_t>(s)] = beside_compute(ag, f_win / L, slow_here) * L + ag;
-        once_drain[static_cast<size_t>(s)] = beside_compute(rs, b_win / L, slow_here) * L + rs;
+        once_fill[static_cast<size_t>(s)] = p.param_gather_overlap ? beside_compute(ag, f_win / L, slow_here) * L + ag : L * ag;
+        once_drain[static_cast<size_t>(s)] = p.grad_reduce_overlap ? beside_compute(rs, b_win / L, slow_here) * L + rs : L * rs;
       }
     }
     out.stage_fwd_s[static_cast<size_t>(s)] = f;

@@ -502,11 +502,17 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     // The last stage holds an output matrix of its own unless it is the first stage's tied one.
     const bool holds_head = s == p.pp - 1 && (!m.tied_embeddings || p.pp > 1);
     const bool holds_vocab = s == 0 || holds_head;
+    // ZeRO-3 / FSDP gather the embedding and the output layer (with the final norm and any
+    // MTP modules) as units of their own beside the layers.
+    double largest_unit = largest_layer;
+    const double before_embedding = dense_params + expert_params;
     if (s == 0) {
       dense_params += vh;
       if (m.embedding_norm) dense_params += m.norm_params();
       if (m.position == model::PositionKind::kLearned) dense_params += static_cast<double>(m.max_positions) * h;
     }
+    largest_unit = std::max(largest_unit, dense_params + expert_params - before_embedding);
+    const double before_head = dense_params + expert_params;
     if (s == p.pp - 1) {
       // Final norm (h for RMSNorm, 2h for LayerNorm).
       dense_params += m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h);
@@ -522,6 +528,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         if (p.pp > 1 && !m.tied_embeddings) dense_params += vh;
       }
     }
+    largest_unit = std::max(largest_unit, dense_params + expert_params - before_head);
     st.params = dense_params + expert_params;
     st.dense_params = dense_params;
     st.expert_params = expert_params;
@@ -623,9 +630,12 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     // Buffers.
     if (zero >= 3) {
       // Gathered weights in training.gather_dtype (the compute dtype unless FSDP gathers the
-      // stored fp32 parameters).
+      // stored fp32 parameters): the unit running (a layer, or the embedding or output layer
+      // when larger) and a layer prefetched beside it (none when gathers are issued in line,
+      // param_gather_overlap off), and the running unit's unsharded gradient.
       const double wc = hw::bytes_per_element(rc.training.gather_dtype);
-      const double gathered = largest_layer * wc * 2.0 + largest_layer * sb.gradients;
+      const double prefetched = p.param_gather_overlap ? largest_layer : 0.0;
+      const double gathered = (largest_unit + prefetched) * wc + largest_unit * sb.gradients;
       st.buffers += Bytes(gathered);
       if (p.fsdp && !p.reshard_after_forward) {
         const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));

@@ -6,7 +6,9 @@
 // expert-data-parallel group for experts):
 //   stage 0: w + g + o;  1: w + g + o/N;  2: w + (g + o)/N;  3 / FSDP: (w + g + o)/N
 // (Adam, bf16: 16 bytes, stage 1 2+2+12/N, stage 2 2+14/N, stage 3 16/N). ZeRO-3 adds gather
-// buffers (current + prefetched layer unsharded, one layer's unsharded gradient); FSDP without
+// buffers: the largest unit gathered at once (a layer, or the embedding or output layer when
+// larger) and its unsharded gradient, plus a prefetched layer unless gathers run in line
+// (param_gather_overlap off); FSDP without
 // reshard_after_forward keeps every unsharded weight (compute dtype, beside the resident shard)
 // resident through backward. lp_grads (DeepSpeed BF16 optimizer) keeps 16-bit gradients beside
 // the fp32 buffer and, while adding them in, one fp32 copy of the largest parameter tensor.

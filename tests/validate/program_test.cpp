@@ -157,6 +157,44 @@ TEST(ValidateProgram, OverlappedBucketsFollowTheLastBackward) {
   EXPECT_NEAR(bytes_gpu, bytes_cpu, 1e-9 * bytes_cpu);
 }
 
+// ZeRO-3 / FSDP: every micro-batch gathers each unit (embedding, layers, LM head) before its
+// forward and again before its backward, and reduce-scatters its gradient after the backward:
+// gathered bytes 2 m P x 4 and reduced bytes m P x 4 for the ledger's P parameters in fp32 (the
+// weights are sharded over the two ranks), all on the data-parallel group, with no gradient
+// buckets; each gather precedes the first GEMM of its unit. With full recompute and
+// zero3_recompute_regather the recomputed forward gathers once more.
+TEST(ValidateProgram, FsdpGathersEveryUnitAndReduceScattersItsGradient) {
+  const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}});
+  const Program p = build_program(rc, 0);
+  const double layers = 4;
+  const double params = memory::compute_ledger(rc).stages[0].params;
+  const double m = static_cast<double>(rc.num_microbatches);
+  double gathered = 0, reduced = 0;
+  size_t gathers = 0, scatters = 0;
+  int last_layer = -3;
+  bool gemm_after_gather = true;
+  for (const auto& in : p.step) {
+    if (in.kind == Kind::kCollective) {
+      EXPECT_EQ(in.group, Group::kDp);
+      EXPECT_NE(in.collective, cost::Collective::kAllReduce);
+      if (in.collective == cost::Collective::kAllGather) gathered += in.bytes, ++gathers, last_layer = in.layer;
+      if (in.collective == cost::Collective::kReduceScatter) reduced += in.bytes, ++scatters;
+    }
+    if (in.kind == Kind::kGemm && in.layer != last_layer) gemm_after_gather = false;
+  }
+  EXPECT_TRUE(gemm_after_gather);
+  EXPECT_EQ(gathers, static_cast<size_t>(2.0 * m * (layers + 2.0)));
+  EXPECT_EQ(scatters, static_cast<size_t>(m * (layers + 2.0)));
+  EXPECT_NEAR(gathered, 2.0 * m * params * 4.0, 1e-6 * gathered);
+  EXPECT_NEAR(reduced, m * params * 4.0, 1e-6 * reduced);
+  EXPECT_NEAR(p.weight_bytes, params * 4.0 / 2.0, 1e-6 * p.weight_bytes);
+  const Program r = build_program(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"recompute", "full"},
+                                        {"zero3_recompute_regather", true}}), 0);
+  size_t regathers = 0;
+  for (const auto& in : r.step) regathers += in.kind == Kind::kCollective && in.collective == cost::Collective::kAllGather;
+  EXPECT_EQ(regathers, gathers + static_cast<size_t>(m * layers));
+}
+
 // The program's allocations reach the ledger's peak within 10% on every rank of the
 // validation layouts and a few more (what the executor then measures with real buffers).
 TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
@@ -171,6 +209,9 @@ TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
       {{"tp", 2}, {"micro_batch_size", 2}, {"recompute", "selective"}},
       // ZB-H1: the held-back weight-gradient passes keep their inputs from B until W.
       {{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "zb-h1"}},
+      // ZeRO-3 / FSDP: one gathered unit (the LM head, the largest) and its unsharded gradient.
+      {{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}},
+      {{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", 3}, {"recompute", "full"}, {"zero3_recompute_regather", true}},
   };
   for (const auto& l : layouts) {
     const auto rc = tiny(l);
@@ -205,7 +246,9 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   refused(tiny({{"cp", 2}, {"micro_batch_size", 2}}), "cpu", "parallel.cp 2");
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
-  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", 3}}), "cpu", "zero_stage 3");
+  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"reshard_after_forward", false}}), "cpu",
+          "parallel.reshard_after_forward false");
+  EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
   const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
   EXPECT_FALSE(rc.parallel.grad_reduce_overlap);  // CPU ranks reduce after the pipeline
