@@ -38,8 +38,9 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int64_t rank) : rank_(rank) {}
   ~CpuBackend() override {
-    if (tp_ != MPI_COMM_NULL) MPI_Comm_free(&tp_);
-    if (dp_ != MPI_COMM_NULL) MPI_Comm_free(&dp_);
+    for (MPI_Comm* c : {&tp_, &dp_, &ep_, &edp_}) {
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
   }
 
   [[nodiscard]] std::string name() const override { return "cpu"; }
@@ -54,8 +55,12 @@ class CpuBackend final : public Backend {
           return p;
         },
         [](void* p) { delete[] static_cast<char*>(p); });
+    // One communicator per group kind; every rank splits each (collectively), coloured by its
+    // group's first rank.
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.tp_group.front()), static_cast<int>(rank_), &tp_);
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.dp_group.front()), static_cast<int>(rank_), &dp_);
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.ep_group.front()), static_cast<int>(rank_), &ep_);
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.edp_group.front()), static_cast<int>(rank_), &edp_);
     WorkspaceNeeds w = workspace_needs(prog);
     w.gemm(reference_shape().m, reference_shape().n, reference_shape().k);
     const size_t a = w.a, b = w.b, c = w.c, p2p = static_cast<size_t>(w.p2p_bytes / 4.0) + 1;
@@ -180,7 +185,7 @@ class CpuBackend final : public Backend {
   }
 
   void collective(const Instr& in) {
-    MPI_Comm comm = in.group == Group::kTp ? tp_ : dp_;
+    MPI_Comm comm = in.group == Group::kTp ? tp_ : in.group == Group::kDp ? dp_ : in.group == Group::kEp ? ep_ : edp_;
     int size = 1;
     MPI_Comm_size(comm, &size);
     if (size <= 1) return;
@@ -214,7 +219,7 @@ class CpuBackend final : public Backend {
   int64_t rank_;
   const config::RunConfig* rc_ = nullptr;
   std::unique_ptr<Arena> arena_;
-  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL;
+  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, ep_ = MPI_COMM_NULL, edp_ = MPI_COMM_NULL;
   std::vector<float> A_[kSets], B_[kSets], C_[kSets];
   int next_set_ = 0;
   std::vector<float> recv_;

@@ -66,10 +66,11 @@ std::string describe(const Program& prog, int64_t i) {
     return t;
   };
   switch (in.kind) {
-    case Kind::kCollective:
-      s += std::string(" (") + cost::to_string(in.collective) + " on the " + (in.group == Group::kTp ? "tensor" : "data") +
-           "-parallel group " + group(in.group == Group::kTp ? prog.tp_group : prog.dp_group) + ")";
+    case Kind::kCollective: {
+      const char* kind = in.group == Group::kTp ? "tensor" : in.group == Group::kDp ? "data" : in.group == Group::kEp ? "expert" : "expert-data";
+      s += std::string(" (") + cost::to_string(in.collective) + " on the " + kind + "-parallel group " + group(prog.group(in.group)) + ")";
       break;
+    }
     case Kind::kRecv: s += std::string(" (waiting for rank ") + std::to_string(in.peer) + ")"; break;
     case Kind::kSend: s += std::string(" (to rank ") + std::to_string(in.peer) + ")"; break;
     default: s += std::string(" (") + to_string(in.category) + ")"; break;

@@ -76,7 +76,9 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
     int n = 0;
     for (const auto& r : meas.ranks) {
       if (static_cast<size_t>(r.stage) != crit || r.trace.empty()) continue;
-      const auto group = mesh.group(r.rank, cat == Category::kTpComm ? mesh::Dim::kTp : mesh::Dim::kDpCp);
+      const auto group = mesh.group(r.rank, cat == Category::kTpComm   ? mesh::Dim::kTp
+                                            : cat == Category::kEpComm ? mesh::Dim::kEp
+                                                                       : mesh::Dim::kDpCp);
       auto starts = [&](const RankMeasurement& x) {
         std::vector<double> s;
         for (const auto& e : x.trace) {
@@ -109,7 +111,10 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
     return n ? sum / n : -1.0;
   };
   c.phases.push_back({"compute", st.compute_s, measured(Category::kCompute)});
-  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s, measured(Category::kTpComm), waited(Category::kTpComm)});
+  // The simulation books exposed TP, CP and EP communication together; the breakdown splits it.
+  const double ep_s = exposed("ep");
+  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s - ep_s, measured(Category::kTpComm), waited(Category::kTpComm)});
+  if (pl.ep > 1) c.phases.push_back({"expert-parallel communication", ep_s, measured(Category::kEpComm), waited(Category::kEpComm)});
   // The pipeline's idle time on that stage less its waits for ZeRO-3 / FSDP collectives (the
   // breakdown's bubble), which are data-parallel communication.
   c.phases.push_back({"pipeline send/receive and bubble", st.pp_comm_s + br.bubble, measured(Category::kPpComm)});

@@ -23,6 +23,7 @@ const char* to_string(Category c) {
     case Category::kPpComm: return "pp";
     case Category::kDpComm: return "dp";
     case Category::kOptimizer: return "optimizer";
+    case Category::kEpComm: return "ep";
     case Category::kCount: break;
   }
   return "?";
@@ -42,11 +43,11 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
     if (rc.training.precision != hw::Dtype::kFp32) refuse("training.precision \"" + std::string(hw::to_string(rc.training.precision)) + "\" (CPU kernels compute in fp32; set \"fp32\")");
     if (rc.training.attention != config::AttentionImpl::kUnfused) refuse("fused attention (the CPU executor runs attention unfused, as batched GEMMs; set training.attention to \"unfused\")");
   }
-  if (m.moe.enabled()) refuse("a mixture-of-experts model (expert layers are not executed yet)");
+  if (m.moe.enabled() && backend == "cuda") refuse("a mixture-of-experts model (expert layers run on the CPU backend only)");
+  if (m.moe.enabled() && p.etp > 1) refuse("parallel.etp " + std::to_string(p.etp) + " (experts are not split by tensor parallelism)");
   if (m.mla.enabled()) refuse("multi-head latent attention");
   if (m.sliding_window > 0) refuse("sliding-window attention");
   if (p.cp > 1) refuse("parallel.cp " + std::to_string(p.cp) + " (context parallelism is not executed yet)");
-  if (p.ep > 1) refuse("parallel.ep " + std::to_string(p.ep));
   if (p.effective_zero() >= 3 && !p.reshard_after_forward)
     refuse("parallel.reshard_after_forward false (ZeRO-3 / FSDP layers are gathered for every forward and backward and resharded after each)");
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
@@ -67,6 +68,10 @@ config::RunConfig executed_run(config::RunConfig rc, const std::string& backend)
   // and its gradient reduce-scattered before the next layer's compute.
   if (backend != "cuda" || rc.parallel.effective_zero() >= 3) rc.parallel.grad_reduce_overlap = false;
   rc.parallel.param_gather_overlap = false;
+  // Expert layers run one operator after another on the compute thread: dispatch and combine
+  // hide behind nothing, and there is no per-expert host work beyond the GEMM calls.
+  rc.parallel.moe.overlap = config::MoeRouting::Overlap::kNone;
+  rc.parallel.moe.expert_overhead = 0;
   return rc;
 }
 
@@ -130,15 +135,17 @@ class Emitter {
         return;
       }
       case OpKind::kComm: {
-        if (o.comm != CommKind::kTp) throw core::InternalError("validate: unexpected " + std::string(estimate::to_string(o.comm)) + " operator " + o.name);
-        Instr& in = add(Kind::kCollective, Category::kTpComm, o.name, mb, layer);
+        if (o.comm != CommKind::kTp && o.comm != CommKind::kEp)
+          throw core::InternalError("validate: unexpected " + std::string(estimate::to_string(o.comm)) + " operator " + o.name);
+        const bool ep = o.comm == CommKind::kEp;
+        Instr& in = add(Kind::kCollective, ep ? Category::kEpComm : Category::kTpComm, o.name, mb, layer);
         in.collective = o.collective;
-        in.group = Group::kTp;
+        in.group = ep ? Group::kEp : Group::kTp;
         in.bytes = o.bytes.value();
         return;
       }
       case OpKind::kHost:
-        // Host-side work of MoE layers, which the validator refuses; nothing to execute.
+        // Per-expert host work of a framework's grouped GEMM: executed_run() sets it to none.
         return;
     }
   }
@@ -161,20 +168,31 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   prog.stage = static_cast<int32_t>(co.pp);
   prog.tp_group = mesh.group(rank, mesh::Dim::kTp);
   prog.dp_group = mesh.group(rank, mesh::Dim::kDpCp);
+  prog.ep_group = mesh.group(rank, mesh::Dim::kEp);
+  prog.edp_group = mesh.group(rank, mesh::Dim::kEdp);
   const int32_t s = prog.stage;
   const auto& slots = sb.slots(s);
   const auto& chunk_slots = sb.chunk_slots(s);
 
-  // Model state, sharded as the ZeRO stage says over the data-parallel group.
+  // Model state, sharded as the ZeRO stage says over the data-parallel group (routed experts
+  // over the expert-data-parallel group).
   const memory::StateBytes sbytes = memory::state_bytes(rc.training);
   const int zero = p.effective_zero();
   const double n = static_cast<double>(p.dp * p.cp);
-  double params = 0;
-  for (const auto& sl : slots) params += sl.params;
-  prog.weight_bytes = params * sbytes.weights / (zero >= 3 ? n : 1.0);
-  prog.gradient_bytes = params * sbytes.gradients / (zero >= 2 ? n : 1.0);
-  prog.optimizer_bytes = params * sbytes.optimizer / (zero >= 1 ? n : 1.0);
-  prog.local_params = params / (zero >= 1 ? n : 1.0);
+  const double n_edp = static_cast<double>(prog.edp_group.size());
+  double params = 0, dense = 0;
+  for (const auto& sl : slots) {
+    params += sl.params;
+    for (double t : sl.tensors) dense += t;
+  }
+  const double expert = params - dense;
+  auto sharded = [&](double bytes_per_param, int from_stage) {
+    return dense * bytes_per_param / (zero >= from_stage ? n : 1.0) + expert * bytes_per_param / (zero >= from_stage ? n_edp : 1.0);
+  };
+  prog.weight_bytes = sharded(sbytes.weights, 3);
+  prog.gradient_bytes = sharded(sbytes.gradients, 2);
+  prog.optimizer_bytes = sharded(sbytes.optimizer, 1);
+  prog.local_params = sharded(1.0, 1);
   // ZeRO-3 / FSDP reduce each layer's gradient on its own instead of in buckets.
   const auto buckets = zero >= 3 ? std::vector<engine::GradBucket>{}
                                  : engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p.bucket_mb);
@@ -202,7 +220,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   auto emit_bucket = [&](const engine::GradBucket& b, bool async) {
     Instr& in = em.add(Kind::kCollective, Category::kDpComm, zero_stage >= 1 ? "reduce-scatter grads" : "all-reduce grads", -1, -2);
     in.collective = zero_stage >= 1 ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce;
-    in.group = Group::kDp;
+    in.group = b.expert ? Group::kEdp : Group::kDp;
     in.bytes = b.bytes;
     in.async = async;
   };
@@ -371,13 +389,16 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   Instr& opt = em.add(Kind::kOptimizer, Category::kOptimizer, "optimizer", -1, -2);
   opt.elements = prog.local_params;
   if (p.dp * p.cp > 1 && (zero == 1 || zero == 2)) {
-    const double total = params * sbytes.weights;
+    // The updated shards in bucket-sized pieces: dense weights over the data-parallel group,
+    // routed experts over the expert-data-parallel group.
     const double bucket = p.bucket_mb * 1e6;
-    for (double done = 0; done < total; done += bucket) {
-      Instr& in = em.add(Kind::kCollective, Category::kDpComm, "all-gather params", -1, -2);
-      in.collective = cost::Collective::kAllGather;
-      in.group = Group::kDp;
-      in.bytes = std::min(bucket, total - done);
+    for (const auto& [total, group] : {std::pair{dense * sbytes.weights, Group::kDp}, std::pair{expert * sbytes.weights, Group::kEdp}}) {
+      for (double done = 0; done < total; done += bucket) {
+        Instr& in = em.add(Kind::kCollective, Category::kDpComm, "all-gather params", -1, -2);
+        in.collective = cost::Collective::kAllGather;
+        in.group = group;
+        in.bytes = std::min(bucket, total - done);
+      }
     }
   }
   return prog;

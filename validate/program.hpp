@@ -8,9 +8,12 @@
 //     run every layer's forward (or backward / weight-gradient) operators, send the output;
 //   - operators: GEMMs with their per-rank shapes, attention (unfused: batched QK^T and PV
 //     GEMMs with memory passes over the probabilities), element-wise memory passes of the
-//     op's bytes, TP collectives on the tensor-parallel group;
+//     op's bytes, TP collectives on the tensor-parallel group; mixture-of-experts layers as the
+//     workload shapes them: the router GEMM, permutation passes, the dispatch and combine
+//     (all-to-all, or all-gather and reduce-scatter) on the expert-parallel group and the local
+//     experts' GEMMs at the busiest rank's tokens per expert;
 //   - after the last backward: gradient buckets (all-reduce, or reduce-scatter under ZeRO-1/2)
-//     on the data-parallel group, the optimizer over the local shard, and under ZeRO-1/2 the
+//     on the data-parallel group (routed-expert buckets on the expert-data-parallel group), the optimizer over the local shard, and under ZeRO-1/2 the
 //     all-gather of the updated weights in bucket-sized pieces.
 // Memory is part of the program: forward operators allocate what autograd keeps for backward
 // (Op::saved_bytes; the probabilities unless selective recompute drops them; only the layer
@@ -50,10 +53,12 @@ enum class Kind : uint8_t {
   kJoin,        // wait for the asynchronous (gradient-reduction) stream
 };
 
-enum class Group : uint8_t { kTp, kDp };
+// kEp: the expert-parallel group (token dispatch and combine); kEdp: the expert-data-parallel
+// group that reduces routed-expert gradients.
+enum class Group : uint8_t { kTp, kDp, kEp, kEdp };
 
 // Where the time of an instruction is booked.
-enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kCount };
+enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kEpComm, kCount };
 const char* to_string(Category c);
 
 struct Instr {
@@ -84,7 +89,10 @@ struct Program {
   // Model state allocated once before the first step (bytes on this rank).
   double weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, bucket_buffer_bytes = 0;
   double local_params = 0;          // parameters the optimizer updates on this rank
-  std::vector<int64_t> tp_group, dp_group;  // global ranks, ascending
+  std::vector<int64_t> tp_group, dp_group, ep_group, edp_group;  // global ranks, ascending
+  [[nodiscard]] const std::vector<int64_t>& group(Group g) const {
+    return g == Group::kTp ? tp_group : g == Group::kDp ? dp_group : g == Group::kEp ? ep_group : edp_group;
+  }
   [[nodiscard]] double state_bytes() const { return weight_bytes + gradient_bytes + optimizer_bytes + bucket_buffer_bytes; }
 };
 

@@ -393,15 +393,23 @@ class RankBuilder {
     for (TaskId id : fsdp_reductions_) g_.depend(id, oid);
     const int zero = p_.effective_zero();
     if (!has_sync() || (zero != 1 && zero != 2)) return;
-    const double total = st.params * b_.sb_.weights;
     const double bucket = p_.bucket_mb * 1e6;
-    const double count = p_.param_gather_overlap ? 1.0 : std::ceil(total / bucket);
-    for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
-      const double bytes = std::min(bucket, total - static_cast<double>(k) * bucket);
+    auto gather = [&](double bytes, const mesh::Placement& where) {
       Task c = dp_base_;
       c.stream = Stream::kDp;
       c.kind = TaskKind::kDpComm;
-      g_.depend(oid, dp_task(c, Collective::kAllGather, std::max(bytes, 0.0), b_.wb_.placements().dp_cp, b_.names_.gather));
+      g_.depend(oid, dp_task(c, Collective::kAllGather, std::max(bytes, 0.0), where, b_.names_.gather));
+    };
+    if (p_.param_gather_overlap) {
+      // Overlapped with the next forward: only the first bucket is exposed.
+      gather(std::min(bucket, st.params * b_.sb_.weights), b_.wb_.placements().dp_cp);
+      return;
+    }
+    // After the optimizer, in bucket-sized pieces: dense weights over the data-parallel group,
+    // routed experts over the expert-data-parallel group.
+    const auto& pl = b_.wb_.placements();
+    for (const auto& [total, where] : {std::pair{st.dense_params * b_.sb_.weights, &pl.dp_cp}, std::pair{st.expert_params * b_.sb_.weights, &pl.edp}}) {
+      for (double done = 0; done < total; done += bucket) gather(std::min(bucket, total - done), *where);
     }
   }
 

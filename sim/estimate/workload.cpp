@@ -569,7 +569,10 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     const double ep = static_cast<double>(p.ep);
     const double etp = static_cast<double>(p.etp);
     const double Tr = c.T_rep;  // tokens this rank routes
-    linear(c, F, B, "router", Tr, E, h);
+    // What the block keeps for backward (Op::saved_bytes, as the ledger counts it): its input
+    // (the router's, the permutation's and the shared experts'), the fp32 routing probabilities,
+    // and per routed token copy the permuted input and the expert MLP's activations.
+    linear(c, F, B, "router", Tr, E, h, 1.0, e * h * Tr + 4.0 * E * T / c.t);
     // Shared experts see every token; with overlap "shared-experts" they run while the dispatch
     // and combine are in flight and hide them.
     std::vector<Op> SF, SB;
@@ -577,8 +580,9 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       const double fs_local = static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / c.t;
       linear(c, SF, SB, "shared.fc1", T, gate * fs_local, h);
       SF.push_back(mem_op(c, "shared.activation", act_passes * e * T * fs_local));
+      SF.back().saved_bytes = gate * e * T * fs_local;
       SB.push_back(mem_op(c, "shared.activation.bwd", 2.0 * act_passes * e * T * fs_local));
-      linear(c, SF, SB, "shared.fc2", T, h, fs_local);
+      linear(c, SF, SB, "shared.fc2", T, h, fs_local, 1.0, e * T * fs_local);
     }
     const bool overlap = p.moe.overlap == config::MoeRouting::Overlap::kSharedExperts && !SF.empty();
     const Duration hide_f = overlap ? Duration(sum_time(SF, 0) / 2.0) : Duration(0);
@@ -643,10 +647,12 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       F.push_back(hf);
       B.push_back(hb);
     }
-    linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local);
+    const double copies = T * k * etp / c.t;  // routed token copies this rank keeps, on average
+    linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local, e * h * copies);
     F.push_back(mem_op(c, "experts.activation", act_passes * e * tokens_per_expert * experts_local * fe_local));
+    F.back().saved_bytes = gate * e * fe_local * copies;
     B.push_back(mem_op(c, "experts.activation.bwd", 2.0 * act_passes * e * tokens_per_expert * experts_local * fe_local));
-    linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local);
+    linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local, e * fe_local * copies);
     if (p.ep > 1) {
       if (a2a) {
         F.push_back(a2a_op("ep.combine", hide_f));

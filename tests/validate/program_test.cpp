@@ -36,6 +36,20 @@ config::RunConfig tiny(const Json& parallel, const Json& training_extra = Json::
   return executed_run(config::parse_run(j, "<validate-test>", ""), "cpu");
 }
 
+// The mixture-of-experts validation plan's model (configs/validate/moe-tiny.json) inline.
+config::RunConfig tiny_moe(const Json& parallel) {
+  const Json j{{"model",
+                {{"name", "moe-tiny"}, {"model_type", "mixtral"}, {"num_hidden_layers", 4}, {"hidden_size", 256},
+                 {"num_attention_heads", 4}, {"num_key_value_heads", 4}, {"intermediate_size", 512}, {"num_local_experts", 8},
+                 {"num_experts_per_tok", 2}, {"vocab_size", 8192}, {"max_position_embeddings", 1024}, {"hidden_act", "silu"},
+                 {"tie_word_embeddings", false}}},
+               {"hardware", "cpu"},
+               {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+               {"training", {{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "fp32"}, {"attention", "unfused"}}},
+               {"parallel", parallel}};
+  return executed_run(config::parse_run(j, "<validate-test>", ""), "cpu");
+}
+
 double gemm_flops(const Program& p) {
   double f = 0;
   for (const auto& in : p.step) {
@@ -195,6 +209,58 @@ TEST(ValidateProgram, FsdpGathersEveryUnitAndReduceScattersItsGradient) {
   EXPECT_EQ(regathers, gathers + static_cast<size_t>(m * layers));
 }
 
+// Mixture of experts over ep 2: every MoE layer dispatches and combines its T x k token copies
+// (T = 512 tokens per micro-batch, k = 2, h = 256, fp32) on the expert-parallel group, forward
+// and backward, and runs its 4 local experts' GEMMs as one batch at 2 x 512 x 2 / 8 = 256 tokens
+// per expert (balanced routing); with dp 2 over the same two ranks the expert-data-parallel
+// group is a single rank, so routed-expert gradients are not reduced and ZeRO-1 does not shard
+// them. No per-expert host work is executed.
+TEST(ValidateProgram, ExpertLayersDispatchOverTheExpertGroup) {
+  const auto rc = tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"zero_stage", 1}, {"moe", {{"imbalance", 1.0}}}});
+  EXPECT_DOUBLE_EQ(rc.parallel.moe.expert_overhead, 0.0);
+  const Program p = build_program(rc, 0);
+  EXPECT_EQ(p.ep_group.size(), 2u);
+  EXPECT_EQ(p.edp_group.size(), 1u);
+  const double m = static_cast<double>(rc.num_microbatches), layers = 4, copy_bytes = 512.0 * 2.0 * 256.0 * 4.0;
+  size_t a2a = 0, expert_gemms = 0;
+  double edp_bytes = 0, dp_bytes = 0;
+  for (const auto& in : p.step) {
+    if (in.kind == Kind::kCollective && in.group == Group::kEp) {
+      EXPECT_EQ(in.collective, cost::Collective::kAllToAll);
+      EXPECT_EQ(in.category, Category::kEpComm);
+      EXPECT_NEAR(in.bytes, copy_bytes, 1e-9 * copy_bytes);
+      ++a2a;
+    }
+    if (in.kind == Kind::kCollective && in.group == Group::kEdp) edp_bytes += in.bytes;
+    if (in.kind == Kind::kCollective && in.group == Group::kDp) dp_bytes += in.bytes;
+    if (in.kind == Kind::kGemm && p.names[in.name].starts_with("experts.fc1")) {
+      EXPECT_DOUBLE_EQ(in.gemm.batch, 4.0);
+      EXPECT_DOUBLE_EQ(in.gemm.m, 256.0);
+      ++expert_gemms;
+    }
+  }
+  EXPECT_EQ(a2a, static_cast<size_t>(4.0 * m * layers));  // dispatch, combine; their gradients
+  EXPECT_EQ(expert_gemms, static_cast<size_t>(3.0 * m * layers));  // forward, dgrad, wgrad
+  // Dense gradients reduce-scattered and weights all-gathered over dp; the experts' over a
+  // group of one rank.
+  const auto& st = memory::compute_ledger(rc).stages[0];
+  EXPECT_NEAR(dp_bytes, 2.0 * st.dense_params * 4.0, 1e-6 * dp_bytes);
+  EXPECT_NEAR(edp_bytes, 2.0 * st.expert_params * 4.0, 1e-6 * edp_bytes);
+  EXPECT_NEAR(p.optimizer_bytes, (st.dense_params / 2.0 + st.expert_params) * 8.0, 1e-6 * p.optimizer_bytes);
+  // Expert tensor parallelism is not executed, and the CUDA executor runs no expert layers.
+  auto refused = [](const config::RunConfig& r, const std::string& backend, const std::string& what) {
+    try {
+      check_executable(r, backend);
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(tiny_moe({{"tp", 2}, {"etp", 2}, {"micro_batch_size", 2}}), "cpu", "parallel.etp 2");
+  refused(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}}), "cuda", "mixture-of-experts");
+  EXPECT_NO_THROW(check_executable(rc, "cpu"));
+}
+
 // The program's allocations reach the ledger's peak within 10% on every rank of the
 // validation layouts and a few more (what the executor then measures with real buffers).
 TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
@@ -213,8 +279,15 @@ TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
       {{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}},
       {{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", 3}, {"recompute", "full"}, {"zero3_recompute_regather", true}},
   };
-  for (const auto& l : layouts) {
-    const auto rc = tiny(l);
+  std::vector<config::RunConfig> runs;
+  for (const auto& l : layouts) runs.push_back(tiny(l));
+  // Mixture of experts: the routed copies' inputs and activations, dispatched over ep 2.
+  for (const char* dispatcher : {"alltoall", "allgather"}) {
+    runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"moe", {{"dispatcher", dispatcher}, {"imbalance", 1.0}}}}));
+  }
+  runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"zero_stage", 1}, {"moe", {{"imbalance", 1.0}}}}));
+  for (const auto& rc : runs) {
+    const Json l = {{"layout", rc.parallel.ep > 1 ? "moe" : "dense"}};
     const auto ledger = memory::compute_ledger(rc);
     for (int64_t r = 0; r < 2; ++r) {
       const Program p = build_program(rc, r);
