@@ -21,13 +21,14 @@ expect() {  # expect CODE PATTERN -- command...
   echo "ok: $pattern"
 }
 tiny=$(cd "$src/configs/validate" && pwd)
-# Context parallelism is not executed: refused before launch, naming the field.
+# Context parallelism without load balancing is not executed (the unbalanced last rank's
+# attention is not run): refused before launch, naming the field.
 cat >"$out/cp2.json" <<JSON
 {"model": {"path": "$tiny/gpt-tiny.json"}, "hardware": "cpu", "cluster": {"num_gpus": 2},
  "training": {"seq_len": 256, "global_batch_size": 8, "precision": "fp32", "attention": "unfused"},
- "parallel": {"cp": 2, "micro_batch_size": 2}}
+ "parallel": {"cp": 2, "cp_load_balance": false, "micro_batch_size": 2}}
 JSON
-expect 2 "cannot execute parallel.cp 2" -- "$bin" validate "$out/cp2.json"
+expect 2 "cannot execute parallel.cp_load_balance false" -- "$bin" validate "$out/cp2.json"
 grep -q launching "$out/stderr" && fail "the cp plan was launched"
 # A model that does not fit the CPU profile's memory: exit code 3 before launch.
 cat >"$out/big.json" <<JSON

@@ -38,7 +38,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int64_t rank) : rank_(rank) {}
   ~CpuBackend() override {
-    for (MPI_Comm* c : {&tp_, &dp_, &ep_, &edp_}) {
+    for (MPI_Comm* c : {&tp_, &dp_, &ep_, &edp_, &cp_}) {
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
   }
@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.dp_group.front()), static_cast<int>(rank_), &dp_);
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.ep_group.front()), static_cast<int>(rank_), &ep_);
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.edp_group.front()), static_cast<int>(rank_), &edp_);
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.cp_group.front()), static_cast<int>(rank_), &cp_);
     WorkspaceNeeds w = workspace_needs(prog);
     w.gemm(reference_shape().m, reference_shape().n, reference_shape().k);
     const size_t a = w.a, b = w.b, c = w.c, p2p = static_cast<size_t>(w.p2p_bytes / 4.0) + 1;
@@ -185,7 +186,7 @@ class CpuBackend final : public Backend {
   }
 
   void collective(const Instr& in) {
-    MPI_Comm comm = in.group == Group::kTp ? tp_ : in.group == Group::kDp ? dp_ : in.group == Group::kEp ? ep_ : edp_;
+    MPI_Comm comm = in.group == Group::kTp ? tp_ : in.group == Group::kDp ? dp_ : in.group == Group::kEp ? ep_ : in.group == Group::kEdp ? edp_ : cp_;
     int size = 1;
     MPI_Comm_size(comm, &size);
     if (size <= 1) return;
@@ -204,6 +205,13 @@ class CpuBackend final : public Backend {
       case cost::Collective::kReduceScatter: MPI_Reduce_scatter_block(src, dst, per, MPI_FLOAT, MPI_SUM, comm); break;
       case cost::Collective::kAllToAll: MPI_Alltoall(src, per, MPI_FLOAT, dst, per, MPI_FLOAT, comm); break;
       case cost::Collective::kBroadcast: MPI_Bcast(src, count, MPI_FLOAT, 0, comm); break;
+      case cost::Collective::kSendRecv: {
+        // One ring hop: `bytes` to the next rank of the group, the same from the previous one.
+        int me = 0;
+        MPI_Comm_rank(comm, &me);
+        MPI_Sendrecv(src, count, MPI_FLOAT, (me + 1) % size, 0, dst, count, MPI_FLOAT, (me + size - 1) % size, 0, comm, MPI_STATUS_IGNORE);
+        break;
+      }
       default: throw core::InternalError(std::string("validate: ") + cost::to_string(in.collective) + " is not executed as a group collective");
     }
   }
@@ -219,7 +227,7 @@ class CpuBackend final : public Backend {
   int64_t rank_;
   const config::RunConfig* rc_ = nullptr;
   std::unique_ptr<Arena> arena_;
-  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, ep_ = MPI_COMM_NULL, edp_ = MPI_COMM_NULL;
+  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, ep_ = MPI_COMM_NULL, edp_ = MPI_COMM_NULL, cp_ = MPI_COMM_NULL;
   std::vector<float> A_[kSets], B_[kSets], C_[kSets];
   int next_set_ = 0;
   std::vector<float> recv_;

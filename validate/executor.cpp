@@ -67,7 +67,11 @@ std::string describe(const Program& prog, int64_t i) {
   };
   switch (in.kind) {
     case Kind::kCollective: {
-      const char* kind = in.group == Group::kTp ? "tensor" : in.group == Group::kDp ? "data" : in.group == Group::kEp ? "expert" : "expert-data";
+      const char* kind = in.group == Group::kTp    ? "tensor"
+                         : in.group == Group::kDp  ? "data"
+                         : in.group == Group::kEp  ? "expert"
+                         : in.group == Group::kEdp ? "expert-data"
+                                                   : "context";
       s += std::string(" (") + cost::to_string(in.collective) + " on the " + kind + "-parallel group " + group(prog.group(in.group)) + ")";
       break;
     }

@@ -78,6 +78,7 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
       if (static_cast<size_t>(r.stage) != crit || r.trace.empty()) continue;
       const auto group = mesh.group(r.rank, cat == Category::kTpComm   ? mesh::Dim::kTp
                                             : cat == Category::kEpComm ? mesh::Dim::kEp
+                                            : cat == Category::kCpComm ? mesh::Dim::kCp
                                                                        : mesh::Dim::kDpCp);
       auto starts = [&](const RankMeasurement& x) {
         std::vector<double> s;
@@ -112,8 +113,9 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   };
   c.phases.push_back({"compute", st.compute_s, measured(Category::kCompute)});
   // The simulation books exposed TP, CP and EP communication together; the breakdown splits it.
-  const double ep_s = exposed("ep");
-  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s - ep_s, measured(Category::kTpComm), waited(Category::kTpComm)});
+  const double ep_s = exposed("ep"), cp_s = exposed("cp");
+  c.phases.push_back({"tensor-parallel communication", st.tp_comm_s - ep_s - cp_s, measured(Category::kTpComm), waited(Category::kTpComm)});
+  if (pl.cp > 1) c.phases.push_back({"context-parallel communication", cp_s, measured(Category::kCpComm), waited(Category::kCpComm)});
   if (pl.ep > 1) c.phases.push_back({"expert-parallel communication", ep_s, measured(Category::kEpComm), waited(Category::kEpComm)});
   // The pipeline's idle time on that stage less its waits for ZeRO-3 / FSDP collectives (the
   // breakdown's bubble), which are data-parallel communication.
@@ -171,6 +173,8 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
   const auto& p = rc.parallel;
   o << "## " << c.run << "\n\n";
   o << "Layout: tp " << p.tp << ", pp " << p.pp << " (" << config::to_string(p.schedule) << "), dp " << p.dp << (p.sp ? ", sp" : "")
+    << (p.cp > 1 ? ", cp " + std::to_string(p.cp) + " (" + config::to_string(p.cp_comm) + ")" : std::string())
+    << (p.ep > 1 ? ", ep " + std::to_string(p.ep) : std::string())
     << (p.fsdp ? std::string(", FSDP") : ", ZeRO " + std::to_string(p.effective_zero())) << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
     << rc.num_microbatches << "; backend " << m.backend << ", profile " << c.profile << "; " << m.steps << " measured steps after "
     << m.warmup << " warm-up.\n\n";

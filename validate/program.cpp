@@ -24,6 +24,7 @@ const char* to_string(Category c) {
     case Category::kDpComm: return "dp";
     case Category::kOptimizer: return "optimizer";
     case Category::kEpComm: return "ep";
+    case Category::kCpComm: return "cp";
     case Category::kCount: break;
   }
   return "?";
@@ -45,9 +46,10 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   }
   if (m.moe.enabled() && backend == "cuda") refuse("a mixture-of-experts model (expert layers run on the CPU backend only)");
   if (m.moe.enabled() && p.etp > 1) refuse("parallel.etp " + std::to_string(p.etp) + " (experts are not split by tensor parallelism)");
-  if (m.mla.enabled()) refuse("multi-head latent attention");
-  if (m.sliding_window > 0) refuse("sliding-window attention");
-  if (p.cp > 1) refuse("parallel.cp " + std::to_string(p.cp) + " (context parallelism is not executed yet)");
+
+  if (p.cp > 1 && backend == "cuda") refuse("parallel.cp " + std::to_string(p.cp) + " (context parallelism runs on the CPU backend only)");
+  if (p.cp > 1 && !p.cp_load_balance)
+    refuse("parallel.cp_load_balance false (every rank runs the balanced rank's attention; the unbalanced last rank is not executed)");
   if (p.effective_zero() >= 3 && !p.reshard_after_forward)
     refuse("parallel.reshard_after_forward false (ZeRO-3 / FSDP layers are gathered for every forward and backward and resharded after each)");
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
@@ -72,6 +74,8 @@ config::RunConfig executed_run(config::RunConfig rc, const std::string& backend)
   // hide behind nothing, and there is no per-expert host work beyond the GEMM calls.
   rc.parallel.moe.overlap = config::MoeRouting::Overlap::kNone;
   rc.parallel.moe.expert_overhead = 0;
+  // Context parallelism's ring hops are exchanged, then computed.
+  rc.parallel.cp_overlap = false;
   return rc;
 }
 
@@ -135,12 +139,12 @@ class Emitter {
         return;
       }
       case OpKind::kComm: {
-        if (o.comm != CommKind::kTp && o.comm != CommKind::kEp)
+        if (o.comm != CommKind::kTp && o.comm != CommKind::kEp && o.comm != CommKind::kCp)
           throw core::InternalError("validate: unexpected " + std::string(estimate::to_string(o.comm)) + " operator " + o.name);
-        const bool ep = o.comm == CommKind::kEp;
-        Instr& in = add(Kind::kCollective, ep ? Category::kEpComm : Category::kTpComm, o.name, mb, layer);
+        const Category cat = o.comm == CommKind::kEp ? Category::kEpComm : o.comm == CommKind::kCp ? Category::kCpComm : Category::kTpComm;
+        Instr& in = add(Kind::kCollective, cat, o.name, mb, layer);
         in.collective = o.collective;
-        in.group = ep ? Group::kEp : Group::kTp;
+        in.group = o.comm == CommKind::kEp ? Group::kEp : o.comm == CommKind::kCp ? Group::kCp : Group::kTp;
         in.bytes = o.bytes.value();
         return;
       }
@@ -170,6 +174,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   prog.dp_group = mesh.group(rank, mesh::Dim::kDpCp);
   prog.ep_group = mesh.group(rank, mesh::Dim::kEp);
   prog.edp_group = mesh.group(rank, mesh::Dim::kEdp);
+  prog.cp_group = mesh.group(rank, mesh::Dim::kCp);
   const int32_t s = prog.stage;
   const auto& slots = sb.slots(s);
   const auto& chunk_slots = sb.chunk_slots(s);
@@ -257,6 +262,9 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     return id;
   };
   const bool regather_full = p.zero3_recompute_regather && p.recompute == Recompute::kFull;
+  // Context parallelism: the all-gather variants' gathered K/V (forward and backward).
+  auto is_cp_gather = [](const Op& o) { return o.kind == OpKind::kComm && o.comm == CommKind::kCp && o.collective == cost::Collective::kAllGather; };
+  int32_t cp_fwd = -1;
   // Buffers a forward pass leaves for its backward: [chunk * m + mb][slot] -> ids.
   std::map<std::pair<int64_t, size_t>, std::vector<int32_t>> kept;
   // Under a split backward: what each pass keeps from its B until its W.
@@ -282,7 +290,13 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
         auto& ids = kept[{pass, k}];
         if (full) ids.push_back(em.alloc(layer_input, "keep layer input", a.mb, sl.layer));
         for (const Op& o : sl.cost->fwd) {
+          // Context parallelism: the gathered K/V of every rank live until the attention ends.
+          if (is_cp_gather(o)) cp_fwd = em.alloc(o.bytes.value(), "gathered K/V", a.mb, sl.layer);
           em.op(o, a.mb, sl.layer);
+          if (o.kind == OpKind::kAttention) {
+            em.free(cp_fwd, a.mb, sl.layer);
+            cp_fwd = -1;
+          }
           if (!full) {
             ids.push_back(em.alloc(o.saved_bytes, "keep " + o.name, a.mb, sl.layer));
             if (p.recompute != Recompute::kSelective) ids.push_back(em.alloc(o.score_bytes, "keep " + o.name + " probabilities", a.mb, sl.layer));
@@ -349,6 +363,24 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       working.push_back(em.alloc(saved + scores, "activation gradients", a.mb, sl.layer));
       for (const Op& o : sl.cost->bwd) {
         if (split_w && o.weight_grad) continue;
+        if (is_cp_gather(o)) {
+          // The gathered K/V; the all-gather variant also accumulates their full-length
+          // gradients before its reduce-scatter, and the rotation keeps fp32 dK/dV and dQ
+          // accumulators, the partial sums received from the ring and the copy sent on.
+          working.push_back(em.alloc(o.bytes.value(), "gathered K/V", a.mb, sl.layer));
+          if (p.cp_comm == config::CpComm::kAllGather) {
+            working.push_back(em.alloc(o.bytes.value(), "gathered K/V gradients", a.mb, sl.layer));
+          } else {
+            const double kv_el = o.bytes.value() / e / static_cast<double>(p.cp);
+            working.push_back(em.alloc(3.0 * 4.0 * kv_el, "fp32 dK/dV accumulators and ring buffers", a.mb, sl.layer));
+            for (const Op& q : sl.cost->fwd) {
+              if (q.kind == OpKind::kAttention) {
+                const auto& at = q.attention;
+                working.push_back(em.alloc(4.0 * at.batch * at.sq * at.heads * at.d_qk, "fp32 dQ accumulator", a.mb, sl.layer));
+              }
+            }
+          }
+        }
         em.op(o, a.mb, sl.layer);
       }
       for (int32_t id : working) em.free(id, a.mb, sl.layer);

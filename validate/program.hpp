@@ -11,7 +11,10 @@
 //     op's bytes, TP collectives on the tensor-parallel group; mixture-of-experts layers as the
 //     workload shapes them: the router GEMM, permutation passes, the dispatch and combine
 //     (all-to-all, or all-gather and reduce-scatter) on the expert-parallel group and the local
-//     experts' GEMMs at the busiest rank's tokens per expert;
+//     experts' GEMMs at the busiest rank's tokens per expert; context parallelism's K/V
+//     exchanges (ring hops, all-gathers and reduce-scatters, all-to-alls) on the
+//     context-parallel group around an attention of the rank's queries against the whole
+//     sequence;
 //   - after the last backward: gradient buckets (all-reduce, or reduce-scatter under ZeRO-1/2)
 //     on the data-parallel group (routed-expert buckets on the expert-data-parallel group), the optimizer over the local shard, and under ZeRO-1/2 the
 //     all-gather of the updated weights in bucket-sized pieces.
@@ -55,10 +58,12 @@ enum class Kind : uint8_t {
 
 // kEp: the expert-parallel group (token dispatch and combine); kEdp: the expert-data-parallel
 // group that reduces routed-expert gradients.
-enum class Group : uint8_t { kTp, kDp, kEp, kEdp };
+// kCp: the context-parallel group (its send/receive is one ring hop: to the next rank, from the
+// previous).
+enum class Group : uint8_t { kTp, kDp, kEp, kEdp, kCp };
 
 // Where the time of an instruction is booked.
-enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kEpComm, kCount };
+enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kEpComm, kCpComm, kCount };
 const char* to_string(Category c);
 
 struct Instr {
@@ -89,9 +94,16 @@ struct Program {
   // Model state allocated once before the first step (bytes on this rank).
   double weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, bucket_buffer_bytes = 0;
   double local_params = 0;          // parameters the optimizer updates on this rank
-  std::vector<int64_t> tp_group, dp_group, ep_group, edp_group;  // global ranks, ascending
+  std::vector<int64_t> tp_group, dp_group, ep_group, edp_group, cp_group;  // global ranks, ascending
   [[nodiscard]] const std::vector<int64_t>& group(Group g) const {
-    return g == Group::kTp ? tp_group : g == Group::kDp ? dp_group : g == Group::kEp ? ep_group : edp_group;
+    switch (g) {
+      case Group::kTp: return tp_group;
+      case Group::kDp: return dp_group;
+      case Group::kEp: return ep_group;
+      case Group::kEdp: return edp_group;
+      case Group::kCp: break;
+    }
+    return cp_group;
   }
   [[nodiscard]] double state_bytes() const { return weight_bytes + gradient_bytes + optimizer_bytes + bucket_buffer_bytes; }
 };

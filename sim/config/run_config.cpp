@@ -213,6 +213,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     if (to_string(c) == cpc) p.cp_comm = c;
   }
   p.cp_load_balance = r.get_bool("cp_load_balance", true);
+  p.cp_overlap = r.get_bool("cp_overlap", true);
   if (const Json* mj = r.get_raw("moe"); mj != nullptr) parse_moe(ObjectReader(*mj, r.child_path("moe"), r.issues()), p.moe);
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);

@@ -189,6 +189,9 @@ struct Parallel {
   // and 2cp-1-i so every rank does the same attention work; false: contiguous 1/cp slices,
   // where the last rank's queries see the whole sequence and set the pace.
   bool cp_load_balance = true;
+  // The ring variants' K/V (and dK/dV) hops hide behind the block computation they run beside;
+  // false: every hop is exposed (an executor that exchanges and computes one after the other).
+  bool cp_overlap = true;
   MoeRouting moe;
   bool tp_comm_overlap = false;
   bool grad_reduce_overlap = true;

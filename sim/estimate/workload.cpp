@@ -371,15 +371,19 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   Duration qkv_fwd, qkv_bwd;
   const size_t qkv_start_f = F.size(), qkv_start_b = B.size();
   if (m.mla.enabled()) {
+    // Kept for backward as the ledger counts it: the attention input (once, shared by the Q and
+    // KV down-projections) and the latents the up-projections read.
+    const double qr = static_cast<double>(m.mla.q_lora_rank);
     if (m.mla.q_lora_rank > 0) {
-      linear(c, F, B, "q_down", T, static_cast<double>(m.mla.q_lora_rank), h);
-      linear(c, F, B, "q_up", T, q_width, static_cast<double>(m.mla.q_lora_rank));
+      linear(c, F, B, "q_down", T, qr, h, 1.0, e * h * in_tokens);
+      linear(c, F, B, "q_up", T, q_width, qr, 1.0, e * qr * c.T_rep);
     } else {
-      linear(c, F, B, "q_proj", T, q_width, h);
+      linear(c, F, B, "q_proj", T, q_width, h, 1.0, e * h * in_tokens);
     }
     const double kvr = static_cast<double>(m.mla.kv_lora_rank);
     linear(c, F, B, "kv_down", T, kvr + static_cast<double>(m.mla.qk_rope_head_dim), h);
-    linear(c, F, B, "kv_up", T, heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim), kvr);
+    linear(c, F, B, "kv_up", T, heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim), kvr, 1.0,
+           e * kvr * c.T_rep);
   } else {
     linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h, 1.0, e * h * in_tokens);
   }
@@ -472,17 +476,19 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   // Context parallel communication around the attention core.
   if (p.cp > 1) {
     const double kv_bytes = T * 2.0 * kv_att * e;  // local K and V
+    // What one block of the ring's computation hides of a hop (nothing without overlap).
+    const Duration block_f = p.cp_overlap ? attn_f / cp : Duration(0), block_b = p.cp_overlap ? attn_b / cp : Duration(0);
     if (p.cp_comm == config::CpComm::kRotateAllGather) {
       // The ring loop of cp blocks and online-softmax merges, its K/V from one all-gather
       // issued before the first (local) block, which alone hides it; the same in backward,
       // where dK/dV accumulate in fp32 and travel the ring, each hop hidden by the next
       // block, the last one waited for.
       const double dkv_bytes = T * 2.0 * kv_att * 4.0;
-      F.push_back(comm_op(c, "cp_rotate.kv_allgather", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp, attn_f / cp));
-      B.push_back(comm_op(c, "cp_rotate.kv_allgather", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp, attn_b / cp));
+      F.push_back(comm_op(c, "cp_rotate.kv_allgather", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp, block_f));
+      B.push_back(comm_op(c, "cp_rotate.kv_allgather", CommKind::kCp, Collective::kAllGather, kv_bytes * cp, places_.cp, block_b));
       for (int64_t hop = 0; hop < p.cp; ++hop) {
         B.push_back(comm_op(c, "cp_rotate.dkv", CommKind::kCp, Collective::kSendRecv, dkv_bytes, places_.cp,
-                            hop + 1 < p.cp ? attn_b / cp : Duration(0)));
+                            hop + 1 < p.cp ? block_b : Duration(0)));
       }
       // Eager element-wise work per block, in bytes per element (the slowest rank merges whole
       // blocks). Forward: the block output cast to fp32 (e + 4) and merged into the running
@@ -498,8 +504,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     } else if (p.cp_comm == config::CpComm::kRing) {
       // cp-1 hops, each hidden behind one block of the attention computation.
       for (int64_t hop = 0; hop + 1 < p.cp; ++hop) {
-        F.push_back(comm_op(c, "cp_ring.kv", CommKind::kCp, Collective::kSendRecv, kv_bytes, places_.cp, attn_f / cp));
-        B.push_back(comm_op(c, "cp_ring.kv_dkv", CommKind::kCp, Collective::kSendRecv, 2.0 * kv_bytes, places_.cp, attn_b / cp));
+        F.push_back(comm_op(c, "cp_ring.kv", CommKind::kCp, Collective::kSendRecv, kv_bytes, places_.cp, block_f));
+        B.push_back(comm_op(c, "cp_ring.kv_dkv", CommKind::kCp, Collective::kSendRecv, 2.0 * kv_bytes, places_.cp, block_b));
       }
       // The blocks' partial results are combined outside the attention kernel (Transformer
       // Engine's KV-P2P context parallelism, one fused pass per block), in bytes per element.

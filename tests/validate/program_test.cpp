@@ -261,6 +261,55 @@ TEST(ValidateProgram, ExpertLayersDispatchOverTheExpertGroup) {
   EXPECT_NO_THROW(check_executable(rc, "cpu"));
 }
 
+// Context parallelism over two ranks (T = 128 of the 256 tokens each, K and V of width 256 in
+// fp32): the ring sends its K/V block to the next rank and receives the previous rank's, once
+// per layer in forward (cp - 1 hops) and with the dK/dV block in backward (twice the bytes),
+// each hop exposed (cp_overlap off); attention runs the rank's 128 queries against all 256
+// keys. The all-gather variant gathers the 2 x 2 x 128 x 256 x 4 bytes of K/V instead and
+// reduce-scatters their gradients. Gradients reduce over dp x cp.
+TEST(ValidateProgram, ContextParallelExchangesKvOverTheContextGroup) {
+  const auto ring = tiny({{"cp", 2}, {"cp_comm", "ring"}, {"micro_batch_size", 1}});
+  EXPECT_FALSE(ring.parallel.cp_overlap);
+  const Program p = build_program(ring, 1);
+  EXPECT_EQ(p.cp_group.size(), 2u);
+  EXPECT_EQ(p.dp_group.size(), 2u);
+  const double m = static_cast<double>(ring.num_microbatches), layers = 4, kv = 128.0 * 2.0 * 256.0 * 4.0;
+  size_t hops = 0;
+  double hop_bytes = 0;
+  bool attention_shape = true;
+  for (const auto& in : p.step) {
+    if (in.kind == Kind::kCollective && in.group == Group::kCp) {
+      EXPECT_EQ(in.collective, cost::Collective::kSendRecv);
+      EXPECT_EQ(in.category, Category::kCpComm);
+      ++hops;
+      hop_bytes += in.bytes;
+    }
+    if (in.kind == Kind::kAttention) attention_shape = attention_shape && in.attention.sq == 128.0 && in.attention.sk == 256.0;
+  }
+  EXPECT_TRUE(attention_shape);
+  EXPECT_EQ(hops, static_cast<size_t>(2.0 * m * layers));
+  EXPECT_NEAR(hop_bytes, m * layers * 3.0 * kv, 1e-9 * hop_bytes);
+  const Program g = build_program(tiny({{"cp", 2}, {"cp_comm", "allgather"}, {"micro_batch_size", 1}}), 0);
+  double gathered = 0, scattered = 0;
+  for (const auto& in : g.step) {
+    if (in.kind != Kind::kCollective || in.group != Group::kCp) continue;
+    (in.collective == cost::Collective::kAllGather ? gathered : scattered) += in.bytes;
+  }
+  EXPECT_NEAR(gathered, 2.0 * m * layers * 2.0 * kv, 1e-9 * gathered);
+  EXPECT_NEAR(scattered, m * layers * 2.0 * kv, 1e-9 * scattered);
+  auto refused = [](const config::RunConfig& r, const std::string& backend, const std::string& what) {
+    try {
+      check_executable(r, backend);
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(tiny({{"cp", 2}, {"cp_load_balance", false}, {"micro_batch_size", 1}}), "cpu", "parallel.cp_load_balance false");
+  refused(tiny({{"cp", 2}, {"micro_batch_size", 1}}, {{"precision", "bf16"}}), "cuda", "parallel.cp 2");
+  EXPECT_NO_THROW(check_executable(ring, "cpu"));
+}
+
 // The program's allocations reach the ledger's peak within 10% on every rank of the
 // validation layouts and a few more (what the executor then measures with real buffers).
 TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
@@ -286,8 +335,32 @@ TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
     runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"moe", {{"dispatcher", dispatcher}, {"imbalance", 1.0}}}}));
   }
   runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"zero_stage", 1}, {"moe", {{"imbalance", 1.0}}}}));
+  // Multi-head latent attention (a small DeepSeek-style dense model) and sliding-window layers
+  // (unfused, so the whole score matrix is computed and kept).
+  {
+    const Json mla{{"name", "mla-tiny"}, {"model_type", "deepseek_v2"}, {"num_hidden_layers", 4}, {"hidden_size", 256},
+                   {"num_attention_heads", 4}, {"num_key_value_heads", 4}, {"intermediate_size", 1024}, {"vocab_size", 8192},
+                   {"max_position_embeddings", 1024}, {"hidden_act", "silu"}, {"q_lora_rank", 96}, {"kv_lora_rank", 64},
+                   {"qk_nope_head_dim", 32}, {"qk_rope_head_dim", 16}, {"v_head_dim", 32}, {"tie_word_embeddings", false}};
+    Json j{{"model", mla},
+           {"hardware", "cpu"},
+           {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+           {"training", {{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "fp32"}, {"attention", "unfused"}}},
+           {"parallel", {{"dp", 2}, {"micro_batch_size", 2}}}};
+    runs.push_back(executed_run(config::parse_run(j, "<validate-test>", ""), "cpu"));
+    j["model"] = {{"name", "window-tiny"}, {"model_type", "mistral"}, {"num_hidden_layers", 4}, {"hidden_size", 256},
+                  {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 512}, {"vocab_size", 8192},
+                  {"max_position_embeddings", 1024}, {"hidden_act", "silu"}, {"sliding_window", 64}, {"tie_word_embeddings", false}};
+    j["parallel"] = {{"tp", 2}, {"micro_batch_size", 2}};
+    runs.push_back(executed_run(config::parse_run(j, "<validate-test>", ""), "cpu"));
+    for (const auto& r : std::vector<config::RunConfig>(runs.end() - 2, runs.end())) EXPECT_NO_THROW(check_executable(r, "cpu"));
+  }
+  // Context parallelism: the all-gather variants' gathered K/V and accumulators in backward.
+  for (const char* variant : {"ring", "allgather", "ulysses", "rotate-allgather"}) {
+    runs.push_back(tiny({{"cp", 2}, {"cp_comm", variant}, {"micro_batch_size", 1}}));
+  }
   for (const auto& rc : runs) {
-    const Json l = {{"layout", rc.parallel.ep > 1 ? "moe" : "dense"}};
+    const Json l = {{"model", rc.model.name}, {"layout", rc.parallel.ep > 1 ? "moe" : rc.parallel.cp > 1 ? "cp " + config::to_string(rc.parallel.cp_comm) : "dense"}};
     const auto ledger = memory::compute_ledger(rc);
     for (int64_t r = 0; r < 2; ++r) {
       const Program p = build_program(rc, r);
@@ -316,7 +389,6 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  refused(tiny({{"cp", 2}, {"micro_batch_size", 2}}), "cpu", "parallel.cp 2");
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"reshard_after_forward", false}}), "cpu",
