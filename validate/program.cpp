@@ -50,8 +50,6 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   if (p.cp > 1 && backend == "cuda") refuse("parallel.cp " + std::to_string(p.cp) + " (context parallelism runs on the CPU backend only)");
   if (p.cp > 1 && !p.cp_load_balance)
     refuse("parallel.cp_load_balance false (every rank runs the balanced rank's attention; the unbalanced last rank is not executed)");
-  if (p.effective_zero() >= 3 && !p.reshard_after_forward)
-    refuse("parallel.reshard_after_forward false (ZeRO-3 / FSDP layers are gathered for every forward and backward and resharded after each)");
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
   if (!p.no_sync) refuse("parallel.no_sync false (gradients are reduced once per step)");
   if (p.recompute == Recompute::kSelectiveOp) refuse("parallel.recompute \"selective-op\"");
@@ -185,12 +183,12 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   const int zero = p.effective_zero();
   const double n = static_cast<double>(p.dp * p.cp);
   const double n_edp = static_cast<double>(prog.edp_group.size());
-  double params = 0, dense = 0;
+  double params = 0, expert = 0;
   for (const auto& sl : slots) {
     params += sl.params;
-    for (double t : sl.tensors) dense += t;
+    expert += sl.expert_params();
   }
-  const double expert = params - dense;
+  const double dense = params - expert;
   auto sharded = [&](double bytes_per_param, int from_stage) {
     return dense * bytes_per_param / (zero >= from_stage ? n : 1.0) + expert * bytes_per_param / (zero >= from_stage ? n_edp : 1.0);
   };
@@ -242,16 +240,40 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   // it runs, forward and backward, and released after it; its gradient fills an unsharded
   // buffer that is reduce-scattered (in training.reduce_dtype) after its backward (its
   // weight-gradient pass under ZB-H1). The next layer's gather comes before that
-  // reduce-scatter, as the simulated rank issues them.
+  // reduce-scatter, as the simulated rank issues them. Without resharding after forward
+  // (FSDP's reshard_after_forward false) a unit is gathered in the first micro-batch's forward
+  // and kept until its last backward, and its unsharded gradient accumulates from its first
+  // backward to the last micro-batch's, which reduce-scatters it (every micro-batch when there
+  // is one).
   const bool fsdp = zero >= 3 && p.dp * p.cp > 1;
+  // Parameters gathered for every forward and backward (else kept from the first forward), and
+  // gradients reduce-scattered after every backward (else accumulated to the last).
+  const bool reshard = p.reshard_after_forward;
+  const bool reduce_each = p.reshard_after_forward || m == 1;
+  std::map<size_t, int32_t> kept_params, kept_grads;  // without resharding: slot -> buffer
+  // A unit's unsharded gradient before its backward (or weight-gradient pass) and, after it,
+  // the reduce-scatter that ends it.
+  auto grad_begin = [&](size_t k, int32_t mb) -> int32_t {
+    if (!fsdp) return -1;
+    const double bytes = slots[k].params * sbytes.gradients;
+    if (reduce_each) return em.alloc(bytes, "unsharded gradients", mb, slots[k].layer);
+    if (kept_grads.count(k) == 0) kept_grads[k] = em.alloc(bytes, "accumulated unsharded gradients", mb, slots[k].layer);
+    return -1;
+  };
   const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
   const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
+  // A unit's collective: its dense parameters over the data-parallel group, then its routed
+  // experts over the expert-data-parallel group, as the simulation issues them.
   auto fsdp_collective = [&](cost::Collective c, const engine::Slot& sl, double bytes_per_param, int32_t mb) {
-    Instr& in = em.add(Kind::kCollective, Category::kDpComm,
-                       c == cost::Collective::kAllGather ? "all-gather params" : "reduce-scatter grads", mb, sl.layer);
-    in.collective = c;
-    in.group = Group::kDp;
-    in.bytes = sl.params * bytes_per_param;
+    const double unit_expert = sl.expert_params();
+    for (const auto& [share, group] : {std::pair{sl.params - unit_expert, Group::kDp}, std::pair{unit_expert, Group::kEdp}}) {
+      if (group == Group::kEdp && share <= 0) continue;
+      Instr& in = em.add(Kind::kCollective, Category::kDpComm,
+                         c == cost::Collective::kAllGather ? "all-gather params" : "reduce-scatter grads", mb, sl.layer);
+      in.collective = c;
+      in.group = group;
+      in.bytes = share * bytes_per_param;
+    }
   };
   // Gathers slot k's parameters (twice when its recomputed forward gathers again); returns the
   // buffer.
@@ -260,6 +282,11 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     fsdp_collective(cost::Collective::kAllGather, sl, gather_bytes, mb);
     if (again) fsdp_collective(cost::Collective::kAllGather, sl, gather_bytes, mb);
     return id;
+  };
+  auto grad_end = [&](size_t k, int32_t mb, int32_t grad) {
+    if (!fsdp || (!reduce_each && mb != m - 1)) return;
+    fsdp_collective(cost::Collective::kReduceScatter, slots[k], reduce_bytes, mb);
+    em.free(reduce_each ? grad : kept_grads[k], mb, slots[k].layer);
   };
   const bool regather_full = p.zero3_recompute_regather && p.recompute == Recompute::kFull;
   // Context parallelism: the all-gather variants' gathered K/V (forward and backward).
@@ -281,7 +308,8 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
         in.peer = peer_of_stage((vs - 1) % pp);
         in.tag = tag(a.mb, vs, true);
       }
-      int32_t gathered = fsdp && !seq.empty() ? fsdp_gather(slots[seq[0]], a.mb, false) : -1;
+      const bool gather_f = fsdp && (reshard || a.mb == 0);
+      int32_t gathered = gather_f && !seq.empty() ? fsdp_gather(slots[seq[0]], a.mb, false) : -1;
       for (size_t i = 0; i < seq.size(); ++i) {
         const size_t k = seq[i];
         const auto& sl = slots[k];
@@ -303,8 +331,12 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
           }
           ids.push_back(em.alloc(o.held_bytes, "hold " + o.name + " output", a.mb, sl.layer));
         }
-        if (fsdp) {
-          em.free(gathered, a.mb, sl.layer);
+        if (gather_f) {
+          if (reshard) {
+            em.free(gathered, a.mb, sl.layer);
+          } else {
+            kept_params[k] = gathered;
+          }
           gathered = i + 1 < seq.size() ? fsdp_gather(slots[seq[i + 1]], a.mb, false) : -1;
         }
       }
@@ -319,7 +351,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     std::reverse(seq.begin(), seq.end());
     if (a.phase == engine::Phase::kW) {
       for (size_t k : seq) {
-        const int32_t grad = fsdp ? em.alloc(slots[k].params * sbytes.gradients, "unsharded gradients", a.mb, slots[k].layer) : -1;
+        const int32_t grad = grad_begin(k, a.mb);
         for (const Op& o : slots[k].cost->bwd) {
           if (o.weight_grad) em.op(o, a.mb, slots[k].layer);
         }
@@ -327,10 +359,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
           em.free(it->second, a.mb, slots[k].layer);
           held_for_w.erase(it);
         }
-        if (fsdp) {
-          fsdp_collective(cost::Collective::kReduceScatter, slots[k], reduce_bytes, a.mb);
-          em.free(grad, a.mb, slots[k].layer);
-        }
+        grad_end(k, a.mb, grad);
         if (a.mb == m - 1) buckets_ready_after(k);
       }
       continue;
@@ -344,13 +373,14 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     auto regathered = [&](const engine::Slot& sl) {
       return regather_full && sl.layer >= 0 && sl.layer < num_layers && rc.full_recompute_layer(sl.layer);
     };
-    int32_t gathered = fsdp && !seq.empty() ? fsdp_gather(slots[seq[0]], a.mb, regathered(slots[seq[0]])) : -1;
+    const bool gather_b = fsdp && reshard;
+    int32_t gathered = gather_b && !seq.empty() ? fsdp_gather(slots[seq[0]], a.mb, regathered(slots[seq[0]])) : -1;
     for (size_t i = 0; i < seq.size(); ++i) {
       const size_t k = seq[i];
       const auto& sl = slots[k];
       const bool transformer = sl.layer >= 0 && sl.layer < num_layers;
       std::vector<int32_t> working;
-      const int32_t grad = fsdp && !split_w ? em.alloc(sl.params * sbytes.gradients, "unsharded gradients", a.mb, sl.layer) : -1;
+      const int32_t grad = split_w ? -1 : grad_begin(k, a.mb);
       // The gradients of the layer's activations (one per saved tensor) are live through its
       // backward; recomputation rebuilds the dropped activations first.
       double saved = 0, scores = 0;
@@ -394,14 +424,14 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
                                                      : 0.0;
         if (held > 0) held_for_w[{pass, k}] = em.alloc(held, "keep weight-gradient inputs", a.mb, sl.layer);
       }
-      if (fsdp) {
+      if (gather_b) {
         em.free(gathered, a.mb, sl.layer);
         gathered = i + 1 < seq.size() ? fsdp_gather(slots[seq[i + 1]], a.mb, regathered(slots[seq[i + 1]])) : -1;
-        if (!split_w) {
-          fsdp_collective(cost::Collective::kReduceScatter, sl, reduce_bytes, a.mb);
-          em.free(grad, a.mb, sl.layer);
-        }
+      } else if (fsdp && !reshard && a.mb == m - 1) {
+        // Kept since the first forward: released after the last backward.
+        em.free(kept_params[k], a.mb, sl.layer);
       }
+      if (!split_w) grad_end(k, a.mb, grad);
       if (!split_w && a.mb == m - 1) buckets_ready_after(k);
     }
     if (vs > 0) {

@@ -77,6 +77,7 @@ class RankBuilder {
   void build() {
     emit_start_barrier();
     last_pipeline_ = start_barrier_;
+    last_on_compute_ = start_barrier_;
     for (const auto& a : stage_order(p_.schedule, b_.pp_, s_, b_.m_, b_.v_)) emit_pass(a);
     emit_gradient_reduction();
     emit_optimizer();
@@ -150,31 +151,46 @@ class RankBuilder {
     t.stream = Stream::kDp;
     t.kind = TaskKind::kDpComm;
     t.layer = sl.layer;
-    const auto& where = b_.wb_.placements().zero3;
-    TaskId id = dp_task(t, Collective::kAllGather, sl.params * b_.gather_bytes_, where, b_.names_.gather);
+    TaskId id = unit_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather);
     first_gather_ = id;
     if (gather_inline_) {
       g_.depend(last_on_compute_, id);
       g_.depend(inline_tail_, id);
-      inline_tail_ = id;
+      if (inline_tail_ != kNone) inline_chain_.push_back(inline_tail_);
     } else if (compute_uses_.size() >= 2) {
       g_.depend(compute_uses_[compute_uses_.size() - 2], id);
     }
+    id = last_unit_task_;
     if (backward_regather) {
-      const TaskId again = dp_task(t, Collective::kAllGather, sl.params * b_.gather_bytes_, where, b_.names_.gather);
+      const TaskId again = unit_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather);
       g_.depend(id, again);
-      id = again;
-      if (gather_inline_) inline_tail_ = id;
+      id = last_unit_task_;
     }
+    if (gather_inline_) inline_tail_ = id;
     return id;
+  }
+
+  // One unit's ZeRO-3 / FSDP collective: its dense parameters over the ZeRO-3 group, then its
+  // routed experts over the expert-data-parallel group (sharded there, as the ledger shards
+  // them), one after the other on the stream. Returns the first task; last_unit_task_ is the
+  // last.
+  TaskId unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
+    const double expert = sl.expert_params();
+    const TaskId first = dp_task(t, op, (sl.params - expert) * bytes_per_param, b_.wb_.placements().zero3, name);
+    last_unit_task_ = first;
+    if (expert > 0) {
+      last_unit_task_ = dp_task(t, op, expert * bytes_per_param, b_.wb_.placements().edp, name);
+      g_.depend(first, last_unit_task_);
+    }
+    return first;
   }
 
   // A compute-stream task that waits for a data-parallel collective (its layer's gather, or
   // whatever was issued in line before it).
-  void gate_on_dp(TaskId dp, TaskId compute) {
+  void gate_on_dp(TaskId dp, TaskId compute, bool from_idle = false) {
     if (dp == kNone) return;
     g_.depend(dp, compute);
-    b_.dp_gates_.emplace_back(compute, dp);
+    b_.dp_gates_.push_back({compute, dp, from_idle});
   }
 
   // Tokens of this replica's micro-batch relative to seq_len (variable-length scenario).
@@ -233,9 +249,13 @@ class RankBuilder {
     };
     // A layer's compute waits for its gather; in line, for the collective issued last before it.
     auto gate_compute = [&](TaskId gather_id, TaskId cid) {
+      // Every collective issued in line since the last compute (a reduce-scatter, then the
+      // gathers chained after it) holds this compute back.
+      for (TaskId c : inline_chain_) gate_on_dp(c, cid);
+      inline_chain_.clear();
       gate_on_dp(inline_tail_, cid);
       inline_tail_ = kNone;
-      gate_on_dp(gather_id, cid);
+      gate_on_dp(gather_id, cid, !gather_inline_);
     };
     if (gather && !seq.empty()) {
       gates[0] = fsdp_gather(*seq[0], regathered(*seq[0]));
@@ -283,16 +303,15 @@ class RankBuilder {
           c.kind = TaskKind::kDpComm;
           c.layer = sl->layer;
           c.microbatch = a.mb;
-          const TaskId rid = dp_task(c, Collective::kReduceScatter, sl->params * b_.reduce_bytes_, b_.wb_.placements().zero3,
-                                     n.reduce_scatter);
+          const TaskId rid = unit_collective(c, Collective::kReduceScatter, *sl, b_.reduce_bytes_, n.reduce_scatter);
           g_.depend(ids.last, rid);
           if (reduce_inline_) {
             // In line (grad_reduce_overlap off): after the next layer's gather issued before it;
             // the next compute waits for it.
             g_.depend(inline_tail_, rid);
-            inline_tail_ = rid;
+            inline_tail_ = last_unit_task_;
           }
-          fsdp_reductions_.push_back(rid);
+          fsdp_reductions_.push_back(last_unit_task_);
         }
       }
     }
@@ -336,9 +355,15 @@ class RankBuilder {
     const auto me = static_cast<size_t>(r_);
     t.name = a.phase == Phase::kF ? b_.names_.send_act : b_.names_.send_grad;
     const TaskId sid = g_.add(t);
-    // The send follows the pass's in-line reduce-scatters.
-    g_.depend(inline_tail_, sid);
-    if (t.stream == Stream::kCompute) last_on_compute_ = sid;
+    // The send follows the pass's in-line reduce-scatters (a wait the breakdown books as DP
+    // communication when the send blocks the compute stream).
+    if (t.stream == Stream::kCompute) {
+      for (TaskId c : inline_chain_) gate_on_dp(c, sid);
+      gate_on_dp(inline_tail_, sid);
+      last_on_compute_ = sid;
+    } else {
+      g_.depend(inline_tail_, sid);
+    }
     if (!b_.ideal_) {
       const double bytes = b_.wb_.p2p_bytes().value() * lf;
       if (b_.wb_.placements().pp_neighbour.intra_node()) {
@@ -428,6 +453,8 @@ class RankBuilder {
   TaskId last_on_compute_ = kNone;  // the last task queued on this rank's compute stream
   TaskId inline_tail_ = kNone;      // the last in-line collective not yet followed by compute
   TaskId first_gather_ = kNone;     // the first all-gather of the latest fsdp_gather call
+  TaskId last_unit_task_ = kNone;   // the last task of the latest unit_collective call
+  std::vector<TaskId> inline_chain_;  // in-line collectives before inline_tail_ since the last compute
   const bool split_w_;
   uint64_t op_index_;
   const int64_t replica_;

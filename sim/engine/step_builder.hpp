@@ -31,6 +31,11 @@ struct Slot {
   std::vector<double> tensors;
   // Routed-expert parameters: reduced over the expert-data-parallel group in their own buckets.
   std::vector<double> expert_tensors;
+  [[nodiscard]] double expert_params() const {
+    double x = 0;
+    for (double t : expert_tensors) x += t;
+    return x;
+  }
 };
 
 // One data-parallel gradient bucket: its bytes, whether it holds routed-expert gradients
@@ -89,11 +94,18 @@ class StepBuilder {
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& forward_passes() const { return fwd_; }
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& backward_passes() const { return bwd_; }
   [[nodiscard]] const std::vector<std::vector<PassTasks>>& weight_passes() const { return wgt_; }
-  // ZeRO-3 / FSDP: (compute task, a data-parallel collective it waits for): the layer's
-  // gather, and the in-line collective issued last before it. The step's breakdown books the
-  // compute stream's wait for the later of them as data-parallel communication, not pipeline
-  // bubble.
-  [[nodiscard]] const std::vector<std::pair<TaskId, TaskId>>& dp_gates() const { return dp_gates_; }
+  // ZeRO-3 / FSDP: a compute-stream task and a data-parallel collective it waits for (the
+  // layer's gather, the collectives issued in line before it). The step's breakdown books the
+  // compute stream's wait for them as data-parallel communication, not pipeline bubble: all of
+  // it up to the collective's end for a prefetched gather (queued behind earlier traffic on its
+  // stream), only the time it ran for an in-line one (which may itself have waited for a
+  // pipeline receive).
+  struct DpGate {
+    TaskId compute = kNone, dp = kNone;
+    bool from_idle = false;  // the whole idle time up to the collective's end counts
+    bool operator<(const DpGate& o) const { return compute != o.compute ? compute < o.compute : dp < o.dp; }
+  };
+  [[nodiscard]] const std::vector<DpGate>& dp_gates() const { return dp_gates_; }
 
  private:
   friend class RankBuilder;
@@ -129,7 +141,7 @@ class StepBuilder {
   std::vector<std::vector<Slot>> slots_;
   std::vector<std::vector<std::vector<size_t>>> chunk_slots_;  // [stage][chunk] -> slot indices
   std::vector<std::vector<PassTasks>> fwd_, bwd_, wgt_;
-  std::vector<std::pair<TaskId, TaskId>> dp_gates_;
+  std::vector<DpGate> dp_gates_;
   // The j-th collective a rank joins in its group is the group's j-th collective.
   std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_;
   uint32_t barrier_ = kNone;

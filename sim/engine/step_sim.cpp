@@ -37,6 +37,7 @@ class StepObserver : public Observer {
     if (!gates_.empty()) {
       std::sort(gates_.begin(), gates_.end());
       dp_finish_.assign(b.graph()->size(), 0);
+      dp_start_.assign(b.graph()->size(), 0);
     }
     v_ = static_cast<int32_t>(b.rc().parallel.vpp);
     chunk_bytes_.resize(static_cast<size_t>(pp * v_));
@@ -54,17 +55,27 @@ class StepObserver : public Observer {
     const Task& t = g.task(id);
     const auto r = static_cast<size_t>(t.rank);
     wait_[r] += start - ready;
+    if (!dp_start_.empty() && t.kind == TaskKind::kDpComm) dp_start_[id] = start;
     if (t.stream != Stream::kCompute) return;
     running_since_[r] = start;
     if (gates_.empty()) return;
-    // ZeRO-3 / FSDP: the compute stream's idle time before this task, up to when the
-    // data-parallel collectives it waited for finished, is data-parallel communication.
-    Tick gated = -1;
-    for (auto it = std::lower_bound(gates_.begin(), gates_.end(), std::make_pair(id, TaskId{0}));
-         it != gates_.end() && it->first == id; ++it) {
-      gated = std::max(gated, dp_finish_[it->second]);
+    // ZeRO-3 / FSDP: the compute stream's idle time before this task while the data-parallel
+    // collectives it waited for ran (or, for a prefetched gather, until it ended) is
+    // data-parallel communication; idle time when none of them ran (a pipeline receive an
+    // in-line gather waited for) stays bubble.
+    spans_.clear();
+    for (auto it = std::lower_bound(gates_.begin(), gates_.end(), StepBuilder::DpGate{id, 0, false});
+         it != gates_.end() && it->compute == id; ++it) {
+      const Tick a = std::max(pipe_end_[r], it->from_idle ? pipe_end_[r] : dp_start_[it->dp]), b = std::min(start, dp_finish_[it->dp]);
+      if (b > a) spans_.emplace_back(a, b);
     }
-    if (gated >= 0) dp_in_[r] += std::max<Tick>(0, std::min(start, gated) - pipe_end_[r]);
+    std::sort(spans_.begin(), spans_.end());
+    Tick covered_to = 0;
+    for (const auto& [a, b] : spans_) {
+      const Tick from = std::max(a, covered_to);
+      if (b > from) dp_in_[r] += b - from;
+      covered_to = std::max(covered_to, b);
+    }
   }
   void on_finish(const TaskGraph& g, TaskId id, Tick finish) override {
     const Task& t = g.task(id);
@@ -117,8 +128,9 @@ class StepObserver : public Observer {
   const StepBuilder& b_;
   int32_t m_ = 1, v_ = 1;
   std::vector<double> chunk_bytes_, chunk_w_bytes_, chunk_kept_;  // [stage * vpp + chunk]
-  std::vector<std::pair<TaskId, TaskId>> gates_;  // (compute task, collective it waits for), sorted
-  std::vector<Tick> dp_finish_;                    // finish of each data-parallel task (gated runs)
+  std::vector<StepBuilder::DpGate> gates_;         // sorted by compute task
+  std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task (gated runs)
+  std::vector<std::pair<Tick, Tick>> spans_;       // scratch: a task's gating collectives inside its idle time
 };
 
 }  // namespace

@@ -151,11 +151,18 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     // streams, one layer ahead of the compute that uses them.
     if (zero >= 3 && p.dp * p.cp > 1 && st.layers > 0) {
       const double L = static_cast<double>(st.layers);
-      const double layer_params = (st.dense_params + st.expert_params) / L;
+      // A layer's dense parameters go over the ZeRO-3 group, its routed experts over the
+      // expert-data-parallel group they are sharded on, one collective after the other.
+      const double layer_dense = st.dense_params / L, layer_expert = st.expert_params / L;
       const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
       const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
-      const double ag = cost::collective_time(Collective::kAllGather, Bytes(layer_params * gather_bytes), places.zero3, hw).value();
-      const double rs = cost::collective_time(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), places.zero3, hw).value();
+      auto unit_time = [&](Collective op, double bytes_per_param) {
+        double t = cost::collective_time(op, Bytes(layer_dense * bytes_per_param), places.zero3, hw).value();
+        if (layer_expert > 0) t += cost::collective_time(op, Bytes(layer_expert * bytes_per_param), places.edp, hw).value();
+        return t;
+      };
+      const double ag = unit_time(Collective::kAllGather, gather_bytes);
+      const double rs = unit_time(Collective::kReduceScatter, reduce_bytes);
       // The share of the stage's layers whose recomputed forward gathers again.
       double regathered = 0;
       if (p.zero3_recompute_regather) {
@@ -187,8 +194,13 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         // last reduce-scatter have nothing to hide behind.
         const auto& where = places.zero3;
         const double link = on_nic ? hw.nic_bandwidth_per_gpu().value() : hw.fabric_port_bandwidth(rc.cluster.gpus_per_node).value();
-        const double ag_link = cost::link_bytes(Collective::kAllGather, Bytes(layer_params * gather_bytes), where) / link;
-        const double rs_link = cost::link_bytes(Collective::kReduceScatter, Bytes(layer_params * reduce_bytes), where) / link;
+        auto unit_link = [&](Collective op, double bytes_per_param) {
+          double b = cost::link_bytes(op, Bytes(layer_dense * bytes_per_param), where);
+          if (layer_expert > 0) b += cost::link_bytes(op, Bytes(layer_expert * bytes_per_param), places.edp);
+          return b / link;
+        };
+        const double ag_link = unit_link(Collective::kAllGather, gather_bytes);
+        const double rs_link = unit_link(Collective::kReduceScatter, reduce_bytes);
         if (!p.param_gather_overlap || !p.grad_reduce_overlap) {
           // In line (no prefetch, or reduce-scatters that block): those collectives add to the
           // pass in full; the others still hide behind its compute.

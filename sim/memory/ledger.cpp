@@ -637,7 +637,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       const double prefetched = p.param_gather_overlap ? largest_layer : 0.0;
       const double gathered = (largest_unit + prefetched) * wc + largest_unit * sb.gradients;
       st.buffers += Bytes(gathered);
-      if (p.fsdp && !p.reshard_after_forward) {
+      if (!p.reshard_after_forward) {
         const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));
         // The gathered (unsharded) parameters are a separate allocation beside the resident
         // shard, in the compute dtype, for the whole step.

@@ -9,7 +9,7 @@
 // buffers: the largest unit gathered at once (a layer, or the embedding or output layer when
 // larger) and its unsharded gradient, plus a prefetched layer unless gathers run in line
 // (param_gather_overlap off); FSDP without
-// reshard_after_forward keeps every unsharded weight (compute dtype, beside the resident shard)
+// reshard_after_forward (ZeRO-3 too) keeps every unsharded weight (compute dtype, beside the resident shard)
 // resident through backward. lp_grads (DeepSpeed BF16 optimizer) keeps 16-bit gradients beside
 // the fp32 buffer and, while adding them in, one fp32 copy of the largest parameter tensor.
 //

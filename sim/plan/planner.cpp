@@ -402,7 +402,15 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         }
       }
       ev.c.peak_memory_bytes = ledger.peak().value();
-      ev.c.est = estimate::estimate_step(rc, std::move(ledger));
+      try {
+        ev.c.est = estimate::estimate_step(rc, std::move(ledger));
+      } catch (const core::UserError& e) {
+        // A layout the estimate cannot cost (a non-finite time from extreme profile values) is
+        // rejected with its reason, not thrown out of the worker thread.
+        ev.reason = "cannot be estimated";
+        ev.message = e.what();
+        continue;
+      }
       ev.c.rc = std::move(rc);
       ev.ok = true;
     }

@@ -172,7 +172,8 @@ TEST(ValidateProgram, OverlappedBucketsFollowTheLastBackward) {
 }
 
 // ZeRO-3 / FSDP: every micro-batch gathers each unit (embedding, layers, LM head) before its
-// forward and again before its backward, and reduce-scatters its gradient after the backward:
+// forward and again before its backward, and reduce-scatters its gradient after the backward
+// (without resharding after forward, once per step each):
 // gathered bytes 2 m P x 4 and reduced bytes m P x 4 for the ledger's P parameters in fp32 (the
 // weights are sharded over the two ranks), all on the data-parallel group, with no gradient
 // buckets; each gather precedes the first GEMM of its unit. With full recompute and
@@ -207,6 +208,25 @@ TEST(ValidateProgram, FsdpGathersEveryUnitAndReduceScattersItsGradient) {
   size_t regathers = 0;
   for (const auto& in : r.step) regathers += in.kind == Kind::kCollective && in.collective == cost::Collective::kAllGather;
   EXPECT_EQ(regathers, gathers + static_cast<size_t>(m * layers));
+  // Without resharding after forward: one gather per unit (the first micro-batch's forward)
+  // and one reduce-scatter (the last micro-batch's backward) for the whole step.
+  const auto keep = tiny({{"dp", 2}, {"micro_batch_size", 1}, {"fsdp", true}, {"reshard_after_forward", false}});
+  ASSERT_GT(keep.num_microbatches, 1);
+  size_t once_g = 0, once_rs = 0;
+  for (const auto& in : build_program(keep, 0).step) {
+    if (in.kind != Kind::kCollective) continue;
+    once_g += in.collective == cost::Collective::kAllGather;
+    once_rs += in.collective == cost::Collective::kReduceScatter;
+  }
+  EXPECT_EQ(once_g, static_cast<size_t>(layers + 2.0));
+  EXPECT_EQ(once_rs, static_cast<size_t>(layers + 2.0));
+  EXPECT_NO_THROW(check_executable(keep, "cpu"));
+  // One micro-batch: gathered once for its forward and kept for its backward, as simulated.
+  const auto one = tiny({{"dp", 2}, {"micro_batch_size", 4}, {"fsdp", true}, {"reshard_after_forward", false}});
+  ASSERT_EQ(one.num_microbatches, 1);
+  size_t one_g = 0;
+  for (const auto& in : build_program(one, 0).step) one_g += in.kind == Kind::kCollective && in.collective == cost::Collective::kAllGather;
+  EXPECT_EQ(one_g, static_cast<size_t>(layers + 2.0));
 }
 
 // Mixture of experts over ep 2: every MoE layer dispatches and combines its T x k token copies
@@ -247,6 +267,18 @@ TEST(ValidateProgram, ExpertLayersDispatchOverTheExpertGroup) {
   EXPECT_NEAR(dp_bytes, 2.0 * st.dense_params * 4.0, 1e-6 * dp_bytes);
   EXPECT_NEAR(edp_bytes, 2.0 * st.expert_params * 4.0, 1e-6 * edp_bytes);
   EXPECT_NEAR(p.optimizer_bytes, (st.dense_params / 2.0 + st.expert_params) * 8.0, 1e-6 * p.optimizer_bytes);
+  // Under FSDP each MoE layer's routed experts are gathered and reduce-scattered over the
+  // expert-data-parallel group they are sharded on, its dense parameters over dp.
+  const auto z3 = tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"moe", {{"imbalance", 1.0}}}});
+  double ag_dp = 0, ag_edp = 0;
+  for (const auto& in : build_program(z3, 0).step) {
+    if (in.kind != Kind::kCollective || in.collective != cost::Collective::kAllGather) continue;
+    (in.group == Group::kEdp ? ag_edp : ag_dp) += in.bytes;
+  }
+  const auto& z3s = memory::compute_ledger(z3).stages[0];
+  const double zm = static_cast<double>(z3.num_microbatches);
+  EXPECT_NEAR(ag_edp, 2.0 * zm * z3s.expert_params * 4.0, 1e-6 * ag_edp);
+  EXPECT_NEAR(ag_dp, 2.0 * zm * z3s.dense_params * 4.0, 1e-6 * ag_dp);
   // Expert tensor parallelism is not executed, and the CUDA executor runs no expert layers.
   auto refused = [](const config::RunConfig& r, const std::string& backend, const std::string& what) {
     try {
@@ -327,6 +359,10 @@ TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
       // ZeRO-3 / FSDP: one gathered unit (the LM head, the largest) and its unsharded gradient.
       {{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}},
       {{"dp", 2}, {"micro_batch_size", 2}, {"zero_stage", 3}, {"recompute", "full"}, {"zero3_recompute_regather", true}},
+      // Without resharding: every unit gathered and its gradient unsharded through the step
+      // (four micro-batches), or from its forward to its backward (one).
+      {{"dp", 2}, {"micro_batch_size", 1}, {"fsdp", true}, {"reshard_after_forward", false}},
+      {{"dp", 2}, {"micro_batch_size", 4}, {"fsdp", true}, {"reshard_after_forward", false}},
   };
   std::vector<config::RunConfig> runs;
   for (const auto& l : layouts) runs.push_back(tiny(l));
@@ -335,6 +371,7 @@ TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
     runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"moe", {{"dispatcher", dispatcher}, {"imbalance", 1.0}}}}));
   }
   runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"zero_stage", 1}, {"moe", {{"imbalance", 1.0}}}}));
+  runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"moe", {{"imbalance", 1.0}}}}));
   // Multi-head latent attention (a small DeepSeek-style dense model) and sliding-window layers
   // (unfused, so the whole score matrix is computed and kept).
   {
@@ -391,8 +428,6 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   };
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
   refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
-  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"reshard_after_forward", false}}), "cpu",
-          "parallel.reshard_after_forward false");
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
   const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
