@@ -50,6 +50,16 @@ config::RunConfig tiny_moe(const Json& parallel) {
   return executed_run(config::parse_run(j, "<validate-test>", ""), "cpu");
 }
 
+// check_executable refuses the plan on `backend` with a message naming `what`.
+void expect_refused(const config::RunConfig& rc, const std::string& backend, const std::string& what) {
+  try {
+    check_executable(rc, backend);
+    ADD_FAILURE() << "accepted " << what;
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 double gemm_flops(const Program& p) {
   double f = 0;
   for (const auto& in : p.step) {
@@ -280,16 +290,8 @@ TEST(ValidateProgram, ExpertLayersDispatchOverTheExpertGroup) {
   EXPECT_NEAR(ag_edp, 2.0 * zm * z3s.expert_params * 4.0, 1e-6 * ag_edp);
   EXPECT_NEAR(ag_dp, 2.0 * zm * z3s.dense_params * 4.0, 1e-6 * ag_dp);
   // Expert tensor parallelism is not executed, and the CUDA executor runs no expert layers.
-  auto refused = [](const config::RunConfig& r, const std::string& backend, const std::string& what) {
-    try {
-      check_executable(r, backend);
-      ADD_FAILURE() << "accepted " << what;
-    } catch (const core::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
-  refused(tiny_moe({{"tp", 2}, {"etp", 2}, {"micro_batch_size", 2}}), "cpu", "parallel.etp 2");
-  refused(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}}), "cuda", "mixture-of-experts");
+  expect_refused(tiny_moe({{"tp", 2}, {"etp", 2}, {"micro_batch_size", 2}}), "cpu", "parallel.etp 2");
+  expect_refused(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}}), "cuda", "mixture-of-experts");
   EXPECT_NO_THROW(check_executable(rc, "cpu"));
 }
 
@@ -329,16 +331,8 @@ TEST(ValidateProgram, ContextParallelExchangesKvOverTheContextGroup) {
   }
   EXPECT_NEAR(gathered, 2.0 * m * layers * 2.0 * kv, 1e-9 * gathered);
   EXPECT_NEAR(scattered, m * layers * 2.0 * kv, 1e-9 * scattered);
-  auto refused = [](const config::RunConfig& r, const std::string& backend, const std::string& what) {
-    try {
-      check_executable(r, backend);
-      ADD_FAILURE() << "accepted " << what;
-    } catch (const core::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
-  refused(tiny({{"cp", 2}, {"cp_load_balance", false}, {"micro_batch_size", 1}}), "cpu", "parallel.cp_load_balance false");
-  refused(tiny({{"cp", 2}, {"micro_batch_size", 1}}, {{"precision", "bf16"}}), "cuda", "parallel.cp 2");
+  expect_refused(tiny({{"cp", 2}, {"cp_load_balance", false}, {"micro_batch_size", 1}}), "cpu", "parallel.cp_load_balance false");
+  expect_refused(tiny({{"cp", 2}, {"micro_batch_size", 1}}, {{"precision", "bf16"}}), "cuda", "parallel.cp 2");
   EXPECT_NO_THROW(check_executable(ring, "cpu"));
 }
 
@@ -418,16 +412,8 @@ TEST(ValidateProgram, InFlightActivationsFollowTheSchedule) {
 }
 
 TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
-  auto refused = [](const config::RunConfig& rc, const std::string& backend, const std::string& what) {
-    try {
-      check_executable(rc, backend);
-      ADD_FAILURE() << "accepted " << what;
-    } catch (const core::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
-  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
-  refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
+  expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
+  expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
   const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
