@@ -143,46 +143,52 @@ class RankBuilder {
 
   // FSDP: gather a layer's weights; the gather for the k-th use waits for the compute of use
   // k - 2 (one layer of prefetch). In line (param_gather_overlap off) it is issued when the
-  // layer runs: after the work queued before it on the compute stream and the collective
+  // layer runs: after the work queued before it on the compute stream and the collectives
   // issued in line before it.
   // backward_regather: the recomputed forward gathers once more before the backward's gather.
-  TaskId fsdp_gather(const Slot& sl, bool backward_regather = false) {
+  // Returns the first and the last task.
+  std::pair<TaskId, TaskId> fsdp_gather(const Slot& sl, bool backward_regather = false) {
     Task t = dp_base_;
     t.stream = Stream::kDp;
     t.kind = TaskKind::kDpComm;
     t.layer = sl.layer;
-    TaskId id = unit_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather);
-    first_gather_ = id;
     if (gather_inline_) {
-      g_.depend(last_on_compute_, id);
-      g_.depend(inline_tail_, id);
-      if (inline_tail_ != kNone) inline_chain_.push_back(inline_tail_);
-    } else if (compute_uses_.size() >= 2) {
-      g_.depend(compute_uses_[compute_uses_.size() - 2], id);
+      const auto [first, last] = inline_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather, last_on_compute_);
+      if (!backward_regather) return {first, last};
+      return {first, inline_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather, kNone).second};
     }
-    id = last_unit_task_;
+    auto [first, last] = unit_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather);
+    if (compute_uses_.size() >= 2) g_.depend(compute_uses_[compute_uses_.size() - 2], first);
     if (backward_regather) {
-      const TaskId again = unit_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather);
-      g_.depend(id, again);
-      id = last_unit_task_;
+      const auto again = unit_collective(t, Collective::kAllGather, sl, b_.gather_bytes_, b_.names_.gather);
+      g_.depend(last, again.first);
+      last = again.second;
     }
-    if (gather_inline_) inline_tail_ = id;
-    return id;
+    return {first, last};
   }
 
   // One unit's ZeRO-3 / FSDP collective: its dense parameters over the ZeRO-3 group, then its
   // routed experts over the expert-data-parallel group (sharded there, as the ledger shards
-  // them), one after the other on the stream. Returns the first task; last_unit_task_ is the
-  // last.
-  TaskId unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
+  // them), one after the other on the stream. Returns the first and the last task.
+  std::pair<TaskId, TaskId> unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
     const double expert = sl.expert_params();
     const TaskId first = dp_task(t, op, (sl.params - expert) * bytes_per_param, b_.wb_.placements().zero3, name);
-    last_unit_task_ = first;
-    if (expert > 0) {
-      last_unit_task_ = dp_task(t, op, expert * bytes_per_param, b_.wb_.placements().edp, name);
-      g_.depend(first, last_unit_task_);
-    }
-    return first;
+    if (expert <= 0) return {first, first};
+    const TaskId last = dp_task(t, op, expert * bytes_per_param, b_.wb_.placements().edp, name);
+    g_.depend(first, last);
+    return {first, last};
+  }
+
+  // A unit's collective issued in line: after `after` and the in-line collectives before it;
+  // its tasks join those the next compute waits for.
+  std::pair<TaskId, TaskId> inline_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name,
+                                              TaskId after) {
+    const auto [first, last] = unit_collective(t, op, sl, bytes_per_param, name);
+    g_.depend(after, first);
+    if (!inline_pending_.empty()) g_.depend(inline_pending_.back(), first);
+    inline_pending_.push_back(first);
+    if (last != first) inline_pending_.push_back(last);
+    return {first, last};
   }
 
   // A compute-stream task that waits for a data-parallel collective (its layer's gather, or
@@ -247,20 +253,18 @@ class RankBuilder {
     auto regathered = [&](const Slot& sl) {
       return regather && sl.layer >= 0 && sl.layer < static_cast<int32_t>(b_.rc_.model.num_layers) && b_.rc_.full_recompute_layer(sl.layer);
     };
-    // A layer's compute waits for its gather; in line, for the collective issued last before it.
+    // A layer's compute waits for its prefetched gather, or for every collective issued in line
+    // since the last compute (a reduce-scatter, then the gathers chained after it).
     auto gate_compute = [&](TaskId gather_id, TaskId cid) {
-      // Every collective issued in line since the last compute (a reduce-scatter, then the
-      // gathers chained after it) holds this compute back.
-      for (TaskId c : inline_chain_) gate_on_dp(c, cid);
-      inline_chain_.clear();
-      gate_on_dp(inline_tail_, cid);
-      inline_tail_ = kNone;
-      gate_on_dp(gather_id, cid, !gather_inline_);
+      for (TaskId c : inline_pending_) gate_on_dp(c, cid);
+      inline_pending_.clear();
+      if (!gather_inline_) gate_on_dp(gather_id, cid, true);
     };
     if (gather && !seq.empty()) {
-      gates[0] = fsdp_gather(*seq[0], regathered(*seq[0]));
+      const auto [first, last] = fsdp_gather(*seq[0], regathered(*seq[0]));
+      gates[0] = last;
       // In line, the pass starts with its first gather, after the receive of its input.
-      if (gather_inline_) ids.entry = first_gather_;
+      if (gather_inline_) ids.entry = first;
     }
     const auto& n = b_.names_;
     for (size_t si = 0; si < seq.size(); ++si) {
@@ -289,7 +293,7 @@ class RankBuilder {
       }
       if (gather) {
         compute_uses_.push_back(cid);
-        if (si + 1 < seq.size()) gates[si + 1] = fsdp_gather(*seq[si + 1], regathered(*seq[si + 1]));
+        if (si + 1 < seq.size()) gates[si + 1] = fsdp_gather(*seq[si + 1], regathered(*seq[si + 1])).second;
       }
       const bool grads_done = (a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW;
       if (grads_done) {
@@ -303,15 +307,12 @@ class RankBuilder {
           c.kind = TaskKind::kDpComm;
           c.layer = sl->layer;
           c.microbatch = a.mb;
-          const TaskId rid = unit_collective(c, Collective::kReduceScatter, *sl, b_.reduce_bytes_, n.reduce_scatter);
-          g_.depend(ids.last, rid);
-          if (reduce_inline_) {
-            // In line (grad_reduce_overlap off): after the next layer's gather issued before it;
-            // the next compute waits for it.
-            g_.depend(inline_tail_, rid);
-            inline_tail_ = last_unit_task_;
-          }
-          fsdp_reductions_.push_back(last_unit_task_);
+          // In line (grad_reduce_overlap off) after the next layer's gather issued before it, and
+          // the next compute waits for it.
+          const auto rs = reduce_inline_ ? inline_collective(c, Collective::kReduceScatter, *sl, b_.reduce_bytes_, n.reduce_scatter, ids.last)
+                                         : unit_collective(c, Collective::kReduceScatter, *sl, b_.reduce_bytes_, n.reduce_scatter);
+          g_.depend(ids.last, rs.first);
+          fsdp_reductions_.push_back(rs.second);
         }
       }
     }
@@ -358,11 +359,11 @@ class RankBuilder {
     // The send follows the pass's in-line reduce-scatters (a wait the breakdown books as DP
     // communication when the send blocks the compute stream).
     if (t.stream == Stream::kCompute) {
-      for (TaskId c : inline_chain_) gate_on_dp(c, sid);
-      gate_on_dp(inline_tail_, sid);
+      for (TaskId c : inline_pending_) gate_on_dp(c, sid);
+      inline_pending_.clear();
       last_on_compute_ = sid;
-    } else {
-      g_.depend(inline_tail_, sid);
+    } else if (!inline_pending_.empty()) {
+      g_.depend(inline_pending_.back(), sid);
     }
     if (!b_.ideal_) {
       const double bytes = b_.wb_.p2p_bytes().value() * lf;
@@ -450,11 +451,8 @@ class RankBuilder {
   const bool fsdp_;
   // ZeRO-3 / FSDP collectives issued in line with the compute (no prefetch / no overlap).
   const bool gather_inline_, reduce_inline_;
-  TaskId last_on_compute_ = kNone;  // the last task queued on this rank's compute stream
-  TaskId inline_tail_ = kNone;      // the last in-line collective not yet followed by compute
-  TaskId first_gather_ = kNone;     // the first all-gather of the latest fsdp_gather call
-  TaskId last_unit_task_ = kNone;   // the last task of the latest unit_collective call
-  std::vector<TaskId> inline_chain_;  // in-line collectives before inline_tail_ since the last compute
+  TaskId last_on_compute_ = kNone;      // the last task queued on this rank's compute stream
+  std::vector<TaskId> inline_pending_;  // in-line collectives since the last compute, in order
   const bool split_w_;
   uint64_t op_index_;
   const int64_t replica_;

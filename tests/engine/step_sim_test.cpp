@@ -209,6 +209,31 @@ TEST(ZeroThree, InLineCollectivesSerializeWithCompute) {
   EXPECT_GT(ov.step.breakdown.exposed_comm.at("dp"), 0.0);
 }
 
+// In line with a mixture of experts, each unit's collective is its dense part over dp x cp and
+// then its routed experts over the expert-data-parallel group: at pp 1 both parts of every
+// collective are DP communication and none of it is bubble.
+TEST(ZeroThree, InLineExpertCollectivesAreDpNotBubble) {
+  Json j = {{"model", "qwen3-30b-a3b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 64}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 128}}},
+            {"parallel", {{"ep", 8}, {"fsdp", true}, {"micro_batch_size", 1}, {"moe", {{"imbalance", 1.0}}},
+                          {"param_gather_overlap", false}, {"grad_reduce_overlap", false}}}};
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const SimResult r = simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep);
+  double comm = 0;
+  size_t units = 0;
+  for (TaskId id = 0; id < r.graph->size(); ++id) {
+    if (r.graph->task(id).kind != TaskKind::kDpComm) continue;
+    comm += engine::to_seconds(r.finish[id] - r.start[id]);
+    ++units;
+  }
+  EXPECT_GT(units, 0u);
+  EXPECT_NEAR(r.step.breakdown.bubble, 0.0, 1e-9);
+  EXPECT_NEAR(r.step.breakdown.exposed_comm.at("dp"), comm, 1e-6 * r.step.step_time_s);
+}
+
 // Parameter gathers that cross the NIC share it with the expert all-to-alls that cross it too:
 // they hide behind compute, not behind that exposed communication (DeepSeek-V3, ep 32 over four
 // nodes, ZeRO-3 over 256 ranks). The estimate was 21% fast before it counted that.
