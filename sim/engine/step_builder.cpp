@@ -548,6 +548,7 @@ void StepBuilder::build() {
   }
   for (int64_t r = 0; r < ranks_; ++r) RankBuilder(*this, r).build();
   link_stages();
+  std::sort(dp_gates_.begin(), dp_gates_.end());
 }
 
 // Cross-stage dependencies: each virtual stage's forward waits for the previous one's send,

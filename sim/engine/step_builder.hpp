@@ -105,7 +105,7 @@ class StepBuilder {
     bool from_idle = false;  // the whole idle time up to the collective's end counts
     bool operator<(const DpGate& o) const { return compute != o.compute ? compute < o.compute : dp < o.dp; }
   };
-  [[nodiscard]] const std::vector<DpGate>& dp_gates() const { return dp_gates_; }
+  [[nodiscard]] const std::vector<DpGate>& dp_gates() const { return dp_gates_; }  // sorted by compute task
 
  private:
   friend class RankBuilder;

@@ -18,7 +18,7 @@ namespace {
 // Metrics read from the timeline as it runs.
 class StepObserver : public Observer {
  public:
-  StepObserver(const StepBuilder& b, int32_t pp, int32_t m) : b_(b), m_(m) {
+  StepObserver(const StepBuilder& b, int32_t pp, int32_t m) : b_(b), m_(m), gates_(b.dp_gates()) {
     const auto n = static_cast<size_t>(b.ranks());
     busy_.assign(n, 0);
     compute_.assign(n, 0);
@@ -33,9 +33,7 @@ class StepObserver : public Observer {
     peak_act_.assign(n, 0);
     wait_.assign(n, 0);
     dp_in_.assign(n, 0);
-    gates_ = b.dp_gates();
     if (!gates_.empty()) {
-      std::sort(gates_.begin(), gates_.end());
       dp_finish_.assign(b.graph()->size(), 0);
       dp_start_.assign(b.graph()->size(), 0);
     }
@@ -66,7 +64,8 @@ class StepObserver : public Observer {
     spans_.clear();
     for (auto it = std::lower_bound(gates_.begin(), gates_.end(), StepBuilder::DpGate{id, 0, false});
          it != gates_.end() && it->compute == id; ++it) {
-      const Tick a = std::max(pipe_end_[r], it->from_idle ? pipe_end_[r] : dp_start_[it->dp]), b = std::min(start, dp_finish_[it->dp]);
+      const Tick a = it->from_idle ? pipe_end_[r] : std::max(pipe_end_[r], dp_start_[it->dp]);
+      const Tick b = std::min(start, dp_finish_[it->dp]);
       if (b > a) spans_.emplace_back(a, b);
     }
     std::sort(spans_.begin(), spans_.end());
@@ -128,7 +127,7 @@ class StepObserver : public Observer {
   const StepBuilder& b_;
   int32_t m_ = 1, v_ = 1;
   std::vector<double> chunk_bytes_, chunk_w_bytes_, chunk_kept_;  // [stage * vpp + chunk]
-  std::vector<StepBuilder::DpGate> gates_;         // sorted by compute task
+  const std::vector<StepBuilder::DpGate>& gates_;  // sorted by compute task
   std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task (gated runs)
   std::vector<std::pair<Tick, Tick>> spans_;       // scratch: a task's gating collectives inside its idle time
 };
