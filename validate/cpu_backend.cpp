@@ -38,8 +38,8 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int64_t rank) : rank_(rank) {}
   ~CpuBackend() override {
-    for (MPI_Comm* c : {&tp_, &dp_, &ep_, &edp_, &cp_}) {
-      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    for (MPI_Comm& c : comms_) {
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     }
   }
 
@@ -55,13 +55,11 @@ class CpuBackend final : public Backend {
           return p;
         },
         [](void* p) { delete[] static_cast<char*>(p); });
-    // One communicator per group kind; every rank splits each (collectively), coloured by its
-    // group's first rank.
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.tp_group.front()), static_cast<int>(rank_), &tp_);
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.dp_group.front()), static_cast<int>(rank_), &dp_);
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.ep_group.front()), static_cast<int>(rank_), &ep_);
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.edp_group.front()), static_cast<int>(rank_), &edp_);
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.cp_group.front()), static_cast<int>(rank_), &cp_);
+    // One communicator per group kind; every rank splits each in the same order (collectively),
+    // coloured by its group's first rank.
+    for (size_t g = 0; g < comms_.size(); ++g) {
+      MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(prog.group(static_cast<Group>(g)).front()), static_cast<int>(rank_), &comms_[g]);
+    }
     WorkspaceNeeds w = workspace_needs(prog);
     w.gemm(reference_shape().m, reference_shape().n, reference_shape().k);
     const size_t a = w.a, b = w.b, c = w.c, p2p = static_cast<size_t>(w.p2p_bytes / 4.0) + 1;
@@ -186,7 +184,7 @@ class CpuBackend final : public Backend {
   }
 
   void collective(const Instr& in) {
-    MPI_Comm comm = in.group == Group::kTp ? tp_ : in.group == Group::kDp ? dp_ : in.group == Group::kEp ? ep_ : in.group == Group::kEdp ? edp_ : cp_;
+    MPI_Comm comm = comms_[static_cast<size_t>(in.group)];
     int size = 1;
     MPI_Comm_size(comm, &size);
     if (size <= 1) return;
@@ -227,7 +225,8 @@ class CpuBackend final : public Backend {
   int64_t rank_;
   const config::RunConfig* rc_ = nullptr;
   std::unique_ptr<Arena> arena_;
-  MPI_Comm tp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, ep_ = MPI_COMM_NULL, edp_ = MPI_COMM_NULL, cp_ = MPI_COMM_NULL;
+  // Indexed by Group: tensor, data, expert, expert-data and context parallel.
+  std::array<MPI_Comm, kGroups> comms_{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   std::vector<float> A_[kSets], B_[kSets], C_[kSets];
   int next_set_ = 0;
   std::vector<float> recv_;

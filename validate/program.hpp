@@ -61,6 +61,7 @@ enum class Kind : uint8_t {
 // kCp: the context-parallel group (its send/receive is one ring hop: to the next rank, from the
 // previous).
 enum class Group : uint8_t { kTp, kDp, kEp, kEdp, kCp };
+inline constexpr size_t kGroups = 5;
 
 // Where the time of an instruction is booked.
 enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kEpComm, kCpComm, kCount };
