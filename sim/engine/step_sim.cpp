@@ -84,12 +84,15 @@ class StepObserver : public Observer {
                           t.kind == TaskKind::kBackwardWeight || t.kind == TaskKind::kTpComm ||
                           (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
     if (pipeline && t.stream == Stream::kCompute) {
-      // A compute task slowed by communication beside it ran longer than its duration.
+      // A task can run longer than its duration: compute slowed by communication beside it
+      // (booked as the data-parallel traffic's cost), or an exchange on the compute stream
+      // sharing its links with other flows (booked as that exchange's own time).
       const bool compute = t.kind != TaskKind::kTpComm && t.kind != TaskKind::kPpSend;
-      const Tick slowed = compute ? std::max<Tick>(0, finish - running_since_[r] - t.duration) : 0;
-      busy_[r] += t.duration + slowed;
+      const Tick stretch = std::max<Tick>(0, finish - running_since_[r] - t.duration);
+      const Tick slowed = compute ? stretch : 0;
+      busy_[r] += t.duration + stretch;
       slowed_[r] += slowed;
-      (t.kind == TaskKind::kTpComm ? tp_ : t.kind == TaskKind::kPpSend ? pp_ : compute_)[r] += t.duration;
+      (t.kind == TaskKind::kTpComm ? tp_ : t.kind == TaskKind::kPpSend ? pp_ : compute_)[r] += t.duration + (compute ? 0 : stretch);
       pipe_end_[r] = std::max(pipe_end_[r], finish);
     }
     // Activation accounting per chunk: a chunk's forward stores its activations when its first

@@ -142,8 +142,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   for (int64_t s = 0; s < pp; ++s) {
     const auto& st = out.memory.stages[static_cast<size_t>(s)];
     const StageCost sc = stage_cost(rc, wb, s);
-    double f = sc.fwd, b = sc.bwd, fsdp = 0;
-    const double w = sc.bwd_weight, comp = sc.compute, rec = sc.recompute, tp = sc.tp, cpx = sc.cp, epx = sc.ep;
+    double f = sc.fwd, b = sc.bwd, fsdp = 0, nic_stretch = 0;
+    const double w = sc.bwd_weight, comp = sc.compute, rec = sc.recompute;
+    double tp = sc.tp, cpx = sc.cp, epx = sc.ep;
     hardware_flops_mb += sc.hardware_flops;
     model_flops_mb += sc.model_flops;
 
@@ -177,8 +178,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // too (expert all-to-alls, context-parallel exchanges, TP groups that leave the node): it
       // hides behind compute and on-node communication only.
       const bool on_nic = !places.zero3.intra_node();
-      const double f_win = std::max(0.0, f - (on_nic ? sc.fwd_nic : 0.0));
-      const double b_win = std::max(0.0, b - (on_nic ? sc.bwd_nic : 0.0));
+      double f_win = std::max(0.0, f - (on_nic ? sc.fwd_nic : 0.0));
+      double b_win = std::max(0.0, b - (on_nic ? sc.bwd_nic : 0.0));
       double exp_f = 0, exp_b = 0;
       // Gathers per layer in backward: again when the forward resharded (and once more for a
       // recomputed forward that regathers); none when the weights stay gathered from the
@@ -201,6 +202,22 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         };
         const double ag_link = unit_link(Collective::kAllGather, gather_bytes);
         const double rs_link = unit_link(Collective::kReduceScatter, reduce_bytes);
+        if (on_nic && sc.fwd_nic + sc.bwd_nic > 0) {
+          // The collectives that run beside a pass are issued as their layers come up, not
+          // fitted into its compute: they are on the NIC for a share u of the pass, and an
+          // exchange on the compute stream that crosses the NIC too (expert all-to-all, context-
+          // parallel or inter-node TP traffic) shares it with them, at half rate while both run,
+          // so it lasts u times longer (as the timeline's max-min shared links give).
+          const double f_traffic = p.param_gather_overlap ? L * ag_link : 0.0;
+          const double b_traffic = L * ((p.param_gather_overlap ? ag_link * bwd_gathers : 0.0) + (p.grad_reduce_overlap ? rs_link : 0.0));
+          const double stretch_f = f > 0 ? sc.fwd_nic * std::min(1.0, f_traffic / f) : 0.0;
+          const double stretch_b = b > 0 ? sc.bwd_nic * std::min(1.0, b_traffic / b) : 0.0;
+          nic_stretch = stretch_f + stretch_b;
+          f += stretch_f;
+          b += stretch_b;
+          f_win += stretch_f;
+          b_win += stretch_b;
+        }
         if (!p.param_gather_overlap || !p.grad_reduce_overlap) {
           // In line (no prefetch, or reduce-scatters that block): those collectives add to the
           // pass in full; the others still hide behind its compute.
@@ -232,6 +249,13 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         once_fill[static_cast<size_t>(s)] = p.param_gather_overlap ? beside_compute(ag, f_win / L, slow_here) * L + ag : L * ag;
         once_drain[static_cast<size_t>(s)] = p.grad_reduce_overlap ? beside_compute(rs, b_win / L, slow_here) * L + rs : L * rs;
       }
+    }
+    if (nic_stretch > 0) {
+      // Booked as the exchanges' own time, split as their unshared times are.
+      const double exch = tp + cpx + epx;
+      tp += nic_stretch * tp / exch;
+      cpx += nic_stretch * cpx / exch;
+      epx += nic_stretch * epx / exch;
     }
     out.stage_fwd_s[static_cast<size_t>(s)] = f;
     out.stage_bwd_s[static_cast<size_t>(s)] = b;

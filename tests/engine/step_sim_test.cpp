@@ -250,6 +250,35 @@ TEST(Consistency, ZeroThreeGathersShareTheNicWithExpertAllToAll) {
   EXPECT_NEAR(e.step_time_s / r.step.step_time_s, 1.0, 0.05);
 }
 
+// FSDP that reshards after forward at pp 2 gathers and reduce-scatters every layer for every
+// micro-batch over dp x cp = 32 ranks on four nodes, beside expert all-to-alls over two nodes:
+// both cross the NIC and share it. The timeline books the all-to-alls' longer run as exposed
+// expert-parallel time (it was bubble: 1.98 s against 0.16 s with ZeRO-1), and the estimate
+// counts the sharing too (it was 19% under the simulation; 10% is the bound the estimate-vs-
+// simulate report flags, the estimate's overlap share being an average over the pass where the
+// timeline issues each gather at its layer).
+TEST(Consistency, ExpertAllToAllSharesTheNicWithFsdpTraffic) {
+  auto run = [](bool fsdp) {
+    Json j = {{"model", "qwen3-30b-a3b"},
+              {"hardware", "h100-sxm"},
+              {"cluster", {{"num_gpus", 64}}},
+              {"training", {{"seq_len", 4096}, {"global_batch_size", 512}}},
+              {"parallel", {{"pp", 2}, {"cp", 2}, {"ep", 16}, {"micro_batch_size", 1}, {"schedule", "zb-h1"}, {"recompute", "none"}}}};
+    if (fsdp) {
+      j["parallel"]["fsdp"] = true;
+    } else {
+      j["parallel"]["zero_stage"] = 1;
+    }
+    return config::parse_run(j, "<step-sim-test>", "");
+  };
+  const SimResult shared = simulate_step(run(true));
+  const SimResult alone = simulate_step(run(false));
+  EXPECT_LT(shared.step.breakdown.bubble, 1.5 * alone.step.breakdown.bubble);
+  EXPECT_GT(shared.step.breakdown.exposed_comm.at("ep"), 1.3 * alone.step.breakdown.exposed_comm.at("ep"));
+  const auto e = estimate::estimate_step(run(true));
+  EXPECT_NEAR(e.step_time_s / shared.step.step_time_s, 1.0, 0.10);
+}
+
 // A stage that holds back weight-gradient passes keeps each one's linear inputs and output
 // gradients (K per micro-batch, the full activations A until its B) until its W. With p = 4 and
 // m = 16, stage 0 (four forwards in flight, W right after each B) peaks at max(4A, 3A + K);
