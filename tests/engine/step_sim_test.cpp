@@ -279,6 +279,31 @@ TEST(Consistency, ExpertAllToAllSharesTheNicWithFsdpTraffic) {
   EXPECT_NEAR(e.step_time_s / shared.step.step_time_s, 1.0, 0.10);
 }
 
+// The exchanges on the compute stream (TP, CP, EP) count at their run length, sharing included:
+// on every stage the timeline's tp_comm_s is the sum of those tasks' finish - start, which for
+// this FSDP layout exceeds their unshared durations (the flows share the NIC).
+TEST(StepSim, ComputeStreamExchangesCountAtTheirRunLength) {
+  Json j = {{"model", "qwen3-30b-a3b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 64}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 256}}},
+            {"parallel", {{"pp", 2}, {"cp", 2}, {"ep", 16}, {"micro_batch_size", 1}, {"recompute", "none"}, {"fsdp", true}}}};
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const SimResult r = simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep);
+  std::vector<double> ran(r.stages.size(), 0.0), alone(r.stages.size(), 0.0);
+  for (TaskId id = 0; id < r.graph->size(); ++id) {
+    const Task& t = r.graph->task(id);
+    if (t.kind != TaskKind::kTpComm || t.stream != Stream::kCompute) continue;
+    ran[static_cast<size_t>(t.rank)] += engine::to_seconds(r.finish[id] - r.start[id]);
+    alone[static_cast<size_t>(t.rank)] += engine::to_seconds(t.duration);
+  }
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    EXPECT_NEAR(r.stages[s].tp_comm_s, ran[s], 1e-9 * r.step.step_time_s) << "stage " << s;
+    EXPECT_GT(ran[s], 1.05 * alone[s]) << "stage " << s;
+  }
+}
+
 // A stage that holds back weight-gradient passes keeps each one's linear inputs and output
 // gradients (K per micro-batch, the full activations A until its B) until its W. With p = 4 and
 // m = 16, stage 0 (four forwards in flight, W right after each B) peaks at max(4A, 3A + K);
