@@ -903,7 +903,15 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   out.source = short_source(str(r, "source"));
   out.kind = type;
   Json hw_json;
-  if (!hardware_for(r, hw_json, out.notes, reason)) return false;
+  if (type == "gemm" && contains(lower(str(r, "gpu_type")), "gh200")) {
+    // One matmul needs only the GPU: a Grace Hopper superchip's GPU is the H100 die (132 SMs,
+    // H100's tensor-core peaks) with HBM3e, as the h200 profile describes it; the superchip's
+    // CPU, NVLink-C2C and node (which no built-in profile describes) do not enter it.
+    hw_json = Json{{"base", "h200"}, {"name", "gh200-gpu"}, {"gpu", {{"name", str(r, "gpu_type") + " (H100 die)"}}}};
+    out.notes.push_back("hardware: a GH200's GPU is the H100 die with HBM3e: the h200 profile's GPU (a GEMM row needs no node)");
+  } else if (!hardware_for(r, hw_json, out.notes, reason)) {
+    return false;
+  }
   Json resolved = hw_json.is_string() ? hw::builtin_hardware_json(hw_json.get<std::string>()) : hw_json;
   if (type == "collective") {
     const auto c = cost::collective_from_name(str(r, "collective"));

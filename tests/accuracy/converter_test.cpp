@@ -311,6 +311,16 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   g["gpu_type"] = "NVIDIA H100 NVL";
   EXPECT_FALSE(predict_measurement(g, gm, reason));
   EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
+  // A Grace Hopper superchip's GEMM runs on its H100 die: the h200 profile's GPU, the same
+  // prediction as an H200's (no node enters a single matmul); its training rows stay unpredicted.
+  g["gpu_type"] = "NVIDIA GH200 SXM";
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.hardware, "gh200-gpu");
+  const double gh200 = gm.predicted_s;
+  g["gpu_type"] = "NVIDIA H200 SXM";
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.hardware, "h200");
+  EXPECT_DOUBLE_EQ(gh200, gm.predicted_s);
   g["gpu_type"] = "NVIDIA H100 SXM";
   g["dtype"] = "int8";
   EXPECT_FALSE(predict_measurement(g, gm, reason));
