@@ -24,6 +24,7 @@ class StepObserver : public Observer {
     compute_.assign(n, 0);
     tp_.assign(n, 0);
     slowed_.assign(n, 0);
+    stretched_.assign(n, 0);
     running_since_.assign(n, 0);
     pp_.assign(n, 0);
     pipe_end_.assign(n, 0);
@@ -85,13 +86,15 @@ class StepObserver : public Observer {
                           (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
     if (pipeline && t.stream == Stream::kCompute) {
       // A task can run longer than its duration: compute slowed by communication beside it
-      // (booked as the data-parallel traffic's cost), or an exchange on the compute stream
-      // sharing its links with other flows (booked as that exchange's own time).
+      // (data-parallel traffic, or pipeline sends on their own stream; booked as DP cost), or
+      // an exchange on the compute stream whose flows share links with others or wait for a
+      // slower member's (booked as that exchange's own time).
       const bool compute = t.kind != TaskKind::kTpComm && t.kind != TaskKind::kPpSend;
       const Tick stretch = std::max<Tick>(0, finish - running_since_[r] - t.duration);
       const Tick slowed = compute ? stretch : 0;
       busy_[r] += t.duration + stretch;
       slowed_[r] += slowed;
+      if (t.kind == TaskKind::kTpComm) stretched_[r] += stretch;
       (t.kind == TaskKind::kTpComm ? tp_ : t.kind == TaskKind::kPpSend ? pp_ : compute_)[r] += t.duration + (compute ? 0 : stretch);
       pipe_end_[r] = std::max(pipe_end_[r], finish);
     }
@@ -121,7 +124,7 @@ class StepObserver : public Observer {
     }
   }
 
-  std::vector<Tick> busy_, compute_, tp_, pp_, slowed_, running_since_, pipe_end_, wait_;
+  std::vector<Tick> busy_, compute_, tp_, pp_, slowed_, stretched_, running_since_, pipe_end_, wait_;
   std::vector<Tick> dp_in_;  // compute-stream time waiting for ZeRO-3 / FSDP collectives
   std::vector<int64_t> inflight_, max_inflight_;
   std::vector<double> act_, peak_act_;
@@ -220,6 +223,7 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
       st.tp_comm_s = to_seconds(obs.tp_[ri]);
       st.pp_comm_s = to_seconds(obs.pp_[ri]);
       st.slowed_s = to_seconds(obs.slowed_[ri]);
+      st.comm_stretch_s = to_seconds(obs.stretched_[ri]);
       st.dp_wait_s = to_seconds(obs.dp_in_[ri]);
     }
     st.busy_s = std::max(st.busy_s, to_seconds(obs.busy_[ri]));
@@ -274,10 +278,17 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
   br.compute = cs.compute_s;
   br.recompute = compute > 0 ? cs.compute_s * rec / compute : 0.0;
   br.host = compute > 0 ? cs.compute_s * sc.host / compute : 0.0;
-  const double comm = tp + cp + ep;
-  br.exposed_comm["tp"] = comm > 0 ? cs.tp_comm_s * tp / comm : 0.0;
-  br.exposed_comm["cp"] = comm > 0 ? cs.tp_comm_s * cp / comm : 0.0;
-  br.exposed_comm["ep"] = comm > 0 ? cs.tp_comm_s * ep / comm : 0.0;
+  // The time the exchanges lost sharing links goes to the kinds whose traffic crosses the NIC
+  // (all of them in proportion when none does: a degraded or shared node link).
+  const double comm = tp + cp + ep, nic = sc.tp_nic + sc.cp_nic + sc.ep_nic;
+  const double unshared = cs.tp_comm_s - cs.comm_stretch_s;
+  auto share = [&](double kind, double kind_nic) {
+    if (comm <= 0) return 0.0;
+    return unshared * kind / comm + cs.comm_stretch_s * (nic > 0 ? kind_nic / nic : kind / comm);
+  };
+  br.exposed_comm["tp"] = share(tp, sc.tp_nic);
+  br.exposed_comm["cp"] = share(cp, sc.cp_nic);
+  br.exposed_comm["ep"] = share(ep, sc.ep_nic);
   br.exposed_comm["pp"] = cs.pp_comm_s;
   br.bubble = bubble;
   br.optimizer = estimate::optimizer_time_s(rc, ls);

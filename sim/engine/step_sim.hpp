@@ -54,6 +54,7 @@ struct StageStats {
   double busy_s = 0;             // compute-stream time of pipeline work (fwd, bwd, tp comm, p2p)
   double compute_s = 0;          // of which layer compute (as simulated: slowdowns, jitter)
   double tp_comm_s = 0;          // of which exposed TP/CP/EP communication
+  double comm_stretch_s = 0;     // of which those exchanges lost sharing links with other flows
   double pp_comm_s = 0;          // of which blocking pipeline sends
   double slowed_s = 0;           // of which compute lost to communication running beside it
   double dp_wait_s = 0;          // compute-stream idle time waiting for ZeRO-3 / FSDP collectives

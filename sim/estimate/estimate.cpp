@@ -87,6 +87,9 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.ep += lc.ep_exposed.value() * count;
     c.fwd_nic += lc.fwd_exposed_nic_comm.value() * count;
     c.bwd_nic += lc.bwd_exposed_nic_comm.value() * count;
+    c.tp_nic += lc.tp_exposed_nic.value() * count;
+    c.cp_nic += lc.cp_exposed_nic.value() * count;
+    c.ep_nic += lc.ep_exposed_nic.value() * count;
     c.hardware_flops += lc.hardware_flops.value() * count;
     c.model_flops += lc.model_flops.value() * count;
   };
@@ -207,11 +210,22 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // fitted into its compute: they are on the NIC for a share u of the pass, and an
           // exchange on the compute stream that crosses the NIC too (expert all-to-all, context-
           // parallel or inter-node TP traffic) shares it with them, at half rate while both run,
-          // so it lasts u times longer (as the timeline's max-min shared links give).
-          const double f_traffic = p.param_gather_overlap ? L * ag_link : 0.0;
-          const double b_traffic = L * ((p.param_gather_overlap ? ag_link * bwd_gathers : 0.0) + (p.grad_reduce_overlap ? rs_link : 0.0));
+          // so it runs (1 + u) times as long (as the timeline's max-min shared links give).
+          // Under ZB-H1 the reduce-scatters run in the W pass, which has no exchanges, and what
+          // outlasts it spills into the next forward: the backward's share counts its gathers
+          // over the input-gradient pass only, the forward's its gathers and that spill.
+          const bool zb_split = p.schedule == config::Schedule::kZbH1 && p.param_gather_overlap && p.grad_reduce_overlap;
+          double f_traffic = p.param_gather_overlap ? L * ag_link : 0.0;
+          double b_traffic = L * ((p.param_gather_overlap ? ag_link * bwd_gathers : 0.0) + (p.grad_reduce_overlap ? rs_link : 0.0));
+          double b_pass = b;
+          if (zb_split) {
+            const double spill = std::max(0.0, L * rs - w);
+            f_traffic += rs > 0 ? spill * rs_link / rs : 0.0;
+            b_traffic = L * ag_link * bwd_gathers;
+            b_pass = b - w;
+          }
           const double stretch_f = f > 0 ? sc.fwd_nic * std::min(1.0, f_traffic / f) : 0.0;
-          const double stretch_b = b > 0 ? sc.bwd_nic * std::min(1.0, b_traffic / b) : 0.0;
+          const double stretch_b = b_pass > 0 ? sc.bwd_nic * std::min(1.0, b_traffic / b_pass) : 0.0;
           nic_stretch = stretch_f + stretch_b;
           f += stretch_f;
           b += stretch_b;
@@ -250,12 +264,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         once_drain[static_cast<size_t>(s)] = p.grad_reduce_overlap ? beside_compute(rs, b_win / L, slow_here) * L + rs : L * rs;
       }
     }
-    if (nic_stretch > 0) {
-      // Booked as the exchanges' own time, split as their unshared times are.
-      const double exch = tp + cpx + epx;
-      tp += nic_stretch * tp / exch;
-      cpx += nic_stretch * cpx / exch;
-      epx += nic_stretch * epx / exch;
+    if (const double nic = sc.tp_nic + sc.cp_nic + sc.ep_nic; nic_stretch > 0 && nic > 0) {
+      // Booked as the exchanges' own time, split over the kinds as their NIC-crossing parts.
+      tp += nic_stretch * sc.tp_nic / nic;
+      cpx += nic_stretch * sc.cp_nic / nic;
+      epx += nic_stretch * sc.ep_nic / nic;
     }
     out.stage_fwd_s[static_cast<size_t>(s)] = f;
     out.stage_bwd_s[static_cast<size_t>(s)] = b;

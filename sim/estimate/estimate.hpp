@@ -68,6 +68,7 @@ struct StageCost {
   double host = 0;                   // ... and its host-side part
   double tp = 0, cp = 0, ep = 0;     // exposed communication by kind
   double fwd_nic = 0, bwd_nic = 0;   // exposed communication over the NIC (forward / backward)
+  double tp_nic = 0, cp_nic = 0, ep_nic = 0;  // ... by kind (forward + backward)
   double hardware_flops = 0, model_flops = 0;
 };
 class WorkloadBuilder;

@@ -286,7 +286,10 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       const double x = exposed(o);
       c.fwd_comm_exposed += Duration(x);
       if (o.time.value() > 0) c.fwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
-      if (o.nic_bytes > 0) c.fwd_exposed_nic_comm += Duration(x);
+      if (o.nic_bytes > 0) {
+        c.fwd_exposed_nic_comm += Duration(x);
+        (o.comm == CommKind::kTp ? c.tp_exposed_nic : o.comm == CommKind::kCp ? c.cp_exposed_nic : c.ep_exposed_nic) += Duration(x);
+      }
       if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
       if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
@@ -303,7 +306,10 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       const double x = exposed(o);
       c.bwd_comm_exposed += Duration(x);
       if (o.time.value() > 0) c.bwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
-      if (o.nic_bytes > 0) c.bwd_exposed_nic_comm += Duration(x);
+      if (o.nic_bytes > 0) {
+        c.bwd_exposed_nic_comm += Duration(x);
+        (o.comm == CommKind::kTp ? c.tp_exposed_nic : o.comm == CommKind::kCp ? c.cp_exposed_nic : c.ep_exposed_nic) += Duration(x);
+      }
       if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
       if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
       if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);

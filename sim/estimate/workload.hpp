@@ -71,8 +71,10 @@ struct LayerCost {
   // NIC bytes moved during the exposed comm (each op's NIC bytes times its exposed fraction):
   // the simulator runs the exposed comm as a flow over the rank's NIC when this is non-zero.
   double fwd_exposed_nic_bytes = 0, bwd_exposed_nic_bytes = 0;
-  // Exposed comm time of the operators that cross the NIC (they share it with DP traffic).
+  // Exposed comm time of the operators that cross the NIC (they share it with DP traffic),
+  // per pass and split by kind (fwd + bwd).
   core::Duration fwd_exposed_nic_comm, bwd_exposed_nic_comm;
+  core::Duration tp_exposed_nic, cp_exposed_nic, ep_exposed_nic;
   core::Flops model_flops;     // forward + backward, no recompute
   core::Flops hardware_flops;  // including recomputed forward
   ExpertLoad expert_load;      // MoE layers: routing statistics of the busiest expert rank

@@ -312,7 +312,8 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   EXPECT_FALSE(predict_measurement(g, gm, reason));
   EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
   // A Grace Hopper superchip's GEMM runs on its H100 die: the h200 profile's GPU, the same
-  // prediction as an H200's (no node enters a single matmul); its training rows stay unpredicted.
+  // prediction as an H200's (no node enters a single matmul); its training rows stay unpredicted
+  // (PublishedRows.HardwareByBoard).
   g["gpu_type"] = "NVIDIA GH200 SXM";
   ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
   EXPECT_EQ(gm.hardware, "gh200-gpu");
