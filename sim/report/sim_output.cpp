@@ -20,6 +20,7 @@ Json simulate_json(const config::RunConfig& rc, const engine::SimResult& r, cons
                       {"busy_s", st.busy_s},
                       {"compute_s", st.compute_s},
                       {"tp_comm_s", st.tp_comm_s},
+                      {"comm_shared_s", st.comm_stretch_s},
                       {"pp_comm_s", st.pp_comm_s},
                       {"pipeline_end_s", st.pipeline_end_s},
                       {"max_inflight_microbatches", st.max_inflight},
@@ -48,6 +49,18 @@ std::string simulate_table(const config::RunConfig& rc, const engine::SimResult&
                 static_cast<unsigned long long>(r.events), r.memory_timeline_peak_bytes / 1073741824.0,
                 static_cast<long long>(r.memory_peak_stage));
   o << buf;
+  // What the compute stream's exchanges lost to flows sharing their links, on the stage that
+  // lost most: contention a layout could avoid (place the groups inside a node, or keep the
+  // ZeRO-3 traffic off the NIC).
+  size_t worst = 0;
+  for (size_t s = 1; s < r.stages.size(); ++s) {
+    if (r.stages[s].comm_stretch_s > r.stages[worst].comm_stretch_s) worst = s;
+  }
+  if (!r.stages.empty() && r.stages[worst].comm_stretch_s > 0.005 * r.step.step_time_s) {
+    std::snprintf(buf, sizeof buf, "link sharing: %.4f s of stage %zu's exposed TP/CP/EP time (%.4f s) is lost to other flows on its links\n",
+                  r.stages[worst].comm_stretch_s, worst, r.stages[worst].tp_comm_s);
+    o << buf;
+  }
   if (r.full) {
     std::snprintf(buf, sizeof buf, "collective wait: %.4f s summed over ranks, %.4f s on the rank that waited most\n",
                   r.collective_wait_s, r.max_rank_wait_s);

@@ -312,6 +312,10 @@ TEST(StepSim, ComputeStreamExchangesCountAtTheirRunLength) {
     EXPECT_NEAR(r.stages[s].comm_stretch_s, ran[s] - alone[s], 1e-9 * r.step.step_time_s) << "stage " << s;
     EXPECT_GT(ran[s], 1.05 * alone[s]) << "stage " << s;
   }
+  // The output names it: per stage in the JSON, and the worst stage in the text.
+  const Json out = report::simulate_json(config::parse_run(j, "<step-sim-test>", ""), r, "test");
+  EXPECT_NEAR(out["simulation"]["stages"][0]["comm_shared_s"].get<double>(), ran[0] - alone[0], 1e-9 * r.step.step_time_s);
+  EXPECT_NE(report::simulate_table(config::parse_run(j, "<step-sim-test>", ""), r).find("link sharing: "), std::string::npos);
   // The stretch goes to the kinds that cross the NIC: here the expert all-to-all over two
   // nodes, not the context-parallel exchange inside one node (cp 2 at tp 1).
   const auto e = estimate::estimate_step(config::parse_run(j, "<step-sim-test>", ""));
