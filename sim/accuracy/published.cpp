@@ -57,10 +57,18 @@ Family family_of(const Json& r) {
 }
 
 // Maps the row's GPU description onto a built-in profile (with overrides where the row's
-// hardware differs from the built-in part).
-bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason) {
+// hardware differs from the built-in part). `gpu_only`: the row measures the GPU alone (one
+// GEMM), so a board whose node no profile describes may still map onto its GPU's profile.
+bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason, bool gpu_only = false) {
   const std::string g = str(r, "gpu_type");
   const std::string gl = lower(g);
+  if (gpu_only && contains(gl, "gh200")) {
+    // A Grace Hopper superchip's GPU is the H100 die (132 SMs, H100's tensor-core peaks) with
+    // HBM3e, as the h200 profile describes it; its CPU, NVLink-C2C and node do not enter a GEMM.
+    hw = Json{{"base", "h200"}, {"name", "gh200-gpu"}, {"gpu", {{"name", g + " (H100 die)"}}}};
+    notes.push_back("hardware: a GH200's GPU is the H100 die with HBM3e: the h200 profile's GPU (a GEMM row needs no node)");
+    return true;
+  }
   // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs, Grace
   // superchips): no profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
   // description of the node's fabric is not.
@@ -903,15 +911,7 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   out.source = short_source(str(r, "source"));
   out.kind = type;
   Json hw_json;
-  if (type == "gemm" && contains(lower(str(r, "gpu_type")), "gh200")) {
-    // One matmul needs only the GPU: a Grace Hopper superchip's GPU is the H100 die (132 SMs,
-    // H100's tensor-core peaks) with HBM3e, as the h200 profile describes it; the superchip's
-    // CPU, NVLink-C2C and node (which no built-in profile describes) do not enter it.
-    hw_json = Json{{"base", "h200"}, {"name", "gh200-gpu"}, {"gpu", {{"name", str(r, "gpu_type") + " (H100 die)"}}}};
-    out.notes.push_back("hardware: a GH200's GPU is the H100 die with HBM3e: the h200 profile's GPU (a GEMM row needs no node)");
-  } else if (!hardware_for(r, hw_json, out.notes, reason)) {
-    return false;
-  }
+  if (!hardware_for(r, hw_json, out.notes, reason, /*gpu_only=*/type == "gemm")) return false;
   Json resolved = hw_json.is_string() ? hw::builtin_hardware_json(hw_json.get<std::string>()) : hw_json;
   if (type == "collective") {
     const auto c = cost::collective_from_name(str(r, "collective"));

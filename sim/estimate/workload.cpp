@@ -280,19 +280,23 @@ void WorkloadBuilder::finish(LayerCost& c) const {
     // Beyond the exposed part (t - hid when the transfer outlasts the compute).
     return Duration(beside_compute(t, hid, slow) - std::max(0.0, t - hid));
   };
+  // One pass's exchange: its SM interference counts as the pass's compute; its exposed time
+  // goes to the pass, to its kind, and (when it crosses the NIC) to both NIC tallies.
+  auto book_comm = [&](const Op& o, Duration& compute, Duration& exposed_time, double& nic_bytes, Duration& nic_time) {
+    compute += interference(o);
+    const Duration x(exposed(o));
+    exposed_time += x;
+    if (o.time.value() > 0) nic_bytes += o.nic_bytes * x.value() / o.time.value();
+    const bool tp = o.comm == CommKind::kTp, cp = o.comm == CommKind::kCp;
+    if (tp || cp || o.comm == CommKind::kEp) (tp ? c.tp_exposed : cp ? c.cp_exposed : c.ep_exposed) += x;
+    if (o.nic_bytes > 0) {
+      nic_time += x;
+      (tp ? c.tp_exposed_nic : cp ? c.cp_exposed_nic : c.ep_exposed_nic) += x;
+    }
+  };
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {
-      c.fwd_compute += interference(o);
-      const double x = exposed(o);
-      c.fwd_comm_exposed += Duration(x);
-      if (o.time.value() > 0) c.fwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
-      if (o.nic_bytes > 0) {
-        c.fwd_exposed_nic_comm += Duration(x);
-        (o.comm == CommKind::kTp ? c.tp_exposed_nic : o.comm == CommKind::kCp ? c.cp_exposed_nic : c.ep_exposed_nic) += Duration(x);
-      }
-      if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
-      if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
-      if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
+      book_comm(o, c.fwd_compute, c.fwd_comm_exposed, c.fwd_exposed_nic_bytes, c.fwd_exposed_nic_comm);
     } else {
       c.fwd_compute += o.time;
       if (o.kind == OpKind::kHost) c.host += o.time;
@@ -302,17 +306,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   }
   for (const auto& o : c.bwd) {
     if (o.kind == OpKind::kComm) {
-      c.bwd_compute += interference(o);
-      const double x = exposed(o);
-      c.bwd_comm_exposed += Duration(x);
-      if (o.time.value() > 0) c.bwd_exposed_nic_bytes += o.nic_bytes * x / o.time.value();
-      if (o.nic_bytes > 0) {
-        c.bwd_exposed_nic_comm += Duration(x);
-        (o.comm == CommKind::kTp ? c.tp_exposed_nic : o.comm == CommKind::kCp ? c.cp_exposed_nic : c.ep_exposed_nic) += Duration(x);
-      }
-      if (o.comm == CommKind::kTp) c.tp_exposed += Duration(x);
-      if (o.comm == CommKind::kCp) c.cp_exposed += Duration(x);
-      if (o.comm == CommKind::kEp) c.ep_exposed += Duration(x);
+      book_comm(o, c.bwd_compute, c.bwd_comm_exposed, c.bwd_exposed_nic_bytes, c.bwd_exposed_nic_comm);
     } else {
       c.bwd_compute += o.time;
       if (o.kind == OpKind::kHost) c.host += o.time;
