@@ -84,6 +84,7 @@ std::vector<FabricTier> pcie_tiers(const PcieTopology& t, int gpus_per_node) {
     f.broadcast_busbw = core::Bandwidth(crosses_sockets ? std::min(t.chain_bandwidth.value(), sock) : t.chain_bandwidth.value());
     f.p2p_bandwidth = t.gpu_link;
     f.base_latency = t.launch_latency;
+    f.p2p_latency = t.p2p_latency;
     f.latency = hop;
     out.push_back(f);
   };
@@ -319,6 +320,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       t.chain_bandwidth = tr.get_bandwidth("chain_bandwidth").value_or(t.ring_bandwidth);
       t.socket_reduce_efficiency = tr.get_number("socket_reduce_efficiency", 0.01, 1.0, 1.0);
       t.launch_latency = tr.get_duration("launch_latency", false, 0.1).value_or(core::Duration(0));
+      t.p2p_latency = tr.get_duration("p2p_latency", false, 0.1);
       t.switch_hop = tr.get_duration("switch_hop", false, 0.1).value_or(core::micros(1));
       t.socket_hop = tr.get_duration("socket_hop", false, 0.1).value_or(t.switch_hop);
       t.socket_link_hop = tr.get_duration("socket_link_hop", false, 0.1).value_or(t.socket_hop);
@@ -346,6 +348,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
         t.p2p_bandwidth = tr.get_bandwidth("p2p_bandwidth").value_or(t.busbw);
         t.latency = tr.get_duration("latency", false, 0.1).value_or(core::micros(5));
         t.base_latency = tr.get_duration("base_latency", false, 0.1).value_or(core::Duration(0));
+        t.p2p_latency = tr.get_duration("p2p_latency", false, 0.1);
         if (const Json* curve = tr.get_raw("size_curve"); curve != nullptr) {
           bool ok = curve->is_array() && !curve->empty();
           double last = 0.0;

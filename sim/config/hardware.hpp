@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,11 @@ struct FabricTier {
   core::Bandwidth p2p_bandwidth;        // one-way GPU-to-GPU copy bandwidth across this tier
   core::Duration latency;               // per ring step latency (alpha)
   core::Duration base_latency;          // fixed cost of one collective (launch, handshake); 0 if unset
+  // Floor of a point-to-point transfer (send/recv, and scatter/gather, which NCCL runs as
+  // grouped sends and receives rather than ring kernels), on top of the per-step latency: the
+  // peers' handshake, which overlaps the data movement, so a transfer takes the longer of the
+  // two. Unset: no floor beyond the launch and per-step latency.
+  std::optional<core::Duration> p2p_latency;
   // Optional measured curve: (message bytes, achieved fraction of the plateau), ascending.
   // When present it replaces the alpha-beta model for collectives inside this tier.
   std::vector<std::pair<double, double>> size_curve;
@@ -113,6 +119,7 @@ struct PcieTopology {
   core::Bandwidth socket_link;      // inter-socket link, one direction, for GPU peer traffic
   double socket_reduce_efficiency = 1.0;  // reductions streamed through the socket link
   core::Duration launch_latency;    // fixed cost of one collective
+  std::optional<core::Duration> p2p_latency;  // floor of a point-to-point transfer (FabricTier::p2p_latency)
   core::Duration switch_hop, socket_hop, socket_link_hop;  // per ring step, by slowest hop
 };
 

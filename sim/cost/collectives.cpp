@@ -119,10 +119,14 @@ Duration tier_time(Collective c, Bytes bytes, int64_t n, const hw::FabricTier& t
     return Duration(std::exp(std::log(time_at(i - 1)) + w * (std::log(time_at(i)) - std::log(time_at(i - 1)))));
   }
   const Bandwidth top = plateau(c, tier, n);
-  if (c == Collective::kSendRecv) return tier.latency + bytes / top;
+  // Point-to-point transfers (send/recv, and scatter/gather, which NCCL runs as grouped sends
+  // and receives) take at least the tier's point-to-point floor where the profile measured one:
+  // the handshake between the peers, which overlaps the data movement rather than preceding it.
+  const Duration p2p_floor = tier.p2p_latency ? *tier.p2p_latency + tier.latency : Duration(0);
+  if (c == Collective::kSendRecv) return std::max(p2p_floor, tier.latency + bytes / top);
   // Rooted transfers: the root exchanges with every peer at once over its own link.
   if (c == Collective::kScatter || c == Collective::kGather) {
-    return tier.base_latency + tier.latency + Bytes(bytes.value() * bus_factor(c, n)) / top;
+    return std::max(p2p_floor, tier.base_latency + tier.latency + Bytes(bytes.value() * bus_factor(c, n)) / top);
   }
   // A ring broadcast over more than two ranks is pipelined in chunks: each hop's latency hides
   // behind the transfer of other chunks, so the slower of the two sets the time.

@@ -230,6 +230,38 @@ TEST(Topology, SocketLinkCapsRingsNotRootedTransfers) {
   EXPECT_GT(ag, 2.0 * sc);
 }
 
+// Point-to-point floor: scatter, gather and send/recv take at least the profile's measured
+// point-to-point handshake (plus the step latency), which overlaps the data movement, so small
+// transfers sit at the floor and large ones are unchanged; profiles without the measurement
+// have no floor.
+TEST(Topology, PointToPointTransfersTakeTheHandshakeFloor) {
+  const hw::HardwareProfile hw = hw::builtin_hardware("rtx-pro-6000-pcie-8x");
+  ASSERT_TRUE(hw.topology.p2p_latency.has_value());
+  const double p2p = hw.topology.p2p_latency->value();
+  const auto pair = mesh::place({0, 1}, hw.gpus_per_node);
+  const auto& sw = hw.tier_for_span(0, 1);
+  for (auto c : {Collective::kScatter, Collective::kGather, Collective::kSendRecv}) {
+    expect_rel(collective_time(c, Bytes(4096), pair, hw).value(), p2p + sw.latency.value());
+  }
+  // The floor is above a ring operation's launch and step latency at the same size.
+  EXPECT_GT(collective_time(Collective::kGather, Bytes(4096), pair, hw).value(),
+            collective_time(Collective::kAllGather, Bytes(4096), pair, hw).value());
+  // At 1 GiB the transfer dominates: the root's port carries (n-1)/n of S.
+  mesh::Placement eight{8, 1, 8, 0, 7};
+  const auto& node = hw.tier_for_span(0, 7);
+  const Bytes gib(1073741824.0);
+  expect_rel(collective_time(Collective::kScatter, gib, eight, hw).value(),
+             node.base_latency.value() + node.latency.value() + gib.value() * 7.0 / 8.0 / node.p2p_bandwidth.value());
+  // Eight ranks cross the socket link: its step latency adds to the floor.
+  expect_rel(collective_time(Collective::kGather, Bytes(4096), eight, hw).value(), p2p + node.latency.value());
+  // No measured floor: a small send is its step latency plus the bytes.
+  const auto h100 = hw::builtin_hardware("h100-sxm");
+  const auto& nv = h100.fabric.back();
+  ASSERT_FALSE(nv.p2p_latency.has_value());
+  expect_rel(collective_time(Collective::kSendRecv, Bytes(4096), mesh::place({0, 1}, 8), h100).value(),
+             nv.latency.value() + 4096.0 / nv.p2p_bandwidth.value());
+}
+
 TEST(Topology, FabricAndTopologyTogetherIsAnError) {
   core::Json j = hw::builtin_hardware_json("rtx-pro-6000-pcie-8x");
   j["node"]["fabric"] = core::Json::array({{{"name", "x"}, {"span", 8}, {"busbw", "20GB/s"}}});
