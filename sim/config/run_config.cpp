@@ -208,7 +208,12 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     p.stage_layer_list = int_list(*sj, r.child_path("stage_layers"), r.issues());
     if (sj->is_array() && sj->empty()) r.issues().add(r.child_path("stage_layers"), "is empty; give the layers of every virtual stage, or omit it");
   }
-  const auto cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather"}, "ring");
+  // Transformer Engine / Megatron's cp_comm_type names are accepted as they are: p2p (the
+  // ring), all_gather and a2a (Ulysses).
+  std::string cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather", "p2p", "all_gather", "a2a"}, "ring");
+  if (cpc == "p2p") cpc = "ring";
+  if (cpc == "all_gather") cpc = "allgather";
+  if (cpc == "a2a") cpc = "ulysses";
   for (const CpComm c : {CpComm::kRing, CpComm::kAllGather, CpComm::kUlysses, CpComm::kRotateAllGather}) {
     if (to_string(c) == cpc) p.cp_comm = c;
   }

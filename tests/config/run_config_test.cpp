@@ -41,6 +41,26 @@ TEST(RunConfig, DerivesDpAndMicroBatches) {
   EXPECT_EQ(rc.parallel.etp, rc.parallel.tp);  // etp defaults to tp
 }
 
+// Transformer Engine's cp_comm_type names map onto stepcast's context-parallel variants; an
+// unknown name is an error that lists the allowed ones.
+TEST(RunConfig, ContextParallelCommunicationAcceptsTransformerEngineNames) {
+  auto with = [](const std::string& v) {
+    return parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+      "training": {"seq_len": 8192, "global_batch_size": 8},
+      "parallel": {"cp": 2, "micro_batch_size": 1, "cp_comm": ")" + v + R"("}})");
+  };
+  EXPECT_EQ(with("p2p").parallel.cp_comm, CpComm::kRing);
+  EXPECT_EQ(with("all_gather").parallel.cp_comm, CpComm::kAllGather);
+  EXPECT_EQ(with("a2a").parallel.cp_comm, CpComm::kUlysses);
+  EXPECT_EQ(with("rotate-allgather").parallel.cp_comm, CpComm::kRotateAllGather);
+  try {
+    (void)with("a2a+p2p");
+    FAIL() << "hierarchical a2a+p2p is not modelled and must be refused";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.parallel.cp_comm"), std::string::npos) << e.what();
+  }
+}
+
 // Megatron pads the vocabulary to a multiple of 128*tp so the output layer splits evenly.
 TEST(RunConfig, PadsVocabularyToMultipleOf128Tp) {
   const RunConfig rc = parse(R"({
