@@ -399,7 +399,7 @@ int run(int argc, char** argv) {
   int64_t sim_max_tasks = 200'000'000;
   bool sim_trace_ops = false;
   auto* trace_ops_opt = sim->add_flag("--trace-ops", sim_trace_ops, "nest each layer's operators (GEMMs, attention, norms) inside its trace slice");
-  sim->add_option("--max-tasks", sim_max_tasks, "refuse all-ranks simulations estimated above this many tasks (0: no limit)")
+  sim->add_option("--max-tasks", sim_max_tasks, "refuse a step whose graph is estimated above this many operators (one rank per stage: 64 per layer and micro-batch; every rank: the built graph times the ranks per stage) (0: no limit)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()).description("non-negative"));
   std::vector<int64_t> sim_trace_ranks;
   auto* trace_ranks_opt = sim->add_option("--trace-ranks", sim_trace_ranks,
@@ -472,7 +472,7 @@ int run(int argc, char** argv) {
   stepcast::plan::SizingOptions sopt;
   sopt.plan.top_k = 3;
   auto* cap = app.add_subcommand("capacity", "size the cluster (whole nodes) that trains a token budget before a deadline");
-  add_run_flags(cap, cap_run, false, "run file (JSON): model, hardware, training; cluster size and parallel are chosen");
+  add_run_flags(cap, cap_run, false, "run file (JSON): model, hardware, training; the cluster size is chosen, and the layout too except keys its parallel block gives (they stay fixed, as in plan)");
   cap->add_option("--tokens", sopt.tokens, "token budget")->check(kPositive);
   cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(kPositive);
   cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(kPositive);
@@ -703,6 +703,10 @@ int run(int argc, char** argv) {
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);
+      j["schema_version"] = stepcast::report::kSchemaVersion;
+      j["tool"] = "stepcast";
+      j["tool_version"] = stepcast::report::tool_version();
+      j["command"] = cmdline;
       j["title"] = run["model"].is_string() ? run["model"].get<std::string>() + " on " + run["cluster"]["num_gpus"].dump() + " GPUs"
                                             : plan_run.source;
       if (!r.ranked.empty()) j["detail"] = stepcast::plan::plan_detail(r.ranked.front());

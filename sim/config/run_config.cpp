@@ -585,7 +585,14 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
     if (!aj->is_array()) {
       issues.add("$.assumptions", "expected an array of strings");
     } else {
-      for (const auto& a : *aj) rc.assumptions.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+      for (size_t i = 0; i < aj->size(); ++i) {
+        const Json& a = (*aj)[i];
+        if (a.is_string()) {
+          rc.assumptions.push_back(a.get<std::string>());
+        } else {
+          issues.add("$.assumptions[" + std::to_string(i) + "]", "got " + core::show(a) + "; expected a string");
+        }
+      }
     }
   }
   if (const Json* sj = r.get_raw("scenario"); sj != nullptr) parse_scenario(ObjectReader(*sj, "$.scenario", issues), rc);

@@ -34,26 +34,49 @@ constexpr int kMaxNesting = 256;
 }  // namespace
 
 Json parse_json_text(const std::string& text, const std::string& source_name) {
-  // Objects must not repeat a key: the library would keep the last silently.
-  std::vector<std::set<std::string>> seen;
-  std::vector<std::string> names{"$"};  // the key each open object was found under
-  std::string current_key = "$";
+  // Objects must not repeat a key: the library would keep the last silently. The callback
+  // keeps the JSON path of every open container so the message can name where.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;  // elements of an array finished so far
+    std::string path;
+    std::set<std::string> keys;
+  };
+  std::vector<Frame> open;
+  std::string current_key;
   std::string duplicate;
+  auto child_path = [&]() {
+    if (open.empty()) return std::string("$");
+    const Frame& top = open.back();
+    return top.array ? top.path + "[" + std::to_string(top.index) + "]" : top.path + "." + current_key;
+  };
   const Json::parser_callback_t cb = [&](int depth, Json::parse_event_t ev, Json& parsed) {
     if ((ev == Json::parse_event_t::object_start || ev == Json::parse_event_t::array_start) && depth >= kMaxNesting) {
       throw UserError(source_name + ": JSON nested deeper than " + std::to_string(kMaxNesting) + " levels; stepcast inputs nest a few levels");
     }
-    if (ev == Json::parse_event_t::object_start) {
-      seen.emplace_back();
-      names.push_back(current_key);
-    } else if (ev == Json::parse_event_t::object_end) {
-      if (!seen.empty()) seen.pop_back();
-      if (names.size() > 1) names.pop_back();
-    } else if (ev == Json::parse_event_t::key && !seen.empty()) {
-      current_key = parsed.get<std::string>();
-      if (!seen.back().insert(current_key).second && duplicate.empty()) {
-        duplicate = "key \"" + current_key + "\" appears twice in the object under \"" + names.back() + "\"";
+    switch (ev) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start: {
+        Frame f;
+        f.array = ev == Json::parse_event_t::array_start;
+        f.path = child_path();
+        open.push_back(std::move(f));
+        break;
       }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!open.empty()) open.pop_back();
+        if (!open.empty() && open.back().array) ++open.back().index;
+        break;
+      case Json::parse_event_t::key:
+        current_key = parsed.get<std::string>();
+        if (!open.empty() && !open.back().keys.insert(current_key).second && duplicate.empty()) {
+          duplicate = "key \"" + current_key + "\" appears twice in " + open.back().path;
+        }
+        break;
+      case Json::parse_event_t::value:
+        if (!open.empty() && open.back().array) ++open.back().index;
+        break;
     }
     return true;
   };

@@ -145,14 +145,14 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
 }  // namespace
 
 SimResult simulate_step(const config::RunConfig& rc, const SimOptions& opt) {
-  // A step's graph holds every micro-batch of every layer; size it before building (about 64
-  // operators per layer and micro-batch on the one rank per stage simulated) and refuse what
-  // would not fit in memory.
+  // A step's graph holds every micro-batch of every layer; size it before building (a bound of
+  // 64 operators per layer and micro-batch on the one rank per stage simulated; most layers
+  // build fewer) and refuse what would not fit in memory.
   const double symmetric = 64.0 * static_cast<double>(rc.num_microbatches) * static_cast<double>(rc.model.num_layers);
   if (opt.max_tasks > 0 && symmetric > static_cast<double>(opt.max_tasks)) {
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "the step has %lld micro-batches of %lld layers, about %.3g million operators to simulate, over the limit of %.3g "
+                  "the step has %lld micro-batches of %lld layers, up to %.3g million operators to simulate, over the limit of %.3g "
                   "million; reduce training.global_batch_size or raise micro_batch_size (or the limit, --max-tasks)",
                   static_cast<long long>(rc.num_microbatches), static_cast<long long>(rc.model.num_layers), symmetric / 1e6,
                   static_cast<double>(opt.max_tasks) / 1e6);

@@ -548,12 +548,17 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
-    Json br = {{"compute", c.breakdown().compute}, {"recompute", c.breakdown().recompute}, {"host", c.breakdown().host},
-               {"bubble", c.breakdown().bubble},
-               {"optimizer", c.breakdown().optimizer}, {"exposed_comm", c.breakdown().exposed_comm}};
+    // The output contract's keys (docs/OUTPUT.md), from the simulation where the layout was
+    // re-simulated: rates scale with the step time, the model FLOPs do not change.
+    const auto& b = c.breakdown();
+    Json br = {{"compute_s", b.compute}, {"recompute_s", b.recompute}, {"host_s", b.host}, {"exposed_comm_s", b.exposed_comm},
+               {"bubble_s", b.bubble}, {"optimizer_s", b.optimizer}};
+    const double scale = c.est.step_time_s / c.step_s();
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},
-                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s_per_gpu", x.tok_gpu},
-                    {"mfu", x.mfu}, {"peak_memory_bytes", c.peak_memory_bytes}, {"bubble_fraction", x.bubble},
+                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", c.est.tokens_per_s * scale},
+                    {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", c.est.hfu * scale},
+                    {"tflops_per_gpu", c.est.tflops_per_gpu * scale}, {"model_flops_per_step", c.est.model_flops_per_step},
+                    {"peak_memory_bytes", c.peak_memory_bytes}, {"fits", true}, {"bubble_fraction", x.bubble},
                     {"breakdown", br}});
   }
   Json rej = Json::object();

@@ -76,7 +76,10 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     r.cost_usd = r.fixed.cost_usd;
     r.step_time_s = r.wall_days * 86400.0 / r.steps;
     r.tokens_per_s = r.tokens / (r.wall_days * 86400.0);
-    r.layout = "tp " + std::to_string(r.fixed.tp) + " dp " + std::to_string(r.fixed.dp);
+    // The arithmetic sizes GPUs, not a layout: tp is the smallest that fits the static state
+    // (weights, gradients, ZeRO-1 optimizer), and no layout is searched or checked against the
+    // batch.
+    r.layout = "no layout searched (fixed MFU); tp " + std::to_string(r.fixed.tp) + " fits the static memory";
     return r;
   }
 

@@ -66,15 +66,23 @@ ReportRow row_from(const Json& j, const std::string& label, const std::string& w
 std::vector<std::pair<std::string, double>> segments(const Json& b) {
   std::vector<std::pair<std::string, double>> s;
   if (!b.is_object()) return s;
-  const double compute = b.value("compute", 0.0), recompute = b.value("recompute", 0.0), host = b.value("host", 0.0);
+  // The output contract's names (compute_s, ...); plan JSON written before schema 1 carried
+  // them without the unit suffix.
+  auto get = [&](const char* key) {
+    const std::string k = key;
+    if (b.contains(k + "_s") && b[k + "_s"].is_number()) return b[k + "_s"].get<double>();
+    return b.contains(k) && b[k].is_number() ? b[k].get<double>() : 0.0;
+  };
+  const double compute = get("compute"), recompute = get("recompute"), host = get("host");
   s.emplace_back("compute", compute - recompute - host);
   s.emplace_back("recompute", recompute);
   s.emplace_back("host", host);
-  s.emplace_back("bubble", b.value("bubble", 0.0));
-  if (b.contains("exposed_comm")) {
-    for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) s.emplace_back(std::string("comm ") + k, b["exposed_comm"].value(k, 0.0));
+  s.emplace_back("bubble", get("bubble"));
+  const Json* comm = b.contains("exposed_comm_s") ? &b["exposed_comm_s"] : b.contains("exposed_comm") ? &b["exposed_comm"] : nullptr;
+  if (comm != nullptr && comm->is_object()) {
+    for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) s.emplace_back(std::string("comm ") + k, comm->value(k, 0.0));
   }
-  s.emplace_back("optimizer", b.value("optimizer", 0.0));
+  s.emplace_back("optimizer", get("optimizer"));
   return s;
 }
 

@@ -234,6 +234,7 @@ Json evaluate_point(const SweepSpec& spec, size_t i) {
       bubble = e.bubble_fraction;
     }
     rec["ok"] = true;
+    rec["simulated"] = spec.simulate;  // where step_time_s comes from (report's "from" column)
     rec["step_time_s"] = step;
     rec["tokens_per_s_per_gpu"] = tps;
     rec["mfu"] = mfu;

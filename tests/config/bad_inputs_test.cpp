@@ -58,6 +58,8 @@ const std::vector<BadCase> kCases = {
     {"UnknownTopLevelKey", R"({"parallelism": {"tp": 2}})", {"$.parallelism", "unknown key"}},
     // A typo inside the parallel section.
     {"UnknownParallelKey", R"({"parallel": {"tpp": 2}})", {"$.parallel.tpp", "unknown key"}},
+    // Assumptions are text: a number or null in the list is named, not turned into a string.
+    {"AssumptionThatIsNotText", R"({"assumptions": ["measured on 8 nodes", 42]})", {"$.assumptions[1]", "got 42", "expected a string"}},
 
     {"NodeLargerThanTheHardwares", R"({"cluster": {"num_gpus": 16, "gpus_per_node": 16}})",
      {"$.cluster.gpus_per_node", "got 16", "holds 8 GPUs"}},
@@ -295,7 +297,12 @@ TEST(BadInputs, DuplicateKeysDeepNestingAndOverflowingNumbers) {
     return std::string("(accepted)");
   };
   const std::string dup = message(R"({"model": "gpt2-124m", "parallel": {"tp": 2, "tp": 4}})");
-  EXPECT_NE(dup.find("run.json: key \"tp\" appears twice in the object under \"parallel\""), std::string::npos) << dup;
+  EXPECT_NE(dup.find("run.json: key \"tp\" appears twice in $.parallel"), std::string::npos) << dup;
+  // The path follows arrays and nesting: here the second element of a list, then the top level.
+  const std::string in_list = message(R"({"sweep": [{"a": 1}, {"b": [1, 2], "c": {"d": 1, "d": 2}}]})");
+  EXPECT_NE(in_list.find("key \"d\" appears twice in $.sweep[1].c"), std::string::npos) << in_list;
+  const std::string top = message(R"({"model": "x", "model": "y"})");
+  EXPECT_NE(top.find("key \"model\" appears twice in $;"), std::string::npos) << top;
   EXPECT_EQ(message(R"({"a": {"x": 1}, "b": {"x": 2}})"), "(accepted)");  // the same key in two objects is fine
   const std::string deep = message(std::string(100000, '[') + std::string(100000, ']'));
   EXPECT_NE(deep.find("nested deeper than 256 levels"), std::string::npos) << deep;

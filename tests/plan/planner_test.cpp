@@ -248,6 +248,31 @@ TEST(Planner, JsonLayoutsCarryCpExchangeAndEtp) {
   }
 }
 
+// plan --json layouts carry the output contract's keys (docs/OUTPUT.md) under the same names
+// as estimate and simulate, the simulated ones read from the simulation.
+TEST(Planner, JsonLayoutsCarryTheOutputContract) {
+  const PlanResult r = plan(run_8b(), "<plan-test>", "", small_options());
+  ASSERT_FALSE(r.ranked.empty());
+  const Json out = plan_json(r, 5);
+  ASSERT_FALSE(out["layouts"].empty());
+  for (const auto& l : out["layouts"]) {
+    for (const char* k : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "model_flops_per_step",
+                          "bubble_fraction", "peak_memory_bytes", "fits"}) {
+      EXPECT_TRUE(l.contains(k)) << k << " missing in " << l["layout"];
+    }
+    for (const char* k : {"compute_s", "recompute_s", "host_s", "bubble_s", "optimizer_s", "exposed_comm_s"}) {
+      EXPECT_TRUE(l["breakdown"].contains(k)) << k << " missing in " << l["layout"];
+    }
+    const double gpus = 16, tokens = 64.0 * 4096.0;
+    EXPECT_NEAR(l["tokens_per_s"].get<double>(), tokens / l["step_time_s"].get<double>(), 1e-6 * l["tokens_per_s"].get<double>());
+    EXPECT_NEAR(l["tokens_per_s_per_gpu"].get<double>() * gpus, l["tokens_per_s"].get<double>(), 1e-6 * l["tokens_per_s"].get<double>());
+  }
+  const auto& best = r.ranked.front();
+  ASSERT_TRUE(best.simulated);
+  EXPECT_DOUBLE_EQ(out["layouts"][0]["step_time_s"].get<double>(), best.sim_step_s);
+  EXPECT_DOUBLE_EQ(out["layouts"][0]["breakdown"]["compute_s"].get<double>(), best.sim_breakdown.compute);
+}
+
 TEST(Planner, BadRunFileIsAConfigError) {
   Json j = run_8b();
   j["training"]["seq_len"] = -1;

@@ -22,8 +22,8 @@ Json plan_json() {
   auto layout = [](const char* name, double step, double gib) {
     return Json{{"layout", name}, {"step_time_s", step}, {"peak_memory_bytes", gib * 1073741824.0}, {"mfu", 0.4},
                 {"tokens_per_s_per_gpu", 1000.0}, {"bubble_fraction", 0.1},
-                {"breakdown", {{"compute", step * 0.8}, {"recompute", 0.0}, {"bubble", step * 0.1}, {"optimizer", 0.01},
-                               {"exposed_comm", {{"tp", step * 0.09}}}}}};
+                {"breakdown", {{"compute_s", step * 0.8}, {"recompute_s", 0.0}, {"bubble_s", step * 0.1}, {"optimizer_s", 0.01},
+                               {"exposed_comm_s", {{"tp", step * 0.09}}}}}};
   };
   Json stage = {{"stage", 0}, {"weights_bytes", 1e9}, {"gradients_bytes", 1e9}, {"optimizer_bytes", 2e9}, {"activations_bytes", 3e9},
                 {"transient_bytes", 1e8}, {"logits_bytes", 0.0}, {"buffers_bytes", 1e7}, {"runtime_bytes", 1e9}};
