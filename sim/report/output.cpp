@@ -3,6 +3,7 @@
 #include "sim/estimate/workload.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -279,11 +280,18 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
   std::snprintf(line, sizeof line, "  peak memory  %.2f GiB of %.2f GiB (%s)\n", e.memory.peak().value() / 1073741824.0,
                 e.memory.capacity.value() / 1073741824.0, e.memory.fits() ? "fits" : "DOES NOT FIT");
   o << line;
-  o << "  breakdown (s): compute " << e.breakdown.compute << " (recompute " << e.breakdown.recompute;
-  if (e.breakdown.host > 0) o << ", host " << e.breakdown.host;
-  o << "), bubble "
-    << e.breakdown.bubble << ", optimizer " << e.breakdown.optimizer << ", exposed comm:";
-  for (const auto& [k, v] : e.breakdown.exposed_comm) o << " " << k << " " << v;
+  // Six significant digits; rounding residue of a timeline difference (below a picosecond, the
+  // simulator's tick) prints as 0.
+  auto sec = [](double v) {
+    if (std::abs(v) < 1e-12) return std::string("0");
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return std::string(b);
+  };
+  o << "  breakdown (s): compute " << sec(e.breakdown.compute) << " (recompute " << sec(e.breakdown.recompute);
+  if (e.breakdown.host > 0) o << ", host " << sec(e.breakdown.host);
+  o << "), bubble " << sec(e.breakdown.bubble) << ", optimizer " << sec(e.breakdown.optimizer) << ", exposed comm:";
+  for (const auto& [k, v] : e.breakdown.exposed_comm) o << " " << k << " " << sec(v);
   o << "\n";
   return o.str();
 }
