@@ -48,7 +48,10 @@ Json parse_json_text(const std::string& text, const std::string& source_name) {
   auto child_path = [&]() {
     if (open.empty()) return std::string("$");
     const Frame& top = open.back();
-    return top.array ? top.path + "[" + std::to_string(top.index) + "]" : top.path + "." + current_key;
+    if (top.array) return top.path + "[" + std::to_string(top.index) + "]";
+    // A key that would read ambiguously after a dot (empty, or with . [ ] or a quote) is bracketed.
+    if (current_key.empty() || current_key.find_first_of(".[]\"") != std::string::npos) return top.path + "[\"" + current_key + "\"]";
+    return top.path + "." + current_key;
   };
   const Json::parser_callback_t cb = [&](int depth, Json::parse_event_t ev, Json& parsed) {
     if ((ev == Json::parse_event_t::object_start || ev == Json::parse_event_t::array_start) && depth >= kMaxNesting) {
@@ -86,7 +89,8 @@ Json parse_json_text(const std::string& text, const std::string& source_name) {
   } catch (const Json::parse_error& e) {
     throw UserError(source_name + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + library_message(e));
   } catch (const Json::exception& e) {
-    throw UserError(source_name + ": unreadable JSON: " + library_message(e));
+    // A value the library cannot hold (a number beyond double range): name where it sits.
+    throw UserError(source_name + ": unreadable JSON at " + child_path() + ": " + library_message(e));
   }
   if (!duplicate.empty()) throw UserError(source_name + ": " + duplicate + "; give each key once");
   return out;

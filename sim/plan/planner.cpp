@@ -558,7 +558,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
                     {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", c.est.tokens_per_s * scale},
                     {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", c.est.hfu * scale},
                     {"tflops_per_gpu", c.est.tflops_per_gpu * scale}, {"model_flops_per_step", c.est.model_flops_per_step},
-                    {"peak_memory_bytes", c.peak_memory_bytes}, {"fits", true}, {"bubble_fraction", x.bubble},
+                    {"peak_memory_bytes", c.peak_memory_bytes}, {"fits", c.peak_memory_bytes <= c.est.memory.capacity.value()}, {"bubble_fraction", x.bubble},
                     {"breakdown", br}});
   }
   Json rej = Json::object();

@@ -79,7 +79,9 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     // The arithmetic sizes GPUs, not a layout: tp is the smallest that fits the static state
     // (weights, gradients, ZeRO-1 optimizer), and no layout is searched or checked against the
     // batch.
-    r.layout = "no layout searched (fixed MFU); tp " + std::to_string(r.fixed.tp) + " fits the static memory";
+    r.layout = r.fixed.tp_fits ? "no layout searched (fixed MFU); tp " + std::to_string(r.fixed.tp) + " fits the static memory"
+                               : "no layout searched (fixed MFU); even tp " + std::to_string(r.fixed.tp) +
+                                     " does not fit the static memory (weights, gradients, ZeRO-1 optimizer): add pipeline stages or sharding";
     return r;
   }
 

@@ -17,7 +17,9 @@ namespace stepcast::report {
 struct ReportRow {
   std::string label;
   double step_time_s = 0, peak_memory_bytes = 0, mfu = 0, tokens_per_s_per_gpu = 0, bubble_fraction = 0;
-  core::Json breakdown;  // {"compute", "recompute", "host", "bubble", "optimizer", "exposed_comm": {...}} or null
+  // {"compute_s", "recompute_s", "host_s", "bubble_s", "optimizer_s", "exposed_comm_s": {...}} (the
+  // output contract's names; plan JSON from before schema 1 without the _s, still read) or null
+  core::Json breakdown;
   // Where step_time_s comes from: "simulated" (event simulation), "estimate" (the analytical
   // pass; the planner simulates only its best K), or "" when the input does not say.
   std::string source;

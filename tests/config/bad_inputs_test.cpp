@@ -301,6 +301,8 @@ TEST(BadInputs, DuplicateKeysDeepNestingAndOverflowingNumbers) {
   // The path follows arrays and nesting: here the second element of a list, then the top level.
   const std::string in_list = message(R"({"sweep": [{"a": 1}, {"b": [1, 2], "c": {"d": 1, "d": 2}}]})");
   EXPECT_NE(in_list.find("key \"d\" appears twice in $.sweep[1].c"), std::string::npos) << in_list;
+  const std::string dotted = message(R"({"a.b": {"x": 1, "x": 2}})");
+  EXPECT_NE(dotted.find("appears twice in $[\"a.b\"]"), std::string::npos) << dotted;
   const std::string top = message(R"({"model": "x", "model": "y"})");
   EXPECT_NE(top.find("key \"model\" appears twice in $;"), std::string::npos) << top;
   EXPECT_EQ(message(R"({"a": {"x": 1}, "b": {"x": 2}})"), "(accepted)");  // the same key in two objects is fine
@@ -309,6 +311,9 @@ TEST(BadInputs, DuplicateKeysDeepNestingAndOverflowingNumbers) {
   EXPECT_EQ(message("[\"[[[[\"]"), "(accepted)");  // brackets inside strings do not count
   const std::string big = message(R"({"num_gpus": 1e999})");
   EXPECT_NE(big.find("run.json"), std::string::npos) << big;
+  EXPECT_NE(big.find("$.num_gpus"), std::string::npos) << big;
+  const std::string big_in_list = message(R"({"axes": [{"values": [1, 2, 1e999]}]})");
+  EXPECT_NE(big_in_list.find("$.axes[0].values[2]"), std::string::npos) << big_in_list;
   EXPECT_EQ(big.find("json.exception"), std::string::npos) << big;
 }
 

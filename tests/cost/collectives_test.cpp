@@ -262,6 +262,25 @@ TEST(Topology, PointToPointTransfersTakeTheHandshakeFloor) {
              nv.latency.value() + 4096.0 / nv.p2p_bandwidth.value());
 }
 
+// Fabric tiers given as a list take the same point-to-point floor key.
+TEST(Topology, FabricTierReadsThePointToPointFloor) {
+  core::Json j = hw::builtin_hardware_json("h100-sxm");
+  j["name"] = "h100-with-floor";
+  j["node"]["fabric"][0]["p2p_latency"] = "20us";
+  core::Issues issues;
+  const hw::HardwareProfile hw = hw::parse_hardware(j, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  ASSERT_TRUE(hw.fabric.front().p2p_latency.has_value());
+  EXPECT_DOUBLE_EQ(hw.fabric.front().p2p_latency->value(), 20e-6);
+  const auto pair = mesh::place({0, 1}, 8);
+  expect_rel(collective_time(Collective::kSendRecv, Bytes(4096), pair, hw).value(), 20e-6 + hw.fabric.front().latency.value());
+  j["node"]["fabric"][0]["p2p_latency"] = "-1us";
+  core::Issues bad;
+  (void)hw::parse_hardware(j, "$.hardware", bad);
+  ASSERT_FALSE(bad.empty());
+  EXPECT_NE(bad.lines().front().find("$.hardware.node.fabric[0].p2p_latency"), std::string::npos) << bad.lines().front();
+}
+
 TEST(Topology, FabricAndTopologyTogetherIsAnError) {
   core::Json j = hw::builtin_hardware_json("rtx-pro-6000-pcie-8x");
   j["node"]["fabric"] = core::Json::array({{{"name", "x"}, {"span", 8}, {"busbw", "20GB/s"}}});

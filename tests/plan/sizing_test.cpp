@@ -82,6 +82,14 @@ TEST(Sizing, FixedMfuIsTheCapacityArithmetic) {
   EXPECT_DOUBLE_EQ(r.gpu_hours, want.gpu_hours);
   EXPECT_DOUBLE_EQ(r.cost_usd, want.cost_usd);
   EXPECT_EQ(r.mode, "fixed MFU");
+  EXPECT_NE(r.layout.find("no layout searched"), std::string::npos) << r.layout;
+  EXPECT_NE(r.layout.find("fits the static memory"), std::string::npos) << r.layout;
+  // A model whose static state does not fit even at tp 8 is said not to fit.
+  Json big = run_8b();
+  big["model"] = "llama3.1-405b";
+  big["hardware"] = "a100-sxm-40gb";
+  const SizingResult nofit = size_for_deadline(big, "<sizing-test>", "", o);
+  EXPECT_NE(nofit.layout.find("does not fit the static memory"), std::string::npos) << nofit.layout;
 }
 
 TEST(Sizing, NeedsATokenBudget) {

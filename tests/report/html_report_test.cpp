@@ -67,6 +67,25 @@ TEST(Report, SweepLinesLoadSortedAndSkipFailures) {
   EXPECT_NE(render_markdown(d).find("| 2 | tp=1 |"), std::string::npos);
 }
 
+// A sweep line's "simulated" fills the from column; plan JSON written before the output
+// contract's names (compute, exposed_comm, ...) still renders the same breakdown.
+TEST(Report, SourceColumnAndLegacyBreakdownNames) {
+  const std::string jsonl =
+      R"({"point":0,"ok":true,"simulated":true,"settings":{"parallel.tp":1},"step_time_s":2.0,"peak_memory_bytes":1e10,"mfu":0.3,"tokens_per_s_per_gpu":10,"bubble_fraction":0})"
+      "\n";
+  const ReportData d = load_report_data(jsonl, "sweep.jsonl");
+  ASSERT_EQ(d.rows.size(), 1u);
+  EXPECT_EQ(d.rows[0].source, "simulated");
+  EXPECT_NE(render_markdown(d).find("| simulated |"), std::string::npos) << render_markdown(d);
+  Json legacy = plan_json();
+  for (auto& l : legacy["layouts"]) {
+    Json b = l["breakdown"];
+    l["breakdown"] = Json{{"compute", b["compute_s"]}, {"recompute", b["recompute_s"]}, {"bubble", b["bubble_s"]},
+                          {"optimizer", b["optimizer_s"]}, {"exposed_comm", b["exposed_comm_s"]}};
+  }
+  EXPECT_EQ(render_html(load_report_data(legacy.dump(), "plan.json")), render_html(load_report_data(plan_json().dump(), "plan.json")));
+}
+
 TEST(Report, GarbageIsAClearError) {
   EXPECT_THROW(load_report_data("not json at all\n", "x.jsonl"), core::UserError);
   EXPECT_THROW(load_report_data(R"({"point":0,"ok":false})" "\n", "x.jsonl"), core::UserError);

@@ -71,6 +71,9 @@ TEST(Sweep, InvalidPointsAreResults) {
   const Json ok = evaluate_point(s, 0);
   EXPECT_TRUE(ok["ok"].get<bool>());
   EXPECT_GT(ok["step_time_s"].get<double>(), 0.0);
+  // The line says where its step time comes from (the sweep's mode), for report's "from" column.
+  ASSERT_TRUE(ok.contains("simulated"));
+  EXPECT_EQ(ok["simulated"].get<bool>(), s.simulate);
   const Json bad = evaluate_point(s, 4);
   EXPECT_FALSE(bad["ok"].get<bool>());
   EXPECT_NE(bad["error"].get<std::string>().find("tp*cp*pp = 3"), std::string::npos) << bad.dump();
