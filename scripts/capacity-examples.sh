@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 cmds=(
   "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3"
+  "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3 --margin 0.3"
   "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3 --mfu 0.4"
   "./build/stepcast capacity --model llama3.1-70b --hardware h100-sxm --seq 8192 --batch 1024 --tokens 15e12 --days 60 --price 2.5"
 )

@@ -480,6 +480,10 @@ int run(int argc, char** argv) {
   cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
       ->check(finite_range(0.001, 1.0));
   cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(kPositive);
+  cap->add_option("--margin", sopt.margin,
+                  "safety margin: meet the deadline with every step this fraction slower than predicted, e.g. 0.1 "
+                  "(reports/accuracy.md gives the prediction's error on published runs)")
+      ->check(finite_range(0.0, 1.0));
   cap->add_option("--memory-headroom", sopt.plan.memory_headroom,
                   "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
       ->check(finite_range(0.0, 0.9));

@@ -41,6 +41,9 @@ std::vector<int64_t> feasible_counts(const config::RunConfig& base, int64_t max_
 SizingResult size_for_deadline(const Json& run_in, const std::string& source_name, const std::string& base_dir,
                                const SizingOptions& opt) {
   if (!(opt.target_days > 0)) throw core::UserError("capacity: --days must be positive");
+  if (!(opt.margin >= 0 && opt.margin <= 1)) throw core::UserError("capacity: --margin must be in [0, 1]");
+  // The deadline the predicted days must meet so that days x (1 + margin) meet the real one.
+  const double target_days = opt.target_days / (1.0 + opt.margin);
   Json run = run_in;
   if (!run.contains("cluster")) run["cluster"] = Json::object();
   if (!run["cluster"].contains("num_gpus")) run["cluster"]["num_gpus"] = 8;  // placeholder, replaced per candidate
@@ -60,7 +63,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     in.seq_len = static_cast<double>(base.training.seq_len);
     in.peak_flops = base.hardware.peak_for(base.training.precision).value();
     in.mfu = opt.fixed_mfu;
-    in.target_days = opt.target_days;
+    in.target_days = target_days;
     in.usd_per_gpu_hour = opt.usd_per_gpu_hour;
     in.gpus_per_node = gpn;
     in.hbm_bytes = base.hardware.hbm_capacity.value();
@@ -79,6 +82,8 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     // The arithmetic sizes GPUs, not a layout: tp is the smallest that fits the static state
     // (weights, gradients, ZeRO-1 optimizer), and no layout is searched or checked against the
     // batch.
+    r.margin = opt.margin;
+    r.wall_days_with_margin = r.wall_days * (1.0 + opt.margin);
     r.layout = r.fixed.tp_fits ? "no layout searched (fixed MFU); tp " + std::to_string(r.fixed.tp) + " fits the static memory"
                                : "no layout searched (fixed MFU); even tp " + std::to_string(r.fixed.tp) +
                                      " does not fit the static memory (weights, gradients, ZeRO-1 optimizer): add pipeline stages or sharding";
@@ -111,7 +116,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   };
   auto meets = [&](int64_t g) {
     const Eval& e = eval(g);
-    return e.fits && e.days <= opt.target_days;
+    return e.fits && e.days <= target_days;
   };
   // Node counts whose prime factors are all <= 5 admit many layouts, so the best step time
   // falls (nearly) monotonically along them: bisect over those for the smallest count that
@@ -178,6 +183,8 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   r.tokens_per_s = seq_tokens / r.step_time_s;
   r.mfu = e.best.est.mfu * e.best.est.step_time_s / r.step_time_s;
   r.wall_days = e.days;
+  r.margin = opt.margin;
+  r.wall_days_with_margin = e.days * (1.0 + opt.margin);
   r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
   r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
   r.layout = layout_text(e.best.rc.parallel);
@@ -193,7 +200,12 @@ std::string sizing_text(const SizingResult& r) {
                 r.met ? "deadline met" : "deadline NOT met (largest cluster searched)", static_cast<long long>(r.gpus),
                 static_cast<long long>(r.nodes), r.layout.c_str(), r.tokens, r.steps, r.step_time_s, r.tokens_per_s,
                 100.0 * r.mfu, r.wall_days, r.gpu_hours, r.cost_usd);
-  o << buf << "  MFU source: " << r.mode;
+  o << buf;
+  if (r.margin > 0) {
+    std::snprintf(buf, sizeof buf, "  with the %.0f%% margin: %.2f days against the deadline\n", 100.0 * r.margin, r.wall_days_with_margin);
+    o << buf;
+  }
+  o << "  MFU source: " << r.mode;
   if (r.mode == "simulated") o << " (planner's best layout, " << r.plans_run << " GPU counts searched)";
   o << "\n";
   return o.str();
@@ -202,7 +214,7 @@ std::string sizing_text(const SizingResult& r) {
 Json sizing_json(const SizingResult& r) {
   return {{"deadline_met", r.met}, {"gpus", r.gpus}, {"nodes", r.nodes}, {"layout", r.layout}, {"tokens", r.tokens},
           {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-          {"wall_days", r.wall_days}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
+          {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
           {"plans_run", r.plans_run}};
 }
 

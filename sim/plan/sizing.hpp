@@ -24,6 +24,9 @@ struct SizingOptions {
   double target_days = 0;
   double usd_per_gpu_hour = 0;
   double fixed_mfu = 0;         // > 0: capacity-cases arithmetic with this MFU, no planner
+  // Safety margin: the cluster must meet the deadline with every step this fraction slower than
+  // predicted (the prediction's error on published runs is in reports/accuracy.md).
+  double margin = 0;
   int64_t max_gpus = 1 << 17;
   PlanOptions plan;
 };
@@ -32,7 +35,8 @@ struct SizingResult {
   bool met = false;             // a cluster meets the deadline
   int64_t gpus = 0, nodes = 0;
   double tokens = 0, steps = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
-  double wall_days = 0, gpu_hours = 0, cost_usd = 0;
+  double wall_days = 0, gpu_hours = 0, cost_usd = 0;  // as predicted
+  double margin = 0, wall_days_with_margin = 0;       // wall_days x (1 + margin), what the deadline was held to
   std::string layout;           // planner's layout (or "tp T dp D" in fixed-MFU mode)
   std::string mode;             // "simulated" | "fixed MFU"
   int plans_run = 0;
