@@ -474,6 +474,7 @@ struct Row {
   std::string layout;
   double step, est_step, tok_gpu, mfu, peak_gib, bubble, comm;
   bool simulated;
+  double tok_s, hfu, tflops;  // rates of the estimate scaled to the (simulated) step time
 };
 
 Row row_of(const Candidate& c) {
@@ -481,7 +482,8 @@ Row row_of(const Candidate& c) {
   for (const auto& [k, v] : c.breakdown().exposed_comm) comm += v;
   const double scale = c.est.step_time_s / c.step_s();
   return Row{layout_text(c.rc.parallel), c.step_s(), c.est.step_time_s, c.est.tokens_per_s_per_gpu * scale,
-             c.est.mfu * scale, c.peak_memory_bytes / 1073741824.0, c.bubble_fraction(), comm, c.simulated};
+             c.est.mfu * scale, c.peak_memory_bytes / 1073741824.0, c.bubble_fraction(), comm, c.simulated,
+             c.est.tokens_per_s * scale, c.est.hfu * scale, c.est.tflops_per_gpu * scale};
 }
 
 }  // namespace
@@ -549,15 +551,14 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
     // The output contract's keys (docs/OUTPUT.md), from the simulation where the layout was
-    // re-simulated: rates scale with the step time, the model FLOPs do not change.
+    // re-simulated (row_of scales the rates to its step time; the model FLOPs do not change).
     const auto& b = c.breakdown();
     Json br = {{"compute_s", b.compute}, {"recompute_s", b.recompute}, {"host_s", b.host}, {"exposed_comm_s", b.exposed_comm},
                {"bubble_s", b.bubble}, {"optimizer_s", b.optimizer}};
-    const double scale = c.est.step_time_s / c.step_s();
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},
-                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", c.est.tokens_per_s * scale},
-                    {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", c.est.hfu * scale},
-                    {"tflops_per_gpu", c.est.tflops_per_gpu * scale}, {"model_flops_per_step", c.est.model_flops_per_step},
+                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", x.tok_s},
+                    {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", x.hfu},
+                    {"tflops_per_gpu", x.tflops}, {"model_flops_per_step", c.est.model_flops_per_step},
                     {"peak_memory_bytes", c.peak_memory_bytes}, {"fits", c.peak_memory_bytes <= c.est.memory.capacity.value()}, {"bubble_fraction", x.bubble},
                     {"breakdown", br}});
   }

@@ -83,7 +83,6 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     // (weights, gradients, ZeRO-1 optimizer), and no layout is searched or checked against the
     // batch.
     r.margin = opt.margin;
-    r.wall_days_with_margin = r.wall_days * (1.0 + opt.margin);
     r.layout = r.fixed.tp_fits ? "no layout searched (fixed MFU); tp " + std::to_string(r.fixed.tp) + " fits the static memory"
                                : "no layout searched (fixed MFU); even tp " + std::to_string(r.fixed.tp) +
                                      " does not fit the static memory (weights, gradients, ZeRO-1 optimizer): add pipeline stages or sharding";
@@ -184,7 +183,6 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   r.mfu = e.best.est.mfu * e.best.est.step_time_s / r.step_time_s;
   r.wall_days = e.days;
   r.margin = opt.margin;
-  r.wall_days_with_margin = e.days * (1.0 + opt.margin);
   r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
   r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
   r.layout = layout_text(e.best.rc.parallel);
@@ -202,7 +200,7 @@ std::string sizing_text(const SizingResult& r) {
                 100.0 * r.mfu, r.wall_days, r.gpu_hours, r.cost_usd);
   o << buf;
   if (r.margin > 0) {
-    std::snprintf(buf, sizeof buf, "  with the %.0f%% margin: %.2f days against the deadline\n", 100.0 * r.margin, r.wall_days_with_margin);
+    std::snprintf(buf, sizeof buf, "  with the %.0f%% margin: %.2f days against the deadline\n", 100.0 * r.margin, r.wall_days_with_margin());
     o << buf;
   }
   o << "  MFU source: " << r.mode;
@@ -214,7 +212,7 @@ std::string sizing_text(const SizingResult& r) {
 Json sizing_json(const SizingResult& r) {
   return {{"deadline_met", r.met}, {"gpus", r.gpus}, {"nodes", r.nodes}, {"layout", r.layout}, {"tokens", r.tokens},
           {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-          {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
+          {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin()}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
           {"plans_run", r.plans_run}};
 }
 

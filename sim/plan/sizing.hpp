@@ -36,7 +36,9 @@ struct SizingResult {
   int64_t gpus = 0, nodes = 0;
   double tokens = 0, steps = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
   double wall_days = 0, gpu_hours = 0, cost_usd = 0;  // as predicted
-  double margin = 0, wall_days_with_margin = 0;       // wall_days x (1 + margin), what the deadline was held to
+  double margin = 0;
+  // What the deadline was held to: the predicted days with the margin.
+  [[nodiscard]] double wall_days_with_margin() const { return wall_days * (1.0 + margin); }
   std::string layout;           // planner's layout (or "tp T dp D" in fixed-MFU mode)
   std::string mode;             // "simulated" | "fixed MFU"
   int plans_run = 0;

@@ -59,15 +59,15 @@ TEST(Sizing, MarginHoldsTheSlowerStepToTheDeadline) {
   const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
   ASSERT_TRUE(r.met);
   EXPECT_GE(r.gpus, plain.gpus);
-  EXPECT_DOUBLE_EQ(r.wall_days_with_margin, r.wall_days * 1.25);
-  EXPECT_LE(r.wall_days_with_margin, 7.0);
+  EXPECT_DOUBLE_EQ(r.wall_days_with_margin(), r.wall_days * 1.25);
+  EXPECT_LE(r.wall_days_with_margin(), 7.0);
   // One node fewer would miss the deadline once the margin is applied.
   EXPECT_GT(days_on(r.gpus - 8, o, r.steps) * 1.25, 7.0);
   // The fixed-MFU arithmetic takes the margin the same way.
   SizingOptions f = o;
   f.fixed_mfu = 0.4;
   const SizingResult fr = size_for_deadline(run_8b(), "<sizing-test>", "", f);
-  EXPECT_LE(fr.wall_days_with_margin, 7.0);
+  EXPECT_LE(fr.wall_days_with_margin(), 7.0);
   o.margin = 1.5;
   EXPECT_THROW(size_for_deadline(run_8b(), "<sizing-test>", "", o), core::UserError);
 }
