@@ -451,16 +451,14 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   Instr& opt = em.add(Kind::kOptimizer, Category::kOptimizer, "optimizer", -1, -2);
   opt.elements = prog.local_params;
   if (p.dp * p.cp > 1 && (zero == 1 || zero == 2)) {
-    // The updated shards in bucket-sized pieces: dense weights over the data-parallel group,
-    // routed experts over the expert-data-parallel group.
-    const double bucket = p.bucket_mb * 1e6;
-    for (const auto& [total, group] : {std::pair{dense * sbytes.weights, Group::kDp}, std::pair{expert * sbytes.weights, Group::kEdp}}) {
-      for (double done = 0; done < total; done += bucket) {
-        Instr& in = em.add(Kind::kCollective, Category::kDpComm, "all-gather params", -1, -2);
-        in.collective = cost::Collective::kAllGather;
-        in.group = group;
-        in.bytes = std::min(bucket, total - done);
-      }
+    // The updated shards bucket by bucket (the gradient buckets' parameters, as the
+    // simulation gathers them): dense weights over the data-parallel group, routed experts over
+    // the expert-data-parallel group.
+    for (const auto& b : buckets) {
+      Instr& in = em.add(Kind::kCollective, Category::kDpComm, "all-gather params", -1, -2);
+      in.collective = cost::Collective::kAllGather;
+      in.group = b.expert ? Group::kEdp : Group::kDp;
+      in.bytes = b.bytes / sbytes.gradients * sbytes.weights;
     }
   }
   return prog;

@@ -573,6 +573,19 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     parallel["zero_stage"] = 1;
     notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
   }
+  if (nemo) {
+    // Megatron-Core's DDP buckets hold max(40M, 1M x data-parallel size) parameters (larger
+    // groups get larger buckets so their collectives stay bandwidth-bound); fp32 main grads.
+    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp * cp));
+    parallel["bucket_mb"] = 4.0 * bucket_params / 1e6;
+    notes.push_back("parallel: gradient buckets of max(40M, 1M x dp) parameters (Megatron-Core default bucket_size), " +
+                    core::fmt("%g", 4.0 * bucket_params / 1e6) + " MB of fp32 gradients");
+  }
+  if (deepspeed && (fam == Family::kBloom || inum(r, "zero_stage", 0) == 1 || inum(r, "zero_stage", 0) == 2)) {
+    // DeepSpeed's ZeRO-1/2 optimizer step all-gathers the updated partitions before it returns.
+    parallel["param_gather_overlap"] = false;
+    notes.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step (not overlapped with the next forward)");
+  }
   if (fam == Family::kBloom || (deepspeed && pp > 1)) {
     parallel["keep_stage_outputs"] = true;
     parallel["pp_send_full_activation"] = true;

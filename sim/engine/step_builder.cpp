@@ -78,6 +78,7 @@ class RankBuilder {
     emit_start_barrier();
     last_pipeline_ = start_barrier_;
     last_on_compute_ = start_barrier_;
+    emit_param_gathers();
     for (const auto& a : stage_order(p_.schedule, b_.pp_, s_, b_.m_, b_.v_)) emit_pass(a);
     emit_gradient_reduction();
     emit_optimizer();
@@ -212,6 +213,33 @@ class RankBuilder {
     return len / S;
   }
 
+  // ZeRO-1/2 with the parameter all-gather overlapped (Megatron-Core's overlap_param_gather
+  // with align_param_gather, its default): the previous step's optimizer leaves the updated
+  // shards to be gathered, and the all-gathers of every bucket are queued at the step's start,
+  // in forward order on the gather stream, so they run while the first micro-batch's forward
+  // goes through the stage. A layer's first forward waits for the bucket that holds its
+  // parameters; what the forward cannot hide (the first bucket, and the rest when the gathers
+  // outlast the stage's first forward, as with few micro-batches and expert weights gathered
+  // across nodes) lengthens the step. In steady state this is the previous step's tail.
+  void emit_param_gathers() {
+    const int zero = p_.effective_zero();
+    if (!has_sync() || !p_.param_gather_overlap || (zero != 1 && zero != 2)) return;
+    auto buckets = gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_.bucket_mb);
+    std::reverse(buckets.begin(), buckets.end());
+    first_use_gathers_.assign(b_.slots(s_).size(), {});
+    const auto& pl = b_.wb_.placements();
+    for (const GradBucket& bk : buckets) {
+      Task c = dp_base_;
+      c.stream = Stream::kDp;
+      c.kind = TaskKind::kDpComm;
+      const double params = bk.bytes / b_.sb_.gradients;
+      const TaskId id = dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather);
+      g_.depend(start_barrier_, id);
+      // The bucket's lowest slot in forward order is the one that completed it in backward.
+      first_use_gathers_[bk.ready_slot].push_back(id);
+    }
+  }
+
   // One pass (forward, backward or weight-gradient of one micro-batch through one chunk):
   // its layers in order, their exposed communication, FSDP traffic, then the pipeline send.
   void emit_pass(const Action& a) {
@@ -279,6 +307,9 @@ class RankBuilder {
         t.kind = TaskKind::kForward;
         cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd);
         gate_compute(gates[si], cid);
+        if (a.mb == 0 && !first_use_gathers_.empty()) {
+          for (TaskId ag : first_use_gathers_[slot_index]) gate_on_dp(ag, cid, true);
+        }
         tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
       } else if (a.phase == Phase::kB) {
         t.kind = TaskKind::kBackward;
@@ -405,8 +436,8 @@ class RankBuilder {
     }
   }
 
-  // The optimizer once the stage's gradients are reduced; under ZeRO-1/2 the all-gather of the
-  // updated shards (only the first bucket is exposed when it overlaps the next forward).
+  // The optimizer once the stage's gradients are reduced; under ZeRO-1/2 without overlap the
+  // all-gather of the updated shards after it.
   void emit_optimizer() {
     const auto& st = b_.ledger_.stages[static_cast<size_t>(s_)];
     Task o = base_;
@@ -419,23 +450,17 @@ class RankBuilder {
     for (TaskId id : fsdp_reductions_) g_.depend(id, oid);
     const int zero = p_.effective_zero();
     if (!has_sync() || (zero != 1 && zero != 2)) return;
-    const double bucket = p_.bucket_mb * 1e6;
-    auto gather = [&](double bytes, const mesh::Placement& where) {
+    // Overlapped with the next forward: queued at the step's start (emit_param_gathers).
+    if (p_.param_gather_overlap) return;
+    // After the optimizer, bucket by bucket (the gradient buckets' parameters): dense weights
+    // over the data-parallel group, routed experts over the expert-data-parallel group.
+    const auto& pl = b_.wb_.placements();
+    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_.bucket_mb)) {
       Task c = dp_base_;
       c.stream = Stream::kDp;
       c.kind = TaskKind::kDpComm;
-      g_.depend(oid, dp_task(c, Collective::kAllGather, std::max(bytes, 0.0), where, b_.names_.gather));
-    };
-    if (p_.param_gather_overlap) {
-      // Overlapped with the next forward: only the first bucket is exposed.
-      gather(std::min(bucket, st.params * b_.sb_.weights), b_.wb_.placements().dp_cp);
-      return;
-    }
-    // After the optimizer, in bucket-sized pieces: dense weights over the data-parallel group,
-    // routed experts over the expert-data-parallel group.
-    const auto& pl = b_.wb_.placements();
-    for (const auto& [total, where] : {std::pair{st.dense_params * b_.sb_.weights, &pl.dp_cp}, std::pair{st.expert_params * b_.sb_.weights, &pl.edp}}) {
-      for (double done = 0; done < total; done += bucket) gather(std::min(bucket, total - done), *where);
+      const double params = bk.bytes / b_.sb_.gradients;
+      g_.depend(oid, dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather));
     }
   }
 
@@ -465,6 +490,8 @@ class RankBuilder {
   std::vector<TaskId> finalize_gate_;     // without no_sync: first task after mb's backward
   int32_t finalize_pending_ = -1;
   std::vector<TaskId> reductions_, fsdp_reductions_;
+  // ZeRO-1/2 overlapped parameter gathers, per slot: those the slot's first forward waits for.
+  std::vector<std::vector<TaskId>> first_use_gathers_;
 };
 
 StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, double compute_scale)

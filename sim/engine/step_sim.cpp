@@ -37,6 +37,9 @@ class StepObserver : public Observer {
     if (!gates_.empty()) {
       dp_finish_.assign(b.graph()->size(), 0);
       dp_start_.assign(b.graph()->size(), 0);
+      gated_.assign(b.graph()->size(), 0);
+      for (const auto& gt : gates_) gated_[gt.compute] = 1;
+      other_ready_.assign(b.graph()->size(), 0);
     }
     v_ = static_cast<int32_t>(b.rc().parallel.vpp);
     chunk_bytes_.resize(static_cast<size_t>(pp * v_));
@@ -63,9 +66,12 @@ class StepObserver : public Observer {
     // data-parallel communication; idle time when none of them ran (a pipeline receive an
     // in-line gather waited for) stays bubble.
     spans_.clear();
+    // Only the idle time after the task's other inputs (a pipeline receive, the work before it
+    // on the stream) were ready can be the collectives' doing.
+    const Tick others = std::max(pipe_end_[r], other_ready_[id]);
     for (auto it = std::lower_bound(gates_.begin(), gates_.end(), StepBuilder::DpGate{id, 0, false});
          it != gates_.end() && it->compute == id; ++it) {
-      const Tick a = it->from_idle ? pipe_end_[r] : std::max(pipe_end_[r], dp_start_[it->dp]);
+      const Tick a = it->from_idle ? others : std::max(others, dp_start_[it->dp]);
       const Tick b = std::min(start, dp_finish_[it->dp]);
       if (b > a) spans_.emplace_back(a, b);
     }
@@ -80,7 +86,17 @@ class StepObserver : public Observer {
   void on_finish(const TaskGraph& g, TaskId id, Tick finish) override {
     const Task& t = g.task(id);
     const auto r = static_cast<size_t>(t.rank);
-    if (!dp_finish_.empty() && t.kind == TaskKind::kDpComm) dp_finish_[id] = finish;
+    if (!dp_finish_.empty()) {
+      if (t.kind == TaskKind::kDpComm) dp_finish_[id] = finish;
+      // A gated compute task's inputs other than its gating collectives.
+      const auto& off = g.succ_offsets();
+      const auto& succ = g.successors();
+      for (uint32_t e = off[id]; e < off[id + 1]; ++e) {
+        const TaskId nx = succ[e];
+        if (!gated_[nx] || is_gate(nx, id)) continue;
+        other_ready_[nx] = std::max(other_ready_[nx], finish);
+      }
+    }
     const bool pipeline = t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward ||
                           t.kind == TaskKind::kBackwardWeight || t.kind == TaskKind::kTpComm ||
                           (t.kind == TaskKind::kPpSend && t.stream == Stream::kCompute);
@@ -133,7 +149,12 @@ class StepObserver : public Observer {
   const StepBuilder& b_;
   int32_t m_ = 1, v_ = 1;
   std::vector<double> chunk_bytes_, chunk_w_bytes_, chunk_kept_;  // [stage * vpp + chunk]
+  [[nodiscard]] bool is_gate(TaskId compute, TaskId dp) const {
+    return std::binary_search(gates_.begin(), gates_.end(), StepBuilder::DpGate{compute, dp, false});
+  }
   const std::vector<StepBuilder::DpGate>& gates_;  // sorted by compute task
+  std::vector<uint8_t> gated_;                     // per task: has gating collectives
+  std::vector<Tick> other_ready_;                  // per gated task: when its other inputs were ready
   std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task (gated runs)
   std::vector<std::pair<Tick, Tick>> spans_;       // scratch: a task's gating collectives inside its idle time
 };

@@ -366,11 +366,33 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       }
       end_max = std::max(end_max, t_pipe - stage_drain + exposed);
       if (zero >= 1) {
-        BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket, places.dp_cp, hw);
-        BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket, places.edp, hw);
+        // The same buckets hold the parameters (in the weights' dtype).
+        const double wb = sb.gradients > 0 ? sb.weights / sb.gradients : 1.0;
+        BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, hw);
+        BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, hw);
         const double ag_total = (ag_d.total + ag_e.total).value();
-        const double ag_last = std::max(ag_d.last, ag_e.last).value();
-        const double ag_exposed = p.param_gather_overlap ? ag_last + (ag_total - ag_last) * slow : ag_total;
+        const double ag_first = std::max(ag_d.last, ag_e.last).value();
+        double ag_exposed = ag_total;
+        if (p.param_gather_overlap && ag_total > 0) {
+          // Overlapped: every bucket's gather is queued at the step's start (the previous
+          // step's tail) and each layer's first forward waits for its bucket. Stage s starts
+          // its first forward of chunk c after the earlier stages' forwards (and, interleaved,
+          // c rounds of pp chunk forwards); chunk c's gathers must be done about one bucket
+          // before its first forward ends. What that does not cover is exposed; the hidden
+          // rest slows the compute beside it.
+          const double v = p.schedule == config::Schedule::kInterleaved ? static_cast<double>(p.vpp) : 1.0;
+          double fill = 0;
+          for (int64_t j = 0; j < s; ++j) fill += out.stage_fwd_s[static_cast<size_t>(j)] / v;
+          const double f_chunk = out.stage_fwd_s[static_cast<size_t>(s)] / v;
+          const double last_share = std::min(1.0, ag_first * v / ag_total);
+          double exposed = std::max(0.0, ag_first - fill);
+          for (double c = 0; c < v; c += 1.0) {
+            const double start = fill + c * static_cast<double>(pp) * f_chunk;
+            exposed = std::max(exposed, (c + 1.0) / v * ag_total - start - f_chunk * (1.0 - last_share));
+          }
+          exposed = std::min(exposed, ag_total);
+          ag_exposed = exposed + (ag_total - exposed) * slow;
+        }
         param_gather = std::max(param_gather, ag_exposed);
       }
     }
