@@ -198,7 +198,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   prog.local_params = sharded(1.0, 1);
   // ZeRO-3 / FSDP reduce each layer's gradient on its own instead of in buckets.
   const auto buckets = zero >= 3 ? std::vector<engine::GradBucket>{}
-                                 : engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p.bucket_mb);
+                                 : engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p, s);
   if (p.dp * p.cp > 1) {
     for (const auto& b : buckets) prog.bucket_buffer_bytes = std::max(prog.bucket_buffer_bytes, b.bytes);
   }

@@ -578,8 +578,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     // groups get larger buckets so their collectives stay bandwidth-bound); fp32 main grads.
     const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp * cp));
     parallel["bucket_mb"] = 4.0 * bucket_params / 1e6;
+    parallel["bucket_layout"] = "megatron";
     notes.push_back("parallel: gradient buckets of max(40M, 1M x dp) parameters (Megatron-Core default bucket_size), " +
-                    core::fmt("%g", 4.0 * bucket_params / 1e6) + " MB of fp32 gradients");
+                    core::fmt("%g", 4.0 * bucket_params / 1e6) +
+                    " MB of fp32 gradients, on the first pipeline stage's first model chunk; one bucket per chunk elsewhere (Megatron-Core DDP)");
   }
   if (deepspeed && (fam == Family::kBloom || inum(r, "zero_stage", 0) == 1 || inum(r, "zero_stage", 0) == 2)) {
     // DeepSpeed's ZeRO-1/2 optimizer step all-gathers the updated partitions before it returns.

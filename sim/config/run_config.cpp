@@ -202,6 +202,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
                                 : Schedule::kOneFOneB;
   if (!has_schedule && p.vpp > 1) p.schedule = Schedule::kInterleaved;
   p.bucket_mb = r.get_number("bucket_mb", 0.001, 1e6, 25.0);
+  p.bucket_layout = r.get_choice("bucket_layout", {"ddp", "megatron"}, "ddp") == "megatron" ? BucketLayout::kMegatron : BucketLayout::kDdp;
   p.first_stage_layers = r.get_int("first_stage_layers", 0, 100000, -1);
   p.last_stage_layers = r.get_int("last_stage_layers", 0, 100000, -1);
   if (const Json* sj = r.get_raw("stage_layers"); sj != nullptr) {

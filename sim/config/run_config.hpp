@@ -46,6 +46,12 @@ enum class CpComm { kRing, kAllGather, kUlysses, kRotateAllGather };
 // torch.distributed.pipelining keeps so that step() can return them merged, or every stage's
 // outputs (torch.distributed.pipelining before PyTorch 2.8, pytorch/pytorch PR 153383).
 enum class StepOutputs { kNone, kLastStage, kAllStages };
+// How data-parallel gradient buckets are formed. PyTorch DDP: a first bucket of 1 MB, then
+// bucket_mb buckets on every stage, across virtual-pipeline chunks. Megatron-Core: one DDP per
+// model chunk (no bucket spans two), bucket_mb buckets only on the first pipeline stage's
+// first chunk, and a single bucket for every other chunk and stage (their reductions are off
+// the critical path), no small first bucket.
+enum class BucketLayout { kDdp, kMegatron };
 // kFlex: DeepEP / HybridEP (Megatron-Core's flex dispatcher): a token crosses the network once
 // per destination node and is forwarded to its experts there over the node fabric.
 enum class MoeDispatcher { kAllToAll, kAllGather, kFlex };
@@ -175,6 +181,7 @@ struct Parallel {
   }
   Schedule schedule = Schedule::kOneFOneB;
   double bucket_mb = 25.0;  // DDP gradient bucket size in MB (1e6 bytes)
+  BucketLayout bucket_layout = BucketLayout::kDdp;
   // Uneven pipeline split, Megatron's way: the first / last pipeline stage holds this many
   // layers and the other stages share the rest evenly (with vpp > 1, every stage's layers
   // split evenly over its vpp chunks). -1 = even split.

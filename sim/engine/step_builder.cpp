@@ -1,6 +1,8 @@
 #include "sim/engine/step_builder.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <cmath>
 #include <string>
 
@@ -224,7 +226,7 @@ class RankBuilder {
   void emit_param_gathers() {
     const int zero = p_.effective_zero();
     if (!has_sync() || !p_.param_gather_overlap || (zero != 1 && zero != 2)) return;
-    auto buckets = gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_.bucket_mb);
+    auto buckets = gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_);
     std::reverse(buckets.begin(), buckets.end());
     first_use_gathers_.assign(b_.slots(s_).size(), {});
     const auto& pl = b_.wb_.placements();
@@ -423,7 +425,7 @@ class RankBuilder {
   void emit_buckets(const std::vector<TaskId>& ready_of_slot, int32_t mb) {
     const int zero = p_.effective_zero();
     const Collective op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
-    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_.bucket_mb)) {
+    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_)) {
       Task c = dp_base_;
       c.stream = Stream::kDpReduce;
       c.kind = TaskKind::kDpComm;
@@ -455,7 +457,7 @@ class RankBuilder {
     // After the optimizer, bucket by bucket (the gradient buckets' parameters): dense weights
     // over the data-parallel group, routed experts over the expert-data-parallel group.
     const auto& pl = b_.wb_.placements();
-    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_.bucket_mb)) {
+    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_)) {
       Task c = dp_base_;
       c.stream = Stream::kDp;
       c.kind = TaskKind::kDpComm;
@@ -611,29 +613,42 @@ void StepBuilder::link_stages() {
 // Per stage: the layer slots (embedding, transformer layers, output layer) with their parameter
 // tensors, and which slots each virtual-pipeline chunk runs.
 std::vector<GradBucket> gradient_buckets(const std::vector<Slot>& slots, const std::vector<std::vector<size_t>>& chunk_slots,
-                                         double grad_bytes_per_param, double bucket_mb) {
+                                         double grad_bytes_per_param, const config::Parallel& p, int32_t stage) {
+  const bool megatron = p.bucket_layout == config::BucketLayout::kMegatron;
+  const double cap = p.bucket_mb * 1e6;
   struct Fill {
     double filled = 0, cap = 1e6;
   };
   Fill fill[2];  // dense, expert
   std::vector<GradBucket> out;
   size_t ready = 0;
+  double next_cap = cap;  // the cap after a bucket closes
   auto flush = [&](int k) {
     if (fill[k].filled <= 0) return;
     out.push_back({fill[k].filled, k == 1, ready});
     fill[k].filled = 0;
-    fill[k].cap = bucket_mb * 1e6;
+    fill[k].cap = next_cap;
   };
   auto add = [&](int k, double params) {
     fill[k].filled += params * grad_bytes_per_param;
     if (fill[k].filled >= fill[k].cap) flush(k);
   };
   for (auto c = chunk_slots.rbegin(); c != chunk_slots.rend(); ++c) {
+    if (megatron) {
+      // A DDP instance per chunk: buckets only in the first stage's first chunk.
+      const bool bucketed = stage == 0 && c == std::prev(chunk_slots.rend());
+      next_cap = bucketed ? cap : std::numeric_limits<double>::infinity();
+      fill[0].cap = fill[1].cap = next_cap;
+    }
     for (auto it = c->rbegin(); it != c->rend(); ++it) {
       const Slot& sl = slots[*it];
       ready = *it;
       for (auto t = sl.expert_tensors.rbegin(); t != sl.expert_tensors.rend(); ++t) add(1, *t);
       for (auto t = sl.tensors.rbegin(); t != sl.tensors.rend(); ++t) add(0, *t);
+    }
+    if (megatron) {
+      flush(1);
+      flush(0);
     }
   }
   flush(1);

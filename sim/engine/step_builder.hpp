@@ -47,10 +47,12 @@ struct GradBucket {
 };
 
 // DDP buckets of one stage in launch order: whole tensors in reverse registration order (last
-// chunk's last layer first), dense and expert gradients in separate buckets, the first bucket
-// of each 1 MB and the rest `bucket_mb`; a bucket closes once it reaches its cap.
+// chunk's last layer first), dense and expert gradients in separate buckets; a bucket closes
+// once it reaches its cap. PyTorch DDP (BucketLayout::kDdp): the first bucket of each 1 MB,
+// the rest `bucket_mb`. Megatron-Core (kMegatron): `bucket_mb` buckets in the first stage's
+// first chunk, one bucket per chunk elsewhere; no bucket spans two chunks.
 std::vector<GradBucket> gradient_buckets(const std::vector<Slot>& slots, const std::vector<std::vector<size_t>>& chunk_slots,
-                                         double grad_bytes_per_param, double bucket_mb);
+                                         double grad_bytes_per_param, const config::Parallel& p, int32_t stage);
 
 // The tasks of one (phase, chunk, micro-batch) pass on one rank.
 struct PassTasks {

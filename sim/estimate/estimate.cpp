@@ -47,10 +47,10 @@ struct BucketPlan {
 };
 
 BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh::Placement& where,
-                    const hw::HardwareProfile& hw) {
+                    const hw::HardwareProfile& hw, double first_bytes = 1e6) {
   BucketPlan plan;
   if (where.size <= 1 || bytes <= 0) return plan;
-  const double first = std::min(bytes, 1e6);
+  const double first = std::min(bytes, first_bytes);
   plan.total += cost::collective_time(c, Bytes(first), where, hw);
   double rest = bytes - first;
   plan.last = plan.total;
@@ -68,6 +68,26 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
       plan.last = std::max(plan.last, tr);
     }
   }
+  return plan;
+}
+
+// The buckets of stage s as the bucket layout forms them: PyTorch DDP's (above) or
+// Megatron-Core's, where only the first stage's first chunk is bucketed (no small first
+// bucket) and every other chunk is reduced in one piece.
+BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const mesh::Placement& where,
+                         const hw::HardwareProfile& hw, const config::Parallel& p, int64_t s) {
+  if (p.bucket_layout != config::BucketLayout::kMegatron) return bucketed(c, bytes, bucket_bytes, where, hw);
+  BucketPlan plan;
+  if (where.size <= 1 || bytes <= 0) return plan;
+  const double v = static_cast<double>(std::max<int64_t>(1, p.vpp));
+  const Duration whole = cost::collective_time(c, Bytes(bytes / v), where, hw);
+  if (s > 0) {
+    plan.total = whole * v;
+    plan.last = whole;
+    return plan;
+  }
+  plan = bucketed(c, bytes / v, bucket_bytes, where, hw, bucket_bytes);
+  plan.total += whole * (v - 1.0);
   return plan;
 }
 
@@ -338,11 +358,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const auto dense_tensors = layer_tensors(rc, false).dense;
       const double largest_dense = *std::max_element(dense_tensors.begin(), dense_tensors.end());
       const double bucket = std::max(p.bucket_mb * 1e6, largest_dense * sb.gradients);
-      BucketPlan dense = bucketed(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, hw);
+      BucketPlan dense = stage_buckets(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, hw, p, s);
       const double expert_bucket = st.expert_params > 0 && st.layers > 0
                                        ? std::max(p.bucket_mb * 1e6, st.expert_params / static_cast<double>(st.layers) * sb.gradients)
                                        : p.bucket_mb * 1e6;
-      BucketPlan expert = bucketed(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, hw);
+      BucketPlan expert = stage_buckets(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, hw, p, s);
       const double total = (dense.total + expert.total).value();
       const double last = std::max(dense.last, expert.last).value();
       // The gradients become final during the last micro-batch's backward; under ZB-H1 during
@@ -368,8 +388,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       if (zero >= 1) {
         // The same buckets hold the parameters (in the weights' dtype).
         const double wb = sb.gradients > 0 ? sb.weights / sb.gradients : 1.0;
-        BucketPlan ag_d = bucketed(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, hw);
-        BucketPlan ag_e = bucketed(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, hw);
+        BucketPlan ag_d = stage_buckets(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, hw, p, s);
+        BucketPlan ag_e = stage_buckets(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, hw, p, s);
         const double ag_total = (ag_d.total + ag_e.total).value();
         const double ag_first = std::max(ag_d.last, ag_e.last).value();
         double ag_exposed = ag_total;

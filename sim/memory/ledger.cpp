@@ -646,8 +646,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         // unsharded (no reduce-scatter until the last), in the reduction dtype.
         if (rc.num_microbatches > 1) st.buffers += Bytes(st.params * sb.gradients * (1.0 - 1.0 / dn));
       }
-    } else if (p.dp * p.cp > 1) {
-      // One bucket's communication buffer (no larger than the stage's gradients).
+    } else if (p.dp * p.cp > 1 && p.bucket_layout == config::BucketLayout::kDdp) {
+      // One bucket's communication buffer (no larger than the stage's gradients); Megatron-Core
+      // reduces its buckets in place in the contiguous gradient buffer.
       st.buffers += Bytes(std::min(p.bucket_mb * 1e6, (dense_params + expert_params) * sb.gradients));
     }
     st.buffers += Bytes(flex_dispatch_buffer_bytes(rc));

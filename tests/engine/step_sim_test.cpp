@@ -506,6 +506,32 @@ TEST(DataParallel, BucketsOverlapBackwardExceptTheTiedEmbedding) {
   EXPECT_GT(exposed25, 0.25 * exposed1000);
 }
 
+// Megatron-Core's bucket layout: one DDP per model chunk, buckets only on the first stage's
+// first chunk, one bucket for every other chunk and stage; PyTorch DDP buckets everywhere.
+TEST(DataParallel, MegatronBucketsOnlyTheFirstStagesFirstChunk) {
+  auto reductions = [](const std::string& layout) {
+    Json j = run_json(2, 4, "interleaved", 2, 2);
+    j["parallel"]["bucket_layout"] = layout;
+    SimOptions keep;
+    keep.keep_timeline = true;
+    const SimResult r = simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep);
+    std::map<int32_t, int> n;  // simulated rank (stage) -> gradient buckets
+    for (const Task& t : r.graph->tasks()) {
+      if (t.kind == TaskKind::kDpComm && t.stream == Stream::kDpReduce) ++n[t.rank];
+    }
+    return std::pair{n[0], n[1]};
+  };
+  const auto [ddp0, ddp1] = reductions("ddp");
+  const auto [mg0, mg1] = reductions("megatron");
+  // 24 layers of 6144 hidden per stage at tp 8: about 57 MB of fp32 gradients per layer, so
+  // 25 MB buckets hold about one tensor each.
+  EXPECT_GT(ddp0, 40);
+  EXPECT_GT(ddp1, 40);
+  EXPECT_EQ(mg1, 2);           // stage 1: one bucket per chunk
+  // Stage 0: chunk 0 (half the stage's layers) bucketed as DDP buckets it, chunk 1 in one piece.
+  EXPECT_NEAR(mg0 - 1, ddp0 / 2.0, 3.0);
+}
+
 // Without no_sync every micro-batch's backward waits for its reductions.
 TEST(DataParallel, SyncEveryMicrobatchCostsMoreThanNoSync) {
   const SimResult ns = simulate_step(gpt2_ddp(25, 4, true));
