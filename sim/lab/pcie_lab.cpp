@@ -148,7 +148,8 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
     << "No calibration: GEMM times from the profile's bf16 efficiency and its shape ramp, GeLU as\n"
     << "memory-bound passes, activations sent between neighbouring GPUs over the fabric tier they\n"
     << "share; the host issues each operator (50 us, a typical eager cost) and a blocking receive\n"
-    << "holds the host until the data has arrived.\n\n"
+    << "holds the host until the data has arrived; from the second micro-batch on, autograd adds\n"
+    << "each weight gradient into the parameter's gradient (one memory-bound kernel per layer).\n\n"
     << "| m | measured slot ms | predicted slot ms | measured step ms | predicted step ms | error |\n|---:|---:|---:|---:|---:|---:|\n";
   int n = 0, ok = 0;
   double best_meas = 1e30, best_pred = 1e30;
@@ -165,6 +166,8 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
     const double gelu_b = (cost::memory_time(core::Bytes(3.0 * act), hw) + hw.efficiency.kernel_overhead).value();
     const double fwd = layers * (gemm + gelu_f);
     const double bwd = layers * (2.0 * gemm + gelu_b);
+    const double accumulate =
+        layers * (cost::memory_time(core::Bytes(3.0 * width * width * 2.0), hw) + hw.efficiency.kernel_overhead).value();
     engine::TaskGraph graph(p);
     const uint32_t nf = graph.intern("fwd"), nb = graph.intern("bwd"), ns = graph.intern("send"), no = graph.intern("sgd"),
                    nh = graph.intern("host launch");
@@ -219,7 +222,11 @@ void gpipe_sweep(const std::string& data_dir, const hw::HardwareProfile& hw, std
       const auto si = static_cast<size_t>(s);
       for (int64_t k = 0; k < m; ++k) pass(TaskKind::kForward, 2 * layers, fwd, s < p - 1 ? send_f : 0.0, nf, k, hf[si], f[si], sf[si]);
       // Backward: per layer a data-gradient and a weight-gradient GEMM and the GeLU backward.
-      for (int64_t k = 0; k < m; ++k) pass(TaskKind::kBackward, 3 * layers, bwd, send_b, nb, k, hb[si], b[si], sb[si]);
+      // From the second micro-batch on, autograd's AccumulateGrad adds each new weight gradient
+      // into the parameter's .grad (read both, write the sum: one more kernel per layer).
+      for (int64_t k = 0; k < m; ++k) {
+        pass(TaskKind::kBackward, (k > 0 ? 4 : 3) * layers, k > 0 ? bwd + accumulate : bwd, send_b, nb, k, hb[si], b[si], sb[si]);
+      }
       Task opt;
       opt.rank = s;
       opt.kind = TaskKind::kOptimizer;
