@@ -227,6 +227,8 @@ const std::vector<BadCase> kCases = {
     // What a pipeline runtime keeps until the step ends is one of three named behaviours.
     {"KeepStepOutputsUnknown", R"({"parallel": {"keep_step_outputs": true}})",
      {"$.parallel.keep_step_outputs", "none", "last-stage", "all-stages"}},
+    // Gradient buckets are formed the way one of two frameworks forms them.
+    {"BucketLayoutUnknown", R"({"parallel": {"bucket_layout": "deepspeed"}})", {"$.parallel.bucket_layout", "ddp", "megatron"}},
     // Times in a hardware profile are overheads and latencies: a second or more is a typo, and
     // a value near the simulator's range would overflow its clock instead of failing here.
     {"KernelOverheadTooLong", R"({"hardware": {"base": "h100-sxm", "efficiency": {"kernel_overhead": "1e6s"}}})",
