@@ -573,15 +573,22 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     parallel["zero_stage"] = 1;
     notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
   }
-  if (nemo) {
-    // Megatron-Core's DDP buckets hold max(40M, 1M x data-parallel size) parameters (larger
-    // groups get larger buckets so their collectives stay bandwidth-bound); fp32 main grads.
-    const double bucket_params = std::max(40e6, 1e6 * static_cast<double>(dp * cp));
+  if (nemo && dp * cp > 1) {
+    // NeMo's and Megatron-Bridge's communication-overlap setup (MegatronCommOverlap): with data
+    // parallelism, buckets of 128 Mi parameters (fp32 main grads), the parameter all-gather
+    // overlapped with the next forward, aligned across pipeline stages only under the
+    // interleaved schedule; Megatron-Core's DDP buckets only the first stage's first chunk.
+    const double bucket_params = 128.0 * 1024 * 1024;
     parallel["bucket_mb"] = 4.0 * bucket_params / 1e6;
     parallel["bucket_layout"] = "megatron";
-    notes.push_back("parallel: gradient buckets of max(40M, 1M x dp) parameters (Megatron-Core default bucket_size), " +
-                    core::fmt("%g", 4.0 * bucket_params / 1e6) +
-                    " MB of fp32 gradients, on the first pipeline stage's first model chunk; one bucket per chunk elsewhere (Megatron-Core DDP)");
+    notes.push_back("parallel: gradient buckets of 128 Mi parameters (" + core::fmt("%g", 4.0 * bucket_params / 1e6) +
+                    " MB of fp32 gradients, NeMo / Megatron-Bridge communication-overlap default) on the first pipeline stage's first "
+                    "model chunk, one bucket per chunk elsewhere (Megatron-Core DDP)");
+    if (pp > 1 && inum(r, "vp", 1) <= 1 && !contains(lower(id), "interleaved")) {
+      parallel["param_gather_align"] = false;
+      notes.push_back("parallel: parameter all-gathers not aligned across pipeline stages (NeMo / Megatron-Bridge align them only "
+                      "with virtual stages): each stage starts its gathers at its first forward");
+    }
   }
   if (deepspeed && (fam == Family::kBloom || inum(r, "zero_stage", 0) == 1 || inum(r, "zero_stage", 0) == 2)) {
     // DeepSpeed's ZeRO-1/2 optimizer step all-gathers the updated partitions before it returns.

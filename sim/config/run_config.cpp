@@ -224,6 +224,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
+  p.param_gather_align = r.get_bool("param_gather_align", true);
   p.no_sync = r.get_bool("no_sync", true);
   p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
   p.recv_buffer_per_microbatch = r.get_bool("recv_buffer_per_microbatch", false);

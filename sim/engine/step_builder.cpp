@@ -223,9 +223,11 @@ class RankBuilder {
   // parameters; what the forward cannot hide (the first bucket, and the rest when the gathers
   // outlast the stage's first forward, as with few micro-batches and expert weights gathered
   // across nodes) lengthens the step. In steady state this is the previous step's tail.
-  void emit_param_gathers() {
+  void emit_param_gathers(TaskId after = kNone) {
     const int zero = p_.effective_zero();
     if (!has_sync() || !p_.param_gather_overlap || (zero != 1 && zero != 2)) return;
+    // Not aligned: issued by the stage's first forward (emit_pass calls this with its entry).
+    if (!p_.param_gather_align && after == kNone) return;
     auto buckets = gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_);
     std::reverse(buckets.begin(), buckets.end());
     first_use_gathers_.assign(b_.slots(s_).size(), {});
@@ -237,6 +239,7 @@ class RankBuilder {
       const double params = bk.bytes / b_.sb_.gradients;
       const TaskId id = dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather);
       g_.depend(start_barrier_, id);
+      if (after != kNone) g_.depend(after, id);
       // The bucket's lowest slot in forward order is the one that completed it in backward.
       first_use_gathers_[bk.ready_slot].push_back(id);
     }
@@ -290,6 +293,20 @@ class RankBuilder {
       inline_pending_.clear();
       if (!gather_inline_) gate_on_dp(gather_id, cid, true);
     };
+    if (fwd && a.mb == 0 && a.chunk == 0 && !p_.param_gather_align) {
+      // Parameter gathers not aligned across stages: the stage issues them when its first
+      // forward starts, once that forward's input has arrived (the pass's entry, which the
+      // previous stage's send gates).
+      Task mark = base_;
+      mark.kind = TaskKind::kBarrier;
+      mark.name = g_.intern("issue param gathers");
+      mark.microbatch = 0;
+      const TaskId mid = g_.add(mark);
+      if (start_barrier_ != kNone) g_.depend(start_barrier_, mid);
+      ids.entry = mid;
+      last_on_compute_ = mid;
+      emit_param_gathers(mid);
+    }
     if (gather && !seq.empty()) {
       const auto [first, last] = fsdp_gather(*seq[0], regathered(*seq[0]));
       gates[0] = last;

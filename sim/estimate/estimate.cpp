@@ -401,8 +401,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // before its first forward ends. What that does not cover is exposed; the hidden
           // rest slows the compute beside it.
           const double v = p.schedule == config::Schedule::kInterleaved ? static_cast<double>(p.vpp) : 1.0;
+          // Not aligned across stages, a stage issues its gathers when its first forward starts:
+          // nothing hides them but that forward, and each stage's delay pushes the later ones.
           double fill = 0;
-          for (int64_t j = 0; j < s; ++j) fill += out.stage_fwd_s[static_cast<size_t>(j)] / v;
+          if (p.param_gather_align) {
+            for (int64_t j = 0; j < s; ++j) fill += out.stage_fwd_s[static_cast<size_t>(j)] / v;
+          }
           const double f_chunk = out.stage_fwd_s[static_cast<size_t>(s)] / v;
           const double last_share = std::min(1.0, ag_first * v / ag_total);
           double exposed = std::max(0.0, ag_first - fill);
@@ -413,7 +417,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           exposed = std::min(exposed, ag_total);
           ag_exposed = exposed + (ag_total - exposed) * slow;
         }
-        param_gather = std::max(param_gather, ag_exposed);
+        param_gather = p.param_gather_overlap && !p.param_gather_align ? param_gather + ag_exposed : std::max(param_gather, ag_exposed);
       }
     }
     dp_exposed = end_max - t_pipe;

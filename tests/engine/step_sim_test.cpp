@@ -840,6 +840,37 @@ TEST(ZeroOne, OverlappedParameterGathersHideBehindTheFirstForwardOnly) {
   }
 }
 
+// Not aligned across pipeline stages (param_gather_align false, as NeMo runs 1F1B): each stage
+// issues its gathers when its first forward's input arrives, so the later stage's gathers
+// cannot hide behind the pipeline fill and the step is longer than with aligned gathers.
+TEST(ZeroOne, UnalignedGathersStartAtEachStagesFirstForward) {
+  auto run_with = [](bool align) {
+    Json j = run_json(2, 4, "1f1b", 1, 8);
+    j["hardware"] = {{"base", "h100-sxm"}, {"network", {{"nic_bandwidth", "25Gb/s"}}}};
+    j["parallel"]["param_gather_align"] = align;
+    SimOptions keep;
+    keep.keep_timeline = true;
+    return simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep);
+  };
+  const SimResult aligned = run_with(true);
+  const SimResult unaligned = run_with(false);
+  EXPECT_GT(unaligned.step.step_time_s, aligned.step.step_time_s);
+  auto first_gather_and_send = [](const SimResult& r) {
+    Tick gather1 = std::numeric_limits<Tick>::max(), send0 = std::numeric_limits<Tick>::max();
+    const auto& tasks = r.graph->tasks();
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const Task& t = tasks[i];
+      if (t.rank == 1 && t.kind == TaskKind::kDpComm && t.stream == Stream::kDp) gather1 = std::min(gather1, r.start[i]);
+      if (t.rank == 0 && t.kind == TaskKind::kPpSend) send0 = std::min(send0, r.finish[i]);
+    }
+    return std::pair{gather1, send0};
+  };
+  const auto [g_al, s_al] = first_gather_and_send(aligned);
+  const auto [g_un, s_un] = first_gather_and_send(unaligned);
+  EXPECT_LT(g_al, s_al);  // aligned: stage 1 gathers from the step's start
+  EXPECT_GE(g_un, s_un);  // not aligned: only once its first input has arrived
+}
+
 // A step too big to simulate is refused before its graph is built, with the sizes that make it
 // so: 2^20 micro-batches of 48 layers are about 3 billion operators.
 TEST(StepSim, RefusesAStepTooLargeToSimulate) {
