@@ -584,10 +584,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     notes.push_back("parallel: gradient buckets of 128 Mi parameters (" + core::fmt("%g", 4.0 * bucket_params / 1e6) +
                     " MB of fp32 gradients, NeMo / Megatron-Bridge communication-overlap default) on the first pipeline stage's first "
                     "model chunk, one bucket per chunk elsewhere (Megatron-Core DDP)");
-    if (pp > 1 && inum(r, "vp", 1) <= 1 && !contains(lower(id), "interleaved")) {
-      parallel["param_gather_align"] = false;
-      notes.push_back("parallel: parameter all-gathers not aligned across pipeline stages (NeMo / Megatron-Bridge align them only "
-                      "with virtual stages): each stage starts its gathers at its first forward");
+    if (pp > 1) {
+      parallel["param_gather_align"] = "interleaved";
+      notes.push_back("parallel: parameter all-gathers aligned across pipeline stages only under the interleaved schedule (NeMo / "
+                      "Megatron-Bridge); otherwise each stage starts its gathers at its first forward");
     }
   }
   if (deepspeed && (fam == Family::kBloom || inum(r, "zero_stage", 0) == 1 || inum(r, "zero_stage", 0) == 2)) {

@@ -224,7 +224,15 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
-  p.param_gather_align = r.get_bool("param_gather_align", true);
+  if (const Json* aj = r.get_raw("param_gather_align"); aj != nullptr) {
+    if (aj->is_boolean()) {
+      p.param_gather_align = aj->get<bool>() ? Parallel::GatherAlign::kAlways : Parallel::GatherAlign::kNever;
+    } else if (aj->is_string() && aj->get<std::string>() == "interleaved") {
+      p.param_gather_align = Parallel::GatherAlign::kInterleaved;
+    } else {
+      r.issues().add(r.child_path("param_gather_align"), "got " + aj->dump() + "; give true, false or \"interleaved\" (aligned only under the interleaved schedule)");
+    }
+  }
   p.no_sync = r.get_bool("no_sync", true);
   p.keep_stage_outputs = r.get_bool("keep_stage_outputs", false);
   p.recv_buffer_per_microbatch = r.get_bool("recv_buffer_per_microbatch", false);

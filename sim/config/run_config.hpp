@@ -204,9 +204,15 @@ struct Parallel {
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;
   // ZeRO-1/2 with param_gather_overlap: the gathers of every pipeline stage start at the step's
-  // start (Megatron-Core's align_param_gather) or, false, each stage's when its first forward
-  // starts (after its input arrives), so they cannot hide behind the pipeline fill.
-  bool param_gather_align = true;
+  // start (Megatron-Core's align_param_gather) or, not aligned, each stage's when its first
+  // forward starts (after its input arrives), so they cannot hide behind the pipeline fill.
+  // kInterleaved: aligned only under the interleaved schedule (NeMo / Megatron-Bridge).
+  enum class GatherAlign { kAlways, kNever, kInterleaved };
+  GatherAlign param_gather_align = GatherAlign::kAlways;
+  [[nodiscard]] bool gathers_aligned() const {
+    return param_gather_align == GatherAlign::kAlways ||
+           (param_gather_align == GatherAlign::kInterleaved && schedule == Schedule::kInterleaved);
+  }
   // Gradient accumulation: reduce gradients once after the last micro-batch (no_sync, the
   // default) or after every micro-batch.
   bool no_sync = true;

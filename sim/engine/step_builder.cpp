@@ -227,7 +227,7 @@ class RankBuilder {
     const int zero = p_.effective_zero();
     if (!has_sync() || !p_.param_gather_overlap || (zero != 1 && zero != 2)) return;
     // Not aligned: issued by the stage's first forward (emit_pass calls this with its entry).
-    if (!p_.param_gather_align && after == kNone) return;
+    if (!p_.gathers_aligned() && after == kNone) return;
     auto buckets = gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_);
     std::reverse(buckets.begin(), buckets.end());
     first_use_gathers_.assign(b_.slots(s_).size(), {});
@@ -293,7 +293,7 @@ class RankBuilder {
       inline_pending_.clear();
       if (!gather_inline_) gate_on_dp(gather_id, cid, true);
     };
-    if (fwd && a.mb == 0 && a.chunk == 0 && !p_.param_gather_align) {
+    if (fwd && a.mb == 0 && a.chunk == 0 && !p_.gathers_aligned()) {
       // Parameter gathers not aligned across stages: the stage issues them when its first
       // forward starts, once that forward's input has arrived (the pass's entry, which the
       // previous stage's send gates).

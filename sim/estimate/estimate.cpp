@@ -404,7 +404,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // Not aligned across stages, a stage issues its gathers when its first forward starts:
           // nothing hides them but that forward, and each stage's delay pushes the later ones.
           double fill = 0;
-          if (p.param_gather_align) {
+          if (p.gathers_aligned()) {
             for (int64_t j = 0; j < s; ++j) fill += out.stage_fwd_s[static_cast<size_t>(j)] / v;
           }
           const double f_chunk = out.stage_fwd_s[static_cast<size_t>(s)] / v;
@@ -417,7 +417,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           exposed = std::min(exposed, ag_total);
           ag_exposed = exposed + (ag_total - exposed) * slow;
         }
-        param_gather = p.param_gather_overlap && !p.param_gather_align ? param_gather + ag_exposed : std::max(param_gather, ag_exposed);
+        param_gather = p.param_gather_overlap && !p.gathers_aligned() ? param_gather + ag_exposed : std::max(param_gather, ag_exposed);
       }
     }
     dp_exposed = end_max - t_pipe;

@@ -228,6 +228,9 @@ const std::vector<BadCase> kCases = {
     {"KeepStepOutputsUnknown", R"({"parallel": {"keep_step_outputs": true}})",
      {"$.parallel.keep_step_outputs", "none", "last-stage", "all-stages"}},
     // Gradient buckets are formed the way one of two frameworks forms them.
+    // Parameter gathers are aligned across stages always, never, or under interleaving only.
+    {"GatherAlignUnknown", R"({"parallel": {"param_gather_align": "sometimes"}})",
+     {"$.parallel.param_gather_align", "true, false or \"interleaved\""}},
     {"BucketLayoutUnknown", R"({"parallel": {"bucket_layout": "deepspeed"}})", {"$.parallel.bucket_layout", "ddp", "megatron"}},
     // Times in a hardware profile are overheads and latencies: a second or more is a typo, and
     // a value near the simulator's range would overflow its clock instead of failing here.
