@@ -707,10 +707,7 @@ int run(int argc, char** argv) {
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);
-      j["schema_version"] = stepcast::report::kSchemaVersion;
-      j["tool"] = "stepcast";
-      j["tool_version"] = stepcast::report::tool_version();
-      j["command"] = cmdline;
+      j.update(stepcast::report::provenance_json(cmdline));
       j["title"] = run["model"].is_string() ? run["model"].get<std::string>() + " on " + run["cluster"]["num_gpus"].dump() + " GPUs"
                                             : plan_run.source;
       if (!r.ranked.empty()) j["detail"] = stepcast::plan::plan_detail(r.ranked.front());

@@ -230,7 +230,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     } else if (aj->is_string() && aj->get<std::string>() == "interleaved") {
       p.param_gather_align = Parallel::GatherAlign::kInterleaved;
     } else {
-      r.issues().add(r.child_path("param_gather_align"), "got " + aj->dump() + "; give true, false or \"interleaved\" (aligned only under the interleaved schedule)");
+      r.issues().add(r.child_path("param_gather_align"), "got " + core::show(*aj) + "; give true, false or \"interleaved\" (aligned only under the interleaved schedule)");
     }
   }
   p.no_sync = r.get_bool("no_sync", true);

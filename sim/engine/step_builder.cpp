@@ -65,7 +65,10 @@ class RankBuilder {
         reduce_inline_(fsdp_ && !b.p_.grad_reduce_overlap),
         split_w_(b.p_.schedule == Schedule::kZbH1),
         op_index_(static_cast<uint64_t>(r) << 32),
-        replica_(b.full_ ? (r % b.per_stage_) / (b.p_.tp * b.p_.cp) : 0) {
+        replica_(b.full_ ? (r % b.per_stage_) / (b.p_.tp * b.p_.cp) : 0),
+        buckets_(has_sync() && b.p_.effective_zero() < 3
+                     ? gradient_buckets(b.slots(s_), b.chunk_slots(s_), b.sb_.gradients, b.p_, s_)
+                     : std::vector<GradBucket>{}) {
     tp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.tp_group(bad_)) == my_tp_;
     dp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.dp_group(bad_)) == my_dp_;
     base_.rank = static_cast<int32_t>(r);
@@ -224,25 +227,33 @@ class RankBuilder {
   // outlast the stage's first forward, as with few micro-batches and expert weights gathered
   // across nodes) lengthens the step. In steady state this is the previous step's tail.
   void emit_param_gathers(TaskId after = kNone) {
-    const int zero = p_.effective_zero();
-    if (!has_sync() || !p_.param_gather_overlap || (zero != 1 && zero != 2)) return;
+    if (!zero12_overlapped_gathers()) return;
     // Not aligned: issued by the stage's first forward (emit_pass calls this with its entry).
     if (!p_.gathers_aligned() && after == kNone) return;
-    auto buckets = gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_);
-    std::reverse(buckets.begin(), buckets.end());
     first_use_gathers_.assign(b_.slots(s_).size(), {});
-    const auto& pl = b_.wb_.placements();
-    for (const GradBucket& bk : buckets) {
-      Task c = dp_base_;
-      c.stream = Stream::kDp;
-      c.kind = TaskKind::kDpComm;
-      const double params = bk.bytes / b_.sb_.gradients;
-      const TaskId id = dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather);
+    for (auto bk = buckets_.rbegin(); bk != buckets_.rend(); ++bk) {  // forward order
+      const TaskId id = gather_bucket(*bk);
       g_.depend(start_barrier_, id);
       if (after != kNone) g_.depend(after, id);
       // The bucket's lowest slot in forward order is the one that completed it in backward.
-      first_use_gathers_[bk.ready_slot].push_back(id);
+      first_use_gathers_[bk->ready_slot].push_back(id);
     }
+  }
+
+  [[nodiscard]] bool zero12_overlapped_gathers() const {
+    const int zero = p_.effective_zero();
+    return has_sync() && p_.param_gather_overlap && (zero == 1 || zero == 2);
+  }
+
+  // The all-gather of one bucket's updated parameters (in the weights' dtype): dense weights
+  // over the data-parallel group, routed experts over the expert-data-parallel group.
+  TaskId gather_bucket(const GradBucket& bk) {
+    Task c = dp_base_;
+    c.stream = Stream::kDp;
+    c.kind = TaskKind::kDpComm;
+    const auto& pl = b_.wb_.placements();
+    const double params = bk.bytes / b_.sb_.gradients;
+    return dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather);
   }
 
   // One pass (forward, backward or weight-gradient of one micro-batch through one chunk):
@@ -293,13 +304,13 @@ class RankBuilder {
       inline_pending_.clear();
       if (!gather_inline_) gate_on_dp(gather_id, cid, true);
     };
-    if (fwd && a.mb == 0 && a.chunk == 0 && !p_.gathers_aligned()) {
+    if (fwd && a.mb == 0 && a.chunk == 0 && !p_.gathers_aligned() && zero12_overlapped_gathers()) {
       // Parameter gathers not aligned across stages: the stage issues them when its first
       // forward starts, once that forward's input has arrived (the pass's entry, which the
       // previous stage's send gates).
       Task mark = base_;
       mark.kind = TaskKind::kBarrier;
-      mark.name = g_.intern("issue param gathers");
+      mark.name = b_.names_.issue_gathers;
       mark.microbatch = 0;
       const TaskId mid = g_.add(mark);
       if (start_barrier_ != kNone) g_.depend(start_barrier_, mid);
@@ -442,7 +453,7 @@ class RankBuilder {
   void emit_buckets(const std::vector<TaskId>& ready_of_slot, int32_t mb) {
     const int zero = p_.effective_zero();
     const Collective op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
-    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_)) {
+    for (const GradBucket& bk : buckets_) {
       Task c = dp_base_;
       c.stream = Stream::kDpReduce;
       c.kind = TaskKind::kDpComm;
@@ -471,16 +482,8 @@ class RankBuilder {
     if (!has_sync() || (zero != 1 && zero != 2)) return;
     // Overlapped with the next forward: queued at the step's start (emit_param_gathers).
     if (p_.param_gather_overlap) return;
-    // After the optimizer, bucket by bucket (the gradient buckets' parameters): dense weights
-    // over the data-parallel group, routed experts over the expert-data-parallel group.
-    const auto& pl = b_.wb_.placements();
-    for (const GradBucket& bk : gradient_buckets(b_.slots(s_), b_.chunk_slots(s_), b_.sb_.gradients, p_, s_)) {
-      Task c = dp_base_;
-      c.stream = Stream::kDp;
-      c.kind = TaskKind::kDpComm;
-      const double params = bk.bytes / b_.sb_.gradients;
-      g_.depend(oid, dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather));
-    }
+    // After the optimizer, bucket by bucket.
+    for (const GradBucket& bk : buckets_) g_.depend(oid, gather_bucket(bk));
   }
 
   StepBuilder& b_;
@@ -509,6 +512,8 @@ class RankBuilder {
   std::vector<TaskId> finalize_gate_;     // without no_sync: first task after mb's backward
   int32_t finalize_pending_ = -1;
   std::vector<TaskId> reductions_, fsdp_reductions_;
+  // The stage's data-parallel gradient buckets (none under ZeRO-3 / FSDP or without a group).
+  const std::vector<GradBucket> buckets_;
   // ZeRO-1/2 overlapped parameter gathers, per slot: those the slot's first forward waits for.
   std::vector<std::vector<TaskId>> first_use_gathers_;
 };
@@ -573,7 +578,8 @@ void StepBuilder::build() {
                  g.intern("all-reduce grads"),
                  g.intern("optimizer"),
                  g.intern("host work"),
-                 g.intern("barrier")};
+                 g.intern("barrier"),
+                 g.intern("issue param gathers")};
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));

@@ -114,7 +114,7 @@ class StepBuilder {
 
   struct Names {
     uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
-        optimizer, host, barrier;
+        optimizer, host, barrier, issue_gathers;
   };
 
   void build_slots();

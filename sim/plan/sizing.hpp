@@ -39,7 +39,7 @@ struct SizingResult {
   double margin = 0;
   // What the deadline was held to: the predicted days with the margin.
   [[nodiscard]] double wall_days_with_margin() const { return wall_days * (1.0 + margin); }
-  std::string layout;           // planner's layout (or "tp T dp D" in fixed-MFU mode)
+  std::string layout;           // planner's layout (fixed-MFU mode: says no layout was searched)
   std::string mode;             // "simulated" | "fixed MFU"
   int plans_run = 0;
   capacity::CapacityResult fixed;  // fixed-MFU arithmetic (mode "fixed MFU")

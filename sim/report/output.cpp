@@ -80,6 +80,10 @@ Json run_summary_json(const config::RunConfig& rc) {
           {"assumptions", rc.assumptions}};
 }
 
+Json provenance_json(const std::string& command) {
+  return {{"schema_version", kSchemaVersion}, {"tool", "stepcast"}, {"tool_version", tool_version()}, {"command", command}};
+}
+
 Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command) {
   Json br = {{"compute_s", e.breakdown.compute},
              {"recompute_s", e.breakdown.recompute},
@@ -87,11 +91,7 @@ Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e,
              {"exposed_comm_s", e.breakdown.exposed_comm},
              {"bubble_s", e.breakdown.bubble},
              {"optimizer_s", e.breakdown.optimizer}};
-  Json out = {{"schema_version", kSchemaVersion},
-              {"tool", "stepcast"},
-              {"tool_version", tool_version()},
-              {"command", command},
-              {"run", run_summary_json(rc)},
+  Json out = {{"run", run_summary_json(rc)},
               {"step_time_s", e.step_time_s},
               {"tokens_per_s", e.tokens_per_s},
               {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
@@ -106,6 +106,7 @@ Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e,
               {"memory", ledger_json(e.memory)},
               {"breakdown", br}};
   out["input_hash"] = content_hash(out["run"].dump());
+  out.update(provenance_json(command));
   return out;
 }
 

@@ -23,6 +23,8 @@ core::Json run_summary_json(const config::RunConfig& rc);
 // The modules recompute selective rebuilds, as a JSON list of names (empty unless selective).
 core::Json recompute_modules_json(const config::Parallel& p);
 core::Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command);
+// The provenance keys every JSON output carries: schema_version, tool, tool_version, command.
+core::Json provenance_json(const std::string& command);
 
 std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger& l);
 std::string estimate_table(const config::RunConfig& rc, const estimate::StepEstimate& e);
