@@ -67,16 +67,50 @@ std::vector<int> cuda_gemm_tokens(const std::string& dtype) {
   return {256, 1024, 4096, 16384, 65536};
 }
 
+std::vector<LinearShape> expert_linear_shapes(const std::string& model) {
+  const auto m = model::zoo_model(model);
+  if (!m.moe.enabled()) throw std::invalid_argument("expert_linear_shapes: '" + model + "' has no routed experts");
+  auto up16 = [](int64_t x) { return static_cast<int>((x + 15) / 16 * 16); };
+  const int64_t f = m.moe.expert_ffn;
+  const int64_t up = (m.mlp == model::MlpKind::kGated ? 2 : 1) * f;
+  return {{model + " expert fc1", up16(up), up16(m.hidden)}, {model + " expert fc2", up16(m.hidden), up16(f)}};
+}
+
+std::vector<LinearShape> cuda_gemm_expert_shapes() {
+  std::vector<LinearShape> s;
+  for (const char* model : {"qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3", "mixtral-8x7b"}) {
+    for (const auto& x : expert_linear_shapes(model)) {
+      if (std::none_of(s.begin(), s.end(), [&](const LinearShape& o) { return o.n == x.n && o.k == x.k; })) s.push_back(x);
+    }
+  }
+  return s;
+}
+
+std::vector<int> cuda_gemm_expert_tokens(const std::string& dtype) {
+  if (dtype == "tf32" || dtype == "fp32") return {};
+  return {128, 256, 512, 1024, 2048};
+}
+
 std::vector<GemmPlanShape> cuda_gemm_fit_shapes(const std::string& dtype) {
   std::vector<GemmPlanShape> s;
   for (int m : cuda_gemm_tokens(dtype)) {
     for (const auto& w : cuda_gemm_weight_shapes()) s.push_back({m, w.n, w.k});
   }
+  // Mixtral's experts have Llama 3.1 8B's MLP shapes: a point already measured is not repeated.
+  for (int m : cuda_gemm_expert_tokens(dtype)) {
+    for (const auto& w : cuda_gemm_expert_shapes()) {
+      if (std::none_of(s.begin(), s.end(), [&](const GemmPlanShape& o) { return o.m == m && o.n == w.n && o.k == w.k; })) {
+        s.push_back({m, w.n, w.k});
+      }
+    }
+  }
   return s;
 }
 
 std::vector<GemmPlanShape> cuda_gemm_held_shapes() {
-  return {{512, 6144, 5120}, {2048, 6144, 5120}, {8192, 6144, 5120}, {32768, 3584, 8192}};
+  // Dense layers between the fitted token counts, and two expert GEMMs between the expert
+  // token counts (Qwen3-30B-A3B's fused gate/up at 384 tokens, GPT-OSS 120B's at 768).
+  return {{512, 6144, 5120}, {2048, 6144, 5120}, {8192, 6144, 5120}, {32768, 3584, 8192}, {384, 1536, 2048}, {768, 5760, 2880}};
 }
 
 double ElementwiseCase::bytes() const {

@@ -4,7 +4,8 @@
 // - GEMM dtypes by compute capability: bf16, fp16 and fp32 everywhere; tf32 from Ampere (8.0);
 //   fp8 (E4M3 operands, bf16 result, cuBLASLt) from Ada/Hopper (8.9).
 // - GEMM shapes: tokens per micro-batch 256 .. 65,536 against the zoo models' linear layers
-//   split by TP (fitted), and held-out shapes between them (never fitted).
+//   split by TP, and 128 .. 2,048 tokens per expert against the zoo MoE models' expert GEMMs
+//   (fitted), and held-out shapes between them (never fitted).
 // - Memory-bound kernels: RMSNorm, SwiGLU (silu(a) * b) and a residual add on bf16 activations,
 //   with the bytes and FLOPs each moves, for efficiency.memory_bound and the roofline.
 // - Collective group sizes: every size from 2 that divides the ranks, and the ranks.
@@ -41,7 +42,20 @@ std::vector<LinearShape> cuda_gemm_weight_shapes();
 // Tokens per micro-batch measured for a dtype: 256 .. 65,536 for the 16- and 8-bit types, up to
 // 4,096 for tf32 and fp32 (ten times slower; their large shapes would take most of the run).
 std::vector<int> cuda_gemm_tokens(const std::string& dtype);
-// The fitted shapes of a dtype: every weight shape at every token count.
+// The routed-expert GEMMs of a zoo MoE model on one expert: the first projection (gate and up
+// fused when gated) and the second; each dimension rounded up to a multiple of 16. Throws
+// std::invalid_argument for a dense model.
+std::vector<LinearShape> expert_linear_shapes(const std::string& model);
+// The expert shapes the CUDA suite fits: Qwen3-30B-A3B, Qwen3-235B-A22B, GPT-OSS 120B,
+// DeepSeek-V3 and Mixtral 8x7B, no shape twice. A grouped expert MLP runs one such GEMM per
+// local expert at its tokens per expert (Transformer Engine's GroupedLinear issues them one by
+// one), which is where the GEMM shape model is least certain: m of 128-2,048.
+std::vector<LinearShape> cuda_gemm_expert_shapes();
+// Tokens per expert measured for a dtype: 128 .. 2,048 for the 16- and 8-bit types (those MoE
+// training runs in); none for tf32 and fp32.
+std::vector<int> cuda_gemm_expert_tokens(const std::string& dtype);
+// The fitted shapes of a dtype: every weight shape at every token count, then every expert
+// shape at every tokens-per-expert count.
 std::vector<GemmPlanShape> cuda_gemm_fit_shapes(const std::string& dtype = "bf16");
 std::vector<GemmPlanShape> cuda_gemm_held_shapes();
 

@@ -160,9 +160,34 @@ TEST(CudaPlan, GemmShapesComeFromTheModels) {
   for (size_t i = 0; i < w.size(); ++i) {
     for (size_t j = i + 1; j < w.size(); ++j) EXPECT_FALSE(w[i].n == w[j].n && w[i].k == w[j].k) << w[i].what << " " << w[j].what;
   }
-  EXPECT_EQ(cuda_gemm_fit_shapes("bf16").size(), 125u);
+  // Expert GEMMs: 10 shapes at 5 tokens-per-expert counts, less four at 256 and 1,024 tokens
+  // that Llama 3.1 8B's layers already measure there: Mixtral's two (the TP 1 MLP), Qwen3-235B's
+  // first projection (the TP 2 QKV, 3072 x 4096) and DeepSeek-V3's (the TP 2 down projection).
+  EXPECT_EQ(cuda_gemm_fit_shapes("bf16").size(), 125u + 50u - 8u);
   EXPECT_EQ(cuda_gemm_fit_shapes("fp32").size(), 75u);
   EXPECT_EQ(cuda_gemm_tokens("fp8").back(), 65536);
+  const auto fit = cuda_gemm_fit_shapes("fp8");
+  for (size_t i = 0; i < fit.size(); ++i) {
+    for (size_t j = i + 1; j < fit.size(); ++j) EXPECT_FALSE(fit[i].m == fit[j].m && fit[i].n == fit[j].n && fit[i].k == fit[j].k);
+  }
+}
+
+// The expert GEMMs come from the zoo MoE models: Qwen3-30B-A3B's 128 experts of 768 (SwiGLU,
+// gate and up fused) on a 2,048 hidden size; a dense model has none.
+TEST(CudaPlan, ExpertGemmShapesComeFromTheMoeModels) {
+  const auto q = expert_linear_shapes("qwen3-30b-a3b");
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].what, "qwen3-30b-a3b expert fc1");
+  EXPECT_EQ(std::pair(q[0].n, q[0].k), std::pair(1536, 2048));
+  EXPECT_EQ(std::pair(q[1].n, q[1].k), std::pair(2048, 768));
+  const auto d = expert_linear_shapes("deepseek-v3");
+  EXPECT_EQ(std::pair(d[0].n, d[0].k), std::pair(4096, 7168));
+  EXPECT_EQ(std::pair(d[1].n, d[1].k), std::pair(7168, 2048));
+  EXPECT_THROW((void)expert_linear_shapes("llama3.1-8b"), std::invalid_argument);
+  const auto all = cuda_gemm_expert_shapes();
+  EXPECT_EQ(all.size(), 10u);
+  EXPECT_TRUE(cuda_gemm_expert_tokens("fp32").empty());
+  EXPECT_EQ(cuda_gemm_expert_tokens("bf16").front(), 128);
 }
 
 // What the CUDA suite measures, by device: fp8 from compute capability 8.9, tf32 from 8.0;
