@@ -1160,7 +1160,7 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
     const double peak = e.memory.peak().value() - (includes_runtime ? 0.0 : e.memory.stages[static_cast<size_t>(e.memory.peak_stage)].runtime.value());
     row.predicted_mem_gib = peak / 1073741824.0;
     row.mem_error = (row.predicted_mem_gib - row.measured_mem_gib) / row.measured_mem_gib;
-    row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context and NCCL buffers)" : "allocator peak (excludes CUDA context and NCCL)";
+    row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context and NCCL buffers)" : "allocator reserved peak (excludes CUDA context and NCCL)";
   }
   res.rows.push_back(row);
 }
@@ -1360,7 +1360,12 @@ std::string AccuracyResult::markdown() const {
                   pct(r.error).c_str(), r.simulated_s, pct(r.sim_error).c_str());
     o << buf;
   }
-  o << "\n## Peak memory per GPU (rows that report it)\n\n| row | basis | measured GiB | ledger GiB | error |\n|---|---|---:|---:|---:|\n";
+  o << "\n## Peak memory per GPU (rows that report it)\n\n"
+       "The ledger counts live tensors (and, for nvidia-smi rows, the CUDA context and NCCL buffers). Both measured bases "
+       "also hold what PyTorch's caching allocator keeps reserved beyond them: torchtitan logs `torch.cuda.max_memory_reserved` "
+       "(its `max_reserved_gib`), nvidia-smi shows the process's whole allocation; freed blocks cached for reuse and "
+       "fragmentation are not modelled.\n\n"
+       "| row | basis | measured GiB | ledger GiB | error |\n|---|---|---:|---:|---:|\n";
   for (const auto& r : rows) {
     if (r.measured_mem_gib < 0) continue;
     std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %.1f | %s |\n", r.id.c_str(), r.memory_basis.c_str(), r.measured_mem_gib,
