@@ -282,6 +282,8 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.attention_bwd = er.get_number("attention_bwd", 0.01, 1.0, 0.4);
     hw.efficiency.attention_flash2_fwd = er.get_number("attention_flash2_fwd", 0.01, 1.0, hw.efficiency.attention_fwd);
     hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
+    hw.efficiency.attention_tile = er.get_number("attention_tile", 0.0, 1024.0, 128.0);
+    hw.efficiency.attention_flash2_tile = er.get_number("attention_flash2_tile", 0.0, 1024.0, 64.0);
     hw.efficiency.attention_head_dim_scale = head_dim_scale(er, "attention_head_dim_scale");
     hw.efficiency.attention_flash2_head_dim_scale = head_dim_scale(er, "attention_flash2_head_dim_scale");
     parse_gemm_measured(er, hw);

@@ -82,9 +82,16 @@ struct Efficiency {
   // transfers and expert all-to-alls hidden behind computation slow it by that share of the
   // GPU. 0: communication does not interfere.
   double collective_sms = 0;
+  // Attention kernel throughput at long sequences (the asymptote; sim/cost/compute scales it by
+  // the keys a query row runs over and the masked share of the tiles computed).
   double attention_fwd = 0.5;        // fused attention forward: fraction of dense 16-bit peak
   double attention_bwd = 0.4;        // fused attention backward
   double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)
+  // Key tile of the attention kernels (keys per inner-loop step; FlashAttention-3 and cuDNN on
+  // Hopper use 128): a causal mask computes each query row's diagonal tile whole and a sliding
+  // window one partial tile more per row. 0: no tile granularity.
+  double attention_tile = 128;
+  double attention_flash2_tile = 64;  // FlashAttention-2's forward key block at head dim 128
   double attention_flash2_bwd = 0.4;
   // Attention kernel throughput by head dimension relative to the efficiencies above (which
   // hold at the points' 1.0): (head dim, factor) points, interpolated in log2 of the head dim

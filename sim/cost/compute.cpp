@@ -77,8 +77,16 @@ Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::
   const double kernel = flash2 ? (backward ? ef.attention_flash2_bwd : ef.attention_flash2_fwd)
                                : (backward ? ef.attention_bwd : ef.attention_fwd);
   const double by_head_dim = head_dim_factor(flash2 ? ef.attention_flash2_head_dim_scale : ef.attention_head_dim_scale, a.d_qk);
-  const double eff = kernel * by_head_dim *
-                     hw.efficiency.sustained_clock * ramp(a.sk, hw.efficiency.gemm_half_dim);
+  // Keys a query row runs over, and the useful share of the tiles it computes.
+  const double tile = flash2 ? ef.attention_flash2_tile : ef.attention_tile;
+  double keys = a.sk, useful = 1.0;
+  if (a.causal && a.sk >= a.sq) {
+    keys = a.sk / 2.0;
+    useful = keys / (keys + tile / 2.0);
+  } else if (a.banded) {
+    useful = keys / (keys + tile);
+  }
+  const double eff = kernel * by_head_dim * ef.sustained_clock * ramp(keys, ef.gemm_half_dim) * useful;
   const core::Flops f = backward ? a.forward_flops() * 2.5 : a.forward_flops();
   return f / core::FlopRate(hw.peak_for(sixteen_bit(hw)).value() * eff) + hw.efficiency.kernel_overhead;
 }

@@ -6,7 +6,14 @@
 // off (a 256-row GEMM runs ~35% below an 8192-row one; data/pcie-lab/gpipe_bubble.csv).
 // Fused (flash) attention: forward FLOPs 4*b*heads*sq*sk*d (QK^T and PV), halved under a causal
 // mask, backward 2.5x forward (five matmuls, one recomputing P); run at the profile's measured
-// attention efficiency of the 16-bit peak (attention stays 16-bit under fp8 training).
+// attention efficiency of the 16-bit peak (attention stays 16-bit under fp8 training), scaled
+// by the tiles: a query row's throughput ramps with the keys it runs over (keys / (keys +
+// gemm_half_dim)); a causal square block gives a query half the keys on average and computes
+// each row's diagonal tile whole, half of it masked (useful share keys / (keys + tile / 2)); a
+// sliding window computes one partial tile more than its keys (keys / (keys + tile)). With a
+// 128-key tile this follows FlashAttention-3 and cuDNN on H100 (causal forward, head dim 128,
+// 512-16k tokens) within 2% of one asymptote, and FlashAttention-2 with its 64-key tile within
+// 3%.
 // Unfused attention runs the two batched GEMMs plus softmax/mask/dropout passes over the
 // b*heads*sq*sk score tensor through HBM (the whole square, no causal skipping).
 // Element-wise work is HBM-bound: bytes / (HBM bandwidth * memory_bound).
@@ -34,10 +41,13 @@ struct AttentionShape {
   double batch = 1;     // sequences
   double heads = 1;     // query heads on this rank
   double sq = 1;        // query tokens
-  double sk = 1;        // key tokens visible (window-limited)
+  double sk = 1;        // key tokens visible (window-limited: the keys per query)
+  // ... in a sliding-window band: every query sees sk keys ending at itself (causal is then
+  // false, the mask being in sk already).
   double d_qk = 128;    // query/key head width
   double d_v = 128;     // value head width
   bool causal = true;
+  bool banded = false;
   [[nodiscard]] core::Flops forward_flops() const;
 };
 

@@ -414,8 +414,8 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   const double d_qk = m.mla.enabled() ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
                                       : static_cast<double>(m.head_dim);
   const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
-  auto attention_times = [&](double sk, bool causal = true) {
-    cost::AttentionShape a{static_cast<double>(p.micro_batch_size), heads_local, s / cp, sk, d_qk, d_v, causal};
+  auto attention_times = [&](double sk, bool causal = true, bool banded = false) {
+    cost::AttentionShape a{static_cast<double>(p.micro_batch_size), heads_local, s / cp, sk, d_qk, d_v, causal, banded};
     if (p.cp_comm == config::CpComm::kUlysses && p.cp > 1) {
       // Ulysses: full sequence, heads split over cp.
       a.heads = heads_local / cp;
@@ -448,7 +448,7 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   // attention computes the whole score matrix and masks it, so a window saves nothing there.
   const double keys = rc_.training.attention == config::AttentionImpl::kUnfused ? 0.0 : m.local_keys_per_query(rc_.training.seq_len);
   if (keys > 0) {
-    auto [af_w, ab_w, fl_w] = attention_times(keys, false);
+    auto [af_w, ab_w, fl_w] = attention_times(keys, false, true);
     const double w = m.sliding_layer_fraction;
     attn_f = af_full * (1.0 - w) + std::min(af_w, af_full) * w;
     attn_b = ab_full * (1.0 - w) + std::min(ab_w, ab_full) * w;
