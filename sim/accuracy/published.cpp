@@ -304,9 +304,15 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
     m["embedding_norm"] = true;
     notes.push_back("model: BLOOM normalises the token embeddings (word_embeddings_layernorm, --embed-layernorm)");
   } else if (f == Family::kMpt) {
-    m["position_embedding"] = "alibi";
+    // The benchmark's configs (scripts/train/yamls/pretrain/mpt-*.yaml) leave attn_config.alibi
+    // unset, so MPTConfig's default learned position embeddings of max_seq_len x d_model are
+    // trained: the table's NumParams grows by d_model per position (MPT-7B: 6,658,859,008 at
+    // 2,048 tokens, 6,667,247,616 at 4,096).
+    m["position_embedding"] = "learned";
+    m["max_position_embeddings"] = inum(r, "seq_len");
     m["linear_bias"] = false;
-    notes.push_back("model: MPT uses ALiBi, no biases, tied embeddings (llm-foundry MPT configs)");
+    notes.push_back("model: MPT as the llm-foundry benchmark configs build it: learned position embeddings (no ALiBi; "
+                    "NumParams grows by d_model per position of the sequence), no biases, tied embeddings");
   }
   return m;
 }
