@@ -178,6 +178,34 @@ TEST(PublishedRows, RecomputeLayerCountFromTheRow) {
   EXPECT_FALSE(run["parallel"].contains("recompute_layers"));
 }
 
+// A row that does not state its micro-batch runs the one a tuned benchmark would: the power of
+// two dividing the per-replica batch that fits and gives the shortest estimated step. Without a
+// pipeline a larger micro-batch only makes the GEMMs and TP exchanges larger (a Megatron 2021
+// style 18B row picks more than 1); no candidate estimates faster than the one chosen.
+TEST(PublishedRows, UnstatedMicroBatchIsTheFastestThatFits) {
+  Json r = base_row();
+  r.update(Json{{"model", "GPT 18.4B (Megatron)"}, {"framework", "Megatron-LM (PTD-P)"}, {"gpu_type", "A100 SXM4 80GB"},
+                {"params_b", 18.4}, {"layers", 40}, {"hidden", 6144}, {"heads", 48}, {"vocab", 51200}, {"seq_len", 2048},
+                {"tp", 8}, {"pp", 1}, {"num_gpus", 256}, {"global_batch_seqs", 1024}, {"recompute", "full activation recomputation"}});
+  r.erase("micro_batch");
+  const auto res = accuracy_of({r}, "unstated_mbs.jsonl");
+  ASSERT_EQ(res.rows.size(), 1u);
+  const Json& run = res.rows[0].run;
+  const int64_t chosen = run["parallel"]["micro_batch_size"];
+  EXPECT_GT(chosen, 1);
+  bool noted = false;
+  for (const auto& a : res.rows[0].assumptions) noted |= a.find("parallel: micro-batch size " + std::to_string(chosen) + " (not stated;") == 0;
+  EXPECT_TRUE(noted);
+  const double t_chosen = estimate::estimate_step(config::parse_run(run, "<test>", "")).step_time_s;
+  for (int64_t b = 1; b <= 32; b *= 2) {
+    Json trial = run;
+    trial["parallel"]["micro_batch_size"] = b;
+    const auto rc = config::parse_run(trial, "<test>", "");
+    const auto e = estimate::estimate_step(rc);
+    if (e.memory.fits()) EXPECT_GE(e.step_time_s, t_chosen) << b;
+  }
+}
+
 // An MoE row's expert tensor parallelism is the row's when it states one; otherwise Megatron's
 // default (etp = tp) applies and this layout (ep 32 x etp 2 over tp 2 x dp 16) is refused.
 TEST(PublishedRows, ExpertTensorParallelFromTheRow) {
