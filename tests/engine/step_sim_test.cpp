@@ -198,9 +198,13 @@ TEST(ZeroThree, InLineCollectivesSerializeWithCompute) {
         if (t.kind == TaskKind::kDpComm && static_cast<size_t>(t.rank) == st) dp_time += engine::to_seconds(qs.finish[id] - qs.start[id]);
       }
       EXPECT_LE(qs.stages[st].dp_wait_s, dp_time * (1.0 + 1e-9)) << "pp " << pp << " stage " << st;
-      if (pp > 1) EXPECT_GT(qs.stages[st].dp_wait_s, 0.5 * dp_time) << "pp " << pp << " stage " << st;
+      if (pp > 1) {
+        EXPECT_GT(qs.stages[st].dp_wait_s, 0.5 * dp_time) << "pp " << pp << " stage " << st;
+      }
     }
-    if (pp > 1) EXPECT_GT(qs.step.breakdown.bubble, 0.0);
+    if (pp > 1) {
+      EXPECT_GT(qs.step.breakdown.bubble, 0.0);
+    }
   }
   // Overlapped (the default), a pipeline of one stage still has no bubble: the compute
   // stream's waits for the first gathers are data-parallel communication.
