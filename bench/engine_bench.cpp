@@ -86,11 +86,11 @@ void BM_DeepseekV3Symmetric(benchmark::State& state) {
       {"model", "deepseek-v3"},
       {"hardware", "h800"},
       {"cluster", {{"num_gpus", 2048}}},
-      {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}}},
+      {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}, {"mtp_layers", 1}}},
       {"parallel",
        {{"tp", 1}, {"pp", 16}, {"dp", 128}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1},
         {"recompute", "selective"}, {"recompute_modules", {"layernorm", "mla_up_proj"}}, {"schedule", "1f1b"},
-        {"first_stage_layers", 3}, {"last_stage_layers", 2},
+        {"first_stage_layers", 4}, {"last_stage_layers", 1},
         {"moe", {{"overlap", "micro-batch"}, {"max_nodes_per_token", 4}}}}}};
   const auto rc = stepcast::config::parse_run(j, "<bench>", "");
   stepcast::engine::SimResult r;
