@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <string>
+#include <vector>
 
 #include "sim/config/run_config.hpp"
 #include "sim/engine/engine.hpp"
@@ -45,17 +46,17 @@ void BM_EngineEvents(benchmark::State& state) {
 }
 BENCHMARK(BM_EngineEvents)->Arg(16384)->Unit(benchmark::kMillisecond);
 
+// The issues' target steps are the example run files (configs/examples), loaded from the
+// source tree so the benchmarks and the examples cannot drift apart.
+stepcast::config::RunConfig example(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  return stepcast::config::load_run_file(std::string(STEPCAST_SOURCE_DIR) + "/configs/examples/" + name + ".json", overrides);
+}
+
+// Issue 3 target: llama3.1-405b on 16,384 h100-sxm (tp 8, pp 16 with first and last stages one
+// layer short, dp 128, 1F1B); with one slow rank every rank is simulated.
 stepcast::config::RunConfig llama405b(bool slow_rank) {
-  stepcast::core::Json j = {
-      {"model", "llama3.1-405b"},
-      {"hardware", "h100-sxm"},
-      {"cluster", {{"num_gpus", 16384}}},
-      {"training", {{"seq_len", 8192}, {"global_batch_size", 2048}, {"precision", "bf16"}}},
-      {"parallel",
-       {{"tp", 8}, {"pp", 16}, {"dp", 128}, {"sp", true}, {"micro_batch_size", 1}, {"zero_stage", 1},
-        {"schedule", "1f1b"}, {"first_stage_layers", 7}, {"last_stage_layers", 7}}}};
-  if (slow_rank) j["scenario"] = {{"slowdown", {{"ranks", {5}}, {"factor", 1.1}}}};
-  return stepcast::config::parse_run(j, "<bench>", "");
+  return example("llama3.1-405b-h100x16384",
+                 slow_rank ? std::vector<std::string>{R"(scenario={"slowdown": {"ranks": [5], "factor": 1.1}})"} : std::vector<std::string>{});
 }
 
 void BM_Llama405bSymmetric(benchmark::State& state) {
@@ -79,20 +80,9 @@ void BM_Llama405bAllRanks(benchmark::State& state) {
 }
 BENCHMARK(BM_Llama405bAllRanks)->Unit(benchmark::kSecond)->Iterations(1);
 
-// Issue 4 target: deepseek-v3 on 2,048 h800 (pp 16, ep 64, dp 128, tp 1) with symmetry < 2 s
-// (configs/examples/deepseek-v3-h800x2048.json).
+// Issue 4 target: deepseek-v3 on 2,048 h800 (pp 16, ep 64, dp 128, tp 1) with symmetry < 2 s.
 void BM_DeepseekV3Symmetric(benchmark::State& state) {
-  const stepcast::core::Json j = {
-      {"model", "deepseek-v3"},
-      {"hardware", "h800"},
-      {"cluster", {{"num_gpus", 2048}}},
-      {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}, {"mtp_layers", 1}}},
-      {"parallel",
-       {{"tp", 1}, {"pp", 16}, {"dp", 128}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1},
-        {"recompute", "selective"}, {"recompute_modules", {"layernorm", "mla_up_proj"}}, {"schedule", "1f1b"},
-        {"first_stage_layers", 4}, {"last_stage_layers", 1},
-        {"moe", {{"overlap", "micro-batch"}, {"max_nodes_per_token", 4}}}}}};
-  const auto rc = stepcast::config::parse_run(j, "<bench>", "");
+  const auto rc = example("deepseek-v3-h800x2048");
   stepcast::engine::SimResult r;
   for (auto _ : state) r = stepcast::engine::simulate_step(rc);
   state.counters["step_time_s"] = r.step.step_time_s;

@@ -27,6 +27,10 @@ using core::Json;
 
 namespace {
 
+// The assumption a row without a micro-batch gets from the converter; process_row replaces it
+// with the micro-batch it chooses.
+const char* const kUnstatedMicroBatch = "parallel: micro-batch size 1 (not stated)";
+
 bool has(const Json& r, const char* k) { return r.contains(k) && !r[k].is_null(); }
 double num(const Json& r, const char* k, double fallback = 0) { return has(r, k) ? r[k].get<double>() : fallback; }
 int64_t inum(const Json& r, const char* k, int64_t fallback = 0) {
@@ -538,7 +542,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
       notes.push_back("parallel: pipeline micro-batches = pp (torchtitan default), so micro-batch = local batch / pp = " + std::to_string(mbs));
     } else {
       mbs = 1;
-      notes.push_back("parallel: micro-batch size 1 (not stated)");
+      notes.push_back(kUnstatedMicroBatch);
     }
   }
   parallel["micro_batch_size"] = mbs;
@@ -1112,9 +1116,8 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
     // fastest for the layout (Megatron-LM 2021, Sec. 4.2: the best micro-batch depends on the
     // model, p, d and B, and its tables are tuned): the power of two dividing the per-replica
     // batch that fits with the stated recomputation and gives the shortest estimated step.
-    const std::string unstated_mbs = "parallel: micro-batch size 1 (not stated)";
     auto& notes_json = run["assumptions"];
-    if (const auto it = std::find(notes_json.begin(), notes_json.end(), unstated_mbs); it != notes_json.end()) {
+    if (const auto it = std::find(notes_json.begin(), notes_json.end(), kUnstatedMicroBatch); it != notes_json.end()) {
       const int64_t local = rc.training.global_batch_size / std::max<int64_t>(1, rc.parallel.dp);
       double best = memory::compute_ledger(rc).fits() ? estimate::estimate_step(rc).step_time_s : 1e300;
       int64_t best_mbs = 1;
@@ -1131,8 +1134,7 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
           continue;  // the schedule refuses this micro-batch count
         }
       }
-      *std::find(notes_json.begin(), notes_json.end(), unstated_mbs) =
-          "parallel: micro-batch size " + std::to_string(best_mbs) +
+      *it = "parallel: micro-batch size " + std::to_string(best_mbs) +
           " (not stated; the power of two dividing the per-replica batch that fits and gives the shortest estimated step, as tuned benchmark tables ran)";
       run["parallel"]["micro_batch_size"] = best_mbs;
       rc = config::parse_run(run, "published:" + id, "");

@@ -42,11 +42,11 @@ struct AttentionShape {
   double heads = 1;     // query heads on this rank
   double sq = 1;        // query tokens
   double sk = 1;        // key tokens visible (window-limited: the keys per query)
-  // ... in a sliding-window band: every query sees sk keys ending at itself (causal is then
-  // false, the mask being in sk already).
   double d_qk = 128;    // query/key head width
   double d_v = 128;     // value head width
   bool causal = true;
+  // A sliding-window band: every query sees sk keys ending at itself (causal is then false,
+  // the mask being in sk already).
   bool banded = false;
   [[nodiscard]] core::Flops forward_flops() const;
 };
