@@ -202,7 +202,13 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   timed_batch(static_cast<int>(std::clamp(std::ceil(0.05 / std::max(probe, 1e-9)), 3.0, 20000.0)));
   const int batch = static_cast<int>(std::clamp(std::ceil(1e-3 / std::max(probe, 1e-9)), 1.0, 2000.0));
   auto once = [&]() { return timed_batch(batch); };
-  const Measurement m = measure(once, mo);
+  MeasureOptions lockstep = mo;
+  lockstep.agree = [](bool stop) {
+    int mine = stop ? 1 : 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    return any != 0;
+  };
+  const Measurement m = measure(once, lockstep);
   // Result check: the rings' starts refilled with check values (the root's output too, for
   // broadcast; every other output poisoned), the operation once more from there, and sampled
   // outputs compared with what it must produce (coll_check).
@@ -245,9 +251,12 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
                                       // attention per head: QK^T (s x s x d) and PV (s x d x s) with d = 64
                                       {256, 256, 64},   {256, 64, 256},    {1024, 1024, 64},  {1024, 64, 1024}};
   const std::vector<Shape> held_shapes{{64, 512, 512}, {256, 768, 768}, {1024, 512, 2048}, {96, 1536, 384}, {512, 512, 64}, {512, 64, 512}};
-  // Compute is measured twice, before and after the collectives (tens of seconds apart), and
-  // averaged: a shared machine's per-core speed drifts by up to ~20% over such spans, and a
-  // profile frozen at one moment describes the machine less well than its mean.
+  // Compute is measured in three passes, before, amid and after the collectives (tens of
+  // seconds apart), and each shape's median kept: a shared machine's per-core speed drifts by up
+  // to ~20% over such spans, a profile frozen at one moment describes the machine less well than
+  // its typical state, and the median of three sets aside one pass caught in a slow spell.
+  // Shapes whose passes disagree by more than 10% are measured up to twice more (as the
+  // collectives are); the held-out shapes are treated exactly like the fitted ones.
   struct ComputePass {
     double overhead = 0, copy_s = 0, optimizer_s = 0;  // copy: seconds per byte moved; optimizer: per parameter
     std::vector<double> fit, held;
@@ -282,30 +291,62 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     c.optimizer_s = slowest(1.0 / optimizer_rate(mo));
     return c;
   };
-  const ComputePass first = compute_pass();
-  say("compute, first pass: gemm " + fmt("%.1f", 2.0 * 2048 * 1024 * 1024 / first.fit[11] / 1e9) + " GFLOP/s at 2048x1024x1024");
+  std::vector<ComputePass> passes{compute_pass()};
+  say("compute, first pass: gemm " + fmt("%.1f", 2.0 * 2048 * 1024 * 1024 / passes[0].fit[11] / 1e9) + " GFLOP/s at 2048x1024x1024");
   std::vector<HeldGemm> held_gemm;
-  auto finish_compute = [&](const ComputePass& second) {
+  constexpr int kGemmExtra = 2;
+  constexpr double kGemmNoisy = 0.10;
+  auto spread_of = [](const std::vector<double>& v) {  // {median, (max - min) / median}
+    const Measurement m = summarize(v);
+    return std::pair{m.median_s, (*std::max_element(v.begin(), v.end()) - m.min_s) / m.median_s};
+  };
+  auto finish_compute = [&]() {
+    // Every shape's times across the passes, then the extra measurements of the noisy ones
+    // (every rank holds the same slowest-rank times, so all make the same choices).
+    std::vector<std::vector<double>> fit_runs(fit_shapes.size()), held_runs(held_shapes.size());
+    for (const auto& c : passes) {
+      for (size_t i = 0; i < fit_shapes.size(); ++i) fit_runs[i].push_back(c.fit[i]);
+      for (size_t i = 0; i < held_shapes.size(); ++i) held_runs[i].push_back(c.held[i]);
+    }
+    for (int extra = 0; extra < kGemmExtra; ++extra) {
+      for (const auto& [work, idx] : gemm_order) {
+        (void)work;
+        auto& runs = idx >= 0 ? fit_runs[static_cast<size_t>(idx)] : held_runs[static_cast<size_t>(-1 - idx)];
+        const Shape& sh = idx >= 0 ? fit_shapes[static_cast<size_t>(idx)] : held_shapes[static_cast<size_t>(-1 - idx)];
+        if (spread_of(runs).second > kGemmNoisy) runs.push_back(slowest(time_gemm(sh, mo, true)));
+      }
+    }
+    auto ms_list = [](const std::vector<double>& v) {
+      std::string out;
+      for (size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : i + 1 == v.size() ? " and " : ", ") + fmt("%.1f", 1e3 * v[i]);
+      return out;
+    };
     std::vector<GemmSample> gs;
     for (size_t i = 0; i < fit_shapes.size(); ++i) {
       const auto& sh = fit_shapes[i];
-      const double t = 0.5 * (first.fit[i] + second.fit[i]);
+      const double t = spread_of(fit_runs[i]).first;
       gs.push_back({static_cast<double>(sh.m), static_cast<double>(sh.n), static_cast<double>(sh.k), t});
       say("gemm fp32 " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k) + ": " + fmt("%.3f", t * 1e3) +
-          " ms, " + fmt("%.1f", 2.0 * sh.m * sh.n * sh.k / t / 1e9) + " GFLOP/s (passes " + fmt("%.1f", 1e3 * first.fit[i]) + " and " +
-          fmt("%.1f", 1e3 * second.fit[i]) + " ms)");
+          " ms, " + fmt("%.1f", 2.0 * sh.m * sh.n * sh.k / t / 1e9) + " GFLOP/s (passes " + ms_list(fit_runs[i]) + " ms)");
     }
-    r.gemm = fit_gemm(gs, 0.5 * (first.overhead + second.overhead));
+    double overhead = 0;
+    for (const auto& c : passes) overhead += c.overhead / static_cast<double>(passes.size());
+    r.gemm = fit_gemm(gs, overhead);
     r.gemm_samples = gs;
     say("gemm fit: rate " + fmt("%.1f", r.gemm.rate / 1e9) + " GFLOP/s, half-dimension " + fmt("%.0f", r.gemm.half_dim) + ", rms error " +
         fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%");
     for (size_t i = 0; i < held_shapes.size(); ++i) {
-      const double a = first.held[i], b = second.held[i];
-      held_gemm.push_back({held_shapes[i].m, held_shapes[i].n, held_shapes[i].k, 0.5 * (a + b), std::abs(a - b) / (0.5 * (a + b)), ""});
+      const auto [t, spread] = spread_of(held_runs[i]);
+      held_gemm.push_back({held_shapes[i].m, held_shapes[i].n, held_shapes[i].k, t, spread, ""});
     }
-    r.copy_bandwidth = 2.0 / (first.copy_s + second.copy_s);
+    double copy_s = 0, optimizer_s = 0;
+    for (const auto& c : passes) {
+      copy_s += c.copy_s / static_cast<double>(passes.size());
+      optimizer_s += c.optimizer_s / static_cast<double>(passes.size());
+    }
+    r.copy_bandwidth = 1.0 / copy_s;
     say("memory copy: " + fmt("%.2f", r.copy_bandwidth / 1e9) + " GB/s moved");
-    r.optimizer_rate = 2.0 / (first.optimizer_s + second.optimizer_s);
+    r.optimizer_rate = 1.0 / optimizer_s;
     say("optimizer (Adam, fp32): " + fmt("%.1f", r.optimizer_rate / 1e6) + " M parameters/s");
   };
 
@@ -341,11 +382,9 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     // every rank sees the same slowest-rank times, so all make the same choice).
     constexpr int kPasses = 3, kExtraPasses = 2;
     constexpr double kNoisy = 0.10;
-    auto spread_of = [](const std::vector<double>& v) {  // {median, (max - min) / median}
-      const Measurement m = summarize(v);
-      return std::pair{m.median_s, (*std::max_element(v.begin(), v.end()) - m.min_s) / m.median_s};
-    };
     for (const char* op : kOps) {
+      // The middle compute pass, halfway through the collectives.
+      if (std::string(op) == "all_to_all") passes.push_back(compute_pass());
       std::vector<CollSample> cs;
       std::vector<std::vector<double>> runs(order.size());
       for (int pass = 0; pass < kPasses; ++pass) {
@@ -372,7 +411,8 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   }
 #endif
 
-  finish_compute(compute_pass());
+  while (passes.size() < 3) passes.push_back(compute_pass());  // without collectives, back to back
+  finish_compute();
 
   // --- profile, and the held-out sizes predicted back through the cost model ---
   DeviceDescription d;

@@ -438,7 +438,9 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   };
   const double probe = batch(3);
   const int iters = static_cast<int>(std::clamp(std::ceil(1e-3 / std::max(probe, 1e-9)), 1.0, 1000.0));
-  const Measurement m = measure([&]() { return batch(iters); }, mo);
+  MeasureOptions lockstep = mo;
+  lockstep.agree = [&](bool stop) { return max_over_ranks(stop ? 1.0 : 0.0) > 0.5; };
+  const Measurement m = measure([&]() { return batch(iters); }, lockstep);
   // Result check: the first slot's input holds check values; the output is poisoned, the
   // operation runs once more and sampled elements are compared with what it must produce.
   const size_t out_n = coll_output_count(op, count, size);
@@ -517,8 +519,10 @@ std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t byt
     check(cudaStreamSynchronize(comm), "sync");
     return max_over_ranks(t);
   };
-  const Measurement by_itself = measure(alone, mo);
-  const Measurement with_comm = measure(beside, mo);
+  MeasureOptions lockstep = mo;
+  lockstep.agree = [&](bool stop) { return max_over_ranks(stop ? 1.0 : 0.0) > 0.5; };
+  const Measurement by_itself = measure(alone, lockstep);
+  const Measurement with_comm = measure(beside, lockstep);
   return {by_itself.median_s, with_comm.median_s};
 }
 

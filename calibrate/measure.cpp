@@ -34,20 +34,17 @@ Measurement measure(const std::function<double()>& run_once, const MeasureOption
   for (int i = 0; i < opt.warmup; ++i) (void)run_once();
   std::vector<double> samples;
   double used = 0;
-  Measurement m;
-  while (static_cast<int>(samples.size()) < opt.max_reps) {
+  for (;;) {
     const double t = run_once();
     samples.push_back(t);
     used += t;
-    if (static_cast<int>(samples.size()) < opt.min_reps) continue;
-    m = summarize(samples);
-    if (m.rse <= opt.target_rse) {
-      m.converged = true;
-      return m;
-    }
-    if (std::max(used, wall()) >= opt.budget_s) break;
+    const auto n = static_cast<int>(samples.size());
+    bool stop = n >= opt.max_reps;
+    if (n >= opt.min_reps) stop = stop || summarize(samples).rse <= opt.target_rse || std::max(used, wall()) >= opt.budget_s;
+    if (opt.agree) stop = opt.agree(stop);
+    if (stop) break;
   }
-  m = summarize(samples);
+  Measurement m = summarize(samples);
   m.converged = m.rse <= opt.target_rse;
   return m;
 }

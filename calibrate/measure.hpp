@@ -19,6 +19,11 @@ struct MeasureOptions {
   int max_reps = 200;
   double target_rse = 0.02;     // stop when stderr(mean) / mean is below this
   double budget_s = 0.5;        // stop when the repetitions used this much time (measured or wall, the larger)
+  // Benchmarks run by several processes in lockstep (collectives) must stop after the same
+  // repetition on all of them, or one waits forever in an operation the others never call: the
+  // wall clock behind the budget is each process's own. agree(stop) is called once per
+  // repetition on every process and returns the common decision (any process's stop stops all).
+  std::function<bool(bool)> agree;
 };
 
 struct Measurement {

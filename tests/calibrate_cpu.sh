@@ -40,12 +40,18 @@ calibrate_and_check() {
   fi
   return 0
 }
-# The shared machine's speed can change mid-run for longer than the passes notice; a second
-# run separates that from a model error, which fails both.
-if ! calibrate_and_check; then
-  echo "first calibration failed its checks; calibrating again"
-  calibrate_and_check || exit 1
-fi
+# The shared machine's speed can change mid-run for longer than the passes notice; further
+# runs separate that from a model error, which fails every run. Up to three runs (each held to
+# the 2-minute limit and the 10% rule on its own; the ctest timeout allows three).
+ok=0
+t0=$(date +%s)
+for attempt in 1 2 3; do
+  if calibrate_and_check; then ok=1; break; fi
+  # Another run must fit before the ctest timeout (420 s), a run taking up to 120 s.
+  if (( attempt == 3 || $(date +%s) - t0 > 280 )); then break; fi
+  echo "calibration $attempt failed its checks; calibrating again"
+done
+(( ok )) || exit 1
 cat >"$out/run.json" <<JSON
 {"model": {"name": "tiny", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4, "intermediate_size": 1024,
            "vocab_size": 1024, "hidden_act": "silu"},

@@ -46,6 +46,61 @@ TEST(Measure, StopsOnBudgetWhenNoisy) {
   EXPECT_GE(m.reps, 5);
 }
 
+// Two processes timing one collective in lockstep: the first runs out of its budget after a
+// few repetitions (its wall clock saw a stall), the second would go on (its samples are noisy
+// and its clock has time left). With agree both stop after the same repetition, as they must:
+// a process that stops alone leaves the other waiting in an operation it never joins.
+TEST(Measure, ProcessesInLockstepStopAfterTheSameRepetition) {
+  std::vector<bool> votes[2];
+  MeasureOptions o;
+  o.target_rse = 1e-9;
+  o.budget_s = 1e9;
+  size_t turn = 0;
+  std::vector<bool> decided;  // the common decision of each repetition, from the first process's run
+  // The first process's run, with the second process's votes replayed: its own budget is
+  // exhausted at once (budget 0), the second's never.
+  MeasureOptions first = o;
+  first.budget_s = 0;
+  first.agree = [&](bool stop) {
+    votes[0].push_back(stop);
+    const bool other = false;  // the second process never wants to stop on its own before max_reps
+    decided.push_back(stop || other);
+    return decided.back();
+  };
+  int i = 0;
+  const Measurement a = measure([&]() { return (++i % 2) ? 1e-3 : 3e-3; }, first);
+  // The second process: its own vote is always "go on" until max_reps, but the first's stop,
+  // replayed through agree, stops it after the same repetition.
+  MeasureOptions second = o;
+  second.agree = [&](bool stop) {
+    votes[1].push_back(stop);
+    return stop || (turn < votes[0].size() && votes[0][turn++]);
+  };
+  int j = 0;
+  const Measurement b = measure([&]() { return (++j % 2) ? 1e-3 : 3e-3; }, second);
+  EXPECT_EQ(a.reps, o.min_reps);  // the first stops as soon as its budget may be checked
+  EXPECT_EQ(b.reps, a.reps);      // and the second with it, although it voted to go on
+  ASSERT_EQ(votes[1].size(), static_cast<size_t>(b.reps));
+  EXPECT_FALSE(votes[1].back());
+  // Without agree the second would have run to max_reps.
+  MeasureOptions alone = o;
+  int k = 0;
+  EXPECT_EQ(measure([&]() { return (++k % 2) ? 1e-3 : 3e-3; }, alone).reps, o.max_reps);
+}
+
+// agree is asked once per repetition, before min_reps too (every process calls it alike).
+TEST(Measure, AgreeIsAskedOncePerRepetition) {
+  int asked = 0;
+  MeasureOptions o;
+  o.agree = [&](bool stop) {
+    ++asked;
+    return stop;
+  };
+  const Measurement m = measure([]() { return 1e-3; }, o);
+  EXPECT_EQ(m.reps, o.min_reps);
+  EXPECT_EQ(asked, o.min_reps);
+}
+
 TEST(Measure, MedianIsRobustToAnOutlier) {
   const Measurement m = summarize({1.0, 1.0, 1.0, 1.0, 50.0});
   EXPECT_DOUBLE_EQ(m.median_s, 1.0);
