@@ -349,7 +349,7 @@ double megatron_eq3_flops(double B, double s, double l, double h, double V) {
 
 }  // namespace
 
-bool row_to_run(const Json& r, Json& run, std::string& reason) {
+bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   std::vector<std::string> notes;
   const std::string id = str(r, "id");
   const Family fam = family_of(r);
@@ -380,7 +380,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     Json with_layout = r;
     with_layout["tp"] = tp;
     with_layout["pp"] = mp / tp;
-    if (!row_to_run(with_layout, run, reason)) return false;
+    if (!row_to_run(with_layout, run, reason, gaps)) return false;
     run["assumptions"].push_back("parallel: tp " + std::to_string(tp) + ", pp " + std::to_string(mp / tp) + ": the row gives only the model-parallel size " +
                                  std::to_string(mp) + "; Megatron-LM keeps tensor parallelism inside a node (up to 8 ways) and pipelines the rest");
     return true;
@@ -543,6 +543,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason) {
     } else {
       mbs = 1;
       notes.push_back(kUnstatedMicroBatch);
+      if (gaps != nullptr) gaps->micro_batch_unstated = true;
     }
   }
   parallel["micro_batch_size"] = mbs;
@@ -1105,7 +1106,8 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
   }
   Json run;
   std::string reason;
-  if (!row_to_run(r, run, reason)) {
+  RowGaps gaps;
+  if (!row_to_run(r, run, reason, &gaps)) {
     res.skipped.push_back({id, reason});
     return;
   }
@@ -1116,8 +1118,9 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
     // fastest for the layout (Megatron-LM 2021, Sec. 4.2: the best micro-batch depends on the
     // model, p, d and B, and its tables are tuned): the power of two dividing the per-replica
     // batch that fits with the stated recomputation and gives the shortest estimated step.
-    auto& notes_json = run["assumptions"];
-    if (const auto it = std::find(notes_json.begin(), notes_json.end(), kUnstatedMicroBatch); it != notes_json.end()) {
+    if (gaps.micro_batch_unstated) {
+      auto& notes_json = run["assumptions"];
+      const auto it = std::find(notes_json.begin(), notes_json.end(), kUnstatedMicroBatch);
       const int64_t local = rc.training.global_batch_size / std::max<int64_t>(1, rc.parallel.dp);
       double best = memory::compute_ledger(rc).fits() ? estimate::estimate_step(rc).step_time_s : 1e300;
       int64_t best_mbs = 1;
@@ -1134,8 +1137,13 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
           continue;  // the schedule refuses this micro-batch count
         }
       }
-      *it = "parallel: micro-batch size " + std::to_string(best_mbs) +
+      const std::string chosen = "parallel: micro-batch size " + std::to_string(best_mbs) +
           " (not stated; the power of two dividing the per-replica batch that fits and gives the shortest estimated step, as tuned benchmark tables ran)";
+      if (it != notes_json.end()) {
+        *it = chosen;
+      } else {
+        notes_json.push_back(chosen);
+      }
       run["parallel"]["micro_batch_size"] = best_mbs;
       rc = config::parse_run(run, "published:" + id, "");
     }

@@ -104,9 +104,15 @@ struct AccuracyResult {
   [[nodiscard]] std::string markdown() const;
 };
 
+// What the conversion had to choose because the row does not say, for the caller to refine
+// with the cost model (the converter itself stays a pure mapping of the row's fields).
+struct RowGaps {
+  bool micro_batch_unstated = false;  // micro-batch set to 1 as a placeholder
+};
+
 // Converts one published row into a run-file JSON object; returns false with a reason when
 // the row cannot be expressed.
-bool row_to_run(const core::Json& row, core::Json& run, std::string& reason);
+bool row_to_run(const core::Json& row, core::Json& run, std::string& reason, RowGaps* gaps = nullptr);
 
 // A hardware (datasheet) row against the built-in profile it maps to.
 bool check_datasheet(const core::Json& row, DatasheetCheck& out, std::string& reason);
