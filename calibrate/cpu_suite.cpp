@@ -291,11 +291,13 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     c.optimizer_s = slowest(1.0 / optimizer_rate(mo));
     return c;
   };
+  // One rule for GEMMs and collectives: a benchmark whose passes disagree by more than kNoisy
+  // is measured up to kExtraPasses more times, and its median kept.
+  constexpr int kComputePasses = 3, kExtraPasses = 2;
+  constexpr double kNoisy = 0.10;
   std::vector<ComputePass> passes{compute_pass()};
   say("compute, first pass: gemm " + fmt("%.1f", 2.0 * 2048 * 1024 * 1024 / passes[0].fit[11] / 1e9) + " GFLOP/s at 2048x1024x1024");
   std::vector<HeldGemm> held_gemm;
-  constexpr int kGemmExtra = 2;
-  constexpr double kGemmNoisy = 0.10;
   auto spread_of = [](const std::vector<double>& v) {  // {median, (max - min) / median}
     const Measurement m = summarize(v);
     return std::pair{m.median_s, (*std::max_element(v.begin(), v.end()) - m.min_s) / m.median_s};
@@ -308,12 +310,12 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
       for (size_t i = 0; i < fit_shapes.size(); ++i) fit_runs[i].push_back(c.fit[i]);
       for (size_t i = 0; i < held_shapes.size(); ++i) held_runs[i].push_back(c.held[i]);
     }
-    for (int extra = 0; extra < kGemmExtra; ++extra) {
+    for (int extra = 0; extra < kExtraPasses; ++extra) {
       for (const auto& [work, idx] : gemm_order) {
         (void)work;
         auto& runs = idx >= 0 ? fit_runs[static_cast<size_t>(idx)] : held_runs[static_cast<size_t>(-1 - idx)];
         const Shape& sh = idx >= 0 ? fit_shapes[static_cast<size_t>(idx)] : held_shapes[static_cast<size_t>(-1 - idx)];
-        if (spread_of(runs).second > kGemmNoisy) runs.push_back(slowest(time_gemm(sh, mo, true)));
+        if (spread_of(runs).second > kNoisy) runs.push_back(slowest(time_gemm(sh, mo, true)));
       }
     }
     auto ms_list = [](const std::vector<double>& v) {
@@ -380,11 +382,10 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     // otherwise be frozen into one point of the curve (and the interpolation around it).
     // Sizes whose passes disagree by more than 10% get up to two more (adaptive on noise;
     // every rank sees the same slowest-rank times, so all make the same choice).
-    constexpr int kPasses = 3, kExtraPasses = 2;
-    constexpr double kNoisy = 0.10;
-    for (const char* op : kOps) {
-      // The middle compute pass, halfway through the collectives.
-      if (std::string(op) == "all_to_all") passes.push_back(compute_pass());
+    constexpr int kPasses = 3;
+    for (size_t oi = 0; oi < std::size(kOps); ++oi) {
+      const char* op = kOps[oi];
+      if (oi == std::size(kOps) / 2) passes.push_back(compute_pass());  // the middle compute pass
       std::vector<CollSample> cs;
       std::vector<std::vector<double>> runs(order.size());
       for (int pass = 0; pass < kPasses; ++pass) {
@@ -411,7 +412,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   }
 #endif
 
-  while (passes.size() < 3) passes.push_back(compute_pass());  // without collectives, back to back
+  while (passes.size() < static_cast<size_t>(kComputePasses)) passes.push_back(compute_pass());  // without collectives, back to back
   finish_compute();
 
   // --- profile, and the held-out sizes predicted back through the cost model ---

@@ -386,6 +386,14 @@ __global__ void fill_constant(__nv_bfloat16* p, size_t n, float v) {
 
 }  // namespace
 
+namespace {
+// Options for a benchmark every rank times together: one stop decision for all (any rank's).
+MeasureOptions in_lockstep(MeasureOptions mo, const std::function<double(double)>& max_over_ranks) {
+  mo.agree = [&max_over_ranks](bool stop) { return max_over_ranks(stop ? 1.0 : 0.0) > 0.5; };
+  return mo;
+}
+}  // namespace
+
 double time_collective(const std::string& op, size_t bytes, int rank, int size, const MeasureOptions& mo,
                        const std::function<void()>& barrier, const std::function<double(double)>& max_over_ranks) {
   const size_t count = bytes / 2;  // bf16 elements
@@ -438,8 +446,7 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
   };
   const double probe = batch(3);
   const int iters = static_cast<int>(std::clamp(std::ceil(1e-3 / std::max(probe, 1e-9)), 1.0, 1000.0));
-  MeasureOptions lockstep = mo;
-  lockstep.agree = [&](bool stop) { return max_over_ranks(stop ? 1.0 : 0.0) > 0.5; };
+  const MeasureOptions lockstep = in_lockstep(mo, max_over_ranks);
   const Measurement m = measure([&]() { return batch(iters); }, lockstep);
   // Result check: the first slot's input holds check values; the output is poisoned, the
   // operation runs once more and sampled elements are compared with what it must produce.
@@ -519,8 +526,7 @@ std::pair<double, double> gemm_beside_all_reduce(int m, int n, int k, size_t byt
     check(cudaStreamSynchronize(comm), "sync");
     return max_over_ranks(t);
   };
-  MeasureOptions lockstep = mo;
-  lockstep.agree = [&](bool stop) { return max_over_ranks(stop ? 1.0 : 0.0) > 0.5; };
+  const MeasureOptions lockstep = in_lockstep(mo, max_over_ranks);
   const Measurement by_itself = measure(alone, lockstep);
   const Measurement with_comm = measure(beside, lockstep);
   return {by_itself.median_s, with_comm.median_s};
