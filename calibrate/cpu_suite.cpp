@@ -339,7 +339,15 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
         fmt("%.1f", 100.0 * r.gemm.rms_rel_error) + "%");
     for (size_t i = 0; i < held_shapes.size(); ++i) {
       const auto [t, spread] = spread_of(held_runs[i]);
-      held_gemm.push_back({held_shapes[i].m, held_shapes[i].n, held_shapes[i].k, t, spread, ""});
+      // The fitted shapes measured just before and after it in every pass (held-out shapes lie
+      // between fitted ones by work).
+      const int held_index = -1 - static_cast<int>(i);
+      const auto at = std::find_if(gemm_order.begin(), gemm_order.end(), [&](const auto& e) { return e.second == held_index; });
+      const auto before = std::find_if(std::make_reverse_iterator(at), gemm_order.rend(), [](const auto& e) { return e.second >= 0; });
+      const auto after = std::find_if(at, gemm_order.end(), [](const auto& e) { return e.second >= 0; });
+      if (before == gemm_order.rend() || after == gemm_order.end()) throw core::InternalError("calibrate: a held-out GEMM outside the fitted shapes' work");
+      auto adjusted = speed_adjusted_runs(fit_runs[static_cast<size_t>(before->second)], fit_runs[static_cast<size_t>(after->second)], held_runs[i]);
+      held_gemm.push_back({held_shapes[i].m, held_shapes[i].n, held_shapes[i].k, t, spread, "", std::move(adjusted)});
     }
     double copy_s = 0, optimizer_s = 0;
     for (const auto& c : passes) {
@@ -400,7 +408,14 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
         const auto [b, held] = order[i];
         const auto [t, spread] = spread_of(runs[i]);
         if (held) {
-          held_coll.push_back({op, b, t, spread});
+          // Every held-out size lies strictly between two fitted grid sizes, its neighbours in
+          // the ascending order.
+          const auto& lo = order.at(i - 1);
+          const auto& hi = order.at(i + 1);
+          if (lo.second || hi.second) throw core::InternalError("calibrate: held-out sizes next to each other");
+          auto within = within_pass_errors(static_cast<double>(lo.first), runs[i - 1], static_cast<double>(hi.first), runs[i + 1],
+                                           static_cast<double>(b), runs[i]);
+          held_coll.push_back({op, b, t, spread, std::move(within)});
         } else {
           cs.push_back({static_cast<double>(b), t});
         }

@@ -4,7 +4,10 @@
 // used by the fit) is measured too and predicted back through the simulator's cost model.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +32,27 @@ struct HeldOut {
   std::string what;          // "gemm 512x768x768", "all_reduce 262144 B"
   double measured_s = 0, predicted_s = 0;
   double spread = 0;          // (max - min) / median over the passes that measured it
+  // Measured in passes: predicted / measured - 1 in each pass with the machine held at one
+  // speed (within_pass_errors and speed_adjusted_runs, fit.hpp); empty where not measured so.
+  std::vector<double> within_pass_errors;
   [[nodiscard]] double error() const { return predicted_s / measured_s - 1.0; }
+  [[nodiscard]] std::optional<double> within_pass() const {
+    if (within_pass_errors.empty()) return std::nullopt;
+    return median_of(within_pass_errors);
+  }
+  // Within `tolerance` against the profile, or within it with the machine held at one speed
+  // (the profile's medians then mixed the machine's speeds between passes).
+  [[nodiscard]] bool agrees(double tolerance) const {
+    const auto w = within_pass();
+    return std::abs(error()) <= tolerance || (w && std::abs(*w) <= tolerance);
+  }
+  // Too noisy to judge at `tolerance`: its own passes disagree by more than it, or some pass
+  // with the machine held at one speed was within it (an error of the model shows in every
+  // pass).
+  [[nodiscard]] bool unresolved(double tolerance) const {
+    return spread > tolerance ||
+           std::any_of(within_pass_errors.begin(), within_pass_errors.end(), [&](double e) { return std::abs(e) <= tolerance; });
+  }
 };
 
 // GEMMs of one dtype: the shapes as measured and their fit (the half-dimension is shared by

@@ -69,7 +69,7 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         }
         for (const auto& s : cuda_gemm_held_shapes()) {
           const double t = cuda::time_gemm(dtype, s.m, s.n, s.k, mo).median_s;
-          held.push_back({s.m, s.n, s.k, t, 0.0, dtype});  // one pass: no spread
+          held.push_back({s.m, s.n, s.k, t, 0.0, dtype, {}});  // one pass: no spread
         }
       } catch (const std::runtime_error& e) {
         // One dtype the device or library refuses (an fp8 layout, say) does not end the run.
@@ -170,7 +170,7 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
           r.collectives.push_back(fit_collective(o, g, op_bus_factor(o, g), cs));
           say(o + " x" + std::to_string(g) + ": plateau busbw " + fmt("%.1f", r.collectives.back().plateau_busbw / 1e9) + " GB/s");
           if (world) {
-            for (size_t b : cuda_collective_held_sizes()) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr)});
+            for (size_t b : cuda_collective_held_sizes()) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr), 0.0, {}});
           }
         }
       }

@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace stepcast::calibrate {
 
@@ -132,6 +133,37 @@ CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, 
     f.beta_s_per_byte = x(1);
   }
   return f;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) throw std::invalid_argument("median_of: no values");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<double> speed_adjusted_runs(const std::vector<double>& before_runs, const std::vector<double>& after_runs, const std::vector<double>& runs) {
+  const size_t passes = std::min({before_runs.size(), after_runs.size(), runs.size()});
+  if (passes == 0) throw std::invalid_argument("speed_adjusted_runs: needs a pass measuring all three");
+  const double before = median_of(before_runs), after = median_of(after_runs);
+  std::vector<double> adjusted;
+  for (size_t p = 0; p < passes; ++p) adjusted.push_back(runs[p] / std::sqrt(before_runs[p] / before * (after_runs[p] / after)));
+  return adjusted;
+}
+
+std::vector<double> within_pass_errors(double lo_bytes, const std::vector<double>& lo_runs, double hi_bytes, const std::vector<double>& hi_runs,
+                                       double bytes, const std::vector<double>& runs) {
+  const size_t passes = std::min({lo_runs.size(), hi_runs.size(), runs.size()});
+  if (passes == 0 || !(lo_bytes < bytes && bytes < hi_bytes)) {
+    throw std::invalid_argument("within_pass_errors: needs lo_bytes < bytes < hi_bytes and a pass measuring all three");
+  }
+  const double w = (std::log(bytes) - std::log(lo_bytes)) / (std::log(hi_bytes) - std::log(lo_bytes));
+  std::vector<double> errors;
+  for (size_t p = 0; p < passes; ++p) {
+    const double predicted = std::exp(std::log(lo_runs[p]) + w * (std::log(hi_runs[p]) - std::log(lo_runs[p])));
+    errors.push_back(predicted / runs[p] - 1.0);
+  }
+  return errors;
 }
 
 double collective_sms_from(double alone_s, double beside_s, int sm_count) {

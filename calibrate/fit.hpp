@@ -60,6 +60,25 @@ struct CollFit {
 // bus_factor: the nccl-tests bus factor of the operation for this group size.
 CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, std::vector<CollSample> samples);
 
+// A held-out collective size checked against its fitted neighbours within each pass: pass p's
+// time at `bytes` predicted from the same pass's times at `lo_bytes` and `hi_bytes` the way the
+// cost model reads a profile's curve (log time linear in log size), as predicted / measured - 1
+// for every pass all three were measured in. The three are measured moments apart in every
+// pass, so a change of the machine's speed between passes (which the per-size medians of a
+// profile mix) cancels; what remains is the interpolation's own error and the noise within a
+// pass. Requires lo_bytes < bytes < hi_bytes and at least one common pass.
+std::vector<double> within_pass_errors(double lo_bytes, const std::vector<double>& lo_runs, double hi_bytes, const std::vector<double>& hi_runs,
+                                       double bytes, const std::vector<double>& runs);
+
+// A held-out GEMM's times with each pass's speed change taken out: pass p's time divided by
+// how much slower than their medians (the profile's values) the fitted shapes measured just
+// before and after it ran in that pass (the geometric mean of the two ratios), for every pass
+// all three were measured in. The cost model's prediction against them checks the model with
+// the machine held at the profile's speed. Requires a common pass.
+std::vector<double> speed_adjusted_runs(const std::vector<double>& before_runs, const std::vector<double>& after_runs, const std::vector<double>& runs);
+
+double median_of(std::vector<double> v);
+
 // Compute-communication interference: a GEMM that takes `alone_s` by itself and `beside_s` while
 // a collective runs on another stream lost 1 - alone / beside of the GPU; as SMs of `sm_count`
 // (the profile's efficiency.collective_sms). Clamped to [0, 0.9 sm_count]: a GEMM measured

@@ -190,14 +190,16 @@ void predict_held_out(SuiteResult& r, const std::vector<HeldGemm>& gemms, hw::Dt
   for (const auto& g : gemms) {
     const cost::GemmShape shape{static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), 1.0};
     const hw::Dtype dt = g.dtype.empty() ? dtype : hw::dtype_from_string(g.dtype);
+    const double predicted = cost::gemm_time(shape, dt, hw).value();
     r.held_out.push_back({"gemm " + hw::to_string(dt) + " " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k),
-                          g.seconds, cost::gemm_time(shape, dt, hw).value(), g.spread});
+                          g.seconds, predicted, g.spread, {}});
+    for (double t : g.adjusted_runs) r.held_out.back().within_pass_errors.push_back(predicted / t - 1.0);
   }
   const mesh::Placement node{r.ranks, 1, r.ranks, 0, r.ranks - 1};
   for (const auto& c : collectives) {
     r.held_out.push_back({c.op + " " + std::to_string(c.bytes) + " B", c.seconds,
                           cost::collective_time(collective_named(c.op), core::Bytes(static_cast<double>(c.bytes)), node, hw).value(),
-                          c.spread});
+                          c.spread, c.within_pass_errors});
   }
 }
 

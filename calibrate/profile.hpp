@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,12 +50,14 @@ struct HeldGemm {
   double seconds = 0;
   double spread = 0;
   std::string dtype;  // empty: the dtype predict_held_out is given
+  std::vector<double> adjusted_runs;  // speed_adjusted_runs against its fitted neighbours (empty: none)
 };
 struct HeldCollective {
   std::string op;
   size_t bytes = 0;
   double seconds = 0;
   double spread = 0;
+  std::vector<double> within_pass_errors;  // against the fitted neighbours (empty: none)
 };
 
 // Parses r.profile and predicts every held-out measurement with the simulator's cost model

@@ -164,6 +164,64 @@ TEST(Fit, CostModelReadsMeasuredCurves) {
   EXPECT_NE(bad.lines().front().find("size_curves.all_reduze"), std::string::npos) << bad.lines().front();
 }
 
+// The within-pass check: a machine 40% slower in one pass (all three sizes alike) changes
+// nothing; a held-out size 20% slower than the log-log line through its neighbours in every
+// pass is predicted 1/6 fast in every pass. Extra passes of the held-out size alone (no
+// neighbours measured beside them) are not compared.
+TEST(Fit, WithinPassErrorsCancelSpeedChangesBetweenPasses) {
+  auto t = [](double b) { return 5e-6 * std::pow(b / 4096.0, 0.8); };
+  const double lo = 65536, hi = 131072, mid = 98304;
+  const std::vector<double> speed{1.0, 1.4, 1.0};
+  std::vector<double> lo_runs, hi_runs, mid_runs, slow_mid;
+  for (double f : speed) {
+    lo_runs.push_back(f * t(lo));
+    hi_runs.push_back(f * t(hi));
+    mid_runs.push_back(f * t(mid));
+    slow_mid.push_back(1.2 * f * t(mid));
+  }
+  for (double e : within_pass_errors(lo, lo_runs, hi, hi_runs, mid, mid_runs)) EXPECT_NEAR(e, 0.0, 1e-12);
+  const auto slow = within_pass_errors(lo, lo_runs, hi, hi_runs, mid, slow_mid);
+  ASSERT_EQ(slow.size(), 3u);
+  for (double e : slow) EXPECT_NEAR(e, 1.0 / 1.2 - 1.0, 1e-12);
+  std::vector<double> longer = mid_runs;
+  longer.push_back(10 * t(mid));
+  EXPECT_EQ(within_pass_errors(lo, lo_runs, hi, hi_runs, mid, longer).size(), 3u);
+  EXPECT_THROW((void)within_pass_errors(hi, hi_runs, lo, lo_runs, mid, mid_runs), std::invalid_argument);
+  EXPECT_THROW((void)within_pass_errors(lo, {}, hi, hi_runs, mid, mid_runs), std::invalid_argument);
+}
+
+// A held-out result agrees when its error against the profile or the median of its per-pass
+// errors is within tolerance; a miss is unresolved (noise, not failed) when its own passes
+// disagree by more than the tolerance or some pass was within it, and resolved when every
+// pass misses.
+TEST(HeldOut, AgreesAndUnresolved) {
+  HeldOut h{"all_reduce 98304 B", 1.0, 1.15, 0.05, {}};
+  EXPECT_FALSE(h.agrees(0.10));
+  EXPECT_FALSE(h.unresolved(0.10));
+  h.within_pass_errors = {-0.04, 0.02, -0.01};
+  EXPECT_TRUE(h.agrees(0.10));
+  h.within_pass_errors = {0.12, 0.15, 0.09};
+  EXPECT_FALSE(h.agrees(0.10));
+  EXPECT_TRUE(h.unresolved(0.10));
+  h.within_pass_errors = {0.12, 0.15, 0.30};
+  EXPECT_FALSE(h.unresolved(0.10));
+  h.spread = 0.2;
+  EXPECT_TRUE(h.unresolved(0.10));
+}
+
+// A held-out GEMM measured in a pass where its neighbours ran 30% slower than their medians
+// counts at the profile's speed; without a change of speed its times are kept.
+TEST(Fit, SpeedAdjustedRunsTakeOutAPassesSpeed) {
+  const std::vector<double> before{1.0, 1.3, 1.0}, after{2.0, 2.6, 2.0};
+  const auto a = speed_adjusted_runs(before, after, {1.5, 1.95, 1.8});
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_NEAR(a[0], 1.5, 1e-12);
+  EXPECT_NEAR(a[1], 1.5, 1e-12);
+  EXPECT_NEAR(a[2], 1.8, 1e-12);
+  EXPECT_NEAR(median_of(speed_adjusted_runs({1.0, 1.0, 1.0}, {2.0, 2.0, 2.0}, {1.4, 1.5, 1.7})), 1.5, 1e-12);
+  EXPECT_THROW((void)speed_adjusted_runs({}, after, {1.0}), std::invalid_argument);
+}
+
 // A GEMM 22% slower beside an all-reduce lost 18% of the GPU: 24 of 132 SMs. A GEMM measured
 // faster beside it (noise) lost nothing; the share is capped at 90% of the GPU.
 TEST(Fit, CollectiveSmsFromTheGemmSlowdown) {
