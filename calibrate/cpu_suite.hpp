@@ -13,6 +13,7 @@
 
 #include "calibrate/fit.hpp"
 #include "calibrate/measure.hpp"
+#include "sim/core/stats.hpp"
 #include "sim/core/json_reader.hpp"
 
 namespace stepcast::calibrate {
@@ -38,7 +39,12 @@ struct HeldOut {
   [[nodiscard]] double error() const { return predicted_s / measured_s - 1.0; }
   [[nodiscard]] std::optional<double> within_pass() const {
     if (within_pass_errors.empty()) return std::nullopt;
-    return median_of(within_pass_errors);
+    return core::median(within_pass_errors);
+  }
+  // How many of those per-pass errors are within `tolerance`.
+  [[nodiscard]] size_t passes_within(double tolerance) const {
+    return static_cast<size_t>(
+        std::count_if(within_pass_errors.begin(), within_pass_errors.end(), [&](double e) { return std::abs(e) <= tolerance; }));
   }
   // Within `tolerance` against the profile, or within it with the machine held at one speed
   // (the profile's medians then mixed the machine's speeds between passes).
@@ -50,8 +56,7 @@ struct HeldOut {
   // with the machine held at one speed was within it (an error of the model shows in every
   // pass).
   [[nodiscard]] bool unresolved(double tolerance) const {
-    return spread > tolerance ||
-           std::any_of(within_pass_errors.begin(), within_pass_errors.end(), [&](double e) { return std::abs(e) <= tolerance; });
+    return spread > tolerance || passes_within(tolerance) > 0;
   }
 };
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "sim/core/stats.hpp"
+
 namespace stepcast::calibrate {
 
 namespace {
@@ -135,17 +137,10 @@ CollFit fit_collective(const std::string& op, int64_t ranks, double bus_factor, 
   return f;
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) throw std::invalid_argument("median_of: no values");
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::vector<double> speed_adjusted_runs(const std::vector<double>& before_runs, const std::vector<double>& after_runs, const std::vector<double>& runs) {
   const size_t passes = std::min({before_runs.size(), after_runs.size(), runs.size()});
   if (passes == 0) throw std::invalid_argument("speed_adjusted_runs: needs a pass measuring all three");
-  const double before = median_of(before_runs), after = median_of(after_runs);
+  const double before = core::median(before_runs), after = core::median(after_runs);
   std::vector<double> adjusted;
   for (size_t p = 0; p < passes; ++p) adjusted.push_back(runs[p] / std::sqrt(before_runs[p] / before * (after_runs[p] / after)));
   return adjusted;

@@ -77,8 +77,6 @@ std::vector<double> within_pass_errors(double lo_bytes, const std::vector<double
 // the machine held at the profile's speed. Requires a common pass.
 std::vector<double> speed_adjusted_runs(const std::vector<double>& before_runs, const std::vector<double>& after_runs, const std::vector<double>& runs);
 
-double median_of(std::vector<double> v);
-
 // Compute-communication interference: a GEMM that takes `alone_s` by itself and `beside_s` while
 // a collective runs on another stream lost 1 - alone / beside of the GPU; as SMs of `sm_count`
 // (the profile's efficiency.collective_sms). Clamped to [0, 0.9 sm_count]: a GEMM measured

@@ -80,6 +80,7 @@ std::string suite_markdown(const SuiteResult& r) {
     }
     o << "\n";
   }
+  constexpr double kTolerance = 0.10;  // the held-out accuracy target the summary counts against
   int within = 0, drift = 0, noisy_misses = 0;
   o << "Held-out sizes (not fitted), measured against the simulator's cost model with the written profile. "
        "`pass spread` is how far the passes measuring that benchmark disagreed with each other, (max - min) / median. "
@@ -90,16 +91,14 @@ std::string suite_markdown(const SuiteResult& r) {
        "`passes within 10%` counts the passes whose error with the machine held at one speed was within 10%:\n\n"
     << "| benchmark | measured ms | predicted ms | error | within pass | passes within 10% | pass spread |\n|---|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& h : r.held_out) {
-    const bool ok = std::abs(h.error()) <= 0.10;
+    const bool ok = std::abs(h.error()) <= kTolerance;
     within += ok;
-    drift += !ok && h.agrees(0.10);
-    noisy_misses += !h.agrees(0.10) && h.unresolved(0.10);
+    drift += !ok && h.agrees(kTolerance);
+    noisy_misses += !h.agrees(kTolerance) && h.unresolved(kTolerance);
     const auto w = h.within_pass();
     o << "| " << h.what << " | " << fmt("%.4f", h.measured_s * 1e3) << " | " << fmt("%.4f", h.predicted_s * 1e3) << " | "
       << fmt("%+.1f%%", 100.0 * h.error()) << " | " << (w ? fmt("%+.1f%%", 100.0 * *w) : std::string("-")) << " | "
-      << (w ? std::to_string(std::count_if(h.within_pass_errors.begin(), h.within_pass_errors.end(), [](double e) { return std::abs(e) <= 0.10; })) +
-                  " of " + std::to_string(h.within_pass_errors.size())
-            : std::string("-"))
+      << (w ? std::to_string(h.passes_within(kTolerance)) + " of " + std::to_string(h.within_pass_errors.size()) : std::string("-"))
       << " | " << fmt("%.1f%%", 100.0 * h.spread) << " |\n";
   }
   const int outside = static_cast<int>(r.held_out.size()) - within;

@@ -13,6 +13,7 @@
 #include "sim/cost/compute.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/stats.hpp"
 #include "sim/cost/collectives.hpp"
 
 namespace stepcast::calibrate {
@@ -218,7 +219,7 @@ TEST(Fit, SpeedAdjustedRunsTakeOutAPassesSpeed) {
   EXPECT_NEAR(a[0], 1.5, 1e-12);
   EXPECT_NEAR(a[1], 1.5, 1e-12);
   EXPECT_NEAR(a[2], 1.8, 1e-12);
-  EXPECT_NEAR(median_of(speed_adjusted_runs({1.0, 1.0, 1.0}, {2.0, 2.0, 2.0}, {1.4, 1.5, 1.7})), 1.5, 1e-12);
+  EXPECT_NEAR(core::median(speed_adjusted_runs({1.0, 1.0, 1.0}, {2.0, 2.0, 2.0}, {1.4, 1.5, 1.7})), 1.5, 1e-12);
   EXPECT_THROW((void)speed_adjusted_runs({}, after, {1.0}), std::invalid_argument);
 }
 
