@@ -23,10 +23,20 @@ plan_time() {
 }
 plan70_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 1024 --seq 8192 --batch 1024"
 plan405_cmd="./build/stepcast plan --model llama3.1-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch 2048"
+# An MoE search (expert parallelism multiplies the space) with the process's peak memory.
+planmoe_cmd="./build/stepcast plan --model qwen3-30b-a3b --hardware h100-sxm --gpus 256 --seq 4096 --batch 1024"
+peak_rss_gib() {
+  python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+print("%.2f GiB" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576))' "$@"
+}
 plan70=$(plan_time $plan70_cmd)
 plan405=$(plan_time $plan405_cmd)
 plan70_head=$($plan70_cmd | sed -n 1p)  # sed reads to the end: no SIGPIPE under pipefail
 plan405_head=$($plan405_cmd | sed -n 1p)
+planmoe=$(plan_time $planmoe_cmd)
+planmoe_rss=$(peak_rss_gib $planmoe_cmd)
+planmoe_head=$($planmoe_cmd | sed -n 1p)
 {
   echo "# stepcast performance"
   echo
@@ -47,6 +57,7 @@ plan405_head=$($plan405_cmd | sed -n 1p)
   echo
   echo "- \`$plan70_cmd\`: $plan70 ($plan70_head)"
   echo "- \`$plan405_cmd\`: $plan405 ($plan405_head)"
+  echo "- \`$planmoe_cmd\`: $planmoe, peak RSS $planmoe_rss ($planmoe_head)"
   echo
   for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
     echo "## $f"
@@ -72,6 +83,7 @@ plan405_head=$($plan405_cmd | sed -n 1p)
   echo "| deepseek-v3 step on 2,048 h800 (pp 16, ep 64, dp 128), symmetric | ${ds_ms} | < 2 s (issue 4) |"
   echo "| plan llama3.1-70b on 1,024 GPUs (enumerate, estimate, simulate the top 5 and up to 10 more) | ${plan70} | < 5 s (issue 5) |"
   echo "| plan llama3.1-405b on 16,384 GPUs (full space) | ${plan405} | < 10 s (issue 5) |"
+  echo "| plan qwen3-30b-a3b on 256 GPUs (MoE: ep, etp and selective recompute searched too) | ${planmoe}, ${planmoe_rss} peak RSS | - |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 rm -rf "$tmp"

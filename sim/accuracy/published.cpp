@@ -844,6 +844,7 @@ void compare_with_planner(AccuracyResult& res) {
   }
   plan::PlanOptions opt;
   opt.top_k = 3;
+  opt.keep = 1;  // only the best layout is compared
   for (const auto& [key, rows] : groups) {
     PlanComparison pc;
     const RowResult& first = *rows.front();

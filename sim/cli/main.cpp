@@ -703,6 +703,7 @@ int run(int argc, char** argv) {
       }
       run["parallel"][key] = v;
     }
+    popt.keep = plan_rows;  // the rows printed (at least what the re-simulation and explanation use)
     const auto r = stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
     if (plan_json) {

@@ -123,9 +123,16 @@ Bytes cp_attention_working_bytes(const config::RunConfig& rc) {
   return Bytes(e * kv_el * cp + 3.0 * 4.0 * kv_el + 4.0 * T * w.q);
 }
 
-Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
+namespace {
+
+// One layer's saved activations as if the run used recompute mode `mode` (its selective
+// modules as the run names them): what the ledger needs for the recompute mode the run has,
+// for layers partial recomputation leaves out and for the layer being rebuilt, without copying
+// the run.
+Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Recompute mode) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
+  auto recomputes = [&](config::RecomputeModule mod) { return mode == Recompute::kSelective && (p.recompute_modules & mod) != 0; };
   const double e = act_bytes_per_element(rc);
   const double t = static_cast<double>(p.tp);
   const bool sp = p.sp && p.tp > 1;
@@ -134,8 +141,8 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   const double h = static_cast<double>(m.hidden);
   const double rep = sp ? t : 1.0;  // divisor of the replicated terms
 
-  if (p.recompute == Recompute::kFull) return Bytes(e * h * T / rep);
-  if (p.recompute == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
+  if (mode == Recompute::kFull) return Bytes(e * h * T / rep);
+  if (mode == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
 
   // Bytes per element of a linear layer's input kept for its weight gradient: 16-bit, or one
   // byte where fp8 training keeps the quantized copy (training.fp8_saved_inputs).
@@ -144,43 +151,43 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   // inputs).
   // Recompute selective's modules (Megatron-Core --recompute-modules) drop what they rebuild.
   const bool mla = m.mla.enabled();
-  const bool norm_recomputed = p.recomputes(config::kRecomputeLayernorm);
+  const bool norm_recomputed = recomputes(config::kRecomputeLayernorm);
   double replicated = 2.0 * e * h + (norm_recomputed && mla ? 0.0 : li * h) + (norm_recomputed && moe_layer ? 0.0 : li * h);
   if (rc.training.dropout) replicated += 2.0 * h;
   // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
   // when the framework expands them before the call (selective recompute rebuilds them from
   // the QKV output).
   const double heads_local = static_cast<double>(m.heads) / t;
-  const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && p.recompute != Recompute::kSelective);
+  const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && mode != Recompute::kSelective);
   const double q_w = w.q, kv_w = w.k, out_w = w.out;
   // MLA: the latent inputs of the up-projections (replicated).
   if (m.mla.enabled()) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
   // The attention kernel keeps its output for its own backward; with fp8 inputs the output
   // projection keeps its quantized copy beside it.
-  const double qkv = p.recomputes(config::kRecomputeMlaUpProj) && mla ? 0.0 : e * (q_w + kv_w + kv_w);
+  const double qkv = recomputes(config::kRecomputeMlaUpProj) && mla ? 0.0 : e * (q_w + kv_w + kv_w);
   double split = qkv + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0);
   // Per MLP width element: the first projection's outputs (gate and up, or the pre-activation)
   // for the activation's backward, and the activation's output as the second projection's input.
   const double mlp_bytes = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + li;
   if (!moe_layer) {
-    if (!p.recomputes(config::kRecomputeMlp)) split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
-  } else if (!p.recomputes(config::kRecomputeMoe)) {
+    if (!recomputes(config::kRecomputeMlp)) split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
+  } else if (!recomputes(config::kRecomputeMoe)) {
     const auto& mo = m.moe;
     const double k = static_cast<double>(mo.top_k);
     const double etp = static_cast<double>(p.etp);
     // Per routed token copy: the permuted input and the expert's MLP activations (without the
     // activation's output when moe_act is recomputed); routing probabilities in fp32 per expert.
-    const double expert_bytes = mlp_bytes - (p.recomputes(config::kRecomputeMoeAct) ? li : 0.0);
+    const double expert_bytes = mlp_bytes - (recomputes(config::kRecomputeMoeAct) ? li : 0.0);
     const double routed = k * (li * h + expert_bytes * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
     split += routed + 4.0 * static_cast<double>(mo.num_experts) / t;
-    if (mo.shared_experts > 0 && !p.recomputes(config::kRecomputeSharedExperts)) {
+    if (mo.shared_experts > 0 && !recomputes(config::kRecomputeSharedExperts)) {
       split += mlp_bytes * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
     }
   }
   double scores = 0;
   const double s_full = static_cast<double>(rc.training.seq_len);
   if (rc.training.attention == config::AttentionImpl::kUnfused) {
-    if (!p.recomputes(config::kRecomputeCoreAttn)) {
+    if (!recomputes(config::kRecomputeCoreAttn)) {
       scores = heads_local * s_full * (e + (rc.training.dropout ? 1.0 + e : 0.0));
     }
   } else {
@@ -191,6 +198,12 @@ Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
   double gathered = 0;
   if (sp && p.tp_saves_gathered_input && !p.tp_comm_overlap) gathered = 2.0 * e * h * (1.0 - 1.0 / t);
   return Bytes(T * (replicated / rep + gathered + split + scores));
+}
+
+}  // namespace
+
+Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
+  return layer_activation_bytes_as(rc, moe_layer, rc.parallel.recompute);
 }
 
 namespace {
@@ -354,10 +367,8 @@ Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, i
   // Layers recompute full leaves out (parallel.recompute_layers) keep all their activations.
   Bytes dense_kept = dense, moe_kept = moe;
   if (rc.partial_recompute()) {
-    config::RunConfig kept = rc;
-    kept.parallel.recompute = Recompute::kNone;
-    dense_kept = layer_activation_bytes(kept, false);
-    moe_kept = rc.model.moe.enabled() ? layer_activation_bytes(kept, true) : dense_kept;
+    dense_kept = layer_activation_bytes_as(rc, false, Recompute::kNone);
+    moe_kept = rc.model.moe.enabled() ? layer_activation_bytes_as(rc, true, Recompute::kNone) : dense_kept;
   }
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
@@ -414,20 +425,20 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t pp = rc.parallel.pp;
   const int64_t m = std::min<int64_t>(rc.num_microbatches, pp * (v + 4));
   double held = 0, peak = 0;
-  for (const auto& a : engine::stage_order(rc.parallel.schedule, static_cast<int32_t>(pp), static_cast<int32_t>(stage),
-                                           static_cast<int32_t>(m), static_cast<int32_t>(v))) {
-    const auto c = static_cast<size_t>(a.chunk);
-    held += a.phase == engine::Phase::kF ? full[c] : a.phase == engine::Phase::kB ? kept[c] - full[c] : -kept[c];
-    peak = std::max(peak, held);
-  }
+  engine::for_each_action(rc.parallel.schedule, static_cast<int32_t>(pp), static_cast<int32_t>(stage), static_cast<int32_t>(m),
+                          static_cast<int32_t>(v), [&](const engine::Action& a) {
+                            const auto c = static_cast<size_t>(a.chunk);
+                            held += a.phase == engine::Phase::kF ? full[c] : a.phase == engine::Phase::kB ? kept[c] - full[c] : -kept[c];
+                            peak = std::max(peak, held);
+                          });
   return Bytes(peak);
 }
 
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
   const int64_t most = *std::max_element(rc.vstage_layers.begin(), rc.vstage_layers.end());
+  config::RunConfig trial = rc;  // one copy, its layer count changed per try
+  trial.parallel.recompute = Recompute::kFull;
   auto within = [&](int64_t n) {
-    config::RunConfig trial = rc;
-    trial.parallel.recompute = Recompute::kFull;
     trial.parallel.recompute_layers = n;
     const MemoryLedger l = compute_ledger(trial);
     return l.peak().value() <= usable * l.capacity.value();
@@ -553,9 +564,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.activations = stage_layer_activation_bytes(rc, s);
     // Backward working set: one layer's activation gradients; under full recompute also the
     // layer being rebuilt.
-    config::RunConfig no_recompute = rc;
-    no_recompute.parallel.recompute = Recompute::kNone;
-    const Bytes full_layer = layer_activation_bytes(no_recompute, moe_layers > 0);
+    const Bytes full_layer = layer_activation_bytes_as(rc, moe_layers > 0, Recompute::kNone);
     st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
     // A context-parallel attention backward also holds the exchanged K/V and its accumulators.
     st.transient += cp_attention_working_bytes(rc);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -179,6 +180,63 @@ std::string layout_text(const Parallel& p) {
   if (!split.empty()) o << " " << split;
   return o.str();
 }
+
+namespace {
+
+// One layout through the validator, the memory ledger (with the fewest recomputed layers that
+// fit, when the planner searches them) and the analytical estimate.
+struct Evaluated {
+  bool ok = false;
+  std::string reason, message;  // message: the validator's, when invalid
+  Candidate c;
+};
+
+Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, bool search_recompute_layers) {
+  Evaluated ev;
+  RunConfig rc = base;
+  rc.parallel = cand;
+  core::Issues issues;
+  config::derive_and_validate(rc, issues);
+  if (!issues.empty()) {
+    const std::string& line = issues.lines().front();
+    ev.reason = "invalid " + line.substr(0, line.find(": "));
+    ev.message = line;
+    return ev;
+  }
+  auto ledger = memory::compute_ledger(rc);
+  if (!ledger.fits()) {
+    ev.reason = "does not fit in memory";
+    return ev;
+  }
+  if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
+    ev.reason = "fits, but not within the memory headroom";
+    return ev;
+  }
+  if (search_recompute_layers && rc.parallel.recompute == Recompute::kFull) {
+    // Recompute only as many layers of each virtual stage as the memory needs (Megatron's
+    // block method). When nothing needs recomputing the no-recompute candidate covers the
+    // layout.
+    if (const int64_t n = memory::fewest_recompute_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
+      rc.parallel.recompute_layers = n;
+      ledger = memory::compute_ledger(rc);
+    }
+  }
+  ev.c.peak_memory_bytes = ledger.peak().value();
+  try {
+    ev.c.est = estimate::estimate_step(rc, std::move(ledger));
+  } catch (const core::UserError& e) {
+    // A layout the estimate cannot cost (a non-finite time from extreme profile values) is
+    // rejected with its reason, not thrown out of the worker thread.
+    ev.reason = "cannot be estimated";
+    ev.message = e.what();
+    return ev;
+  }
+  ev.c.rc = std::move(rc);
+  ev.ok = true;
+  return ev;
+}
+
+}  // namespace
 
 PlanResult plan(const Json& run, const std::string& source_name, const std::string& base_dir, const PlanOptions& opt) {
   const Json par = run.contains("parallel") && run["parallel"].is_object() ? run["parallel"] : Json::object();
@@ -364,55 +422,27 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   res.enumerated += static_cast<int64_t>(cands.size());
 
   // Validate, check memory and estimate, in parallel; results land by index (deterministic).
-  struct Eval {
+  // The pass keeps a few bytes per layout (its verdict and estimated step time); only the
+  // layouts kept for the result are evaluated again in full, so a search over hundreds of
+  // thousands of layouts does not hold a run configuration and a ledger for each.
+  struct Scored {
     bool ok = false;
     std::string reason, message;  // message: the validator's, when invalid
-    Candidate c;
+    double est_step_s = 0;
+    int64_t recompute_layers = 0;  // what the memory search chose (full recomputation)
   };
-  std::vector<Eval> evals(cands.size());
+  std::vector<Scored> scored(cands.size());
   auto work = [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
-      Eval& ev = evals[i];
-      RunConfig rc = base;
-      rc.parallel = cands[i];
-      core::Issues issues;
-      config::derive_and_validate(rc, issues);
-      if (!issues.empty()) {
-        const std::string& line = issues.lines().front();
-        ev.reason = "invalid " + line.substr(0, line.find(": "));
-        ev.message = line;
-        continue;
+      Evaluated ev = evaluate(base, cands[i], opt, search_recompute_layers);
+      Scored& s = scored[i];
+      s.ok = ev.ok;
+      s.reason = std::move(ev.reason);
+      s.message = std::move(ev.message);
+      if (ev.ok) {
+        s.est_step_s = ev.c.est.step_time_s;
+        s.recompute_layers = ev.c.rc.parallel.recompute_layers;
       }
-      auto ledger = memory::compute_ledger(rc);
-      if (!ledger.fits()) {
-        ev.reason = "does not fit in memory";
-        continue;
-      }
-      if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
-        ev.reason = "fits, but not within the memory headroom";
-        continue;
-      }
-      if (search_recompute_layers && rc.parallel.recompute == Recompute::kFull) {
-        // Recompute only as many layers of each virtual stage as the memory needs (Megatron's
-        // block method). When nothing needs recomputing the no-recompute candidate covers the
-        // layout.
-        if (const int64_t n = memory::fewest_recompute_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
-          rc.parallel.recompute_layers = n;
-          ledger = memory::compute_ledger(rc);
-        }
-      }
-      ev.c.peak_memory_bytes = ledger.peak().value();
-      try {
-        ev.c.est = estimate::estimate_step(rc, std::move(ledger));
-      } catch (const core::UserError& e) {
-        // A layout the estimate cannot cost (a non-finite time from extreme profile values) is
-        // rejected with its reason, not thrown out of the worker thread.
-        ev.reason = "cannot be estimated";
-        ev.message = e.what();
-        continue;
-      }
-      ev.c.rc = std::move(rc);
-      ev.ok = true;
     }
   };
   const size_t threads = std::max<size_t>(1, opt.threads > 0 ? static_cast<size_t>(opt.threads) : std::thread::hardware_concurrency());
@@ -423,30 +453,50 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   }
   for (auto& th : pool) th.join();
 
-  std::vector<Candidate> ok;
-  for (size_t i = 0; i < evals.size(); ++i) {
-    auto& ev = evals[i];
-    if (ev.ok) {
-      ok.push_back(std::move(ev.c));
+  std::vector<size_t> fits;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    const auto& s = scored[i];
+    if (s.ok) {
+      fits.push_back(i);
     } else {
-      ++res.rejected[ev.reason];
-      if (!ev.message.empty() && res.rejected_example.count(ev.reason) == 0) {
-        res.rejected_example.emplace(ev.reason, PlanResult::Rejection{layout_text(cands[i]), ev.message});
+      ++res.rejected[s.reason];
+      if (!s.message.empty() && res.rejected_example.count(s.reason) == 0) {
+        res.rejected_example.emplace(s.reason, PlanResult::Rejection{layout_text(cands[i]), s.message});
       }
     }
   }
-  res.fit = static_cast<int64_t>(ok.size());
-  auto by_estimate = [](const Candidate& a, const Candidate& b) {
-    if (a.est.step_time_s != b.est.step_time_s) return a.est.step_time_s < b.est.step_time_s;
-    return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
+  res.fit = static_cast<int64_t>(fits.size());
+  // Rank by estimate; ties break on the layout text (with the recomputed layer count it
+  // shows), then on enumeration order, so the order is total and the result deterministic.
+  auto text_of = [&](size_t i) {
+    Parallel p = cands[i];
+    p.recompute_layers = scored[i].recompute_layers;
+    return layout_text(p);
   };
-  std::sort(ok.begin(), ok.end(), by_estimate);
+  auto by_estimate = [&](size_t a, size_t b) {
+    if (scored[a].est_step_s != scored[b].est_step_s) return scored[a].est_step_s < scored[b].est_step_s;
+    const std::string ta = text_of(a), tb = text_of(b);
+    return ta != tb ? ta < tb : a < b;
+  };
+  const size_t top = static_cast<size_t>(std::max(0, opt.top_k));
+  // Kept: what the caller asked for, and at least what the re-simulation below may reach (3K)
+  // and enough for the explanation to find a runner-up past any ties.
+  const size_t keep = opt.keep == 0 ? fits.size() : std::min(fits.size(), std::max({opt.keep, 3 * top, size_t{64}}));
+  std::partial_sort(fits.begin(), fits.begin() + static_cast<long>(keep), fits.end(), by_estimate);
+  std::vector<Candidate> ok;
+  ok.reserve(keep);
+  for (size_t j = 0; j < keep; ++j) {
+    Evaluated ev = evaluate(base, cands[fits[j]], opt, search_recompute_layers);
+    if (!ev.ok || ev.c.est.step_time_s != scored[fits[j]].est_step_s) {
+      throw std::logic_error("planner: a layout evaluated twice gave two results (" + layout_text(cands[fits[j]]) + ")");
+    }
+    ok.push_back(std::move(ev.c));
+  }
 
   // Re-simulate the best K with the event engine and rank them by simulated step time. The
   // simulation usually finds a step longer than the estimate, so the next candidates (up to 3K
   // in all) are simulated too while their estimate is below the slowest simulated step: a
   // layout the estimate ranked lower may still simulate faster than one it ranked higher.
-  const size_t top = static_cast<size_t>(std::max(0, opt.top_k));
   size_t k = 0;
   double slowest_simulated = 0;
   while (k < ok.size() && (k < top || (k < 3 * top && ok[k].est.step_time_s < slowest_simulated))) {

@@ -8,6 +8,7 @@
 // engine and ranks those by simulated step time. Deterministic: ties break on the layout text.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -31,6 +32,10 @@ struct PlanOptions {
   // and anything else the ledger does not hold): a layout fits when its ledger peak is at most
   // (1 - memory_headroom) x capacity. 0 keeps the ledger's own verdict.
   double memory_headroom = 0;
+  // Ranked layouts returned in full (PlanResult::ranked), best first; every fitting layout is
+  // still estimated and counted in PlanResult::fit. 0 keeps them all; otherwise at least
+  // 3 * top_k (what the re-simulation may reach) and 64 (for the explanation's runner-up).
+  size_t keep = 0;
 };
 
 struct Candidate {
@@ -47,7 +52,7 @@ struct Candidate {
 };
 
 struct PlanResult {
-  std::vector<Candidate> ranked;             // best first: simulated ones, then the rest by estimate
+  std::vector<Candidate> ranked;             // best first: simulated ones, then the rest by estimate (PlanOptions::keep)
   std::map<std::string, int64_t> rejected;   // reason -> layouts
   struct Rejection {
     std::string layout;   // the first layout rejected for the reason (layout_text)

@@ -103,7 +103,9 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     if (it != cache.end()) return it->second;
     Json j = run;
     j["cluster"]["num_gpus"] = g;
-    const PlanResult pr = plan(j, source_name, base_dir, opt.plan);
+    PlanOptions po = opt.plan;
+    po.keep = 1;  // sizing reads only each GPU count's best layout
+    const PlanResult pr = plan(j, source_name, base_dir, po);
     ++r.plans_run;
     Eval e;
     if (!pr.ranked.empty()) {

@@ -55,6 +55,30 @@ TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
   EXPECT_NE(r.explanation.find("runner-up"), std::string::npos) << r.explanation;
 }
 
+// Keeping only the best layouts (PlanOptions::keep) returns exactly the head of the full
+// ranking: the search holds a few bytes per layout and evaluates the kept ones again in full.
+TEST(Planner, KeepingTheBestGivesTheHeadOfTheFullRanking) {
+  const Json run = run_8b(64);
+  const PlanResult all = plan(run, "<plan-test>", "", small_options());
+  PlanOptions o = small_options();
+  o.keep = 1;  // raised to the floor of 64 (and 3 x top_k)
+  const PlanResult head = plan(run, "<plan-test>", "", o);
+  ASSERT_GT(all.ranked.size(), 64u);
+  ASSERT_EQ(head.ranked.size(), 64u);
+  EXPECT_EQ(head.fit, all.fit);
+  EXPECT_EQ(head.enumerated, all.enumerated);
+  EXPECT_EQ(head.rejected, all.rejected);
+  EXPECT_EQ(head.explanation, all.explanation);
+  for (size_t i = 0; i < head.ranked.size(); ++i) {
+    const auto &a = all.ranked[i], &b = head.ranked[i];
+    EXPECT_EQ(layout_text(a.rc.parallel), layout_text(b.rc.parallel)) << "rank " << i + 1;
+    EXPECT_EQ(a.est.step_time_s, b.est.step_time_s);
+    EXPECT_EQ(a.simulated, b.simulated);
+    EXPECT_EQ(a.sim_step_s, b.sim_step_s);
+    EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
+  }
+}
+
 TEST(Planner, FixedSettingsAndConstraintsAreRespected) {
   Json j = run_8b();
   j["parallel"] = {{"pp", 2}, {"recompute", "full"}};
