@@ -704,7 +704,25 @@ int run(int argc, char** argv) {
       run["parallel"][key] = v;
     }
     popt.keep = plan_rows;  // the rows printed (at least what the re-simulation and explanation use)
-    const auto r = stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
+    // A terminal sees the search's progress on one line, erased when the search ends.
+    const bool plan_tty = ::isatty(2) != 0;
+    if (plan_tty) {
+      popt.progress = [](const char* phase, size_t done, size_t total) {
+        std::fprintf(stderr, "\r\033[Kstepcast plan: %s %zu of %s%zu layouts", phase, done,
+                     std::strcmp(phase, "simulating") == 0 ? "up to " : "", total);
+        std::fflush(stderr);
+      };
+    }
+    struct EraseLine {  // also when the search ends with an error
+      bool on;
+      ~EraseLine() {
+        if (on) std::fprintf(stderr, "\r\033[K");
+      }
+    };
+    const auto r = [&] {
+      const EraseLine erase{plan_tty};
+      return stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
+    }();
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);

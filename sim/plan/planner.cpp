@@ -1,6 +1,8 @@
 #include "sim/plan/planner.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -432,26 +434,42 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     int64_t recompute_layers = 0;  // what the memory search chose (full recomputation)
   };
   std::vector<Scored> scored(cands.size());
-  auto work = [&](size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; ++i) {
-      Evaluated ev = evaluate(base, cands[i], opt, search_recompute_layers);
-      Scored& s = scored[i];
-      s.ok = ev.ok;
-      s.reason = std::move(ev.reason);
-      s.message = std::move(ev.message);
-      if (ev.ok) {
-        s.est_step_s = ev.c.est.step_time_s;
-        s.recompute_layers = ev.c.rc.parallel.recompute_layers;
+  const size_t total = cands.size();
+  std::atomic<size_t> done{0};
+  // An error inside a worker (which the estimate does not turn into a rejection) is carried
+  // out of its thread and rethrown here, the first one by worker order.
+  const size_t threads = std::max<size_t>(1, opt.threads > 0 ? static_cast<size_t>(opt.threads) : std::thread::hardware_concurrency());
+  std::vector<std::exception_ptr> failed(threads);
+  auto work = [&](size_t worker, size_t lo, size_t hi) {
+    try {
+      for (size_t i = lo; i < hi; ++i) {
+        Evaluated ev = evaluate(base, cands[i], opt, search_recompute_layers);
+        Scored& s = scored[i];
+        s.ok = ev.ok;
+        s.reason = std::move(ev.reason);
+        s.message = std::move(ev.message);
+        if (ev.ok) {
+          s.est_step_s = ev.c.est.step_time_s;
+          s.recompute_layers = ev.c.rc.parallel.recompute_layers;
+        }
+        const size_t n = done.fetch_add(1, std::memory_order_relaxed) + 1;
+        // The first worker reports for all (the callback need not be thread-safe).
+        if (worker == 0 && opt.progress && (i - lo) % 2048 == 0) opt.progress("estimated", n, total);
       }
+    } catch (...) {
+      failed[worker] = std::current_exception();
     }
   };
-  const size_t threads = std::max<size_t>(1, opt.threads > 0 ? static_cast<size_t>(opt.threads) : std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
-  const size_t chunk = (cands.size() + threads - 1) / threads;
-  for (size_t t = 0; t < threads && t * chunk < cands.size(); ++t) {
-    pool.emplace_back(work, t * chunk, std::min(cands.size(), (t + 1) * chunk));
+  const size_t chunk = (total + threads - 1) / threads;
+  for (size_t t = 0; t < threads && t * chunk < total; ++t) {
+    pool.emplace_back(work, t, t * chunk, std::min(total, (t + 1) * chunk));
   }
   for (auto& th : pool) th.join();
+  for (const auto& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+  if (opt.progress) opt.progress("estimated", total, total);
 
   std::vector<size_t> fits;
   for (size_t i = 0; i < scored.size(); ++i) {
@@ -500,6 +518,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   size_t k = 0;
   double slowest_simulated = 0;
   while (k < ok.size() && (k < top || (k < 3 * top && ok[k].est.step_time_s < slowest_simulated))) {
+    if (opt.progress) opt.progress("simulating", k, std::min(ok.size(), 3 * top));
     auto& c = ok[k++];
     const auto s = engine::simulate_step(c.rc);
     c.simulated = true;

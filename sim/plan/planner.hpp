@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct PlanOptions {
   // still estimated and counted in PlanResult::fit. 0 keeps them all; otherwise at least
   // 3 * top_k (what the re-simulation may reach) and 64 (for the explanation's runner-up).
   size_t keep = 0;
+  // Progress, when set: (phase, done, total) for "estimated" (layouts through the validator,
+  // the ledger and the estimate) and "simulating" (re-simulations, the total an upper bound).
+  // Called from one thread at a time.
+  std::function<void(const char* phase, size_t done, size_t total)> progress;
 };
 
 struct Candidate {

@@ -79,6 +79,40 @@ TEST(Planner, KeepingTheBestGivesTheHeadOfTheFullRanking) {
   }
 }
 
+// Progress: the estimate pass counts up to every layout it evaluates, then each re-simulation
+// is announced once.
+TEST(Planner, ReportsProgressThroughBothPasses) {
+  PlanOptions o = small_options();
+  std::vector<std::pair<std::string, std::pair<size_t, size_t>>> calls;
+  o.progress = [&](const char* phase, size_t done, size_t total) { calls.push_back({phase, {done, total}}); };
+  const PlanResult r = plan(run_8b(), "<plan-test>", "", o);
+  ASSERT_FALSE(calls.empty());
+  size_t last_estimated = 0, simulating = 0, estimated_total = 0;
+  bool estimating = true;
+  for (const auto& [phase, dt] : calls) {
+    if (phase == "estimated") {
+      EXPECT_TRUE(estimating) << "estimate progress after the simulations began";
+      EXPECT_GE(dt.first, last_estimated);
+      EXPECT_LE(dt.first, dt.second);
+      last_estimated = dt.first;
+      estimated_total = dt.second;
+    } else {
+      ASSERT_EQ(phase, "simulating");
+      estimating = false;
+      EXPECT_EQ(dt.first, simulating++);
+    }
+  }
+  EXPECT_EQ(last_estimated, estimated_total);
+  // Every evaluated layout was enumerated; the fitting ones and those the ledger refused were
+  // all evaluated (some rejections come before evaluation, at enumeration).
+  EXPECT_LE(static_cast<int64_t>(estimated_total), r.enumerated);
+  const auto oom = r.rejected.find("does not fit in memory");
+  EXPECT_GE(static_cast<int64_t>(estimated_total), r.fit + (oom == r.rejected.end() ? 0 : oom->second));
+  size_t simulated = 0;
+  for (const auto& c : r.ranked) simulated += c.simulated;
+  EXPECT_EQ(simulating, simulated);
+}
+
 TEST(Planner, FixedSettingsAndConstraintsAreRespected) {
   Json j = run_8b();
   j["parallel"] = {{"pp", 2}, {"recompute", "full"}};
