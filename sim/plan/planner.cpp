@@ -424,9 +424,9 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   res.enumerated += static_cast<int64_t>(cands.size());
 
   // Validate, check memory and estimate, in parallel; results land by index (deterministic).
-  // The pass keeps a few bytes per layout (its verdict and estimated step time); only the
-  // layouts kept for the result are evaluated again in full, so a search over hundreds of
-  // thousands of layouts does not hold a run configuration and a ledger for each.
+  // The pass keeps only each layout's verdict and estimated step time; the layouts kept for the
+  // result are evaluated again in full, so a search over hundreds of thousands of layouts does
+  // not hold a run configuration and a ledger for each.
   struct Scored {
     bool ok = false;
     std::string reason, message;  // message: the validator's, when invalid
