@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
@@ -49,6 +50,15 @@
 #endif
 
 namespace {
+
+// Erases a progress line on stderr when it goes out of scope (also when the work ends with
+// an error), so the result or the error starts on a clean line.
+struct EraseLine {
+  bool on;
+  ~EraseLine() {
+    if (on) std::fprintf(stderr, "\r\033[K");
+  }
+};
 
 using stepcast::core::Json;
 
@@ -672,7 +682,21 @@ int run(int argc, char** argv) {
   if (cap->parsed()) {
     Json run = run_from_flags(cap_run, "capacity", false);
     if (sopt.tokens > 0 && sopt.tokens_per_param > 0) throw stepcast::core::UserError("capacity: give --tokens or --tokens-per-param, not both");
-    const auto r = stepcast::plan::size_for_deadline(run, cap_run.source, cap_run.base_dir, sopt);
+    // A terminal sees which cluster size is being searched and how far, on one erased line.
+    const bool cap_tty = ::isatty(2) != 0;
+    auto searching = std::make_shared<int64_t>(0);
+    if (cap_tty) {
+      sopt.on_search = [searching](int64_t gpus, int) { *searching = gpus; };
+      sopt.plan.progress = [searching](const char* phase, size_t done, size_t total) {
+        std::fprintf(stderr, "\r\033[Kstepcast capacity: %lld GPUs: %s %zu of %s%zu layouts", static_cast<long long>(*searching), phase,
+                     done, std::strcmp(phase, "simulating") == 0 ? "up to " : "", total);
+        std::fflush(stderr);
+      };
+    }
+    const auto r = [&] {
+      const EraseLine erase{cap_tty};
+      return stepcast::plan::size_for_deadline(run, cap_run.source, cap_run.base_dir, sopt);
+    }();
     if (cap_json) {
       std::cout << stepcast::plan::sizing_json(r).dump(2) << "\n";
     } else {
@@ -713,12 +737,6 @@ int run(int argc, char** argv) {
         std::fflush(stderr);
       };
     }
-    struct EraseLine {  // also when the search ends with an error
-      bool on;
-      ~EraseLine() {
-        if (on) std::fprintf(stderr, "\r\033[K");
-      }
-    };
     const auto r = [&] {
       const EraseLine erase{plan_tty};
       return stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);

@@ -103,6 +103,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     if (it != cache.end()) return it->second;
     Json j = run;
     j["cluster"]["num_gpus"] = g;
+    if (opt.on_search) opt.on_search(g, r.plans_run);
     PlanOptions po = opt.plan;
     po.keep = 1;  // sizing reads only each GPU count's best layout
     const PlanResult pr = plan(j, source_name, base_dir, po);

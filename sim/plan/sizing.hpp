@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "sim/capacity/capacity.hpp"
@@ -29,6 +30,9 @@ struct SizingOptions {
   double margin = 0;
   int64_t max_gpus = 1 << 17;
   PlanOptions plan;
+  // Called before each GPU count's search (the count, and how many searches ran before it);
+  // the search's own progress is plan.progress.
+  std::function<void(int64_t gpus, int searches_before)> on_search;
 };
 
 struct SizingResult {

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "sim/capacity/capacity.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
@@ -48,6 +51,18 @@ TEST(Sizing, SmallestClusterMeetingTheDeadline) {
   EXPECT_GT(days_on(r.gpus - 8, o, r.steps), 7.0);
   // A longer deadline needs no more GPUs.
   EXPECT_LE(size_for_deadline(run_8b(), "<sizing-test>", "", options(21)).gpus, r.gpus);
+}
+
+// Each GPU count's search is announced once, before it runs, with the searches before it; the
+// chosen count is among them.
+TEST(Sizing, AnnouncesEachSearch) {
+  SizingOptions o = options(7);
+  std::vector<std::pair<int64_t, int>> seen;
+  o.on_search = [&](int64_t gpus, int before) { seen.emplace_back(gpus, before); };
+  const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  ASSERT_EQ(static_cast<int>(seen.size()), r.plans_run);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].second, static_cast<int>(i));
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == r.gpus; }));
 }
 
 // A safety margin holds the predicted days x (1 + margin) to the deadline: the cluster is the
