@@ -238,11 +238,68 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
   return ev;
 }
 
-}  // namespace
+// The pipeline splits tried for one (pp, vpp): the primary one (Megatron's first and last stage
+// counts, or a list over every virtual stage; both unset for an even split) and alternatives.
+struct Splits {
+  bool ok = true;  // false: the layers do not split over pp * vpp
+  int64_t first = -1, last = -1;
+  std::vector<int64_t> stage_list;
+  std::vector<std::pair<int64_t, int64_t>> end_splits;  // alternatives to (first, last)
+  std::vector<std::vector<int64_t>> alt_lists;          // alternatives to stage_list
+};
 
-PlanResult plan(const Json& run, const std::string& source_name, const std::string& base_dir, const PlanOptions& opt) {
-  const Json par = run.contains("parallel") && run["parallel"].is_object() ? run["parallel"] : Json::object();
-  const RunConfig base = config::parse_run(run, source_name, base_dir, false);
+Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64_t vpp) {
+  const Parallel& bp = base.parallel;
+  const int64_t L = base.model.num_layers;
+  Splits sp;
+  if (par.contains("first_stage_layers") || par.contains("last_stage_layers")) {
+    sp.first = bp.first_stage_layers;
+    sp.last = bp.last_stage_layers;
+  } else if (par.contains("stage_layers")) {
+    sp.stage_list = bp.stage_layer_list;
+  } else if (L % (pp * vpp) != 0) {
+    // Megatron's shorter first and last stages without virtual stages where they exist;
+    // otherwise the balanced split over every virtual stage (torchtitan's split points).
+    const bool megatron_ends = vpp == 1 && config::megatron_end_stages(L, pp, sp.first, sp.last);  // sets first, last
+    if (megatron_ends) {
+      // Every way to share the remainder between the two end stages (each at most a middle
+      // stage's count): the last stage also runs the output head (and any
+      // multi-token-prediction modules), so a lighter last stage can be the faster one. With
+      // MTP modules the first stage may take more than a middle stage.
+      const int64_t per = (L + pp - 1) / pp, ends = sp.first + sp.last;
+      const int64_t max_first = base.training.mtp_layers > 0 ? ends - 1 : std::min(per, ends - 1);
+      for (int64_t f = std::max<int64_t>(1, ends - per); f <= max_first; ++f) {
+        if (f != sp.first) sp.end_splits.emplace_back(f, ends - f);
+      }
+    } else {
+      if (L >= pp * vpp) {
+        sp.stage_list = config::balanced_stage_layers(L, pp * vpp);
+        // The balanced list puts the extra layers last; the mirrored one keeps the last
+        // (head-carrying) stage light.
+        std::vector<int64_t> mirrored(sp.stage_list.rbegin(), sp.stage_list.rend());
+        if (mirrored != sp.stage_list) sp.alt_lists.push_back(std::move(mirrored));
+      }
+      sp.ok = !sp.stage_list.empty();
+    }
+  } else if (vpp == 1 && pp >= 2) {
+    // Even stages, and a shorter last stage: k layers moved to the first stage (one, or any
+    // number when the last stage also runs multi-token-prediction modules).
+    const int64_t per = L / pp;
+    const int64_t moves = base.training.mtp_layers > 0 ? per - 1 : std::min<int64_t>(per - 1, 1);
+    for (int64_t k = 1; k <= moves; ++k) {
+      if (pp >= 3) {
+        sp.end_splits.emplace_back(per + k, per - k);
+      } else {
+        sp.alt_lists.push_back({per + k, per - k});  // two stages: a list (Megatron's ends need a middle)
+      }
+    }
+  }
+  return sp;
+}
+
+// Every candidate layout of the search space (cheap arithmetic filters only; the validator
+// decides). Layouts the filters drop are counted in res.enumerated and res.rejected.
+std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, const PlanOptions& opt, PlanResult& res) {
   const auto& m = base.model;
   const int64_t N = base.cluster.num_gpus;
   const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
@@ -283,15 +340,17 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   }
   if (fixed("recompute")) recomputes = {{bp.recompute, bp.recompute_modules}};
   if (fixed("recompute_layers")) recomputes = {{Recompute::kFull, config::kRecomputeCoreAttn}};  // a layer count is full recomputation's
-  // Under full recomputation the planner recomputes only the layers memory needs, unless the
-  // run file or --fix sets the recompute mode or the layer count.
-  const bool search_recompute_layers = !fixed("recompute") && !fixed("recompute_layers");
 
-  // Enumerate candidate layouts (cheap arithmetic filters only; the validator decides).
   std::vector<Parallel> cands;
-  PlanResult res;
   for (int64_t tp : tps) {
+    // Expert tensor parallelism: none, or as wide as tp.
+    std::vector<int64_t> etps{fixed("etp") ? bp.etp : 1};
+    if (m.moe.enabled() && !fixed("etp") && tp > 1) etps.push_back(tp);
+    // Ulysses splits heads over cp (the validator's rule, applied before enumerating).
+    const int64_t kv_local = m.mla.enabled() ? m.heads / tp : std::max<int64_t>(1, m.kv_heads / tp);
     for (int64_t cp : cps) {
+      std::vector<config::CpComm> cp_methods{bp.cp_comm};
+      if (cp > 1 && !fixed("cp_comm")) cp_methods = {config::CpComm::kRing, config::CpComm::kAllGather, config::CpComm::kUlysses};
       for (int64_t pp : pps) {
         if (N % (tp * cp * pp) != 0) continue;
         const int64_t dp = N / (tp * cp * pp);
@@ -308,120 +367,87 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
           } else {
             scheds = {Schedule::kOneFOneB, Schedule::kZbH1};
           }
-          int64_t first = -1, last = -1;
-          std::vector<std::pair<int64_t, int64_t>> end_splits;  // alternatives to (first, last)
-          std::vector<std::vector<int64_t>> alt_lists;          // alternatives to stage_list
-          std::vector<int64_t> stage_list;
-          if (fixed("first_stage_layers") || fixed("last_stage_layers")) {
-            first = bp.first_stage_layers;
-            last = bp.last_stage_layers;
-          } else if (fixed("stage_layers")) {
-            stage_list = bp.stage_layer_list;
-          } else if (L % (pp * vpp) != 0) {
-            // Megatron's shorter first and last stages without virtual stages where they
-            // exist; otherwise the balanced split over every virtual stage (torchtitan's
-            // split points).
-            const bool megatron_ends = vpp == 1 && config::megatron_end_stages(L, pp, first, last);  // sets first, last
-            if (megatron_ends) {
-              // Every way to share the remainder between the two end stages (each at most a
-              // middle stage's count): the last stage also runs the output head (and any
-              // multi-token-prediction modules), so a lighter last stage can be the faster one.
-              // With MTP modules the first stage may take more than a middle stage.
-              const int64_t per = (L + pp - 1) / pp, ends = first + last;
-              const int64_t max_first = base.training.mtp_layers > 0 ? ends - 1 : std::min(per, ends - 1);
-              for (int64_t f = std::max<int64_t>(1, ends - per); f <= max_first; ++f) {
-                if (f != first) end_splits.emplace_back(f, ends - f);
-              }
-            }
-            if (!megatron_ends && L >= pp * vpp) {
-              stage_list = config::balanced_stage_layers(L, pp * vpp);
-              // The balanced list puts the extra layers last; the mirrored one keeps the last
-              // (head-carrying) stage light.
-              std::vector<int64_t> mirrored(stage_list.rbegin(), stage_list.rend());
-              if (mirrored != stage_list) alt_lists.push_back(std::move(mirrored));
-            }
-            if (!megatron_ends && stage_list.empty()) {
-              ++res.enumerated;
-              ++res.rejected["layers do not split over pp*vpp"];
-              continue;
-            }
-          } else if (vpp == 1 && pp >= 2) {
-            // Even stages, and a shorter last stage: k layers moved to the first stage (one, or
-            // any number when the last stage also runs multi-token-prediction modules).
-            const int64_t per = L / pp;
-            const int64_t moves = base.training.mtp_layers > 0 ? per - 1 : std::min<int64_t>(per - 1, 1);
-            for (int64_t k = 1; k <= moves; ++k) {
-              if (pp >= 3) {
-                end_splits.emplace_back(per + k, per - k);
-              } else {
-                alt_lists.push_back({per + k, per - k});  // two stages: a list (Megatron's ends need a middle)
-              }
-            }
+          const Splits splits = pipeline_splits(base, par, pp, vpp);
+          if (!splits.ok) {
+            ++res.enumerated;
+            ++res.rejected["layers do not split over pp*vpp"];
+            continue;
           }
-          std::vector<config::CpComm> cp_methods{bp.cp_comm};
-          if (cp > 1 && !fixed("cp_comm")) cp_methods = {config::CpComm::kRing, config::CpComm::kAllGather, config::CpComm::kUlysses};
-          std::vector<int64_t> etps{fixed("etp") ? bp.etp : 1};
-          if (m.moe.enabled() && !fixed("etp") && tp > 1) etps.push_back(tp);
+          // The layout with the primary split, then with each alternative.
+          auto emit = [&](Parallel p) {
+            p.first_stage_layers = splits.first;
+            p.last_stage_layers = splits.last;
+            p.stage_layer_list = splits.stage_list;
+            cands.push_back(p);
+            for (const auto& [f, l] : splits.end_splits) {
+              p.first_stage_layers = f;
+              p.last_stage_layers = l;
+              cands.push_back(p);
+            }
+            p.first_stage_layers = splits.first;
+            p.last_stage_layers = splits.last;
+            for (const auto& list : splits.alt_lists) {
+              p.stage_layer_list = list;
+              cands.push_back(p);
+            }
+          };
           for (config::CpComm cpm : cp_methods) {
-          // Ulysses splits heads over cp (the validator's rule, applied before enumerating).
-          const int64_t kv_local = m.mla.enabled() ? m.heads / tp : std::max<int64_t>(1, m.kv_heads / tp);
-          if (cpm == config::CpComm::kUlysses && kv_local % cp != 0) continue;
-          for (int64_t etp : etps) {
-          for (int64_t ep : eps) {
-            // ep * etp is carved out of tp * dp * cp.
-            if ((tp * dp * cp) % (ep * etp) != 0 || (m.moe.enabled() && m.moe.num_experts % ep != 0)) continue;
-            for (int64_t mbs : mbss) {
-              if (base.training.global_batch_size % (dp * mbs) != 0) {
-                ++res.enumerated;
-                ++res.rejected["invalid $.training.global_batch_size"];
-                continue;
-              }
-              for (const auto& sh : shards) {
-                for (const RecomputeChoice& rcm : recomputes) {
-                  for (Schedule sc : scheds) {
-                    Parallel p = bp;
-                    p.tp = tp;
-                    p.cp = cp;
-                    p.pp = pp;
-                    p.dp = dp;
-                    p.vpp = vpp;
-                    p.ep = ep;
-                    p.etp = etp;
-                    p.cp_comm = cpm;
-                    if (!fixed("sp")) p.sp = tp > 1;
-                    p.micro_batch_size = mbs;
-                    p.zero_stage = sh.zero;
-                    p.fsdp = sh.fsdp;
-                    p.recompute = rcm.mode;
-                    p.recompute_modules = rcm.modules;
-                    p.schedule = sc;
-                    p.first_stage_layers = first;
-                    p.last_stage_layers = last;
-                    p.stage_layer_list = stage_list;
-                    cands.push_back(p);
-                    for (const auto& [f, l] : end_splits) {
-                      p.first_stage_layers = f;
-                      p.last_stage_layers = l;
-                      cands.push_back(p);
-                    }
-                    p.first_stage_layers = first;
-                    p.last_stage_layers = last;
-                    for (const auto& list : alt_lists) {
-                      p.stage_layer_list = list;
-                      cands.push_back(p);
+            if (cpm == config::CpComm::kUlysses && kv_local % cp != 0) continue;
+            for (int64_t etp : etps) {
+              for (int64_t ep : eps) {
+                // ep * etp is carved out of tp * dp * cp.
+                if ((tp * dp * cp) % (ep * etp) != 0 || (m.moe.enabled() && m.moe.num_experts % ep != 0)) continue;
+                for (int64_t mbs : mbss) {
+                  if (base.training.global_batch_size % (dp * mbs) != 0) {
+                    ++res.enumerated;
+                    ++res.rejected["invalid $.training.global_batch_size"];
+                    continue;
+                  }
+                  for (const auto& sh : shards) {
+                    for (const RecomputeChoice& rcm : recomputes) {
+                      for (Schedule sc : scheds) {
+                        Parallel p = bp;
+                        p.tp = tp;
+                        p.cp = cp;
+                        p.pp = pp;
+                        p.dp = dp;
+                        p.vpp = vpp;
+                        p.ep = ep;
+                        p.etp = etp;
+                        p.cp_comm = cpm;
+                        if (!fixed("sp")) p.sp = tp > 1;
+                        p.micro_batch_size = mbs;
+                        p.zero_stage = sh.zero;
+                        p.fsdp = sh.fsdp;
+                        p.recompute = rcm.mode;
+                        p.recompute_modules = rcm.modules;
+                        p.schedule = sc;
+                        emit(p);
+                      }
                     }
                   }
                 }
               }
             }
           }
-          }
-          }
         }
       }
     }
   }
   res.enumerated += static_cast<int64_t>(cands.size());
+  return cands;
+}
+
+}  // namespace
+
+PlanResult plan(const Json& run, const std::string& source_name, const std::string& base_dir, const PlanOptions& opt) {
+  const Json par = run.contains("parallel") && run["parallel"].is_object() ? run["parallel"] : Json::object();
+  const RunConfig base = config::parse_run(run, source_name, base_dir, false);
+  // Under full recomputation the planner recomputes only the layers memory needs, unless the
+  // run file or --fix sets the recompute mode or the layer count.
+  const bool search_recompute_layers = !par.contains("recompute") && !par.contains("recompute_layers");
+  PlanResult res;
+  const std::vector<Parallel> cands = enumerate_layouts(base, par, opt, res);
 
   // Validate, check memory and estimate, in parallel; results land by index (deterministic).
   // The pass keeps only each layout's verdict and estimated step time; the layouts kept for the
