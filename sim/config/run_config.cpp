@@ -224,6 +224,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
+  p.comm_high_priority = r.get_bool("comm_high_priority", false);
   if (const Json* aj = r.get_raw("param_gather_align"); aj != nullptr) {
     if (aj->is_boolean()) {
       p.param_gather_align = aj->get<bool>() ? Parallel::GatherAlign::kAlways : Parallel::GatherAlign::kNever;

@@ -203,6 +203,10 @@ struct Parallel {
   bool tp_comm_overlap = false;
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;
+  // The data-parallel collectives' streams outrank compute (PyTorch TORCH_NCCL_HIGH_PRIORITY=1,
+  // Megatron-Core --high-priority-stream-groups): a collective takes SMs as the compute kernel
+  // in flight frees them instead of waiting for it to hand out its last thread blocks.
+  bool comm_high_priority = false;
   // ZeRO-1/2 with param_gather_overlap: the gathers of every pipeline stage start at the step's
   // start (Megatron-Core's align_param_gather) or, not aligned, each stage's when its first
   // forward starts (after its input arrives), so they cannot hide behind the pipeline fill.

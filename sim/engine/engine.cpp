@@ -35,6 +35,27 @@ bool Engine::slows_compute(const Task& t) {
   return t.stream != Stream::kCompute && t.duration > 0 && (t.kind == TaskKind::kDpComm || t.kind == TaskKind::kPpSend);
 }
 
+bool Engine::waits_for_kernel(const Task& t) const {
+  return kernel_waits_ && t.kind == TaskKind::kDpComm && t.stream != Stream::kCompute && t.duration > 0;
+}
+
+Tick Engine::kernel_wait(const Task& comm, Tick now) const {
+  const TaskId c = on_compute_[static_cast<size_t>(comm.rank)];
+  if (c == kNone) return 0;
+  const Task& ct = g_.task(c);
+  if (ct.kernel == 0) return 0;
+  // The kernel's length at the rate the task runs now (slowed while communication runs beside it).
+  double kernel = g_.kernel_share(ct.kernel) * static_cast<double>(ct.duration);
+  if (share_ > 0) kernel /= compute_[static_cast<size_t>(comm.rank)].rate;
+  const double n = comm.collective != kNone ? static_cast<double>(g_.collective(comm.collective).group) : 1.0;
+  // The participants' kernels are in different phases: the last of n to get its SMs waits
+  // n / (n + 1) of a kernel on average. No longer than the compute task still runs.
+  const double left = share_ > 0 ? std::max(0.0, compute_[static_cast<size_t>(comm.rank)].left / compute_[static_cast<size_t>(comm.rank)].rate -
+                                                     static_cast<double>(now - compute_[static_cast<size_t>(comm.rank)].last))
+                                 : static_cast<double>(std::max<Tick>(0, start_[c] + ct.duration - now));
+  return static_cast<Tick>(std::min(kernel * n / (n + 1.0), left));
+}
+
 void Engine::rerate(int32_t rank, Tick now) {
   RunningCompute& c = compute_[static_cast<size_t>(rank)];
   if (c.task == kNone) return;
@@ -48,6 +69,7 @@ void Engine::start(TaskId id, Tick ready, Tick at) {
   start_[id] = at;
   for (auto* o : observers_) o->on_start(g_, id, ready, at);
   const Task& t = g_.task(id);
+  if (kernel_waits_ && is_compute(t)) on_compute_[static_cast<size_t>(t.rank)] = id;
   if (share_ > 0) {
     const auto r = static_cast<size_t>(t.rank);
     if (is_compute(t)) {
@@ -153,6 +175,7 @@ void Engine::reshare(const uint32_t* seed_links, uint32_t count, Tick now) {
 
 void Engine::complete(TaskId id, Tick now, RunStats& stats) {
   finish_[id] = now;
+  if (kernel_waits_ && on_compute_[static_cast<size_t>(g_.task(id).rank)] == id) on_compute_[static_cast<size_t>(g_.task(id).rank)] = kNone;
   if (share_ > 0) {
     const Task& t = g_.task(id);
     const auto r = static_cast<size_t>(t.rank);
@@ -181,6 +204,9 @@ RunStats Engine::run() {
   version_.assign(n, 0);
   share_ = std::clamp(g_.comm_compute_share(), 0.0, 0.9);
   compute_.assign(static_cast<size_t>(g_.num_ranks()), RunningCompute{});
+  kernel_waits_ = g_.comm_waits_for_kernels();
+  on_compute_.assign(kernel_waits_ ? static_cast<size_t>(g_.num_ranks()) : 0, kNone);
+  gated_.assign(kernel_waits_ ? n : 0, 0);
   comm_active_.assign(static_cast<size_t>(g_.num_ranks()), 0);
   size_t nflows = 0;
   size_t ncoll = 0;
@@ -211,7 +237,18 @@ RunStats Engine::run() {
     queue_.pop();
     ++stats.events;
     const Task& t = g_.task(ev.task);
+    if (ev.type == EventType::kGate) {
+      // Processed after the tasks made ready at the same time (a compute task that starts as
+      // the collective's input is final holds the SMs first).
+      gated_[ev.task] = 1;
+      push(after(ev.time, static_cast<double>(kernel_wait(t, ev.time))), EventType::kReady, ev.task);
+      continue;
+    }
     if (ev.type == EventType::kReady) {
+      if (kernel_waits_ && gated_[ev.task] == 0 && waits_for_kernel(t)) {
+        push(ev.time, EventType::kGate, ev.task);
+        continue;
+      }
       ready_[ev.task] = ev.time;
       if (t.collective == kNone) {
         start(ev.task, ev.time, ev.time);

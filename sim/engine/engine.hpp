@@ -15,7 +15,9 @@
 
 namespace stepcast::engine {
 
-enum class EventType : uint8_t { kReady, kFinish };
+// kGate: a task whose dependencies are met looks at what runs beside it before it is ready
+// (a collective kernel waiting for the compute kernel in flight to hand out its SMs).
+enum class EventType : uint8_t { kReady, kFinish, kGate };
 
 struct Event {
   Tick time = 0;
@@ -74,6 +76,11 @@ class Engine {
   [[nodiscard]] static bool slows_compute(const Task& t);
   [[nodiscard]] static bool is_compute(const Task& t);
   void rerate(int32_t rank, Tick now);
+  // A data-parallel collective on its own stream, which waits for the compute kernel in flight
+  // on its rank when TaskGraph::comm_waits_for_kernels() is set.
+  [[nodiscard]] bool waits_for_kernel(const Task& t) const;
+  // How long a collective issued now on `rank` waits for the compute kernel in flight there.
+  [[nodiscard]] Tick kernel_wait(const Task& comm, Tick now) const;
 
   struct RunningCompute {
     TaskId task = kNone;
@@ -84,6 +91,9 @@ class Engine {
   std::vector<RunningCompute> compute_;  // per rank
   std::vector<uint32_t> comm_active_;    // per rank: interfering communication tasks running
   double share_ = 0;
+  bool kernel_waits_ = false;
+  std::vector<TaskId> on_compute_;  // per rank: the compute task running (kNone when idle)
+  std::vector<uint8_t> gated_;      // per task: its kernel wait has been taken
 
   struct ActiveFlow {
     double remaining = 0;  // bytes

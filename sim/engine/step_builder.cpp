@@ -15,6 +15,7 @@ namespace stepcast::engine {
 using config::Schedule;
 using cost::Collective;
 using estimate::LayerCost;
+using core::Duration;
 
 namespace {
 
@@ -97,12 +98,12 @@ class RankBuilder {
   // shares it with concurrent flows; a degraded link then slows it through the link's
   // capacity. Other collectives (TP inside the node) take their closed-form time, divided by a
   // degraded link's factor.
-  TaskId group_task(bool tp, Task t, Tick dur, uint32_t name, double link_bytes = 0, bool cross_node = false) {
+  TaskId group_task(bool tp, Task t, Tick dur, uint32_t name, double link_bytes = 0, bool cross_node = false, int64_t group = 1) {
     auto& list = (tp ? b_.tp_coll_ : b_.dp_coll_)[tp ? my_tp_ : my_dp_];
     size_t& j = tp ? tp_j_ : dp_j_;
     const bool flow = link_bytes > 0 && !b_.ideal_;
     if (!flow && ((tp && tp_degraded_) || (!tp && dp_degraded_))) dur = static_cast<Tick>(static_cast<double>(dur) / sc_.degraded_factor);
-    if (j >= list.size()) list.push_back(g_.add_collective(dur, name));
+    if (j >= list.size()) list.push_back(g_.add_collective(dur, name, static_cast<uint32_t>(std::clamp<int64_t>(group, 1, 1 << 30))));
     t.duration = dur;
     t.name = name;
     const TaskId id = g_.add(t);
@@ -114,7 +115,7 @@ class RankBuilder {
   // A data-parallel collective of `bytes` over `where` as a flow on the link it loads.
   TaskId dp_task(Task t, Collective op, double bytes, const mesh::Placement& where, uint32_t name) {
     const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(bytes), where, b_.rc_.hardware).value());
-    return group_task(false, t, dur, name, cost::link_bytes(op, core::Bytes(bytes), where), !where.intra_node());
+    return group_task(false, t, dur, name, cost::link_bytes(op, core::Bytes(bytes), where), !where.intra_node(), where.size);
   }
 
   void flow_over(TaskId id, double bytes, bool cross_node) {
@@ -264,9 +265,11 @@ class RankBuilder {
     const auto& chunk_slots = b_.chunk_slots_[static_cast<size_t>(s_)][static_cast<size_t>(a.chunk)];
     const bool fwd = a.phase == Phase::kF;
     PassTasks ids;
-    auto add_compute = [&](Task t, Tick dur, uint32_t name) {
+    // `kernel`: the pass's kernel in flight over its compute time (before the task's scaling).
+    auto add_compute = [&](Task t, Tick dur, uint32_t name, Duration kernel, Duration compute) {
       t.duration = dur;
       t.name = name;
+      if (compute.value() > 0) t.kernel = g_.kernel_share_index(kernel.value() / compute.value());
       const TaskId id = g_.add(t);
       if (ids.first == kNone) ids.first = id;
       if (ids.entry == kNone) ids.entry = id;
@@ -335,7 +338,8 @@ class RankBuilder {
       TaskId cid;
       if (a.phase == Phase::kF) {
         t.kind = TaskKind::kForward;
-        cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd);
+        cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd,
+                          sl->cost->fwd_kernel, sl->cost->fwd_compute);
         gate_compute(gates[si], cid);
         if (a.mb == 0 && !first_use_gathers_.empty()) {
           for (TaskId ag : first_use_gathers_[slot_index]) gate_on_dp(ag, cid, true);
@@ -344,12 +348,14 @@ class RankBuilder {
       } else if (a.phase == Phase::kB) {
         t.kind = TaskKind::kBackward;
         const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
-        cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd);
+        cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd,
+                          split_w_ ? sl->cost->bwd_input_kernel : sl->cost->bwd_kernel, Duration(dur));
         gate_compute(gates[si], cid);
         tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, n.tp_bwd, t);
       } else {
         t.kind = TaskKind::kBackwardWeight;
-        cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight);
+        cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight,
+                          sl->cost->bwd_weight_kernel, sl->cost->bwd_weight_compute);
         gate_compute(kNone, cid);
       }
       if (gather) {
@@ -532,6 +538,9 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   p2p_ = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());
   graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
   if (!ideal_) graph_->set_comm_compute_share(rc_.hardware.collective_compute_share());
+  // Collectives run on SMs (collective_sms) and, on streams of the compute's priority, wait for
+  // the compute kernel in flight.
+  if (!ideal_) graph_->set_comm_waits_for_kernels(rc_.hardware.collective_compute_share() > 0 && !p_.comm_high_priority);
   build_slots();
 }
 

@@ -74,9 +74,20 @@ void TaskGraph::depend(TaskId a, TaskId b) {
   edges_.emplace_back(a, b);
 }
 
-uint32_t TaskGraph::add_collective(Tick duration, uint32_t name) {
-  collectives_.push_back(CollectiveOp{duration, 0, name});
+uint32_t TaskGraph::add_collective(Tick duration, uint32_t name, uint32_t group) {
+  collectives_.push_back(CollectiveOp{duration, 0, name, std::max<uint32_t>(1, group)});
   return static_cast<uint32_t>(collectives_.size() - 1);
+}
+
+uint16_t TaskGraph::kernel_share_index(double share) {
+  if (!(share > 0)) return 0;
+  share = std::min(share, 1.0);
+  for (size_t i = 1; i < kernel_shares_.size(); ++i) {
+    if (kernel_shares_[i] == share) return static_cast<uint16_t>(i);
+  }
+  if (kernel_shares_.size() > 0xffff) throw std::logic_error("too many kernel shares");
+  kernel_shares_.push_back(share);
+  return static_cast<uint16_t>(kernel_shares_.size() - 1);
 }
 
 void TaskGraph::join(uint32_t collective, TaskId t) {

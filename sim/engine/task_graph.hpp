@@ -63,6 +63,9 @@ struct Task {
   int64_t mem_delta = 0; // bytes allocated at finish (positive) or freed at start (negative)
   Stream stream = Stream::kCompute;
   TaskKind kind = TaskKind::kForward;
+  // Compute tasks: index of the length of the kernel in flight (TaskGraph::kernel_share); 0 when
+  // the task's kernels are unknown.
+  uint16_t kernel = 0;
 };
 
 // A shared channel: capacity in bytes per second.
@@ -85,6 +88,7 @@ struct CollectiveOp {
   Tick duration = 0;
   uint32_t participants = 0;
   uint32_t name = 0;
+  uint32_t group = 1;  // ranks of the real group (under symmetry more than participate here)
 };
 
 class TaskGraph {
@@ -95,8 +99,8 @@ class TaskGraph {
   TaskId add(const Task& t);
   // b runs after a finishes (a and b may be on any ranks and streams).
   void depend(TaskId a, TaskId b);
-  // Declares a collective; attach participant tasks with join().
-  uint32_t add_collective(Tick duration, uint32_t name);
+  // Declares a collective over a group of `group` ranks; attach participant tasks with join().
+  uint32_t add_collective(Tick duration, uint32_t name, uint32_t group = 1);
   void join(uint32_t collective, TaskId t);
   uint32_t intern(const std::string& name);
   // Declares a link of the given capacity (bytes per second, > 0).
@@ -111,6 +115,19 @@ class TaskGraph {
   // overlapped pipeline send in flight, its compute tasks progress at (1 - fraction) speed.
   void set_comm_compute_share(double fraction) { comm_compute_share_ = fraction; }
   [[nodiscard]] double comm_compute_share() const { return comm_compute_share_; }
+  // Collective kernels and SMs: a data-parallel collective issued on its own stream while a
+  // compute kernel holds every SM starts only once that kernel has handed out its last thread
+  // blocks (streams of equal priority are served in launch order); its participants wait in
+  // different phases of their kernels, so the collective waits about n / (n + 1) of the kernel
+  // in flight for a group of n. Set when collectives run on SMs and their streams do not
+  // outrank compute.
+  void set_comm_waits_for_kernels(bool on) { comm_waits_for_kernels_ = on; }
+  [[nodiscard]] bool comm_waits_for_kernels() const { return comm_waits_for_kernels_; }
+  // The kernel in flight of a compute task, as a share of the task's duration (the
+  // length-biased mean kernel: sum t^2 / sum t over its kernels, over the task's time):
+  // registers a share and returns its index for Task::kernel (equal shares share an index).
+  uint16_t kernel_share_index(double share);
+  [[nodiscard]] double kernel_share(uint16_t index) const { return kernel_shares_[index]; }
   [[nodiscard]] const Link& link(uint32_t l) const { return links_[l]; }
   [[nodiscard]] const Flow& flow(uint32_t f) const { return flows_[f]; }
 
@@ -143,6 +160,8 @@ class TaskGraph {
   std::vector<TaskId> succ_;
   std::vector<uint32_t> deps_;
   double comm_compute_share_ = 0;
+  bool comm_waits_for_kernels_ = false;
+  std::vector<double> kernel_shares_{0.0};  // index 0: no kernel known
   bool finalized_ = false;
 };
 

@@ -44,6 +44,7 @@ namespace {
 // bucket_mb, each its own collective (so each pays the latency floor).
 struct BucketPlan {
   Duration total, last;
+  double count = 0;  // collectives
 };
 
 BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh::Placement& where,
@@ -52,6 +53,7 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
   if (where.size <= 1 || bytes <= 0) return plan;
   const double first = std::min(bytes, first_bytes);
   plan.total += cost::collective_time(c, Bytes(first), where, hw);
+  plan.count = 1;
   double rest = bytes - first;
   plan.last = plan.total;
   if (rest > 0) {
@@ -60,11 +62,13 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
     if (full > 0) {
       const Duration tb = cost::collective_time(c, Bytes(bucket_bytes), where, hw);
       plan.total += tb * full;
+      plan.count += full;
       plan.last = tb;
     }
     if (rem > 0) {
       const Duration tr = cost::collective_time(c, Bytes(rem), where, hw);
       plan.total += tr;
+      plan.count += 1;
       plan.last = std::max(plan.last, tr);
     }
   }
@@ -83,11 +87,13 @@ BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const 
   const Duration whole = cost::collective_time(c, Bytes(bytes / v), where, hw);
   if (s > 0) {
     plan.total = whole * v;
+    plan.count = v;
     plan.last = whole;
     return plan;
   }
   plan = bucketed(c, bytes / v, bucket_bytes, where, hw, bucket_bytes);
   plan.total += whole * (v - 1.0);
+  plan.count += v - 1.0;
   return plan;
 }
 
@@ -95,7 +101,10 @@ BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const 
 
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage) {
   StageCost c;
+  double fwd_compute = 0, bwd_compute = 0;
   auto add = [&](const LayerCost& lc, double count) {
+    fwd_compute += lc.fwd_compute.value() * count;
+    bwd_compute += lc.bwd_compute.value() * count;
     c.fwd += lc.fwd_time().value() * count;
     c.bwd += lc.bwd_time().value() * count;
     c.bwd_weight += lc.bwd_weight_compute.value() * count;
@@ -112,10 +121,15 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.ep_nic += lc.ep_exposed_nic.value() * count;
     c.hardware_flops += lc.hardware_flops.value() * count;
     c.model_flops += lc.model_flops.value() * count;
+    c.fwd_kernel += lc.fwd_kernel.value() * lc.fwd_compute.value() * count;
+    c.bwd_kernel += lc.bwd_kernel.value() * lc.bwd_compute.value() * count;
   };
   for (const int64_t l : rc.stage_layer_ids(stage)) add(wb.layer(l), 1.0);
   if (stage == 0) add(wb.embedding(), 1.0);
   if (stage == rc.parallel.pp - 1) add(wb.output_layer(), 1.0);
+  // Time-weighted: the kernel in flight at a random moment of the pass.
+  c.fwd_kernel = fwd_compute > 0 ? c.fwd_kernel / fwd_compute : 0.0;
+  c.bwd_kernel = bwd_compute > 0 ? c.bwd_kernel / bwd_compute : 0.0;
   return c;
 }
 
@@ -162,6 +176,15 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   out.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
   double hardware_flops_mb = 0;
   double model_flops_mb = 0;
+  // A collective issued beside compute on a stream of equal priority waits for the compute
+  // kernel in flight to hand out its SMs; the last of its n participants about n / (n + 1) of
+  // that kernel (the simulated timeline's kernel wait).
+  const bool kernel_waits = hw.collective_compute_share() > 0 && !p.comm_high_priority;
+  auto kernel_wait = [&](double kernel, const mesh::Placement& where) {
+    const double n = static_cast<double>(where.size);
+    return kernel_waits && n > 1 ? kernel * n / (n + 1.0) : 0.0;
+  };
+  std::vector<double> fwd_kernel(static_cast<size_t>(pp)), bwd_kernel(static_cast<size_t>(pp));
   for (int64_t s = 0; s < pp; ++s) {
     const auto& st = out.memory.stages[static_cast<size_t>(s)];
     const StageCost sc = stage_cost(rc, wb, s);
@@ -170,6 +193,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     double tp = sc.tp, cpx = sc.cp, epx = sc.ep;
     hardware_flops_mb += sc.hardware_flops;
     model_flops_mb += sc.model_flops;
+    fwd_kernel[static_cast<size_t>(s)] = sc.fwd_kernel;
+    bwd_kernel[static_cast<size_t>(s)] = sc.bwd_kernel;
 
     // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters on their own
     // streams, one layer ahead of the compute that uses them.
@@ -187,6 +212,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       };
       const double ag = unit_time(Collective::kAllGather, gather_bytes);
       const double rs = unit_time(Collective::kReduceScatter, reduce_bytes);
+      // Each of a layer's collectives (dense, then experts) beside a pass waits for its kernel.
+      const double units = layer_expert > 0 ? 2.0 : 1.0;
+      const double wf = units * kernel_wait(sc.fwd_kernel, places.zero3);
+      const double wb = units * kernel_wait(sc.bwd_kernel, places.zero3);
       // The share of the stage's layers whose recomputed forward gathers again.
       double regathered = 0;
       if (p.zero3_recompute_regather) {
@@ -256,22 +285,25 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // In line (no prefetch, or reduce-scatters that block): those collectives add to the
           // pass in full; the others still hide behind its compute.
           const bool ag_in = !p.param_gather_overlap, rs_in = !p.grad_reduce_overlap;
-          exp_f = ag_in ? L * ag : beside_compute(L * ag, f_win, slow_here) + ag / m;
-          const double bwd_ag = L * ag * bwd_gathers;
-          exp_b = (ag_in ? bwd_ag : beside_compute(bwd_ag, b_win, slow_here)) +
-                  (rs_in ? L * rs : beside_compute(L * rs, b_win, slow_here) + rs / m);
+          exp_f = ag_in ? L * ag : beside_compute(L * ag, f_win, slow_here, L * wf) + ag / m;
+          exp_b = (ag_in ? L * ag * bwd_gathers : beside_compute(L * ag * bwd_gathers, b_win, slow_here, L * wb * bwd_gathers)) +
+                  (rs_in ? L * rs : beside_compute(L * rs, b_win, slow_here, L * wb) + rs / m);
         } else if (p.schedule == config::Schedule::kZbH1) {
           // A split backward makes a layer's gradient final in its weight-gradient pass: the
           // gathers run beside the input-gradient pass, the reduce-scatters start in the W pass
           // and what outlasts it spills into the next forward, sharing the link with its gathers.
           const double spill = std::max(0.0, L * rs - w);
           const double spill_link = rs > 0 ? spill * rs_link / rs : 0.0;
-          exp_f = beside_compute(std::max(L * ag, L * ag_link + spill_link), f_win, slow_here) + ag / m;
-          exp_b = beside_compute(L * ag * bwd_gathers, std::max(0.0, b_win - w), slow_here) + std::min(L * rs, w) * slow_here + rs / m;
+          const double f_traffic = std::max(L * ag, L * ag_link + spill_link);
+          exp_f = beside_compute(f_traffic, f_win, slow_here, std::max(0.0, L * (ag + wf) - f_traffic)) + ag / m;
+          exp_b = beside_compute(L * ag * bwd_gathers, std::max(0.0, b_win - w), slow_here, L * wb * bwd_gathers) +
+                  std::min(L * rs, w) * slow_here + rs / m;
         } else {
-          exp_f = beside_compute(L * ag, f_win, slow_here) + ag / m;
+          exp_f = beside_compute(L * ag, f_win, slow_here, L * wf) + ag / m;
           const double bwd_traffic = std::max({L * ag * bwd_gathers, L * rs, L * (ag_link * bwd_gathers + rs_link)});
-          exp_b = beside_compute(bwd_traffic, b_win, slow_here) + rs / m;
+          // The two streams wait for kernels side by side.
+          const double bwd_busy = std::max({L * (ag + wb) * bwd_gathers, L * (rs + wb), bwd_traffic});
+          exp_b = beside_compute(bwd_traffic, b_win, slow_here, bwd_busy - bwd_traffic) + rs / m;
         }
         fsdp = exp_f + exp_b;
         f += exp_f;
@@ -280,8 +312,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         // Unsharded between micro-batches: one gather per layer during the stage's first forward
         // and one reduce-scatter per layer during its last backward, each beside that layer's
         // compute: once per step (below), not per micro-batch.
-        once_fill[static_cast<size_t>(s)] = p.param_gather_overlap ? beside_compute(ag, f_win / L, slow_here) * L + ag : L * ag;
-        once_drain[static_cast<size_t>(s)] = p.grad_reduce_overlap ? beside_compute(rs, b_win / L, slow_here) * L + rs : L * rs;
+        once_fill[static_cast<size_t>(s)] = p.param_gather_overlap ? beside_compute(ag, f_win / L, slow_here, wf) * L + ag : L * ag;
+        once_drain[static_cast<size_t>(s)] = p.grad_reduce_overlap ? beside_compute(rs, b_win / L, slow_here, wb) * L + rs : L * rs;
       }
     }
     if (const double nic = sc.tp_nic + sc.cp_nic + sc.ep_nic; nic_stretch > 0 && nic > 0) {
@@ -363,15 +395,18 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
                                        ? std::max(p.bucket_mb * 1e6, st.expert_params / static_cast<double>(st.layers) * sb.gradients)
                                        : p.bucket_mb * 1e6;
       BucketPlan expert = stage_buckets(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, hw, p, s);
-      const double total = (dense.total + expert.total).value();
       const double last = std::max(dense.last, expert.last).value();
+      // The buckets that run beside the backward wait for its kernels (not the last, after it).
+      const double waits = std::max(0.0, dense.count - 1.0) * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.dp_cp) +
+                           expert.count * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.edp);
+      const double total = (dense.total + expert.total).value();
       // The gradients become final during the last micro-batch's backward; under ZB-H1 during
       // its weight-gradient pass W, which the held-back W of the cool-down run just before.
       const bool zb = p.schedule == config::Schedule::kZbH1;
       const double window = zb ? w_stage[static_cast<size_t>(s)] : out.stage_bwd_s[static_cast<size_t>(s)];
       // Overlapped: the last bucket follows the backward; the rest runs beside it (or, when the
       // traffic outlasts the backward, the backward runs slowed under it).
-      const double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow) : total;
+      const double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow, waits) : total;
       // How long before the pipeline's end stage s finishes: 1F1B drains stage by stage (the
       // earlier stages' backward); under ZB-H1 only the input-gradient chain drains, and the
       // min(s, m - 1) W that stage s held back fill that time.
@@ -391,6 +426,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         BucketPlan ag_d = stage_buckets(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, hw, p, s);
         BucketPlan ag_e = stage_buckets(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, hw, p, s);
         const double ag_total = (ag_d.total + ag_e.total).value();
+        // Overlapped, every bucket but the first waits for the forward's kernels.
+        const double ag_waits = std::max(0.0, ag_d.count - 1.0) * kernel_wait(fwd_kernel[static_cast<size_t>(s)], places.dp_cp) +
+                                ag_e.count * kernel_wait(fwd_kernel[static_cast<size_t>(s)], places.edp);
         const double ag_first = std::max(ag_d.last, ag_e.last).value();
         double ag_exposed = ag_total;
         if (p.param_gather_overlap && ag_total > 0) {
@@ -410,12 +448,13 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           const double f_chunk = out.stage_fwd_s[static_cast<size_t>(s)] / v;
           const double last_share = std::min(1.0, ag_first * v / ag_total);
           double exposed = std::max(0.0, ag_first - fill);
+          const double busy = ag_total + ag_waits;
           for (double c = 0; c < v; c += 1.0) {
             const double start = fill + c * static_cast<double>(pp) * f_chunk;
-            exposed = std::max(exposed, (c + 1.0) / v * ag_total - start - f_chunk * (1.0 - last_share));
+            exposed = std::max(exposed, (c + 1.0) / v * busy - start - f_chunk * (1.0 - last_share));
           }
-          exposed = std::min(exposed, ag_total);
-          ag_exposed = exposed + (ag_total - exposed) * slow;
+          exposed = std::min(exposed, busy);
+          ag_exposed = exposed + std::max(0.0, ag_total - exposed) * slow;
         }
         param_gather = p.param_gather_overlap && !p.gathers_aligned() ? param_gather + ag_exposed : std::max(param_gather, ag_exposed);
       }

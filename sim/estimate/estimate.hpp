@@ -70,6 +70,9 @@ struct StageCost {
   double fwd_nic = 0, bwd_nic = 0;   // exposed communication over the NIC (forward / backward)
   double tp_nic = 0, cp_nic = 0, ep_nic = 0;  // ... by kind (forward + backward)
   double hardware_flops = 0, model_flops = 0;
+  // The compute kernel in flight during the stage's forward / backward (the passes' kernels in
+  // flight weighted by their compute time): what a collective issued beside them waits.
+  double fwd_kernel = 0, bwd_kernel = 0;
 };
 class WorkloadBuilder;
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage);

@@ -5,8 +5,8 @@
 
 namespace stepcast::estimate {
 
-double beside_compute(double comm, double compute, double slow) {
-  return std::max(comm - compute, std::min(comm, compute) * slow);
+double beside_compute(double comm, double compute, double slow, double waits) {
+  return std::max(comm + waits - compute, std::min(comm, compute) * slow);
 }
 
 using core::Bytes;
@@ -315,6 +315,22 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       c.hardware_flops += o.flops;
     }
   }
+  // The kernel in flight: sum t^2 / sum t over the GPU kernels of the pass (or its part).
+  auto in_flight = [](const std::vector<Op>& ops, int which) {
+    double s1 = 0, s2 = 0;
+    for (const auto& o : ops) {
+      if (o.kind == OpKind::kComm || o.kind == OpKind::kHost) continue;
+      if ((which == 1 && o.weight_grad) || (which == 2 && !o.weight_grad)) continue;
+      const double t = o.time.value();
+      s1 += t;
+      s2 += t * t;
+    }
+    return Duration(s1 > 0 ? s2 / s1 : 0.0);
+  };
+  c.fwd_kernel = in_flight(c.fwd, 0);
+  c.bwd_kernel = in_flight(c.bwd, 0);
+  c.bwd_input_kernel = in_flight(c.bwd, 1);
+  c.bwd_weight_kernel = in_flight(c.bwd, 2);
   // Backward model FLOPs are exactly twice the forward GEMM/attention FLOPs.
   c.hardware_flops += c.model_flops;
   c.model_flops = c.model_flops * 3.0;

@@ -27,8 +27,10 @@ const char* to_string(CommKind k);
 
 // Time `comm` seconds of communication add to `compute` seconds they run beside: what
 // outlasts the compute, or the compute's slowdown while they share the GPU (`slow` = share /
-// (1 - share) of the hidden time), whichever is longer.
-double beside_compute(double comm, double compute, double slow);
+// (1 - share) of the hidden time), whichever is longer. `waits`: time the collectives spend
+// beside the compute waiting for its kernels to free SMs (they hold their stream but do not
+// slow the compute yet).
+double beside_compute(double comm, double compute, double slow, double waits = 0);
 
 struct Op {
   std::string name;
@@ -75,6 +77,9 @@ struct LayerCost {
   // per pass and split by kind (fwd + bwd).
   core::Duration fwd_exposed_nic_comm, bwd_exposed_nic_comm;
   core::Duration tp_exposed_nic, cp_exposed_nic, ep_exposed_nic;
+  // The kernel in flight at a random moment of each pass (length-biased mean of its GPU
+  // kernels, sum t^2 / sum t): what a collective issued beside the pass waits for its SMs.
+  core::Duration fwd_kernel, bwd_kernel, bwd_input_kernel, bwd_weight_kernel;
   core::Flops model_flops;     // forward + backward, no recompute
   core::Flops hardware_flops;  // including recomputed forward
   ExpertLoad expert_load;      // MoE layers: routing statistics of the busiest expert rank

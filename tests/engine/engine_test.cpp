@@ -91,6 +91,38 @@ TEST(Engine, ComputeStartingDuringCommunicationIsSlowed) {
   EXPECT_EQ(e.finish_times()[b], 9'000);
 }
 
+// A data-parallel collective issued on its own stream while a compute kernel holds the SMs
+// waits for that kernel: the kernel in flight (its share of the task) times n / (n + 1) for a
+// group of n. Issued as a compute task starts (its input ready at a task boundary), it waits
+// for the next task's kernel; with the compute stream idle, or with the switch off, it starts
+// at once.
+TEST(Engine, CollectiveWaitsForTheComputeKernelInFlight) {
+  auto run = [](bool waits, bool next_compute) {
+    TaskGraph g(1);
+    g.set_comm_waits_for_kernels(waits);
+    Task first = on(0, 10'000);
+    first.kernel = g.kernel_share_index(0.1);
+    const TaskId a = g.add(first);
+    if (next_compute) {
+      Task second = on(0, 20'000);
+      second.kernel = g.kernel_share_index(0.2);  // 4,000-tick kernels
+      g.add(second);
+    }
+    const uint32_t c = g.add_collective(3'000, g.intern("all-reduce"), 8);
+    Task comm = on(0, 3'000, Stream::kDpReduce);
+    comm.kind = TaskKind::kDpComm;
+    const TaskId id = g.add(comm);
+    g.join(c, id);
+    g.depend(a, id);
+    Engine e(g);
+    e.run();
+    return e.start_times()[id];
+  };
+  EXPECT_EQ(run(true, true), 10'000 + 4'000 * 8 / 9);
+  EXPECT_EQ(run(true, false), 10'000);
+  EXPECT_EQ(run(false, true), 10'000);
+}
+
 TEST(Engine, CollectiveStartsWhenLastParticipantArrives) {
   TaskGraph g(3);
   g.add(on(0, 10));
