@@ -207,6 +207,7 @@ RunStats Engine::run() {
   kernel_waits_ = g_.comm_waits_for_kernels();
   on_compute_.assign(kernel_waits_ ? static_cast<size_t>(g_.num_ranks()) : 0, kNone);
   gated_.assign(kernel_waits_ ? n : 0, 0);
+  kernel_wait_.assign(kernel_waits_ ? static_cast<size_t>(g_.num_ranks()) : 0, 0);
   comm_active_.assign(static_cast<size_t>(g_.num_ranks()), 0);
   size_t nflows = 0;
   size_t ncoll = 0;
@@ -241,7 +242,9 @@ RunStats Engine::run() {
       // Processed after the tasks made ready at the same time (a compute task that starts as
       // the collective's input is final holds the SMs first).
       gated_[ev.task] = 1;
-      push(after(ev.time, static_cast<double>(kernel_wait(t, ev.time))), EventType::kReady, ev.task);
+      const Tick wait = kernel_wait(t, ev.time);
+      kernel_wait_[static_cast<size_t>(t.rank)] += wait;
+      push(after(ev.time, static_cast<double>(wait)), EventType::kReady, ev.task);
       continue;
     }
     if (ev.type == EventType::kReady) {

@@ -63,6 +63,9 @@ class Engine {
 
   [[nodiscard]] const std::vector<Tick>& start_times() const { return start_; }
   [[nodiscard]] const std::vector<Tick>& finish_times() const { return finish_; }
+  // Per rank: time its collectives waited for the compute kernel in flight to free SMs
+  // (TaskGraph::comm_waits_for_kernels; empty when off).
+  [[nodiscard]] const std::vector<Tick>& kernel_waits() const { return kernel_wait_; }
 
  private:
   void push(Tick t, EventType type, TaskId id, uint32_t version = 0);
@@ -94,6 +97,7 @@ class Engine {
   bool kernel_waits_ = false;
   std::vector<TaskId> on_compute_;  // per rank: the compute task running (kNone when idle)
   std::vector<uint8_t> gated_;      // per task: its kernel wait has been taken
+  std::vector<Tick> kernel_wait_;   // per rank: kernel waits taken
 
   struct ActiveFlow {
     double remaining = 0;  // bytes

@@ -231,6 +231,7 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
   const int64_t pp = rc.parallel.pp;
   out.stages.assign(static_cast<size_t>(pp), StageStats{});
   out.rank_wait_s.resize(static_cast<size_t>(b.ranks()));
+  for (const Tick w : eng.kernel_waits()) out.kernel_wait_s += to_seconds(w);
   for (int64_t r = 0; r < b.ranks(); ++r) {
     const auto ri = static_cast<size_t>(r);
     const double w = to_seconds(obs.wait_[ri]);

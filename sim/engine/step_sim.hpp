@@ -70,6 +70,9 @@ struct SimResult {
   double memory_timeline_peak_bytes = 0;
   int64_t memory_peak_stage = 0;
   double collective_wait_s = 0;      // summed over simulated ranks
+  // Data-parallel collectives waiting for the compute kernel in flight to free SMs, summed
+  // over simulated ranks (Engine::kernel_waits).
+  double kernel_wait_s = 0;
   double max_rank_wait_s = 0;        // the rank that waited longest in collectives
   std::vector<double> rank_wait_s;   // per simulated rank
   uint64_t events = 0;

@@ -33,6 +33,7 @@ Json simulate_json(const config::RunConfig& rc, const engine::SimResult& r, cons
                        {"events", r.events},
                        {"collective_wait_s", r.collective_wait_s},
                        {"max_rank_collective_wait_s", r.max_rank_wait_s},
+                       {"kernel_wait_s", r.kernel_wait_s},
                        {"stages", stages}};
   return out;
 }
@@ -59,6 +60,17 @@ std::string simulate_table(const config::RunConfig& rc, const engine::SimResult&
   if (!r.stages.empty() && r.stages[worst].comm_stretch_s > 0.005 * r.step.step_time_s) {
     std::snprintf(buf, sizeof buf, "link sharing: %.4f s of stage %zu's exposed TP/CP/EP time (%.4f s) is lost to other flows on its links\n",
                   r.stages[worst].comm_stretch_s, worst, r.stages[worst].tp_comm_s);
+    o << buf;
+  }
+  // Data-parallel collectives held back by the compute kernel in flight (their stream's
+  // priority equal to compute's): on the timeline only where their stream is busy, but it says
+  // why many small buckets cost more.
+  if (r.kernel_wait_s > 0.005 * r.step.step_time_s * static_cast<double>(std::max<int64_t>(1, r.ranks_simulated))) {
+    std::snprintf(buf, sizeof buf,
+                  "kernel wait: data-parallel collectives waited %.4f s per simulated rank for compute kernels to free SMs "
+                  "(time on their streams; the step pays it where those streams are busy; parallel.comm_high_priority: "
+                  "their streams outrank compute)\n",
+                  r.kernel_wait_s / static_cast<double>(std::max<int64_t>(1, r.ranks_simulated)));
     o << buf;
   }
   if (r.full) {

@@ -526,6 +526,15 @@ TEST(DataParallel, SmallBucketsWaitForTheKernelsTheyRunBeside) {
   EXPECT_GT(w1, w25);
   EXPECT_GE(w25, 0.0);
   EXPECT_EQ(step(1000, false), step(1000, true));
+  // The waits are reported: stream time, at least what the step lost to them.
+  auto waited = [](double bucket_mb, bool high) {
+    auto rc = gpt2_ddp(bucket_mb, 1, true);
+    rc.parallel.comm_high_priority = high;
+    return simulate_step(rc).kernel_wait_s;
+  };
+  EXPECT_GE(waited(1, false), w1 - 1e-9);
+  EXPECT_GT(waited(1, false), waited(25, false));
+  EXPECT_EQ(waited(1, true), 0.0);
 }
 
 // Megatron-Core's bucket layout: one DDP per model chunk, buckets only on the first stage's
