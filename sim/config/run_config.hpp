@@ -301,6 +301,11 @@ struct RunConfig {
   [[nodiscard]] bool full_recompute_layer(int64_t layer) const;
   // Recompute full covers some layers of a virtual stage but not all.
   [[nodiscard]] bool partial_recompute() const;
+  // Data-parallel collectives issued beside compute wait for the compute kernel in flight:
+  // they run on SMs (efficiency.collective_sms) and their streams do not outrank compute.
+  [[nodiscard]] bool comm_waits_for_kernels() const {
+    return hardware.collective_compute_share() > 0 && !parallel.comm_high_priority;
+  }
   [[nodiscard]] int64_t tokens_per_step() const { return training.global_batch_size * training.seq_len; }
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
 };

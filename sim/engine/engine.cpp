@@ -35,25 +35,27 @@ bool Engine::slows_compute(const Task& t) {
   return t.stream != Stream::kCompute && t.duration > 0 && (t.kind == TaskKind::kDpComm || t.kind == TaskKind::kPpSend);
 }
 
-bool Engine::waits_for_kernel(const Task& t) const {
-  return kernel_waits_ && t.kind == TaskKind::kDpComm && t.stream != Stream::kCompute && t.duration > 0;
+bool Engine::waits_for_kernel(const Task& t) {
+  return t.kind == TaskKind::kDpComm && t.stream != Stream::kCompute && t.duration > 0;
 }
 
 Tick Engine::kernel_wait(const Task& comm, Tick now) const {
-  const TaskId c = on_compute_[static_cast<size_t>(comm.rank)];
-  if (c == kNone) return 0;
+  const auto r = static_cast<size_t>(comm.rank);
+  const TaskId c = on_compute_[r];
+  if (c == kNone || g_.task(c).kernel == 0) return 0;
   const Task& ct = g_.task(c);
-  if (ct.kernel == 0) return 0;
-  // The kernel's length at the rate the task runs now (slowed while communication runs beside it).
+  // The kernel's length and the task's time left at the rate it runs now (slowed while
+  // communication runs beside it).
   double kernel = g_.kernel_share(ct.kernel) * static_cast<double>(ct.duration);
-  if (share_ > 0) kernel /= compute_[static_cast<size_t>(comm.rank)].rate;
+  double left = static_cast<double>(start_[c] + ct.duration - now);
+  if (share_ > 0) {
+    kernel /= compute_[r].rate;
+    left = compute_[r].left / compute_[r].rate - static_cast<double>(now - compute_[r].last);
+  }
   const double n = comm.collective != kNone ? static_cast<double>(g_.collective(comm.collective).group) : 1.0;
   // The participants' kernels are in different phases: the last of n to get its SMs waits
   // n / (n + 1) of a kernel on average. No longer than the compute task still runs.
-  const double left = share_ > 0 ? std::max(0.0, compute_[static_cast<size_t>(comm.rank)].left / compute_[static_cast<size_t>(comm.rank)].rate -
-                                                     static_cast<double>(now - compute_[static_cast<size_t>(comm.rank)].last))
-                                 : static_cast<double>(std::max<Tick>(0, start_[c] + ct.duration - now));
-  return static_cast<Tick>(std::min(kernel * n / (n + 1.0), left));
+  return static_cast<Tick>(std::clamp(kernel * n / (n + 1.0), 0.0, std::max(0.0, left)));
 }
 
 void Engine::rerate(int32_t rank, Tick now) {
@@ -175,7 +177,10 @@ void Engine::reshare(const uint32_t* seed_links, uint32_t count, Tick now) {
 
 void Engine::complete(TaskId id, Tick now, RunStats& stats) {
   finish_[id] = now;
-  if (kernel_waits_ && on_compute_[static_cast<size_t>(g_.task(id).rank)] == id) on_compute_[static_cast<size_t>(g_.task(id).rank)] = kNone;
+  if (kernel_waits_) {
+    TaskId& running = on_compute_[static_cast<size_t>(g_.task(id).rank)];
+    if (running == id) running = kNone;
+  }
   if (share_ > 0) {
     const Task& t = g_.task(id);
     const auto r = static_cast<size_t>(t.rank);

@@ -81,7 +81,7 @@ class Engine {
   void rerate(int32_t rank, Tick now);
   // A data-parallel collective on its own stream, which waits for the compute kernel in flight
   // on its rank when TaskGraph::comm_waits_for_kernels() is set.
-  [[nodiscard]] bool waits_for_kernel(const Task& t) const;
+  [[nodiscard]] static bool waits_for_kernel(const Task& t);
   // How long a collective issued now on `rank` waits for the compute kernel in flight there.
   [[nodiscard]] Tick kernel_wait(const Task& comm, Tick now) const;
 

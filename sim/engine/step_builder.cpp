@@ -265,11 +265,11 @@ class RankBuilder {
     const auto& chunk_slots = b_.chunk_slots_[static_cast<size_t>(s_)][static_cast<size_t>(a.chunk)];
     const bool fwd = a.phase == Phase::kF;
     PassTasks ids;
-    // `kernel`: the pass's kernel in flight over its compute time (before the task's scaling).
-    auto add_compute = [&](Task t, Tick dur, uint32_t name, Duration kernel, Duration compute) {
+    // `kernel`: the pass's kernel in flight (Slot::fwd_kernel and the others).
+    auto add_compute = [&](Task t, Tick dur, uint32_t name, uint16_t kernel) {
       t.duration = dur;
       t.name = name;
-      if (compute.value() > 0) t.kernel = g_.kernel_share_index(kernel.value() / compute.value());
+      t.kernel = kernel;
       const TaskId id = g_.add(t);
       if (ids.first == kNone) ids.first = id;
       if (ids.entry == kNone) ids.entry = id;
@@ -339,7 +339,7 @@ class RankBuilder {
       if (a.phase == Phase::kF) {
         t.kind = TaskKind::kForward;
         cid = add_compute(t, b_.scaled(by_length(sl->cost->fwd_compute.value(), sl->cost->fwd_attention.value(), lf), r_, op_index_++), n.fwd,
-                          sl->cost->fwd_kernel, sl->cost->fwd_compute);
+                          sl->fwd_kernel);
         gate_compute(gates[si], cid);
         if (a.mb == 0 && !first_use_gathers_.empty()) {
           for (TaskId ag : first_use_gathers_[slot_index]) gate_on_dp(ag, cid, true);
@@ -349,13 +349,13 @@ class RankBuilder {
         t.kind = TaskKind::kBackward;
         const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
         cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd,
-                          split_w_ ? sl->cost->bwd_input_kernel : sl->cost->bwd_kernel, Duration(dur));
+                          sl->bwd_kernel);
         gate_compute(gates[si], cid);
         tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, n.tp_bwd, t);
       } else {
         t.kind = TaskKind::kBackwardWeight;
         cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight,
-                          sl->cost->bwd_weight_kernel, sl->cost->bwd_weight_compute);
+                          sl->weight_kernel);
         gate_compute(kNone, cid);
       }
       if (gather) {
@@ -538,9 +538,7 @@ StepBuilder::StepBuilder(const config::RunConfig& rc, bool full, bool ideal, dou
   p2p_ = ideal_ ? 0 : to_ticks(wb_.p2p_time().value());
   graph_ = std::make_shared<TaskGraph>(static_cast<int32_t>(ranks_));
   if (!ideal_) graph_->set_comm_compute_share(rc_.hardware.collective_compute_share());
-  // Collectives run on SMs (collective_sms) and, on streams of the compute's priority, wait for
-  // the compute kernel in flight.
-  if (!ideal_) graph_->set_comm_waits_for_kernels(rc_.hardware.collective_compute_share() > 0 && !p_.comm_high_priority);
+  if (!ideal_) graph_->set_comm_waits_for_kernels(rc_.comm_waits_for_kernels());
   build_slots();
 }
 
@@ -699,10 +697,17 @@ void StepBuilder::build_slots() {
     const double t = static_cast<double>(p_.tp);
     const double h = static_cast<double>(m.hidden);
     const double vh = static_cast<double>(rc_.padded_vocab) * h / t;
-    auto make = [](const LayerCost* lc, int32_t layer, std::vector<double> tensors, std::vector<double> experts = {}) {
+    auto share = [this](Duration kernel, Duration compute) {
+      return compute.value() > 0 ? graph_->kernel_share_index(kernel.value() / compute.value()) : uint16_t{0};
+    };
+    const bool split_w = p_.schedule == Schedule::kZbH1;
+    auto make = [&](const LayerCost* lc, int32_t layer, std::vector<double> tensors, std::vector<double> experts = {}) {
       Slot out{lc, layer, 0.0, std::move(tensors), std::move(experts)};
       for (double x : out.tensors) out.params += x;
       for (double x : out.expert_tensors) out.params += x;
+      out.fwd_kernel = share(lc->fwd_kernel, lc->fwd_compute);
+      out.bwd_kernel = split_w ? share(lc->bwd_input_kernel, lc->bwd_compute - lc->bwd_weight_compute) : share(lc->bwd_kernel, lc->bwd_compute);
+      out.weight_kernel = share(lc->bwd_weight_kernel, lc->bwd_weight_compute);
       return out;
     };
     if (s == 0 && !ideal_) {

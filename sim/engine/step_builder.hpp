@@ -31,6 +31,9 @@ struct Slot {
   std::vector<double> tensors;
   // Routed-expert parameters: reduced over the expert-data-parallel group in their own buckets.
   std::vector<double> expert_tensors;
+  // The compute kernel in flight of each pass, as TaskGraph::kernel_share_index gives it:
+  // forward, backward (its input-gradient part when the schedule splits it off), weight gradient.
+  uint16_t fwd_kernel = 0, bwd_kernel = 0, weight_kernel = 0;
   [[nodiscard]] double expert_params() const {
     double x = 0;
     for (double t : expert_tensors) x += t;

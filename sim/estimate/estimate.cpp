@@ -179,7 +179,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   // A collective issued beside compute on a stream of equal priority waits for the compute
   // kernel in flight to hand out its SMs; the last of its n participants about n / (n + 1) of
   // that kernel (the simulated timeline's kernel wait).
-  const bool kernel_waits = hw.collective_compute_share() > 0 && !p.comm_high_priority;
+  const bool kernel_waits = rc.comm_waits_for_kernels();
   auto kernel_wait = [&](double kernel, const mesh::Placement& where) {
     const double n = static_cast<double>(where.size);
     return kernel_waits && n > 1 ? kernel * n / (n + 1.0) : 0.0;

@@ -316,21 +316,21 @@ void WorkloadBuilder::finish(LayerCost& c) const {
     }
   }
   // The kernel in flight: sum t^2 / sum t over the GPU kernels of the pass (or its part).
-  auto in_flight = [](const std::vector<Op>& ops, int which) {
+  auto in_flight = [](const std::vector<Op>& ops, auto counts) {
     double s1 = 0, s2 = 0;
     for (const auto& o : ops) {
-      if (o.kind == OpKind::kComm || o.kind == OpKind::kHost) continue;
-      if ((which == 1 && o.weight_grad) || (which == 2 && !o.weight_grad)) continue;
+      if (o.kind == OpKind::kComm || o.kind == OpKind::kHost || !counts(o)) continue;
       const double t = o.time.value();
       s1 += t;
       s2 += t * t;
     }
     return Duration(s1 > 0 ? s2 / s1 : 0.0);
   };
-  c.fwd_kernel = in_flight(c.fwd, 0);
-  c.bwd_kernel = in_flight(c.bwd, 0);
-  c.bwd_input_kernel = in_flight(c.bwd, 1);
-  c.bwd_weight_kernel = in_flight(c.bwd, 2);
+  auto any = [](const Op&) { return true; };
+  c.fwd_kernel = in_flight(c.fwd, any);
+  c.bwd_kernel = in_flight(c.bwd, any);
+  c.bwd_input_kernel = in_flight(c.bwd, [](const Op& o) { return !o.weight_grad; });
+  c.bwd_weight_kernel = in_flight(c.bwd, [](const Op& o) { return o.weight_grad; });
   // Backward model FLOPs are exactly twice the forward GEMM/attention FLOPs.
   c.hardware_flops += c.model_flops;
   c.model_flops = c.model_flops * 3.0;

@@ -65,12 +65,13 @@ std::string simulate_table(const config::RunConfig& rc, const engine::SimResult&
   // Data-parallel collectives held back by the compute kernel in flight (their stream's
   // priority equal to compute's): on the timeline only where their stream is busy, but it says
   // why many small buckets cost more.
-  if (r.kernel_wait_s > 0.005 * r.step.step_time_s * static_cast<double>(std::max<int64_t>(1, r.ranks_simulated))) {
+  const double kernel_wait = r.kernel_wait_s / static_cast<double>(std::max<int64_t>(1, r.ranks_simulated));
+  if (kernel_wait > 0.005 * r.step.step_time_s) {
     std::snprintf(buf, sizeof buf,
                   "kernel wait: data-parallel collectives waited %.4f s per simulated rank for compute kernels to free SMs "
                   "(time on their streams; the step pays it where those streams are busy; parallel.comm_high_priority: "
                   "their streams outrank compute)\n",
-                  r.kernel_wait_s / static_cast<double>(std::max<int64_t>(1, r.ranks_simulated)));
+                  kernel_wait);
     o << buf;
   }
   if (r.full) {
