@@ -232,6 +232,8 @@ const std::vector<BadCase> kCases = {
     {"GatherAlignUnknown", R"({"parallel": {"param_gather_align": "sometimes"}})",
      {"$.parallel.param_gather_align", "true, false or \"interleaved\""}},
     {"BucketLayoutUnknown", R"({"parallel": {"bucket_layout": "deepspeed"}})", {"$.parallel.bucket_layout", "ddp", "megatron"}},
+    // Collective stream priority is a switch, not a level.
+    {"CommHighPriorityNotBool", R"({"parallel": {"comm_high_priority": "high"}})", {"$.parallel.comm_high_priority", "true or false"}},
     // Times in a hardware profile are overheads and latencies: a second or more is a typo, and
     // a value near the simulator's range would overflow its clock instead of failing here.
     {"KernelOverheadTooLong", R"({"hardware": {"base": "h100-sxm", "efficiency": {"kernel_overhead": "1e6s"}}})",
