@@ -473,7 +473,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     } else {
       training["gather_dtype"] = "fp32";
       notes.push_back("training: Composer FSDP mixed precision DEFAULT (2023): no FSDP param_dtype, so the fp32 parameters are gathered in fp32 "
-                      "and autocast casts each weight to " + precision_of(r) + " per use; gradients reduced in " + precision_of(r));
+                      "and autocast casts each weight to " + precision_of(r) + " per use; the fp32 token and position embeddings keep the residual "
+                      "stream in fp32 (MPT's low-precision LayerNorm casts its input down); gradients reduced in " + precision_of(r));
     }
   } else if (torchtitan) {
     training["grad_dtype"] = "fp32";

@@ -42,6 +42,9 @@ struct Ctx {
   // Weights stored (or gathered) wider than the compute dtype: autocast casts each weight per
   // use, and its 16-bit gradient back (bytes per weight element, forward and backward).
   double weight_cast_fwd = 0, weight_cast_bwd = 0;
+  // Bytes per element of the residual stream (RunConfig::residual_bytes): the norms read it and
+  // hand the next linear a 16-bit input; the residual adds read and write it.
+  double re = 2.0;
 };
 
 // Per-rank context shared by every layer kind: dtypes, tokens, TP degree and SP sharding.
@@ -55,7 +58,8 @@ Ctx make_ctx(const config::RunConfig& rc, const GroupPlacements& places, double 
   c.T_rep = c.sp ? c.T / c.t : c.T;
   const auto& tr = rc.training;
   const bool sharded = rc.parallel.effective_zero() >= 3;
-  const double w = hw::bytes_per_element(sharded ? tr.gather_dtype : tr.param_dtype);
+  const double w = rc.compute_weight_bytes();
+  c.re = std::max(c.e, rc.residual_bytes());
   if (w > c.e) {
     c.weight_cast_fwd = w + c.e;
     // The 16-bit weight gradient cast to the weights' dtype; FSDP then casts the unsharded
@@ -378,9 +382,9 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   const double mask_bytes = rc_.training.dropout ? h * c.T_rep : 0.0;  // 1-byte dropout mask
 
   // ---- attention block ----
-  F.push_back(mem_op(c, "norm1", 2.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  F.push_back(mem_op(c, "norm1", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   F.back().saved_bytes = e * h * c.T_rep;
-  B.push_back(mem_op(c, "norm1.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  B.push_back(mem_op(c, "norm1.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double heads_local = static_cast<double>(m.heads) / c.t;
   const config::AttentionWidths widths = config::attention_widths(rc_, false);
   const double q_width = widths.q, kv_width = widths.k, v_width = widths.out;
@@ -557,14 +561,14 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     B.insert(B.end(), b2.begin(), b2.end());
   }
   const double dropout_bytes = rc_.training.dropout ? (2.0 * e + 1.0) * h * c.T_rep : 0.0;
-  F.push_back(mem_op(c, "residual1", 3.0 * e * h * c.T_rep + dropout_bytes));
+  F.push_back(mem_op(c, "residual1", (2.0 * c.re + e) * h * c.T_rep + dropout_bytes));
   F.back().saved_bytes = mask_bytes;
-  B.push_back(mem_op(c, "residual1.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
+  B.push_back(mem_op(c, "residual1.bwd", 3.0 * c.re * h * c.T_rep + dropout_bytes));
 
   // ---- MLP block ----
-  F.push_back(mem_op(c, "norm2", 2.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  F.push_back(mem_op(c, "norm2", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   F.back().saved_bytes = e * h * c.T_rep;
-  B.push_back(mem_op(c, "norm2.bwd", 4.0 * e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  B.push_back(mem_op(c, "norm2.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const double act_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
   if (!moe) {
@@ -704,9 +708,9 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
       }
     }
   }
-  F.push_back(mem_op(c, "residual2", 3.0 * e * h * c.T_rep + dropout_bytes));
+  F.push_back(mem_op(c, "residual2", (2.0 * c.re + e) * h * c.T_rep + dropout_bytes));
   F.back().saved_bytes = mask_bytes;
-  B.push_back(mem_op(c, "residual2.bwd", 3.0 * e * h * c.T_rep + dropout_bytes));
+  B.push_back(mem_op(c, "residual2.bwd", 3.0 * c.re * h * c.T_rep + dropout_bytes));
 
   // ---- gradient accumulation ----
   if (rc_.training.lp_grads) {
@@ -804,7 +808,7 @@ LayerCost WorkloadBuilder::build_embedding() const {
   Ctx c = make_ctx(rc_, places_, tokens_);
   const double h = static_cast<double>(m.hidden);
   LayerCost lc;
-  lc.fwd.push_back(mem_op(c, "embedding.gather", 2.0 * c.e * c.T * h));
+  lc.fwd.push_back(mem_op(c, "embedding.gather", 2.0 * c.re * c.T * h));
   if (c.t > 1) {
     // Vocab-parallel embedding: partial lookups are summed across TP (reduce-scatter under SP).
     lc.fwd.push_back(comm_op(c, "embedding.tp_reduce", CommKind::kTp,
@@ -818,7 +822,7 @@ LayerCost WorkloadBuilder::build_embedding() const {
   // Backward: scatter-add of token gradients into the (dense) embedding gradient.
   const double vocab_local = static_cast<double>(rc_.padded_vocab) / c.t;
   if (m.embedding_norm) lc.bwd.push_back(mem_op(c, "embedding_norm.bwd", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
-  lc.bwd.push_back(mem_op(c, "embedding.grad", 2.0 * c.e * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
+  lc.bwd.push_back(mem_op(c, "embedding.grad", 2.0 * c.re * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
   finish(lc);
   return lc;
 }
@@ -831,9 +835,9 @@ LayerCost WorkloadBuilder::build_output() const {
   const double h = static_cast<double>(m.hidden);
   const double v_local = static_cast<double>(rc_.padded_vocab) / c.t;
   LayerCost lc;
-  lc.fwd.push_back(mem_op(c, "final_norm", 2.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  lc.fwd.push_back(mem_op(c, "final_norm", (c.re + c.e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   lc.fwd.back().saved_bytes = c.e * h * c.T_rep;
-  lc.bwd.push_back(mem_op(c, "final_norm.bwd", 4.0 * c.e * h * c.T_rep));
+  lc.bwd.push_back(mem_op(c, "final_norm.bwd", 2.0 * (c.re + c.e) * h * c.T_rep));
   const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
   {
     const auto& p = rc_.parallel;

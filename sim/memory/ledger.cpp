@@ -141,7 +141,8 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   const double h = static_cast<double>(m.hidden);
   const double rep = sp ? t : 1.0;  // divisor of the replicated terms
 
-  if (mode == Recompute::kFull) return Bytes(e * h * T / rep);
+  // Full recomputation keeps each layer's input: a residual-stream tensor.
+  if (mode == Recompute::kFull) return Bytes(std::max(e, rc.residual_bytes()) * h * T / rep);
   if (mode == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
 
   // Bytes per element of a linear layer's input kept for its weight gradient: 16-bit, or one

@@ -360,6 +360,48 @@ TEST(Workload, Fp32GatheredWeightsAreCastPerUse) {
   expect_refused_naming(j, "$.training.gather_dtype");
 }
 
+// Autocast over fp32 weights keeps the residual stream in fp32: the embedding is looked up in
+// fp32 and each bf16 branch output added to it promotes the sum. The residual add then reads
+// 4 + 2 bytes and writes 4 per element (10, against 6 with bf16 weights), its backward adds
+// fp32 gradients (12 against 6), a norm reads 4 and writes 2 (6 against 4), and full
+// recomputation keeps each layer's fp32 input (twice the bf16 checkpoint).
+TEST(Workload, Fp32WeightsUnderAutocastKeepAnFp32ResidualStream) {
+  Json j = fsdp_llama8b(8, 4096, 8, 1);
+  j["training"]["param_dtype"] = "fp32";
+  j["training"]["grad_dtype"] = "fp32";
+  j["parallel"]["recompute"] = "full";
+  const RunConfig bf16_gather = config::parse_run(j, "<residual-test>", "");
+  j["training"]["gather_dtype"] = "fp32";
+  const RunConfig fp32_gather = config::parse_run(j, "<residual-test>", "");
+  EXPECT_DOUBLE_EQ(bf16_gather.residual_bytes(), 2.0);
+  EXPECT_DOUBLE_EQ(fp32_gather.residual_bytes(), 4.0);
+  const WorkloadBuilder narrow(bf16_gather), wide(fp32_gather);
+  auto bytes_of = [](const LayerCost& lc, const std::string& name) {
+    for (const auto* pass : {&lc.fwd, &lc.bwd}) {
+      for (const auto& o : *pass) {
+        if (o.name == name) return o.bytes.value();
+      }
+    }
+    return -1.0;
+  };
+  const double elems = 4096.0 * 4096.0;  // tokens x hidden of one micro-batch
+  EXPECT_DOUBLE_EQ(bytes_of(narrow.dense_layer(), "residual1"), 6.0 * elems);
+  EXPECT_DOUBLE_EQ(bytes_of(wide.dense_layer(), "residual1"), 10.0 * elems);
+  EXPECT_DOUBLE_EQ(bytes_of(narrow.dense_layer(), "residual2.bwd"), 6.0 * elems);
+  EXPECT_DOUBLE_EQ(bytes_of(wide.dense_layer(), "residual2.bwd"), 12.0 * elems);
+  EXPECT_DOUBLE_EQ(bytes_of(narrow.dense_layer(), "norm2"), 4.0 * elems);
+  EXPECT_DOUBLE_EQ(bytes_of(wide.dense_layer(), "norm2"), 6.0 * elems);
+  EXPECT_DOUBLE_EQ(bytes_of(wide.embedding(), "embedding.gather"), 8.0 * elems);
+  const auto m_narrow = estimate_step(bf16_gather).memory.stages[0];
+  const auto m_wide = estimate_step(fp32_gather).memory.stages[0];
+  // Each of the 32 layers' checkpointed inputs grows from 2 to 4 bytes per element.
+  EXPECT_DOUBLE_EQ(m_wide.activations.value() - m_narrow.activations.value(), 32.0 * 2.0 * elems);
+  // Megatron-style bf16 parameters keep a bf16 stream whatever the optimizer holds.
+  j["training"]["gather_dtype"] = "bf16";
+  j["training"]["param_dtype"] = "bf16";
+  EXPECT_DOUBLE_EQ(config::parse_run(j, "<residual-test>", "").residual_bytes(), 2.0);
+}
+
 // Float8 all-gather (FSDP gathering fp8 weights under fp8 training): one byte per weight on
 // the wire and in the gathered buffers, no per-use casts; under 16-bit training it is refused.
 TEST(Workload, Fp8GatherHalvesTheGatheredBytes) {
