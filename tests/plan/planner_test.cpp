@@ -158,6 +158,26 @@ TEST(Planner, MemoryHeadroomRejectsLayoutsTooCloseToFull) {
   for (const auto& c : half.ranked) EXPECT_LE(c.peak_memory_bytes, 0.5 * c.est.memory.capacity.value());
 }
 
+// A winner whose peak leaves less than 10% of memory free is flagged in the explanation, with
+// the flag that leaves room for the caching allocator; with that headroom the note is gone.
+TEST(Planner, ExplanationFlagsAWinnerWithoutRoomForTheAllocator) {
+  PlanOptions o = small_options();
+  o.top_k = 1;
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 16}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
+  const PlanResult tight = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(tight.ranked.empty());
+  const Candidate& w = tight.ranked.front();
+  ASSERT_GT(w.peak_memory_bytes, 0.9 * w.est.memory.capacity.value()) << "the test needs a winner near full memory";
+  EXPECT_NE(tight.explanation.find("--memory-headroom 0.1"), std::string::npos) << tight.explanation;
+  o.memory_headroom = 0.1;
+  const PlanResult roomy = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(roomy.ranked.empty());
+  EXPECT_EQ(roomy.explanation.find("--memory-headroom"), std::string::npos) << roomy.explanation;
+}
+
 // Under full recomputation the planner recomputes the fewest layers per virtual stage that
 // fit (Megatron's block method): one layer fewer would not fit. Llama-3.1-70B on 16 H100s at
 // 8k tokens: without recomputation most layouts do not fit.
