@@ -141,29 +141,14 @@ std::string compare_text(const Candidate& w, const Candidate& u) {
 
 namespace {
 
-// The share of memory measured runs reserve beyond the ledger's live tensors: PyTorch's caching
-// allocator keeps freed blocks and fragments (torchtitan's reserved peaks, BLOOM's nvidia-smi
-// readings: up to 16% above the ledger, reports/accuracy.md).
-constexpr double kAllocatorReserve = 0.10;
-
-// A winner whose ledger peak leaves less than kAllocatorReserve of memory free is named, with
-// the flag that plans for the allocator's reserve.
-std::string memory_margin_note(const Candidate& w, double headroom) {
-  const double cap = w.est.memory.capacity.value();
-  if (cap <= 0 || headroom >= kAllocatorReserve) return "";
-  const double free_share = 1.0 - w.peak_memory_bytes / cap;
-  if (free_share >= kAllocatorReserve) return "";
-  return " Its peak leaves " + fmt("%.1f", 100.0 * free_share) +
-         "% of GPU memory free; PyTorch runs reserve up to ~16% beyond live tensors (caching allocator), so "
-         "--memory-headroom 0.1 keeps only layouts with room for that.";
-}
-
 std::string explain(const PlanResult& r, double headroom) {
   if (r.ranked.empty()) return "No layout fits: see the rejection counts.";
   const Candidate& w = r.ranked.front();
   std::string s = "Best: " + layout_text(w.rc.parallel) + " at " + fmt("%.3f", w.step_s()) + " s per step (" +
-                  fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU)." +
-                  memory_margin_note(w, headroom);
+                  fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU).";
+  if (const std::string note = memory_margin_note(w.peak_memory_bytes, w.est.memory.capacity.value(), headroom); !note.empty()) {
+    s += " " + note;
+  }
   if (r.ranked.size() < 2) return s + " It is the only layout that fits.";
   // Layouts within 0.1% of the winner are equivalent (e.g. cp 2 with twice the micro-batch):
   // name how many, and explain against the first layout that is really slower.
@@ -185,6 +170,15 @@ std::string explain(const PlanResult& r, double headroom) {
 
 }  // namespace
 
+
+std::string memory_margin_note(double peak_bytes, double capacity_bytes, double headroom) {
+  if (capacity_bytes <= 0 || headroom >= kAllocatorReserve) return "";
+  const double free_share = 1.0 - peak_bytes / capacity_bytes;
+  if (free_share >= kAllocatorReserve) return "";
+  return "Its peak leaves " + fmt("%.1f", 100.0 * free_share) +
+         "% of GPU memory free; PyTorch runs reserve up to ~16% beyond live tensors (caching allocator), so "
+         "--memory-headroom 0.1 keeps only layouts with room for that.";
+}
 
 std::string layout_text(const Parallel& p) {
   std::ostringstream o;

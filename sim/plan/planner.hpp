@@ -74,6 +74,13 @@ std::string compare_text(const Candidate& a, const Candidate& b);
 // Layout differences of a against b, e.g. "pp 4 vs 8, micro-batch 2 vs 1".
 std::string layout_diff(const config::Parallel& a, const config::Parallel& b);
 
+// The share of memory measured runs reserve beyond the ledger's live tensors: PyTorch's caching
+// allocator keeps freed blocks and fragments (torchtitan's reserved peaks, BLOOM's nvidia-smi
+// readings: up to 16% above the ledger, reports/accuracy.md).
+inline constexpr double kAllocatorReserve = 0.10;
+// A warning when a layout's peak leaves less than kAllocatorReserve of memory free and the
+// search was not already held to that headroom (empty otherwise).
+std::string memory_margin_note(double peak_bytes, double capacity_bytes, double headroom);
 // One-line layout, e.g. "tp 8 pp 4 dp 32 cp 1 ep 1 vpp 2 mbs 1 zero 1 rc selective interleaved".
 std::string layout_text(const config::Parallel& p);
 // Its uneven pipeline split part ("first 3 last 2", "stages [1, 2*30, 1*33]"; empty when even).

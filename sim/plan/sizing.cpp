@@ -189,6 +189,9 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
   r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
   r.layout = layout_text(e.best.rc.parallel);
+  r.peak_memory_bytes = e.best.peak_memory_bytes;
+  r.memory_capacity_bytes = e.best.est.memory.capacity.value();
+  r.memory_headroom = opt.plan.memory_headroom;
   return r;
 }
 
@@ -209,6 +212,14 @@ std::string sizing_text(const SizingResult& r) {
   o << "  MFU source: " << r.mode;
   if (r.mode == "simulated") o << " (planner's best layout, " << r.plans_run << " GPU counts searched)";
   o << "\n";
+  if (r.memory_capacity_bytes > 0) {
+    std::snprintf(buf, sizeof buf, "  peak memory %.2f of %.2f GiB per GPU\n", r.peak_memory_bytes / 1073741824.0,
+                  r.memory_capacity_bytes / 1073741824.0);
+    o << buf;
+    if (const std::string note = memory_margin_note(r.peak_memory_bytes, r.memory_capacity_bytes, r.memory_headroom); !note.empty()) {
+      o << "  " << note << "\n";
+    }
+  }
   return o.str();
 }
 
@@ -216,7 +227,7 @@ Json sizing_json(const SizingResult& r) {
   return {{"deadline_met", r.met}, {"gpus", r.gpus}, {"nodes", r.nodes}, {"layout", r.layout}, {"tokens", r.tokens},
           {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
           {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin()}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
-          {"plans_run", r.plans_run}};
+          {"plans_run", r.plans_run}, {"peak_memory_bytes", r.peak_memory_bytes}};
 }
 
 }  // namespace stepcast::plan

@@ -44,6 +44,8 @@ struct SizingResult {
   // What the deadline was held to: the predicted days with the margin.
   [[nodiscard]] double wall_days_with_margin() const { return wall_days * (1.0 + margin); }
   std::string layout;           // planner's layout (fixed-MFU mode: says no layout was searched)
+  double peak_memory_bytes = 0, memory_capacity_bytes = 0;  // the layout's peak per GPU (simulated mode)
+  double memory_headroom = 0;   // the headroom the search held layouts to
   std::string mode;             // "simulated" | "fixed MFU"
   int plans_run = 0;
   capacity::CapacityResult fixed;  // fixed-MFU arithmetic (mode "fixed MFU")

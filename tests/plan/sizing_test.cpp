@@ -65,6 +65,22 @@ TEST(Sizing, AnnouncesEachSearch) {
   EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [&](const auto& s) { return s.first == r.gpus; }));
 }
 
+// The chosen layout's peak memory is reported against the GPU's, in the text and the JSON.
+TEST(Sizing, ReportsTheChosenLayoutsPeakMemory) {
+  const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", options(7));
+  ASSERT_TRUE(r.met);
+  EXPECT_GT(r.peak_memory_bytes, 0.0);
+  EXPECT_LE(r.peak_memory_bytes, r.memory_capacity_bytes);
+  EXPECT_NE(sizing_text(r).find("peak memory"), std::string::npos) << sizing_text(r);
+  EXPECT_DOUBLE_EQ(sizing_json(r)["peak_memory_bytes"].get<double>(), r.peak_memory_bytes);
+  // Under 10% free without the headroom flag: the warning names it.
+  SizingResult tight = r;
+  tight.peak_memory_bytes = 0.95 * r.memory_capacity_bytes;
+  EXPECT_NE(sizing_text(tight).find("--memory-headroom 0.1"), std::string::npos);
+  tight.memory_headroom = 0.1;
+  EXPECT_EQ(sizing_text(tight).find("--memory-headroom"), std::string::npos);
+}
+
 // A safety margin holds the predicted days x (1 + margin) to the deadline: the cluster is the
 // smallest that meets it so, never smaller than without the margin.
 TEST(Sizing, MarginHoldsTheSlowerStepToTheDeadline) {
