@@ -88,9 +88,11 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
                                                                              static_cast<double>(p.etp) / t);
     if (mo.shared_experts > 0) mlp(static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t, 1.0);
   }
-  double kept = h / (sp ? t : 1.0);  // block input
+  double kept = 0;
   for (size_t i = 0; i < widths.size(); i += 2) kept += widths[i];
-  return e * (kept + attn_out) + 4.0 * heads_local;
+  // The block input is a residual-stream tensor (RunConfig::residual_bytes).
+  const double block_input = std::max(e, rc.residual_bytes()) * h / (sp ? t : 1.0);
+  return block_input + e * (kept + attn_out) + 4.0 * heads_local;
 }
 
 double loss_peak_bytes_per_logit(const config::RunConfig& rc) {

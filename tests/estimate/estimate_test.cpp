@@ -396,6 +396,9 @@ TEST(Workload, Fp32WeightsUnderAutocastKeepAnFp32ResidualStream) {
   const auto m_wide = estimate_step(fp32_gather).memory.stages[0];
   // Each of the 32 layers' checkpointed inputs grows from 2 to 4 bytes per element.
   EXPECT_DOUBLE_EQ(m_wide.activations.value() - m_narrow.activations.value(), 32.0 * 2.0 * elems);
+  // Op-level selective checkpointing keeps the block input: 4 bytes per hidden element.
+  EXPECT_DOUBLE_EQ(memory::selective_op_bytes_per_token(fp32_gather, false) - memory::selective_op_bytes_per_token(bf16_gather, false),
+                   2.0 * 4096.0);
   // Megatron-style bf16 parameters keep a bf16 stream whatever the optimizer holds.
   j["training"]["gather_dtype"] = "bf16";
   j["training"]["param_dtype"] = "bf16";
