@@ -579,6 +579,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   }
   if (fsdp_of(r)) {
     parallel["fsdp"] = true;
+    if (torchtitan && dp * cp > 1) {
+      parallel["fsdp_copy_out"] = true;
+      notes.push_back("parallel: FSDP2 copies each gathered layer out of its all-gather buffer on the compute stream (foreach_all_gather_copy_out)");
+    }
   } else if (inum(r, "zero_stage", 0) > 0) {
     parallel["zero_stage"] = inum(r, "zero_stage");
   } else if (nemo) {

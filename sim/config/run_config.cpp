@@ -160,6 +160,9 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.zero_stage = static_cast<int>(r.get_int("zero_stage", 0, 3, 0));
   p.fsdp = r.get_bool("fsdp", false);
   p.reshard_after_forward = r.get_bool("reshard_after_forward", true);
+  // A property of the framework, like reshard_after_forward: it applies to the layouts that
+  // shard parameters (fsdp or zero_stage 3), so a planner search keeps it across the others.
+  p.fsdp_copy_out = r.get_bool("fsdp_copy_out", false);
   p.zero3_flat_collectives = r.get_bool("zero3_flat_collectives", false);
   p.zero3_recompute_regather = r.get_bool("zero3_recompute_regather", false);
   const auto rec = r.get_choice("recompute", {"none", "selective", "selective-op", "full"}, "none");

@@ -161,6 +161,10 @@ struct Parallel {
   int zero_stage = 0;
   bool fsdp = false;
   bool reshard_after_forward = true;
+  // PyTorch FSDP2 (fully_shard) gathers a layer into one flat buffer and copies each parameter
+  // out of it on the compute stream before the layer runs (split_with_sizes_copy); FSDP1's flat
+  // parameters, DeepSpeed ZeRO-3 and Megatron-FSDP use views of the gathered buffer instead.
+  bool fsdp_copy_out = false;
   // ZeRO-3 / FSDP collectives as flat rings over the data-parallel group, every hop over the
   // network, so a GPU's NIC carries (N-1)/N of the gathered bytes (DeepSpeed ZeRO-3 as
   // benchmarked in 2021 gathered parameter by parameter); false: hierarchical (NCCL's rings

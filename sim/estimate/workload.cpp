@@ -712,18 +712,19 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   F.back().saved_bytes = mask_bytes;
   B.push_back(mem_op(c, "residual2.bwd", 3.0 * c.re * h * c.T_rep + dropout_bytes));
 
+  // This rank's parameters of the layer: TP-sharded dense weights, its local experts.
+  auto local_layer_params = [&] {
+    double n = m.attention_params() / c.t;
+    if (!moe) return n + m.dense_mlp_params() / c.t;
+    const auto& mo = m.moe;
+    return n + static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() / static_cast<double>(p.etp);
+  };
+
   // ---- gradient accumulation ----
   if (rc_.training.lp_grads) {
     // 16-bit gradients kept beside an fp32 buffer (DeepSpeed BF16Optimizer) are folded into it
     // after every micro-batch: read the 16-bit gradient, read and write the buffer.
-    double layer_params = m.attention_params() / c.t;
-    if (!moe) {
-      layer_params += m.dense_mlp_params() / c.t;
-    } else {
-      const auto& mo = m.moe;
-      layer_params += static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() /
-                      static_cast<double>(p.etp);
-    }
+    const double layer_params = local_layer_params();
     const double gb = hw::bytes_per_element(rc_.training.grad_dtype);
     B.push_back(mem_op(c, "grad_accumulate", layer_params * (e + 2.0 * gb)));
   }
@@ -799,6 +800,20 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     }
     B.insert(B.begin(), re.begin(), re.end());
   }
+  // ---- FSDP2 copy-out ----
+  // PyTorch FSDP2 copies each parameter out of the layer's all-gather buffer on the compute
+  // stream before the layer runs (read the gathered copy, write the unsharded parameter). Each
+  // micro-batch gathers in forward, and again in backward when the forward resharded; a layer
+  // gathered once per step (no resharding, several micro-batches) pays it once, left out here.
+  if (p.fsdp_copy_out && p.effective_zero() >= 3 && p.dp * p.cp > 1 &&
+      (p.reshard_after_forward || rc_.num_microbatches <= 1)) {
+    const double copy = 2.0 * hw::bytes_per_element(rc_.training.gather_dtype) * local_layer_params();
+    // Added after the recomputation lists are built: the backward's gather (and its copy-out)
+    // serves the recomputed forward too.
+    F.insert(F.begin(), mem_op(c, "fsdp.copy_out", copy));
+    if (p.reshard_after_forward) B.insert(B.begin(), mem_op(c, "fsdp.copy_out.bwd", copy));
+  }
+
   finish(lc);
   return lc;
 }

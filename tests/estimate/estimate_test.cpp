@@ -405,6 +405,49 @@ TEST(Workload, Fp32WeightsUnderAutocastKeepAnFp32ResidualStream) {
   EXPECT_DOUBLE_EQ(config::parse_run(j, "<residual-test>", "").residual_bytes(), 2.0);
 }
 
+// FSDP2 copies each gathered layer out of its all-gather buffer on the compute stream: read the
+// gathered bf16 copy and write the unsharded parameters (4 bytes per parameter) per gather: in
+// forward, and in backward when the forward resharded; a layer gathered once per step (no
+// resharding, several micro-batches) pays none per micro-batch; full recomputation does not
+// copy again (the backward's gather serves it); without the flag nothing is copied.
+TEST(Workload, Fsdp2CopiesGatheredLayersOutOnTheComputeStream) {
+  Json j = fsdp_llama8b(8, 4096, 8, 1);
+  j["parallel"]["recompute"] = "full";
+  auto count = [](const std::vector<Op>& ops, const std::string& name) {
+    return std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.name == name; });
+  };
+  const RunConfig off_rc = config::parse_run(j, "<copy-out-test>", "");
+  const WorkloadBuilder off(off_rc);
+  EXPECT_EQ(count(off.dense_layer().fwd, "fsdp.copy_out"), 0);
+  j["parallel"]["fsdp_copy_out"] = true;
+  const RunConfig on_rc = config::parse_run(j, "<copy-out-test>", "");
+  const WorkloadBuilder on(on_rc);
+  const LayerCost& l = on.dense_layer();
+  ASSERT_EQ(count(l.fwd, "fsdp.copy_out"), 1);
+  ASSERT_EQ(count(l.bwd, "fsdp.copy_out.bwd"), 1);
+  EXPECT_EQ(count(l.bwd, "recompute.fsdp.copy_out"), 0);
+  const auto& m = on_rc.model;
+  EXPECT_DOUBLE_EQ(l.fwd.front().bytes.value(), 4.0 * (m.attention_params() + m.dense_mlp_params()));
+  EXPECT_GT(estimate_step(on_rc).step_time_s, estimate_step(off_rc).step_time_s);
+  EXPECT_GT(l.fwd_compute.value(), off.dense_layer().fwd_compute.value());
+  // One micro-batch without resharding: gathered in forward only.
+  j["parallel"]["reshard_after_forward"] = false;
+  const WorkloadBuilder kept(config::parse_run(j, "<copy-out-test>", ""));
+  EXPECT_EQ(count(kept.dense_layer().fwd, "fsdp.copy_out"), 1);
+  EXPECT_EQ(count(kept.dense_layer().bwd, "fsdp.copy_out.bwd"), 0);
+  // Several micro-batches without resharding: one gather per step, nothing per micro-batch.
+  j["training"]["global_batch_size"] = 32;
+  const WorkloadBuilder once(config::parse_run(j, "<copy-out-test>", ""));
+  EXPECT_EQ(count(once.dense_layer().fwd, "fsdp.copy_out"), 0);
+  // A layout that does not shard parameters keeps the flag and copies nothing.
+  j["parallel"].erase("fsdp");
+  j["parallel"]["zero_stage"] = 1;
+  const WorkloadBuilder zero1(config::parse_run(j, "<copy-out-test>", ""));
+  EXPECT_EQ(count(zero1.dense_layer().fwd, "fsdp.copy_out"), 0);
+  j["parallel"]["fsdp_copy_out"] = "yes";
+  expect_refused_naming(j, "$.parallel.fsdp_copy_out");
+}
+
 // Float8 all-gather (FSDP gathering fp8 weights under fp8 training): one byte per weight on
 // the wire and in the gathered buffers, no per-use casts; under 16-bit training it is refused.
 TEST(Workload, Fp8GatherHalvesTheGatheredBytes) {
