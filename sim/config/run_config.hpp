@@ -311,6 +311,9 @@ struct RunConfig {
   [[nodiscard]] bool comm_waits_for_kernels() const {
     return hardware.collective_compute_share() > 0 && !parallel.comm_high_priority;
   }
+  // Bytes per element of stored activations and element-wise work: 16-bit, fp32 only for fp32
+  // training (fp8 runs keep bf16 activations).
+  [[nodiscard]] double activation_bytes() const { return training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0; }
   // Bytes per element of the weights the layers compute with: the gathered copy under ZeRO-3 /
   // FSDP, the stored parameters otherwise.
   [[nodiscard]] double compute_weight_bytes() const {
@@ -320,10 +323,7 @@ struct RunConfig {
   // the 16-bit compute dtype looks the token embeddings up in the weights' dtype, and adding a
   // 16-bit branch output to that wider stream promotes the sum, so the stream and its gradient
   // stay in the weights' dtype through every layer; otherwise it is the activation dtype.
-  [[nodiscard]] double residual_bytes() const {
-    const double e = training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
-    return std::max(e, compute_weight_bytes());
-  }
+  [[nodiscard]] double residual_bytes() const { return std::max(activation_bytes(), compute_weight_bytes()); }
   [[nodiscard]] int64_t tokens_per_step() const { return training.global_batch_size * training.seq_len; }
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
 };

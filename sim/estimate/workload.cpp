@@ -59,7 +59,7 @@ Ctx make_ctx(const config::RunConfig& rc, const GroupPlacements& places, double 
   const auto& tr = rc.training;
   const bool sharded = rc.parallel.effective_zero() >= 3;
   const double w = rc.compute_weight_bytes();
-  c.re = std::max(c.e, rc.residual_bytes());
+  c.re = rc.residual_bytes();
   if (w > c.e) {
     c.weight_cast_fwd = w + c.e;
     // The 16-bit weight gradient cast to the weights' dtype; FSDP then casts the unsharded
@@ -250,7 +250,7 @@ const LayerCost& WorkloadBuilder::layer(int64_t layer) const {
 }
 
 Bytes WorkloadBuilder::p2p_bytes() const {
-  const double e = rc_.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+  const double e = rc_.activation_bytes();
   double b = tokens_ * static_cast<double>(rc_.model.hidden) * e;
   // Megatron sends 1/tp of the activation per TP rank (scatter/gather or SP-sharded);
   // DeepSpeed's pipeline engine sends all of it from every TP rank.

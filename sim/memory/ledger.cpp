@@ -38,9 +38,7 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n) {
 
 namespace {
 
-double act_bytes_per_element(const config::RunConfig& rc) {
-  return rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
-}
+double act_bytes_per_element(const config::RunConfig& rc) { return rc.activation_bytes(); }
 
 }  // namespace
 
@@ -91,7 +89,7 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
   double kept = 0;
   for (size_t i = 0; i < widths.size(); i += 2) kept += widths[i];
   // The block input is a residual-stream tensor (RunConfig::residual_bytes).
-  const double block_input = std::max(e, rc.residual_bytes()) * h / (sp ? t : 1.0);
+  const double block_input = rc.residual_bytes() * h / (sp ? t : 1.0);
   return block_input + e * (kept + attn_out) + 4.0 * heads_local;
 }
 
@@ -144,7 +142,7 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   const double rep = sp ? t : 1.0;  // divisor of the replicated terms
 
   // Full recomputation keeps each layer's input: a residual-stream tensor.
-  if (mode == Recompute::kFull) return Bytes(std::max(e, rc.residual_bytes()) * h * T / rep);
+  if (mode == Recompute::kFull) return Bytes(rc.residual_bytes() * h * T / rep);
   if (mode == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
 
   // Bytes per element of a linear layer's input kept for its weight gradient: 16-bit, or one
