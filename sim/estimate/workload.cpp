@@ -250,8 +250,8 @@ const LayerCost& WorkloadBuilder::layer(int64_t layer) const {
 }
 
 Bytes WorkloadBuilder::p2p_bytes() const {
-  const double e = rc_.activation_bytes();
-  double b = tokens_ * static_cast<double>(rc_.model.hidden) * e;
+  // The stage's output hidden states: the residual stream (RunConfig::residual_bytes).
+  double b = tokens_ * static_cast<double>(rc_.model.hidden) * rc_.residual_bytes();
   // Megatron sends 1/tp of the activation per TP rank (scatter/gather or SP-sharded);
   // DeepSpeed's pipeline engine sends all of it from every TP rank.
   if (!rc_.parallel.pp_send_full_activation || (rc_.parallel.sp && rc_.parallel.tp > 1)) {

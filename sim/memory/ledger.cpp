@@ -357,9 +357,9 @@ Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_
     return Bytes(e * tokens * static_cast<double>(rc.padded_vocab) / t);
   }
   if (p.keep_step_outputs != config::StepOutputs::kAllStages) return Bytes(0);
-  // The hidden states sent to the next stage (the sequence shard under SP).
+  // The hidden states sent to the next stage (the sequence shard under SP): the residual stream.
   const bool sp = p.sp && p.tp > 1;
-  return Bytes(e * static_cast<double>(rc.model.hidden) * tokens / (sp ? t : 1.0));
+  return Bytes(rc.residual_bytes() * static_cast<double>(rc.model.hidden) * tokens / (sp ? t : 1.0));
 }
 
 Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
@@ -579,8 +579,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
                           static_cast<double>(p.cp);
     const bool sp = p.sp && p.tp > 1;
-    // One micro-batch's hidden states at a stage boundary (the sequence shard under SP).
-    const double boundary = e * h * tokens / (sp ? t : 1.0);
+    // One micro-batch's hidden states at a stage boundary (the sequence shard under SP): the
+    // residual stream (RunConfig::residual_bytes).
+    const double boundary = rc.residual_bytes() * h * tokens / (sp ? t : 1.0);
     if (s == 0 && m.embedding_norm) {
       // The embedding norm keeps its input (the looked-up embeddings) for backward.
       st.activations += Bytes(boundary * inflight);

@@ -394,11 +394,26 @@ TEST(Workload, Fp32WeightsUnderAutocastKeepAnFp32ResidualStream) {
   EXPECT_DOUBLE_EQ(bytes_of(wide.embedding(), "embedding.gather"), 8.0 * elems);
   const auto m_narrow = estimate_step(bf16_gather).memory.stages[0];
   const auto m_wide = estimate_step(fp32_gather).memory.stages[0];
-  // Each of the 32 layers' checkpointed inputs grows from 2 to 4 bytes per element.
-  EXPECT_DOUBLE_EQ(m_wide.activations.value() - m_narrow.activations.value(), 32.0 * 2.0 * elems);
+  // Each of the 32 layers' checkpointed inputs, and the final norm's input, grows from 2 to 4
+  // bytes per element.
+  EXPECT_DOUBLE_EQ(m_wide.activations.value() - m_narrow.activations.value(), 33.0 * 2.0 * elems);
   // Op-level selective checkpointing keeps the block input: 4 bytes per hidden element.
   EXPECT_DOUBLE_EQ(memory::selective_op_bytes_per_token(fp32_gather, false) - memory::selective_op_bytes_per_token(bf16_gather, false),
                    2.0 * 4096.0);
+  // A pipeline stage sends and buffers its output hidden states: the fp32 stream, twice the bytes.
+  Json pj = {{"model", "llama3.1-8b"},
+             {"hardware", "h100-sxm"},
+             {"cluster", {{"num_gpus", 8}}},
+             {"training", {{"seq_len", 4096}, {"global_batch_size", 16}, {"param_dtype", "fp32"}, {"grad_dtype", "fp32"}}},
+             {"parallel", {{"pp", 2}, {"tp", 1}, {"recv_buffer_per_microbatch", true}}}};
+  const RunConfig pipe_wide = config::parse_run(pj, "<residual-test>", "");
+  pj["training"]["param_dtype"] = "bf16";
+  const RunConfig pipe_narrow = config::parse_run(pj, "<residual-test>", "");
+  EXPECT_DOUBLE_EQ(WorkloadBuilder(pipe_wide).p2p_bytes().value(), 2.0 * WorkloadBuilder(pipe_narrow).p2p_bytes().value());
+  EXPECT_DOUBLE_EQ(WorkloadBuilder(pipe_narrow).p2p_bytes().value(), 2.0 * elems);
+  const auto recv_wide = memory::compute_ledger(pipe_wide).stages[1].buffers.value();
+  const auto recv_narrow = memory::compute_ledger(pipe_narrow).stages[1].buffers.value();
+  EXPECT_GT(recv_wide, recv_narrow);
   // Megatron-style bf16 parameters keep a bf16 stream whatever the optimizer holds.
   j["training"]["gather_dtype"] = "bf16";
   j["training"]["param_dtype"] = "bf16";
