@@ -328,18 +328,39 @@ bool fsdp_of(const Json& r) {
   return !f.empty() && f != "0" && f != "no" && f != "none" && f != "false" && f != "off" && !contains(f, "no_shard");
 }
 
+// The training precision a row names, or "" when it names one the simulator has no mode for
+// (TF32 matmuls over fp32 storage). A row that names none trains in the 16-bit type its GPU
+// has: bf16, or fp16 on V100, which has no bf16 (recorded by the caller).
 std::string precision_of(const Json& r) {
   const std::string p = lower(str(r, "precision"));
+  if (p.empty()) return contains(lower(str(r, "gpu_type")), "v100") ? "fp16" : "bf16";
   if (contains(p, "fp8") || contains(p, "float8")) return "fp8";
-  if (contains(p, "fp16")) return "fp16";
-  return "bf16";
+  if (contains(p, "bf16") || contains(p, "bfloat16")) return "bf16";
+  if (contains(p, "fp16") || contains(p, "float16") || contains(p, "half")) return "fp16";
+  if (contains(p, "tf32")) return "";
+  if (contains(p, "fp32") || contains(p, "float32") || contains(p, "full precision")) return "fp32";
+  // Mixed precision naming no type: torch.autocast on CUDA and Apex AMP default to fp16.
+  if (contains(p, "mixed") || contains(p, "amp")) return "fp16";
+  return "";
 }
 
+// The recompute mode a row names, or "" when its wording is none the harness knows (a wrong
+// guess moves the step by a third, so such a row is listed rather than predicted).
 std::string recompute_of(const Json& r) {
   const std::string rc = lower(str(r, "recompute"));
-  if (rc.empty() || contains(rc, "none")) return "none";
-  if (contains(rc, "selective")) return "selective";
-  return "full";
+  if (rc.empty()) return "none";
+  if (contains(rc, "selective") || contains(rc, "partial")) return "selective";
+  for (const char* off : {"none", "no", "off", "false", "disabled", "0"}) {
+    if (rc == off) return "none";
+  }
+  if (rc.rfind("no ", 0) == 0 || rc.rfind("none", 0) == 0 || contains(rc, "disabled") || contains(rc, "without")) return "none";
+  for (const char* on : {"yes", "on", "true", "enabled"}) {
+    if (rc == on) return "full";
+  }
+  for (const char* on : {"full", "checkpoint", "recompute", "recomputation"}) {
+    if (contains(rc, on)) return "full";
+  }
+  return "";
 }
 
 // Megatron-LM paper Eq. 3 (includes activation recomputation): 96*B*s*l*h^2*(1 + s/6h + V/16lh).
@@ -356,6 +377,23 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   if (fam == Family::kUnknown && !(has(r, "layers") && has(r, "hidden") && has(r, "heads"))) {
     reason = "model family not recognised and the row gives no layers/hidden/heads";
     return false;
+  }
+  // A row that states dp but leaves out one of tp and pp: the GPU count fixes the other.
+  if (has(r, "dp") && has(r, "tp") != has(r, "pp")) {
+    const char* missing = has(r, "tp") ? "pp" : "tp";
+    const int64_t known = inum(r, has(r, "tp") ? "tp" : "pp") * inum(r, "dp") * inum(r, "cp", 1);
+    const int64_t gpus = inum(r, "num_gpus");
+    if (known <= 0 || gpus % known != 0) {
+      reason = std::string("layout: the row gives no ") + missing + " and the GPU count " + std::to_string(gpus) +
+               " is not a multiple of the stated dimensions' product " + std::to_string(known);
+      return false;
+    }
+    Json with_layout = r;
+    with_layout[missing] = gpus / known;
+    if (!row_to_run(with_layout, run, reason, gaps)) return false;
+    run["assumptions"].push_back(std::string("parallel: ") + missing + " " + std::to_string(gpus / known) + " = GPUs / (the stated dimensions' product " +
+                                 std::to_string(known) + "); the row does not give it");
+    return true;
   }
   // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.
   const bool sharded_dp = fsdp_of(r) || inum(r, "zero_stage", 0) > 0;
@@ -390,6 +428,15 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     reason = "sequence length not stated";
     return false;
   }
+  if (precision_of(r).empty()) {
+    reason = "precision \"" + str(r, "precision") + "\" has no training mode here (bf16, fp16, fp8, fp32)";
+    return false;
+  }
+  if (!has(r, "precision")) notes.push_back("training: " + precision_of(r) + " (the row states no precision; the GPU's 16-bit type)");
+  if (recompute_of(r).empty()) {
+    reason = "recompute \"" + str(r, "recompute") + "\" not recognised (none, selective or full)";
+    return false;
+  }
   Json hw;
   if (!hardware_for(r, hw, notes, reason)) return false;
   {
@@ -414,6 +461,11 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   const int64_t gpus = inum(r, "num_gpus");
   const int64_t tp = inum(r, "tp", 1), pp = inum(r, "pp", 1), cp = inum(r, "cp", 1), ep = inum(r, "ep", 1);
   const int64_t dp = gpus / (tp * pp * cp);
+  if (tp * pp * cp * dp != gpus || (has(r, "dp") && inum(r, "dp") != dp)) {
+    reason = "layout: tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp) + " x dp " +
+             std::to_string(has(r, "dp") ? inum(r, "dp") : dp) + " does not make the row's " + std::to_string(gpus) + " GPUs";
+    return false;
+  }
   const std::string fw = lower(str(r, "framework"));
   const bool nemo = contains(fw, "nemo") || contains(fw, "megatron-bridge") || contains(fw, "megatron-core");
   const bool torchtitan = contains(fw, "torchtitan");

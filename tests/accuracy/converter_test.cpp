@@ -254,6 +254,68 @@ TEST(PublishedRows, GlobalBatchFromOtherFields) {
   EXPECT_EQ(converted(r)["training"]["global_batch_size"], 2 * 4 * 64);
 }
 
+// The layout, precision and recompute wording rows use: a dimension the row leaves out is
+// derived from the GPU count when the others fix it; a stated dp that does not make the GPU
+// count, or a precision or recompute wording the harness cannot read, lists the row with the
+// field named rather than guessing.
+TEST(PublishedRows, LayoutPrecisionAndRecomputeWording) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 2}, {"pp", 1}, {"dp", 32}});
+  r.erase("pp");
+  Json run = converted(r);
+  EXPECT_EQ(run["parallel"]["pp"], 1);
+  EXPECT_EQ(run["parallel"]["tp"], 2);
+  r["pp"] = 4;
+  r.erase("tp");
+  r["dp"] = 8;
+  run = converted(r);
+  EXPECT_EQ(run["parallel"]["tp"], 2);
+  EXPECT_EQ(run["parallel"]["pp"], 4);
+  Json bad;
+  std::string reason;
+  r["tp"] = 2;
+  r["dp"] = 16;  // 2 x 4 x 16 = 128, not 64
+  EXPECT_FALSE(row_to_run(r, bad, reason));
+  EXPECT_NE(reason.find("dp 16"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("64 GPUs"), std::string::npos) << reason;
+  r.erase("tp");
+  r["dp"] = 3;  // 4 x 3 does not divide 64
+  EXPECT_FALSE(row_to_run(r, bad, reason));
+  EXPECT_NE(reason.find("no tp"), std::string::npos) << reason;
+
+  r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
+  for (const auto& [text, mode] : std::vector<std::pair<std::string, std::string>>{
+           {"no", "none"},
+           {"activation checkpointing disabled", "none"},
+           {"DeepSpeed activation checkpointing", "full"},
+           {"full activation recomputation", "full"},
+           {"selective activation checkpointing", "selective"}}) {
+    r["recompute"] = text;
+    EXPECT_EQ(converted(r)["parallel"]["recompute"], mode) << text;
+  }
+  r["recompute"] = "every other layer";
+  EXPECT_FALSE(row_to_run(r, bad, reason));
+  EXPECT_NE(reason.find("recompute \"every other layer\""), std::string::npos) << reason;
+  r.erase("recompute");
+
+  for (const auto& [text, dtype] : std::vector<std::pair<std::string, std::string>>{
+           {"BF16 + Float8 linears", "fp8"}, {"FP16 mixed", "fp16"}, {"bfloat16", "bf16"}, {"AMP (mixed precision)", "fp16"}, {"FP32", "fp32"}}) {
+    r["precision"] = text;
+    EXPECT_EQ(converted(r)["training"]["precision"], dtype) << text;
+  }
+  r["precision"] = "TF32";
+  EXPECT_FALSE(row_to_run(r, bad, reason));
+  EXPECT_NE(reason.find("precision \"TF32\""), std::string::npos) << reason;
+  // No precision stated: the GPU's 16-bit type, recorded as an assumption.
+  r.erase("precision");
+  run = converted(r);
+  EXPECT_EQ(run["training"]["precision"], "bf16");
+  EXPECT_NE(run["assumptions"].dump().find("states no precision"), std::string::npos);
+  r["gpu_type"] = "V100 32GB (DGX-2H)";
+  EXPECT_EQ(converted(r)["training"]["precision"], "fp16");
+}
+
 // H800 rows use the h800 profile; boards the SXM profiles do not describe are listed with the
 // reason instead of being predicted on the wrong hardware.
 TEST(PublishedRows, HardwareByBoard) {
