@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -32,9 +33,21 @@ namespace {
 const char* const kUnstatedMicroBatch = "parallel: micro-batch size 1 (not stated)";
 
 bool has(const Json& r, const char* k) { return r.contains(k) && !r[k].is_null(); }
-double num(const Json& r, const char* k, double fallback = 0) { return has(r, k) ? r[k].get<double>() : fallback; }
+// A numeric field, written as a number or as text ("8", "1.5e3"); anything else names the field.
+double num(const Json& r, const char* k, double fallback = 0) {
+  if (!has(r, k)) return fallback;
+  const Json& v = r[k];
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string& t = v.get_ref<const std::string&>();
+    char* end = nullptr;
+    const double x = std::strtod(t.c_str(), &end);
+    if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(x)) return x;
+  }
+  throw core::UserError(std::string("field '") + k + "': expected a number, got " + core::show(v));
+}
 int64_t inum(const Json& r, const char* k, int64_t fallback = 0) {
-  return has(r, k) ? static_cast<int64_t>(std::llround(r[k].get<double>())) : fallback;
+  return has(r, k) ? static_cast<int64_t>(std::llround(num(r, k))) : fallback;
 }
 std::string str(const Json& r, const char* k) { return has(r, k) && r[k].is_string() ? r[k].get<std::string>() : ""; }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -371,6 +384,24 @@ double megatron_eq3_flops(double B, double s, double l, double h, double V) {
 }  // namespace
 
 bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
+  // Counts and sizes the conversion divides by or builds shapes from must be positive.
+  for (const char* k : {"num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "micro_batch", "global_batch_seqs",
+                        "global_batch_tokens", "grad_accum", "seq_len", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
+                        "moe_experts", "moe_topk", "moe_ffn_hidden", "params_b", "iteration_time_s", "tokens_per_s_per_gpu",
+                        "tokens_per_s_total", "tflops_per_gpu", "mfu", "mfu_peak_tflops_per_gpu", "memory_gib_per_gpu"}) {
+    if (has(r, k) && !(num(r, k) > 0)) {
+      reason = std::string("field '") + k + "' must be positive, got " + core::show(r[k]);
+      return false;
+    }
+  }
+  if (num(r, "mfu") > 1.0) {
+    reason = "field 'mfu' is a fraction of peak at most 1, got " + core::show(r["mfu"]);
+    return false;
+  }
+  if (!(num(r, "num_gpus") > 0)) {
+    reason = "field 'num_gpus' not stated";
+    return false;
+  }
   std::vector<std::string> notes;
   const std::string id = str(r, "id");
   const Family fam = family_of(r);

@@ -481,6 +481,31 @@ TEST(PublishedRows, MalformedRowIsSkippedNotFatal) {
   ASSERT_EQ(res.skipped.size(), 1u);
   EXPECT_EQ(res.skipped[0].id, "bad");
   EXPECT_NE(res.skipped[0].reason.find("row not understood"), std::string::npos) << res.skipped[0].reason;
+  EXPECT_NE(res.skipped[0].reason.find("field 'tp'"), std::string::npos) << res.skipped[0].reason;
+}
+
+// A number written as text is read; a count or measurement that is zero or negative lists the
+// row with the field named (a zero tp once divided by zero and ended the run).
+TEST(PublishedRows, NumbersAsTextAndNonPositiveValues) {
+  Json good = base_row();
+  good.update(Json{{"id", "text"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", "2"}, {"pp", 1}, {"seq_len", "4096"}});
+  std::vector<Json> rows = {good};
+  for (const auto& [field, value] : std::vector<std::pair<std::string, Json>>{
+           {"tp", 0}, {"num_gpus", -8}, {"seq_len", 0}, {"iteration_time_s", 0.0}, {"micro_batch", -1}, {"mfu", 40.5}}) {
+    Json bad = good;
+    bad["id"] = "bad-" + field;
+    bad[field] = value;
+    rows.push_back(bad);
+  }
+  const AccuracyResult res = accuracy_of(rows, "nonpositive.jsonl");
+  ASSERT_EQ(res.rows.size(), 1u);
+  EXPECT_EQ(res.rows[0].id, "text");
+  EXPECT_EQ(res.rows[0].num_gpus, 64);
+  ASSERT_EQ(res.skipped.size(), rows.size() - 1);
+  for (size_t i = 0; i < res.skipped.size(); ++i) {
+    const std::string field = rows[i + 1]["id"].get<std::string>().substr(4);
+    EXPECT_NE(res.skipped[i].reason.find("field '" + field + "'"), std::string::npos) << res.skipped[i].reason;
+  }
 }
 
 }  // namespace
