@@ -49,6 +49,14 @@ double num(const Json& r, const char* k, double fallback = 0) {
 int64_t inum(const Json& r, const char* k, int64_t fallback = 0) {
   return has(r, k) ? static_cast<int64_t>(std::llround(num(r, k))) : fallback;
 }
+// The first of these fields the row gives that is not a finite positive number, as a reason
+// that names it ("" when all are).
+std::string non_positive_field(const Json& r, std::initializer_list<const char*> fields) {
+  for (const char* k : fields) {
+    if (has(r, k) && !(num(r, k) > 0 && std::isfinite(num(r, k)))) return std::string("field '") + k + "' must be positive, got " + core::show(r[k]);
+  }
+  return "";
+}
 std::string str(const Json& r, const char* k) { return has(r, k) && r[k].is_string() ? r[k].get<std::string>() : ""; }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 std::string lower(std::string s) {
@@ -79,6 +87,10 @@ Family family_of(const Json& r) {
 bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason, bool gpu_only = false) {
   const std::string g = str(r, "gpu_type");
   const std::string gl = lower(g);
+  if (g.empty()) {
+    reason = "field 'gpu_type' not stated";
+    return false;
+  }
   if (gpu_only && contains(gl, "gh200")) {
     // A Grace Hopper superchip's GPU is the H100 die (132 SMs, H100's tensor-core peaks) with
     // HBM3e, as the h200 profile describes it; its CPU, NVLink-C2C and node do not enter a GEMM.
@@ -385,15 +397,11 @@ double megatron_eq3_flops(double B, double s, double l, double h, double V) {
 
 bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   // Counts and sizes the conversion divides by or builds shapes from must be positive.
-  for (const char* k : {"num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "micro_batch", "global_batch_seqs",
-                        "global_batch_tokens", "grad_accum", "seq_len", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
-                        "moe_experts", "moe_topk", "moe_ffn_hidden", "params_b", "iteration_time_s", "tokens_per_s_per_gpu",
-                        "tokens_per_s_total", "tflops_per_gpu", "mfu", "mfu_peak_tflops_per_gpu", "memory_gib_per_gpu"}) {
-    if (has(r, k) && !(num(r, k) > 0)) {
-      reason = std::string("field '") + k + "' must be positive, got " + core::show(r[k]);
-      return false;
-    }
-  }
+  reason = non_positive_field(r, {"num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "micro_batch", "global_batch_seqs",
+                                  "global_batch_tokens", "grad_accum", "seq_len", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
+                                  "moe_experts", "moe_topk", "moe_ffn_hidden", "params_b", "iteration_time_s", "tokens_per_s_per_gpu",
+                                  "tokens_per_s_total", "tflops_per_gpu", "mfu", "mfu_peak_tflops_per_gpu", "memory_gib_per_gpu"});
+  if (!reason.empty()) return false;
   if (num(r, "mfu") > 1.0) {
     reason = "field 'mfu' is a fraction of peak at most 1, got " + core::show(r["mfu"]);
     return false;
@@ -1032,13 +1040,25 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   out.id = str(r, "id");
   out.source = short_source(str(r, "source"));
   out.kind = type;
+  reason = non_positive_field(r, {"num_ranks", "num_nodes", "gpus_per_node", "message_bytes", "time_us", "busbw_gbps", "algbw_gbps", "gemm_m",
+                                  "gemm_n", "gemm_k", "achieved_tflops", "peak_tflops", "efficiency", "hw_bf16_dense_tflops",
+                                  "hw_fp8_dense_tflops", "hw_hbm_gb", "hw_hbm_tbps", "hw_nvlink_unidir_gbps", "hw_nvlink_bidir_gbps",
+                                  "hw_nic_gbit_per_gpu", "hw_tdp_w"});
+  if (!reason.empty()) return false;
+  // A message or GEMM operand beyond a TiB fits no GPU: a typo, not a measurement.
+  constexpr double kTiB = 1099511627776.0;
+  const double m = num(r, "gemm_m", 1), n = num(r, "gemm_n", 1), k = num(r, "gemm_k", 1);
+  if (num(r, "message_bytes") > kTiB || std::max({m * k, k * n, m * n}) > kTiB) {
+    reason = "sizes out of range: a message or GEMM operand larger than any GPU's memory";
+    return false;
+  }
   Json hw_json;
   if (!hardware_for(r, hw_json, out.notes, reason, /*gpu_only=*/type == "gemm")) return false;
   Json resolved = hw_json.is_string() ? hw::builtin_hardware_json(hw_json.get<std::string>()) : hw_json;
   if (type == "collective") {
     const auto c = cost::collective_from_name(str(r, "collective"));
     if (!c) {
-      reason = "collective '" + str(r, "collective") + "' is not one stepcast models";
+      reason = str(r, "collective").empty() ? "field 'collective' not stated" : "collective '" + str(r, "collective") + "' is not one stepcast models";
       return false;
     }
     const int64_t n = inum(r, "num_ranks") > 0 ? inum(r, "num_ranks") : inum(r, "num_gpus");
@@ -1111,7 +1131,7 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
     } else if (d == "fp32" || d == "float32") {
       dtype = hw::Dtype::kFp32;
     } else {
-      reason = "GEMM dtype '" + str(r, "dtype") + "' is not one stepcast models";
+      reason = str(r, "dtype").empty() ? "field 'dtype' not stated" : "GEMM dtype '" + str(r, "dtype") + "' is not one stepcast models";
       return false;
     }
     const double m = num(r, "gemm_m"), n = num(r, "gemm_n"), k = num(r, "gemm_k"), tflops = num(r, "achieved_tflops");
@@ -1144,6 +1164,10 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   }
   out.cited = cited_by(resolved, out.id);
   out.error = (out.predicted_s - out.measured_s) / out.measured_s;
+  if (!std::isfinite(out.error)) {
+    reason = "sizes out of range: the measured or predicted time is not a finite number";
+    return false;
+  }
   return true;
 }
 
@@ -1281,6 +1305,10 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
   row.num_gpus = rc.cluster.num_gpus;
   row.layout = layout_string(rc);
   row.measured_s = measured_step(r, rc, row.measured_from);
+  if (!(row.measured_s > 0 && std::isfinite(row.measured_s))) {
+    res.skipped.push_back({id, "measured step out of range (" + std::to_string(row.measured_s) + " s from " + row.measured_from + ")"});
+    return;
+  }
   row.predicted_s = e.step_time_s;
   row.error = (row.predicted_s - row.measured_s) / row.measured_s;
   row.simulated_s = engine::simulate_step(rc).step.step_time_s;

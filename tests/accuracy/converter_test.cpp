@@ -392,6 +392,14 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   peak.erase("message_bytes");
   EXPECT_FALSE(predict_measurement(peak, m, reason));
   EXPECT_NE(reason.find("no message size"), std::string::npos) << reason;
+  // Impossible values name their field instead of reaching the cost model.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, Json>>{
+           {"message_bytes", 0}, {"num_ranks", -2}, {"busbw_gbps", 0.0}, {"message_bytes", 1e300}, {"gpu_type", nullptr}}) {
+    Json bad = c;
+    bad[field] = value;
+    EXPECT_FALSE(predict_measurement(bad, m, reason)) << field;
+    EXPECT_TRUE(reason.find("'" + field + "'") != std::string::npos || reason.find("out of range") != std::string::npos) << reason;
+  }
 
   Json g{{"id", "gemm"},  {"row_type", "gemm"}, {"source", "test"}, {"gpu_type", "NVIDIA H100 SXM"}, {"gemm_m", 4096},
          {"gemm_n", 4096}, {"gemm_k", 4096},    {"dtype", "bf16"},  {"achieved_tflops", 700.0}};
