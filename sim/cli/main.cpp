@@ -80,6 +80,19 @@ CLI::Validator number_check(bool zero_ok) {
       },
       zero_ok ? "NON-NEGATIVE" : "POSITIVE", zero_ok ? "non-negative" : "positive");
 }
+// A whole number in [lo, hi], checked on the text (an integer option would otherwise clamp
+// "99999999999999999999" to the largest int64 and report that value).
+CLI::Validator count_range(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v == std::floor(v) && v >= static_cast<double>(lo) &&
+                        v <= static_cast<double>(hi);
+        return ok ? std::string() : "got " + text + "; must be a whole number in " + range;
+      },
+      "INTEGER in " + range);
+}
 // A real number in [lo, hi] (CLI11's Range lets "nan" through: every comparison with it is false).
 CLI::Validator finite_range(double lo, double hi) {
   const std::string range = "[" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]";
@@ -118,6 +131,7 @@ std::string parent_problem(const std::string& path) {
 const CLI::Validator kOutputFile(
     [](std::string& path) -> std::string {
       std::error_code ec;
+      if (path.empty()) return "an empty path; give a file path";
       if (std::filesystem::is_directory(path, ec)) return path + " is a directory; give a file path";
       return parent_problem(path);
     },
@@ -126,11 +140,15 @@ const CLI::Validator kOutputFile(
 const CLI::Validator kOutputDir(
     [](std::string& path) -> std::string {
       std::error_code ec;
+      if (path.empty()) return "an empty path; give a folder path";
       if (std::filesystem::exists(path, ec)) return std::filesystem::is_directory(path, ec) ? "" : path + " exists and is not a directory";
       return parent_problem(path);
     },
     "DIR");
 const CLI::Validator kPositive = number_check(false);
+// The largest count a command-line flag takes (GPUs, sequence length, batch): the run file's
+// bound on every dimension, 2^24.
+constexpr int64_t kMaxCount = int64_t{1} << 24;
 const CLI::Validator kNonNegative = number_check(true);
 
 constexpr int kExitBadInput = 2;
@@ -192,10 +210,10 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string
   cmd->add_option("--model", f.model,
                   "model (zoo name, or a model-hub config.json path) when no run file is given, or to override it");
   cmd->add_option("--hardware", f.hardware, "hardware profile (built-in name, or a profile JSON path such as calibrate writes)");
-  if (with_gpus) cmd->add_option("--gpus", f.gpus, "number of GPUs")->check(kPositive);
-  cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the hardware's)")->check(kPositive);
-  cmd->add_option("--seq", f.seq, "sequence length")->check(kPositive);
-  cmd->add_option("--batch", f.batch, "global batch size (sequences)")->check(kPositive);
+  if (with_gpus) cmd->add_option("--gpus", f.gpus, "number of GPUs")->check(count_range(1, kMaxCount));
+  cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node (default: the hardware's)")->check(count_range(1, kMaxCount));
+  cmd->add_option("--seq", f.seq, "sequence length")->check(count_range(1, kMaxCount));
+  cmd->add_option("--batch", f.batch, "global batch size (sequences)")->check(count_range(1, kMaxCount));
   cmd->add_option("--precision", f.precision, "training precision (bf16, fp16, fp8, fp32)");
 }
 
@@ -410,7 +428,7 @@ int run(int argc, char** argv) {
   bool sim_trace_ops = false;
   auto* trace_ops_opt = sim->add_flag("--trace-ops", sim_trace_ops, "nest each layer's operators (GEMMs, attention, norms) inside its trace slice");
   sim->add_option("--max-tasks", sim_max_tasks, "refuse a step whose graph is estimated above this many operators (one rank per stage: 64 per layer and micro-batch; every rank: the built graph times the ranks per stage) (0: no limit)")
-      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()).description("non-negative"));
+      ->check(count_range(0, std::int64_t{1} << 53));
   std::vector<int64_t> sim_trace_ranks;
   auto* trace_ranks_opt = sim->add_option("--trace-ranks", sim_trace_ranks,
                   "global ranks to put in the trace (default: all simulated ranks, or the first rank of each stage when every rank is simulated)")
@@ -433,7 +451,8 @@ int run(int argc, char** argv) {
   models->add_flag("--json", models_json, "print as JSON");
   auto* hardware = app.add_subcommand("hardware", "list built-in hardware profiles, or print one");
   std::string hw_name;
-  hardware->add_option("name", hw_name, "profile to print as JSON");
+  hardware->add_option("name", hw_name, "profile to print as JSON")
+      ->check(CLI::Validator([](std::string& t) { return t.empty() ? std::string("an empty name; give a profile name") : std::string(); }, "NAME"));
 
   // accuracy
   stepcast::accuracy::AccuracyOptions acc;
@@ -464,12 +483,12 @@ int run(int argc, char** argv) {
   plan->add_option("--top", popt.top_k, "re-simulate this many of the best estimated layouts (0: estimate only)")
       ->check(CLI::Range(0, 1000));
   plan->add_option("--rows", plan_rows, "layouts to print")->check(CLI::Range(size_t{1}, size_t{1000000}));
-  plan->add_option("--max-tp", popt.max_tp, "largest tensor-parallel size to consider")->check(kPositive);
-  plan->add_option("--max-pp", popt.max_pp, "largest pipeline-parallel size to consider")->check(kPositive);
-  plan->add_option("--max-cp", popt.max_cp, "largest context-parallel size to consider")->check(kPositive);
-  plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(kPositive);
+  plan->add_option("--max-tp", popt.max_tp, "largest tensor-parallel size to consider")->check(count_range(1, kMaxCount));
+  plan->add_option("--max-pp", popt.max_pp, "largest pipeline-parallel size to consider")->check(count_range(1, kMaxCount));
+  plan->add_option("--max-cp", popt.max_cp, "largest context-parallel size to consider")->check(count_range(1, kMaxCount));
+  plan->add_option("--max-mbs", popt.max_mbs, "largest micro-batch size to consider")->check(count_range(1, kMaxCount));
   plan->add_option("--fix", plan_fix, "fix a parallel setting, e.g. --fix pp=4 --fix recompute=full (repeatable)")->allow_extra_args(false);
-  plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(kNonNegative);
+  plan->add_option("--threads", popt.threads, "worker threads for the search (default: all cores)")->check(count_range(0, 4096));
   plan->add_option("--memory-headroom", popt.memory_headroom,
                    "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
       ->check(finite_range(0.0, 0.9));
@@ -483,13 +502,13 @@ int run(int argc, char** argv) {
   sopt.plan.top_k = 3;
   auto* cap = app.add_subcommand("capacity", "size the cluster (whole nodes) that trains a token budget before a deadline");
   add_run_flags(cap, cap_run, false, "run file (JSON): model, hardware, training; the cluster size is chosen, and the layout too except keys its parallel block gives (they stay fixed, as in plan)");
-  cap->add_option("--tokens", sopt.tokens, "token budget")->check(kPositive);
-  cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(kPositive);
-  cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(kPositive);
-  cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(kNonNegative);
+  cap->add_option("--tokens", sopt.tokens, "token budget")->check(finite_range(1.0, 1e18));
+  cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(finite_range(1e-6, 1e6));
+  cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(finite_range(1e-6, 1e6));
+  cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(finite_range(0.0, 1e6));
   cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
       ->check(finite_range(0.001, 1.0));
-  cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(kPositive);
+  cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(count_range(1, kMaxCount));
   cap->add_option("--margin", sopt.margin,
                   "safety margin: meet the deadline with every step this fraction slower than predicted, e.g. 0.1 "
                   "(reports/accuracy.md gives the prediction's error on published runs)")
@@ -821,6 +840,12 @@ int run(int argc, char** argv) {
         std::fflush(stderr);
       };
     }
+    for (int64_t x : sim_trace_ranks) {  // before the simulation, which can take seconds
+      if (x < 0 || x >= rc.cluster.num_gpus) {
+        throw stepcast::core::UserError("--trace-ranks: rank " + std::to_string(x) + " does not exist (ranks 0.." +
+                                        std::to_string(rc.cluster.num_gpus - 1) + ")");
+      }
+    }
     const auto r = stepcast::engine::simulate_step(rc, opt);
     if (opt.progress) std::fprintf(stderr, "\rstepcast: simulated %lld ranks, %zu tasks\n", static_cast<long long>(r.ranks_simulated), r.tasks);
     if (!sim_trace.empty()) {
@@ -829,12 +854,6 @@ int run(int argc, char** argv) {
         // Every rank simulated: keep the trace readable with one rank per stage.
         const int64_t per_stage = rc.parallel.tp * rc.parallel.cp * rc.parallel.dp;
         for (int64_t s = 0; s < rc.parallel.pp; ++s) ranks.push_back(s * per_stage);
-      }
-      for (int64_t x : ranks) {
-        if (x < 0 || x >= rc.cluster.num_gpus) {
-          throw stepcast::core::UserError("--trace-ranks: rank " + std::to_string(x) + " does not exist (ranks 0.." +
-                                          std::to_string(rc.cluster.num_gpus - 1) + ")");
-        }
       }
       write_text(sim_trace, stepcast::engine::trace_json(rc, r, ranks, sim_trace_ops));
     }

@@ -136,8 +136,8 @@ std::vector<std::pair<double, double>> head_dim_scale(ObjectReader& r, const cha
       r.issues().add(path + "." + k, "head dimension must be an integer in [8, 1024]");
       continue;
     }
-    if (!v.is_number() || v.get<double>() <= 0.0 || v.get<double>() > 10.0) {
-      r.issues().add(path + "." + k, "got " + core::show(v) + "; expected a factor in (0, 10]");
+    if (!v.is_number() || v.get<double>() < 0.01 || v.get<double>() > 10.0) {
+      r.issues().add(path + "." + k, "got " + core::show(v) + "; expected a factor in [0.01, 10]");
       continue;
     }
     points.emplace_back(static_cast<double>(d), v.get<double>());
@@ -264,6 +264,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
       for (const auto& d : kDtypes) {
         if (auto v = gr.get_number(d, 0.01, 1.0)) hw.efficiency.gemm_max[dtype_from_string(d)] = *v;
       }
+      if (gm->is_object() && gm->empty()) issues.add(er.child_path("gemm_max"), "is empty; give the best fraction of peak large GEMMs reach per dtype, e.g. {\"bf16\": 0.8}");
       gr.finish();
     }
     hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 16384.0, 128.0);
@@ -298,6 +299,10 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.kernel_overhead =
         er.get_duration("kernel_overhead", false, 0.1).value_or(core::micros(3.0));
     er.finish();
+  }
+  if (hw.efficiency.gemm_max.empty() && (r.get_raw("efficiency") == nullptr || !r.get_raw("efficiency")->contains("gemm_max"))) {
+    issues.add(r.child_path("efficiency") + ".gemm_max",
+               "required: the best fraction of peak large GEMMs reach per dtype, e.g. {\"bf16\": 0.8} (calibrate measures it)");
   }
 
   // --- node ---
@@ -428,7 +433,10 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
   if (const Json* n = r.get_raw("network"); n != nullptr) {
     ObjectReader nr(*n, r.child_path("network"), issues);
     hw.network.name = nr.get_string("name").value_or("network");
-    hw.network.nic_bandwidth = nr.get_bandwidth("nic_bandwidth").value_or(core::gb_per_s(25));
+    hw.network.stated = true;
+    const auto nic = nr.get_bandwidth("nic_bandwidth");
+    if (!nic && !nr.has("nic_bandwidth")) issues.add(nr.child_path("nic_bandwidth"), "required: the line rate of one NIC, e.g. \"400Gb/s\"");
+    hw.network.nic_bandwidth = nic.value_or(core::gb_per_s(25));
     hw.network.nics_per_node = static_cast<int>(nr.get_int("nics_per_node", 1, 1024, hw.gpus_per_node));
     hw.network.efficiency = nr.get_number("efficiency", 0.01, 1.0, 0.9);
     hw.network.latency = nr.get_duration("latency", false, 0.1).value_or(core::micros(10));

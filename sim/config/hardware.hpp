@@ -66,6 +66,8 @@ struct Network {
   // most nodes_per_leaf nodes run at full NIC bandwidth. 0: oversubscription applies to all
   // inter-node traffic.
   int64_t nodes_per_leaf = 0;
+  // The profile gives a network; without one a run must stay inside one node.
+  bool stated = false;
 };
 
 struct Efficiency {

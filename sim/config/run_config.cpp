@@ -193,7 +193,9 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
           r.issues().add(path + "[" + std::to_string(i) + "]", "got " + m.dump() + "; allowed: " + allowed);
           continue;
         }
-        p.recompute_modules |= 1u << static_cast<uint32_t>(it - names.begin());
+        const uint32_t bit = 1u << static_cast<uint32_t>(it - names.begin());
+        if ((p.recompute_modules & bit) != 0) r.issues().add(path + "[" + std::to_string(i) + "]", "\"" + *it + "\" is listed twice");
+        p.recompute_modules |= bit;
       }
     }
   }
@@ -274,8 +276,22 @@ void parse_scenario(ObjectReader r, RunConfig& rc) {
       ObjectReader sr(list[i], path, r.issues());
       Slowdown sd;
       sd.factor = sr.require_number("factor", 0.01, 1000.0);
-      if (const Json* rj = sr.get_raw("ranks"); rj != nullptr) sd.ranks = int_list(*rj, sr.child_path("ranks"), r.issues());
-      if (const Json* tj = sr.get_raw("stages"); tj != nullptr) sd.stages = int_list(*tj, sr.child_path("stages"), r.issues());
+      // A list that names nothing, or a rank twice, is a mistake, not a request.
+      auto members = [&](const char* key) {
+        std::vector<int64_t> v;
+        const Json* j = sr.get_raw(key);
+        if (j == nullptr) return v;
+        v = int_list(*j, sr.child_path(key), r.issues());
+        if (j->is_array() && j->empty()) r.issues().add(sr.child_path(key), "is empty; name one or more, or omit it");
+        std::vector<int64_t> sorted = v;
+        std::sort(sorted.begin(), sorted.end());
+        if (const auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end()) {
+          r.issues().add(sr.child_path(key), std::to_string(*d) + " is listed twice");
+        }
+        return v;
+      };
+      sd.ranks = members("ranks");
+      sd.stages = members("stages");
       if (!sr.has("ranks") && !sr.has("stages")) r.issues().add(path, "names no ranks and no stages to slow down");
       sr.finish();
       sc.slowdowns.push_back(sd);
@@ -331,6 +347,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (rc.cluster.gpus_per_node == 0) rc.cluster.gpus_per_node = rc.hardware.gpus_per_node;
   if (rc.cluster.num_gpus <= 0 || m.num_layers <= 0 || m.heads <= 0) return;  // already reported
 
+  if (rc.cluster.num_gpus > rc.cluster.gpus_per_node && !rc.hardware.network.stated) {
+    issues.add("$.hardware.network", "required: the cluster spans " + std::to_string((rc.cluster.num_gpus + rc.cluster.gpus_per_node - 1) / rc.cluster.gpus_per_node) +
+                                         " nodes and the profile '" + rc.hardware.name + "' gives no scale-out network (nic_bandwidth, nics_per_node)");
+  }
   if (rc.cluster.num_gpus > rc.cluster.gpus_per_node && rc.cluster.num_gpus % rc.cluster.gpus_per_node != 0) {
     issues.add("$.cluster.num_gpus", "got " + n(rc.cluster.num_gpus) + "; a multi-node cluster needs whole nodes (a multiple of gpus_per_node = " + n(rc.cluster.gpus_per_node) + ")");
   }
@@ -612,7 +632,23 @@ RunConfig parse_run(const Json& j, const std::string& source_name, const std::st
   if (const Json* sj = r.get_raw("scenario"); sj != nullptr) parse_scenario(ObjectReader(*sj, "$.scenario", issues), rc);
   (void)r.get_string("name");  // free text, but text
   (void)r.get_string("description");
-  r.ignore({"notes", "measured"});
+  // Carried, not modelled: `notes` is text, `measured` the published run's figures (the
+  // accuracy harness writes them), each a positive number.
+  if (const Json* nj = r.get_raw("notes"); nj != nullptr) {
+    const bool text = nj->is_string() || (nj->is_array() && std::all_of(nj->begin(), nj->end(), [](const Json& x) { return x.is_string(); }));
+    if (!text) issues.add("$.notes", "got " + core::show(*nj) + "; expected a string or a list of strings");
+  }
+  if (const Json* mj = r.get_raw("measured"); mj != nullptr) {
+    if (!mj->is_object()) {
+      issues.add("$.measured", "got " + core::show(*mj) + "; expected an object of measured figures, e.g. {\"memory_gib_per_gpu\": 71.9}");
+    } else {
+      for (const auto& [k, v] : mj->items()) {
+        if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
+          issues.add("$.measured." + k, "got " + core::show(v) + "; expected a positive number");
+        }
+      }
+    }
+  }
   r.finish();
   if (issues.empty() && validate_layout) derive_and_validate(rc, issues);
   issues.throw_if_any();

@@ -7,8 +7,11 @@ namespace {
 
 std::string join_issues(const std::vector<std::string>& issues) {
   if (issues.size() == 1) return issues.front();
+  // Every problem up to a screenful; a file with thousands (a stray paste) shows the first.
+  constexpr size_t kShown = 40;
   std::string out = std::to_string(issues.size()) + " problems in the input:";
-  for (const auto& i : issues) out += "\n  - " + i;
+  for (size_t i = 0; i < issues.size() && i < kShown; ++i) out += "\n  - " + issues[i];
+  if (issues.size() > kShown) out += "\n  ... and " + std::to_string(issues.size() - kShown) + " more";
   return out;
 }
 

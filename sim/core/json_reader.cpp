@@ -1,5 +1,6 @@
 #include "sim/core/json_reader.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,8 @@ std::string library_message(const Json::exception& e) {
     const size_t close = m.find("] ");
     if (close != std::string::npos) m = m.substr(close + 2);
   }
+  // The library quotes the offending text whole (a 10,000-digit number, say).
+  if (m.size() > 200) m = m.substr(0, 197) + "...";
   return m;
 }
 
@@ -101,9 +104,16 @@ Json load_json_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, not a JSON file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), path);
+  // Read in chunks up to a bound: a device or pipe (/dev/zero) never ends, and no input a
+  // person writes (run files, profiles, sweeps) comes near it.
+  constexpr size_t kMaxInput = size_t{64} << 20;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxInput) throw UserError(path + ": larger than 64 MiB; not a stepcast input (a run file, profile or sweep is a few KB)");
+  }
+  return parse_json_text(text, path);
 }
 
 Json setting_value(const std::string& text) {
@@ -370,13 +380,46 @@ void ObjectReader::ignore(const std::vector<std::string>& keys) {
   }
 }
 
+namespace {
+// Edits (insert, delete, substitute) between two keys, for "did you mean".
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
 void ObjectReader::finish() {
   if (obj_ == nullptr) return;
+  bool listed = false;
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     if (read_.count(it.key()) != 0) continue;
-    std::string list;
-    for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
-    issues_->add(child_path(it.key()), "unknown key; known keys here: " + list);
+    // The nearest known key when it is a likely misspelling (at most a third of it edited).
+    std::string nearest;
+    size_t best = it.key().size() / 3 + 1;
+    for (const auto& k : known_) {
+      const size_t d = edit_distance(it.key(), k);
+      if (d < best) best = d, nearest = k;
+    }
+    std::string message = "unknown key";
+    if (!nearest.empty()) message += "; did you mean '" + nearest + "'?";
+    if (!listed) {
+      // The known keys once per object, not once per unknown key.
+      std::string list;
+      for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+      message += (nearest.empty() ? "; known keys here: " : " Known keys here: ") + list;
+      listed = true;
+    }
+    issues_->add(child_path(it.key()), message);
   }
 }
 

@@ -182,6 +182,18 @@ SweepSpec parse_sweep(const Json& j, const std::string& source, const std::strin
       if (!fresh) issues.add("$.axes[" + std::to_string(a) + "]", "field \"" + f + "\" is already swept by " + it->second + "; sweep each field on one axis");
     }
   }
+  // A field through a value of the base that is not an object (model.hidden_size over the zoo
+  // name "llama3.1-8b") would replace that value with a one-key object; --set refuses the same.
+  for (size_t a = 0; a < spec.axes.size(); ++a) {
+    for (const auto& f : spec.axes[a].fields) {
+      Json probe = spec.base;
+      if (const auto blocked = core::set_json_path(probe, f, Json(0), false); blocked && field_axis.count(blocked->path) == 0) {
+        issues.add("$.axes[" + std::to_string(a) + "]", "field \"" + f + "\" goes through $." + blocked->path + ", which the base sets to " +
+                                                            core::show(blocked->value) + ", not an object; give the base an object there, or sweep \"" +
+                                                            blocked->path + "\" with whole values");
+      }
+    }
+  }
   // The grid is enumerated point by point; past a million points a sweep belongs in pieces.
   double grid = 1;
   for (const auto& ax : spec.axes) grid *= static_cast<double>(ax.size());

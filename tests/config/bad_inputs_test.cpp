@@ -252,6 +252,20 @@ const std::vector<BadCase> kCases = {
     // A bare number is FLOP/s; 989 of them is no GPU.
     {"PeakFlopsWithoutUnit", R"({"hardware": {"base": "h100-sxm", "gpu": {"peak_flops": {"bf16": 989}}}})",
      {"$.hardware.gpu.peak_flops.bf16", "989TFLOPS"}},
+    // A misspelt key is named with the key it was probably meant to be.
+    {"MisspeltKeySuggestsTheKnownOne", R"({"training": {"precison": "bf16"}})", {"$.training.precison", "did you mean 'precision'"}},
+    // The published figures beside a run are numbers, and notes are text.
+    {"MeasuredNotAnObject", R"({"measured": "fast"})", {"$.measured", "expected an object"}},
+    {"MeasuredValueNotANumber", R"({"measured": {"memory_gib_per_gpu": "abc"}})", {"$.measured.memory_gib_per_gpu", "positive number"}},
+    {"NotesNotText", R"({"notes": 42})", {"$.notes", "got 42"}},
+    // A slowdown that names nothing, or a rank twice, is a mistake rather than a request.
+    {"SlowdownEmptyRanks", R"({"scenario": {"slowdown": {"ranks": [], "factor": 1.2}}})", {"$.scenario.slowdown.ranks", "is empty"}},
+    {"SlowdownRankTwice", R"({"scenario": {"slowdown": {"ranks": [3, 3], "factor": 1.2}}})", {"$.scenario.slowdown.ranks", "3 is listed twice"}},
+    {"RecomputeModuleTwice", R"({"parallel": {"recompute": "selective", "recompute_modules": ["core_attn", "core_attn"]}})",
+     {"$.parallel.recompute_modules[1]", "listed twice"}},
+    // A head-dimension factor small enough to make every attention time infinite.
+    {"HeadDimScaleTiny", R"({"hardware": {"base": "h100-sxm", "efficiency": {"attention_head_dim_scale": {"128": 1e-300}}}})",
+     {"$.hardware.efficiency.attention_head_dim_scale.128", "[0.01, 10]"}},
 };
 // clang-format on
 
@@ -352,6 +366,42 @@ TEST(BadInputs, ReportsEveryProblemAtOnce) {
       EXPECT_NE(msg.find(p), std::string::npos) << msg;
     }
   }
+}
+
+// A profile's GEMM ceiling and its network are not defaulted: a profile written whole (no
+// base) with an empty ceiling, a network without a NIC rate, or no network under a run that
+// spans nodes is refused with the field named.
+TEST(BadInputs, ProfileWithoutGemmCeilingOrNetwork) {
+  const Json h100 = core::load_json_file(std::string(STEPCAST_SOURCE_DIR) + "/configs/hardware/h100-sxm.json");
+  auto refused = [](Json hw, int64_t gpus, const std::string& path) {
+    Json run = Json::parse(kBase);
+    run["hardware"] = std::move(hw);
+    run["cluster"]["num_gpus"] = gpus;
+    try {
+      parse_run(run, "<test>", "");
+      ADD_FAILURE() << "expected ConfigError for " << path;
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  Json hw = h100;
+  hw["efficiency"]["gemm_max"] = Json::object();
+  refused(hw, 8, "$.hardware.efficiency.gemm_max");
+  hw = h100;
+  hw["efficiency"].erase("gemm_max");
+  refused(hw, 8, "$.hardware.efficiency.gemm_max");
+  hw = h100;
+  hw["network"].erase("nic_bandwidth");
+  refused(hw, 8, "$.hardware.network.nic_bandwidth");
+  hw = h100;
+  hw.erase("network");
+  refused(hw, 16, "$.hardware.network");
+  // One node needs no network.
+  EXPECT_NO_THROW({
+    Json run = Json::parse(kBase);
+    run["hardware"] = hw;
+    (void)parse_run(run, "<test>", "");
+  });
 }
 
 // A zero bandwidth is one problem with one message, quoting what the user wrote (not a
