@@ -301,6 +301,12 @@ std::string unsupported_mixer(const Json& j, const std::string& model_type) {
 }
 
 ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& issues) {
+  // A run file given where a model config belongs (its own model, cluster and training
+  // sections) would otherwise read as a dozen missing and unknown model keys.
+  if (j.is_object() && j.contains("model") && j.contains("training") && j.contains("cluster")) {
+    issues.add(path, "this is a run file (model, cluster, training sections), not a model config; give its model here instead");
+    return {};
+  }
   {
     const std::string why = unsupported_mixer(j, j.contains("model_type") && j["model_type"].is_string()
                                                       ? j["model_type"].get<std::string>()

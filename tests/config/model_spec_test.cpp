@@ -99,6 +99,17 @@ TEST(ModelZoo, UnknownNameListsChoices) {
   }
 }
 
+// A run file given where a model config belongs is named as such, in one problem, rather than
+// as a dozen missing and unknown model keys.
+TEST(ModelParse, RunFileInPlaceOfAModelConfigIsOneProblem) {
+  const Json run = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+                                   "training": {"seq_len": 4096, "global_batch_size": 8}})");
+  core::Issues issues;
+  (void)parse_model(run, "$.model", issues, "");
+  ASSERT_EQ(issues.lines().size(), 1u);
+  EXPECT_NE(issues.lines().front().find("this is a run file"), std::string::npos) << issues.lines().front();
+}
+
 // A real HuggingFace config.json (every key of the published Llama-3.1-8B file, including
 // rope_scaling, token ids, torch_dtype and architectures) loads without edits and describes the
 // same architecture as the zoo entry.
