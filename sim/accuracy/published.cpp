@@ -372,6 +372,7 @@ std::string precision_of(const Json& r) {
 // The recompute mode a row names, or "" when its wording is none the harness knows (a wrong
 // guess moves the step by a third, so such a row is listed rather than predicted).
 std::string recompute_of(const Json& r) {
+  if (has(r, "recompute") && r["recompute"].is_boolean()) return r["recompute"].get<bool>() ? "full" : "none";
   const std::string rc = lower(str(r, "recompute"));
   if (rc.empty()) return "none";
   if (contains(rc, "selective") || contains(rc, "partial")) return "selective";

@@ -294,6 +294,8 @@ TEST(PublishedRows, LayoutPrecisionAndRecomputeWording) {
     r["recompute"] = text;
     EXPECT_EQ(converted(r)["parallel"]["recompute"], mode) << text;
   }
+  r["recompute"] = true;
+  EXPECT_EQ(converted(r)["parallel"]["recompute"], "full");
   r["recompute"] = "every other layer";
   EXPECT_FALSE(row_to_run(r, bad, reason));
   EXPECT_NE(reason.find("recompute \"every other layer\""), std::string::npos) << reason;
