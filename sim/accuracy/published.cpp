@@ -125,7 +125,7 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   }
   // The first name the description contains (GB200 before B200, H200 and H800 before H100).
   static const std::pair<const char*, const char*> kProfiles[] = {
-      {"V100", "v100-sxm-32gb"}, {"A100", "a100-sxm-80gb"}, {"GB200", "gb200-nvl72"}, {"MI300X", "mi300x"}, {"MI325X", "mi325x"},
+      {"V100", "v100-sxm-32gb"}, {"A800", "a800-sxm-80gb"}, {"A100", "a100-sxm-80gb"}, {"GB200", "gb200-nvl72"}, {"MI300X", "mi300x"}, {"MI325X", "mi325x"},
       {"MI355X", "mi355x"},      {"B300", "b300"},           {"H200", "h200"},         {"H800", "h800"},     {"H100", "h100-sxm"},
       {"B200", "b200"}};
   for (const auto& [part, profile] : kProfiles) {

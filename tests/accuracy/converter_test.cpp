@@ -334,6 +334,9 @@ TEST(PublishedRows, HardwareByBoard) {
   // "NVLink" describing the node's fabric is not an NVL board.
   r["gpu_type"] = "H200 SXM 141GB (NVLink4)";
   EXPECT_EQ(converted(r)["hardware"], "h200");
+  // A800: A100 compute with NVLink at 400 GB/s.
+  r["gpu_type"] = "NVIDIA A800-SXM4-80GB";
+  EXPECT_EQ(converted(r)["hardware"], "a800-sxm-80gb");
   r["gpu_type"] = "AMD MI300X";
   EXPECT_EQ(converted(r)["hardware"], "mi300x");
   r["gpu_type"] = "AMD Instinct MI325X";
