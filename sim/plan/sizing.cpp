@@ -90,7 +90,8 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   }
 
   r.mode = "simulated";
-  const auto counts = feasible_counts(base, opt.max_gpus);
+  // Without a scale-out network in the profile only one node can be costed.
+  const auto counts = feasible_counts(base, base.hardware.network.stated ? opt.max_gpus : std::min<int64_t>(opt.max_gpus, gpn));
   if (counts.empty()) throw core::UserError("capacity: no whole-node GPU count divides the global batch into data-parallel replicas");
   struct Eval {
     bool fits = false;
@@ -154,6 +155,10 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
       if (e.fits && (chosen == 0 || e.days < best_days)) chosen = g, best_days = e.days;
     }
     if (chosen == 0) throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs");
+    if (!base.hardware.network.stated) {
+      throw core::UserError("capacity: one node (" + std::to_string(gpn) + " GPUs) does not meet the deadline, and the profile '" + base.hardware.name +
+                            "' gives no scale-out network to size beyond it ($.hardware.network: nic_bandwidth, nics_per_node)");
+    }
   } else {
     r.met = true;
     size_t lo = static_cast<size_t>(prev_fail + 1), hi = idx;

@@ -10,6 +10,7 @@
 #include "sim/capacity/capacity.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
 
 namespace stepcast::plan {
 namespace {
@@ -110,6 +111,27 @@ TEST(Sizing, ImpossibleDeadlineReportsBestEffort) {
   EXPECT_FALSE(r.met);
   EXPECT_GT(r.wall_days, 0.001);
   EXPECT_LE(r.gpus, 64);
+}
+
+// A profile without a scale-out network sizes within one node; when one node misses the
+// deadline the error names the network the profile lacks instead of calling one node the best.
+TEST(Sizing, ProfileWithoutANetworkStaysInOneNode) {
+  Json hw = core::load_json_file(std::string(STEPCAST_SOURCE_DIR) + "/configs/hardware/h100-sxm.json");
+  hw.erase("network");
+  Json run = run_8b();
+  run["hardware"] = hw;
+  SizingOptions o = options(7);
+  o.max_gpus = 64;
+  try {
+    (void)size_for_deadline(run, "<sizing-test>", "", o);
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.hardware.network"), std::string::npos) << e.what();
+  }
+  o.target_days = 1e5;  // one node meets this deadline
+  const SizingResult r = size_for_deadline(run, "<sizing-test>", "", o);
+  EXPECT_TRUE(r.met);
+  EXPECT_EQ(r.gpus, 8);
 }
 
 // Fixed MFU: exactly the capacity arithmetic over the model's parameters and the profile's peak.
