@@ -396,6 +396,18 @@ double megatron_eq3_flops(double B, double s, double l, double h, double V) {
 
 }  // namespace
 
+namespace {
+// The row with the layout fields a rule filled in, converted, and that rule recorded among the
+// run's assumptions.
+bool with_layout(const Json& r, const Json& fields, Json& run, std::string& reason, RowGaps* gaps, const std::string& assumption) {
+  Json filled = r;
+  filled.update(fields);
+  if (!row_to_run(filled, run, reason, gaps)) return false;
+  run["assumptions"].push_back(assumption);
+  return true;
+}
+}  // namespace
+
 bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   // Counts and sizes the conversion divides by or builds shapes from must be positive.
   reason = non_positive_field(r, {"num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "micro_batch", "global_batch_seqs",
@@ -428,12 +440,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
                " is not a multiple of the stated dimensions' product " + std::to_string(known);
       return false;
     }
-    Json with_layout = r;
-    with_layout[missing] = gpus / known;
-    if (!row_to_run(with_layout, run, reason, gaps)) return false;
-    run["assumptions"].push_back(std::string("parallel: ") + missing + " " + std::to_string(gpus / known) + " = GPUs / (the stated dimensions' product " +
-                                 std::to_string(known) + "); the row does not give it");
-    return true;
+    return with_layout(r, {{missing, gpus / known}}, run, reason, gaps,
+                       std::string("parallel: ") + missing + " " + std::to_string(gpus / known) + " = GPUs / (the stated dimensions' product " +
+                           std::to_string(known) + "); the row does not give it");
   }
   // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.
   const bool sharded_dp = fsdp_of(r) || inum(r, "zero_stage", 0) > 0;
@@ -455,13 +464,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
         break;
       }
     }
-    Json with_layout = r;
-    with_layout["tp"] = tp;
-    with_layout["pp"] = mp / tp;
-    if (!row_to_run(with_layout, run, reason, gaps)) return false;
-    run["assumptions"].push_back("parallel: tp " + std::to_string(tp) + ", pp " + std::to_string(mp / tp) + ": the row gives only the model-parallel size " +
-                                 std::to_string(mp) + "; Megatron-LM keeps tensor parallelism inside a node (up to 8 ways) and pipelines the rest");
-    return true;
+    return with_layout(r, {{"tp", tp}, {"pp", mp / tp}}, run, reason, gaps,
+                       "parallel: tp " + std::to_string(tp) + ", pp " + std::to_string(mp / tp) + ": the row gives only the model-parallel size " +
+                           std::to_string(mp) + "; Megatron-LM keeps tensor parallelism inside a node (up to 8 ways) and pipelines the rest");
   }
   if (!has(r, "tp") && !has(r, "pp")) notes.push_back("parallel: tp 1, pp 1 (a sharded data-parallel run that states no model parallelism)");
   if (!has(r, "seq_len")) {

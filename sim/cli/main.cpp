@@ -69,17 +69,6 @@ bool launched_by_mpi() {
 }
 bool g_mpi_active = false;
 
-// CLI11's PositiveNumber / NonNegativeNumber report their range as 0 to DBL_MAX; these say
-// what is wrong in words ("--gpus: got 0; must be a positive number").
-CLI::Validator number_check(bool zero_ok) {
-  return CLI::Validator(
-      [zero_ok](std::string& text) -> std::string {
-        double v = 0;
-        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) && (zero_ok ? v >= 0 : v > 0);
-        return ok ? std::string() : "got " + text + (zero_ok ? "; must be zero or a positive number" : "; must be a positive number");
-      },
-      zero_ok ? "NON-NEGATIVE" : "POSITIVE", zero_ok ? "non-negative" : "positive");
-}
 // A whole number in [lo, hi], checked on the text (an integer option would otherwise clamp
 // "99999999999999999999" to the largest int64 and report that value).
 CLI::Validator count_range(int64_t lo, int64_t hi) {
@@ -145,11 +134,9 @@ const CLI::Validator kOutputDir(
       return parent_problem(path);
     },
     "DIR");
-const CLI::Validator kPositive = number_check(false);
 // The largest count a command-line flag takes (GPUs, sequence length, batch): the run file's
 // bound on every dimension, 2^24.
 constexpr int64_t kMaxCount = int64_t{1} << 24;
-const CLI::Validator kNonNegative = number_check(true);
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;

@@ -257,15 +257,17 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
   }
 
   // --- efficiency ---
+  bool gemm_max_named = false;  // a bad gemm_max entry was reported at its own path
   if (const Json* e = r.get_raw("efficiency"); e != nullptr) {
     ObjectReader er(*e, r.child_path("efficiency"), issues);
     if (const Json* gm = er.get_raw("gemm_max"); gm != nullptr) {
+      const size_t before = issues.size();
       ObjectReader gr(*gm, er.child_path("gemm_max"), issues);
       for (const auto& d : kDtypes) {
         if (auto v = gr.get_number(d, 0.01, 1.0)) hw.efficiency.gemm_max[dtype_from_string(d)] = *v;
       }
-      if (gm->is_object() && gm->empty()) issues.add(er.child_path("gemm_max"), "is empty; give the best fraction of peak large GEMMs reach per dtype, e.g. {\"bf16\": 0.8}");
       gr.finish();
+      gemm_max_named = issues.size() > before;
     }
     hw.efficiency.gemm_half_dim = er.get_number("gemm_half_dim", 0.0, 16384.0, 128.0);
     hw.efficiency.sustained_clock = er.get_number("sustained_clock", 0.05, 1.0, 1.0);
@@ -300,7 +302,9 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
         er.get_duration("kernel_overhead", false, 0.1).value_or(core::micros(3.0));
     er.finish();
   }
-  if (hw.efficiency.gemm_max.empty() && (r.get_raw("efficiency") == nullptr || !r.get_raw("efficiency")->contains("gemm_max"))) {
+  // The GEMM ceiling is not defaulted: missing, or an empty object, is one problem (a bad entry
+  // has already been named at its own path).
+  if (hw.efficiency.gemm_max.empty() && !gemm_max_named) {
     issues.add(r.child_path("efficiency") + ".gemm_max",
                "required: the best fraction of peak large GEMMs reach per dtype, e.g. {\"bf16\": 0.8} (calibrate measures it)");
   }

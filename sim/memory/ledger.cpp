@@ -36,11 +36,6 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n) {
   }
 }
 
-namespace {
-
-double act_bytes_per_element(const config::RunConfig& rc) { return rc.activation_bytes(); }
-
-}  // namespace
 
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer) {
   // Op-level selective checkpointing (PyTorch's per-block policy as torchtitan applies it):
@@ -49,7 +44,7 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
   // everything else is rebuilt in backward from those.
   const auto& m = rc.model;
   const auto& p = rc.parallel;
-  const double e = act_bytes_per_element(rc);
+  const double e = rc.activation_bytes();
   const double t = static_cast<double>(p.tp);
   const bool sp = p.sp && p.tp > 1;
   const double h = static_cast<double>(m.hidden);
@@ -94,7 +89,7 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
 }
 
 double loss_peak_bytes_per_logit(const config::RunConfig& rc) {
-  const double e = act_bytes_per_element(rc);
+  const double e = rc.activation_bytes();
   if (rc.training.loss == config::LossImpl::kEager) {
     // PyTorch cross_entropy(logits.float()): at the start of its backward the 16-bit logits'
     // gradient is still to come, while the saved fp32 log-softmax output, the fp32 incoming
@@ -109,7 +104,7 @@ double loss_peak_bytes_per_logit(const config::RunConfig& rc) {
 Bytes cp_attention_working_bytes(const config::RunConfig& rc) {
   const auto& p = rc.parallel;
   if (p.cp <= 1 || (p.cp_comm != config::CpComm::kRotateAllGather && p.cp_comm != config::CpComm::kAllGather)) return Bytes(0);
-  const double e = act_bytes_per_element(rc);
+  const double e = rc.activation_bytes();
   const double cp = static_cast<double>(p.cp);
   const double T = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) / cp;
   const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv);
@@ -133,7 +128,7 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   auto recomputes = [&](config::RecomputeModule mod) { return mode == Recompute::kSelective && (p.recompute_modules & mod) != 0; };
-  const double e = act_bytes_per_element(rc);
+  const double e = rc.activation_bytes();
   const double t = static_cast<double>(p.tp);
   const bool sp = p.sp && p.tp > 1;
   const double s_local = static_cast<double>(rc.training.seq_len) / static_cast<double>(p.cp);
@@ -218,7 +213,7 @@ namespace {
 struct WeightGradKeep {
   double e, li, t, T, h, col_in;
   explicit WeightGradKeep(const config::RunConfig& rc)
-      : e(act_bytes_per_element(rc)),
+      : e(rc.activation_bytes()),
         li(rc.training.fp8_saved_inputs ? 1.0 : e),
         t(static_cast<double>(rc.parallel.tp)),
         T(static_cast<double>(rc.parallel.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
@@ -346,7 +341,7 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
 Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
   const auto& p = rc.parallel;
   if (p.keep_step_outputs == config::StepOutputs::kNone || p.pp <= 1) return Bytes(0);
-  const double e = act_bytes_per_element(rc);
+  const double e = rc.activation_bytes();
   const double t = static_cast<double>(p.tp);
   const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
                         static_cast<double>(p.cp);
@@ -476,7 +471,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
   const int64_t n_dense = p.dp * p.cp;
   const int64_t n_expert = std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp));
   const double h = static_cast<double>(m.hidden);
-  const double e = act_bytes_per_element(rc);
+  const double e = rc.activation_bytes();
 
   MemoryLedger ledger;
   ledger.capacity = rc.hardware.hbm_capacity;
