@@ -373,7 +373,36 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   return code;
 }
 
+#ifdef STEPCAST_CUDA_HELPER
+// `calibrate --backend cuda` and `validate --backend cuda` run in the tool's CUDA half, a second
+// executable beside this one (see CMakeLists.txt): this one links no CUDA library, so every
+// other command starts without loading cuBLAS and NCCL and runs where they are not installed.
+bool wants_cuda_backend(int argc, char** argv) {
+  if (argc < 2 || (std::strcmp(argv[1], "calibrate") != 0 && std::strcmp(argv[1], "validate") != 0)) return false;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--backend=cuda") == 0) return true;
+    if (std::strcmp(argv[i], "--backend") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "cuda") == 0) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void exec_cuda_helper(char** argv) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto helper = (ec ? std::filesystem::path(argv[0]).parent_path() : self.parent_path()) / STEPCAST_CUDA_HELPER;
+  if (!std::filesystem::exists(helper)) {
+    throw stepcast::core::UserError(std::string(argv[1]) + " --backend cuda: the CUDA backend is the executable " + helper.string() +
+                                    ", which is missing; it is built beside stepcast when the CUDA toolkit is found (copy it with stepcast)");
+  }
+  execv(helper.c_str(), argv);
+  throw stepcast::core::UserError(std::string(argv[1]) + " --backend cuda: cannot start " + helper.string() + " (" + std::strerror(errno) + ")");
+}
+#endif
+
 int run(int argc, char** argv) {
+#ifdef STEPCAST_CUDA_HELPER
+  if (wants_cuda_backend(argc, argv)) exec_cuda_helper(argv);
+#endif
   CLI::App app{"stepcast: predict step time, memory and the best layout for distributed LLM training"};
   app.require_subcommand(1);
   // The revision and the backends this build has (a GPU test skips where cuda is absent).
@@ -383,6 +412,9 @@ int run(int argc, char** argv) {
 #endif
 #ifdef STEPCAST_HAVE_CUDA
   backends += ", cuda";
+#endif
+#ifdef STEPCAST_CUDA_HELPER
+  backends += ", cuda (" STEPCAST_CUDA_HELPER ")";
 #endif
   app.set_version_flag("--version", "stepcast " + stepcast::calibrate::build_description() + "; backends: " + backends);
   const std::string cmdline = command_line(argc, argv);
