@@ -505,8 +505,10 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   const bool moe_config = given({"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"}) || nested.experts;
   // Llama 4: routed and shared experts are intermediate_size wide, the dense layers intermediate_size_mlp.
   const auto llama4_dense = llama4 ? r.get_int("intermediate_size_mlp", 1, kBig) : std::nullopt;
-  if (!ffn_given && !gpt2_like && !falcon && !moe_config) {
-    issues.add(path + ".intermediate_size", "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
+  // A mixture-of-experts config may give only its experts' width (moe_intermediate_size).
+  if (!ffn_given && !gpt2_like && !falcon && !(moe_config && given({"moe_intermediate_size"}))) {
+    issues.add(path + ".intermediate_size", moe_config ? "required integer is missing (the experts' hidden width: intermediate_size or moe_intermediate_size)"
+                                                       : "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }
   auto vocab = r.get_int("vocab_size", 1, kBig);
   if (!vocab && (!r.has("vocab_size") || j.at("vocab_size").is_null())) issues.add(path + ".vocab_size", "required integer is missing");
@@ -895,7 +897,7 @@ ModelSpec parse_model(const Json& j, const std::string& path, Issues& issues,
   }
   if (j.is_object() && j.contains("path")) {
     if (j.size() != 1) {
-      issues.add(path, "a {\"path\": ...} model takes no other keys");
+      issues.add(path, "a {\"path\": ...} model takes no other keys (got " + core::other_keys(j, "path") + ")");
       return {};
     }
     if (!j["path"].is_string()) {

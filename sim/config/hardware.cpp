@@ -500,8 +500,13 @@ HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& i
     return {};
   }
   if (j.contains("path")) {
-    if (!j["path"].is_string() || j.size() != 1) {
-      issues.add(path + ".path", "expected {\"path\": \"profile.json\"} and no other keys");
+    if (!j["path"].is_string()) {
+      issues.add(path + ".path", "got " + core::show(j["path"]) + "; expected a profile file path string");
+      return {};
+    }
+    if (j.size() != 1) {
+      issues.add(path, "a {\"path\": ...} profile takes no other keys (got " + core::other_keys(j, "path") +
+                           "; to change a built-in profile use {\"base\": NAME, ...})");
       return {};
     }
     const std::string given = j["path"].get<std::string>();

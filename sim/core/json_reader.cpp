@@ -10,6 +10,15 @@
 
 namespace stepcast::core {
 
+std::string other_keys(const Json& obj, const std::string& except) {
+  std::string out;
+  if (!obj.is_object()) return out;
+  for (const auto& [k, v] : obj.items()) {
+    if (k != except) out += (out.empty() ? "'" : ", '") + k + "'";
+  }
+  return out;
+}
+
 std::string show(const Json& v) {
   std::string s = v.dump();
   if (s.size() > 60) s = s.substr(0, 57) + "...";

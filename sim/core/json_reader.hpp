@@ -28,6 +28,10 @@ using Json = nlohmann::json;
 // Renders a JSON value compactly for error messages (truncated when long).
 std::string show(const Json& v);
 
+// The keys of an object other than `except`, quoted and comma-separated, for a message such as
+// "a {\"path\": ...} model takes no other keys (got 'hidden_size')".
+std::string other_keys(const Json& obj, const std::string& except);
+
 // Parses text as JSON; throws UserError naming the source and the byte offset on failure.
 Json parse_json_text(const std::string& text, const std::string& source_name);
 // Reads and parses a file; throws UserError when it cannot be read or parsed.

@@ -110,6 +110,31 @@ TEST(ModelParse, RunFileInPlaceOfAModelConfigIsOneProblem) {
   EXPECT_NE(issues.lines().front().find("this is a run file"), std::string::npos) << issues.lines().front();
 }
 
+// A mixture-of-experts config must give its experts' width: without intermediate_size or
+// moe_intermediate_size it is one problem, not a silent 4 x hidden.
+TEST(ModelParse, MoeConfigWithoutAnExpertWidthIsOneProblem) {
+  Json moe = Json::parse(R"({"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+                             "vocab_size": 1000, "num_local_experts": 8, "num_experts_per_tok": 2})");
+  core::Issues issues;
+  (void)parse_model(moe, "$.model", issues, "");
+  ASSERT_EQ(issues.lines().size(), 1u);
+  EXPECT_NE(issues.lines().front().find("$.model.intermediate_size"), std::string::npos) << issues.lines().front();
+  EXPECT_NE(issues.lines().front().find("moe_intermediate_size"), std::string::npos) << issues.lines().front();
+  moe["moe_intermediate_size"] = 512;  // the experts' width alone is enough
+  core::Issues given;
+  const ModelSpec m = parse_model(moe, "$.model", given, "");
+  EXPECT_TRUE(given.empty());
+  EXPECT_EQ(m.moe.expert_ffn, 512);
+}
+
+// A {"path": ...} model or profile with other keys names them.
+TEST(ModelParse, PathFormWithOtherKeysNamesThem) {
+  core::Issues issues;
+  (void)parse_model(Json{{"path", kDataDir + "/hf/llama3.1-8b-config.json"}, {"hidden_size", 512}}, "$.model", issues, "");
+  ASSERT_EQ(issues.lines().size(), 1u);
+  EXPECT_NE(issues.lines().front().find("'hidden_size'"), std::string::npos) << issues.lines().front();
+}
+
 // A real HuggingFace config.json (every key of the published Llama-3.1-8B file, including
 // rope_scaling, token ids, torch_dtype and architectures) loads without edits and describes the
 // same architecture as the zoo entry.
