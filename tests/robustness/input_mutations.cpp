@@ -17,6 +17,11 @@
 // message must name the mutated key. Other mutations (deleting a key, zero, huge numbers) may
 // be accepted or refused; only the rules above apply to them.
 //
+// The command line gets the same treatment: every numeric option of plan, capacity, simulate,
+// estimate and memory (read from the command's --help) is given a negative number, a word, an
+// empty string, an overflowing number and NaN on an otherwise valid command line; each must be
+// refused with exit 2 and a message naming the option.
+//
 // Usage: stepcast_input_mutations STEPCAST [--report FILE.md] [--simulate NAME,...] [--timeout S] [--list-accepted] BASE.json...
 // (--list-accepted prints every mutant `memory` accepted, to review for silent defaults.)
 // Exit status: 0 when every run keeps the rules, 1 otherwise (each violation is listed).
@@ -337,7 +342,8 @@ int main(int argc, char** argv) {
   double slowest = 0;
   std::string slowest_what;
 
-  auto check = [&](const Mutant& m, const std::string& cmd, const RunResult& r, bool json) {
+  // `judged`: this run decides whether a mutant that can never be valid was refused.
+  auto check = [&](const Mutant& m, const std::string& cmd, const RunResult& r, bool json, bool judged) {
     auto& t = tally[cmd];
     ++t.runs;
     std::vector<std::string> bad;
@@ -362,7 +368,7 @@ int main(int argc, char** argv) {
         bad.push_back(std::string("output is not the JSON contract (") + e.what() + ")");
       }
     }
-    if (m.expect == Expect::kRefuse && cmd == "memory") {
+    if (m.expect == Expect::kRefuse && judged) {
       ++must_refuse;
       if (r.rc != 2) {
         bad.push_back("accepted (exit " + std::to_string(r.rc) + "), must be refused");
@@ -387,13 +393,13 @@ int main(int argc, char** argv) {
       std::ofstream f(file, std::ios::binary | std::ios::trunc);
       f << m.text;
     }
-    const int rc = check(m, "memory", run({bin, "memory", file.string()}, work, timeout_s), false);
+    const int rc = check(m, "memory", run({bin, "memory", file.string()}, work, timeout_s), false, true);
     if (list_accepted && rc == 0) std::cerr << "accepted: " << m.base << " " << m.path << " (" << m.kind << ")\n";
     if (rc == 0 || rc == 3) {
       // A mutant memory accepts that a later command refuses is listed for review too.
       auto later = [&](const std::string& cmd) {
         const RunResult r = run({bin, cmd, file.string(), "--json", "--allow-oom"}, work, timeout_s);
-        if (check(m, cmd, r, true) != 0 && list_accepted) {
+        if (check(m, cmd, r, true, false) != 0 && list_accepted) {
           std::cerr << "refused by " << cmd << ": " << m.base << " " << m.path << " (" << m.kind << "): " << r.err.substr(0, r.err.find('\n')) << "\n";
         }
       };
@@ -401,6 +407,48 @@ int main(int argc, char** argv) {
       if (simulate.count(m.base)) later("simulate");
     }
     if (++done % 500 == 0) std::cerr << "input mutations: " << done << " of " << mutants.size() << "\n";
+  }
+  // Command-line options: the numeric options each command's --help lists.
+  struct CliCase {
+    std::vector<std::string> argv;  // the command line, without the executable
+    std::string option, value;
+  };
+  std::vector<CliCase> cli;
+  if (!bases.empty()) {
+    const std::string runfile = fs::absolute(bases.front()).string();
+    const std::vector<std::vector<std::string>> templates = {
+        {"plan", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "2048", "--batch", "16", "--top", "1", "--rows", "3"},
+        {"capacity", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "64", "--tokens", "1e9", "--days", "1"},
+        {"simulate", runfile},
+        {"estimate", runfile},
+        {"memory", runfile}};
+    const std::regex numeric(R"(^\s+(--[a-z0-9-]+)\s+(INT|UINT|FLOAT)\b)");
+    for (const auto& t : templates) {
+      const RunResult help = run({bin, t[0], "--help"}, work, timeout_s);
+      std::istringstream lines(help.out);
+      for (std::string line; std::getline(lines, line);) {
+        std::smatch mt;
+        if (!std::regex_search(line, mt, numeric)) continue;
+        const std::string opt = mt[1];
+        for (const std::string bad : {"-1", "abc", "", "1e400", "nan", "99999999999999999999"}) {
+          std::vector<std::string> argv = t;
+          const auto at = std::find(argv.begin(), argv.end(), opt);
+          if (at != argv.end()) {
+            *(at + 1) = bad;
+          } else {
+            argv.push_back(opt);
+            argv.push_back(bad);
+          }
+          cli.push_back({argv, opt, bad});
+        }
+      }
+    }
+  }
+  for (const auto& c : cli) {
+    std::vector<std::string> argv{bin};
+    argv.insert(argv.end(), c.argv.begin(), c.argv.end());
+    const Mutant m{"command line", c.argv[0] + " " + c.option, "\"" + c.value + "\"", c.option, Expect::kRefuse, ""};
+    check(m, "command-line options", run(argv, work, timeout_s), false, true);
   }
   fs::remove_all(work);
 
@@ -410,15 +458,17 @@ int main(int argc, char** argv) {
        "llama8b,moe_inline,mla_path,straggler tests/data/mutation-bases/*.json` (also a CTest test, label `robustness`).\n"
     << "Each field of the base run files in `tests/data/mutation-bases/` is mutated one at a time (deleted; a value of the "
        "wrong JSON type; negative, zero, fractional, huge; an unknown word; a damaged unit; an unknown key in every object) "
-       "and each file is damaged as text (truncated, trailing garbage, comments, empty). Every run must end by itself with exit "
+       "and each file is damaged as text (truncated, trailing garbage, comments, empty); each numeric command-line option "
+       "gets a negative number, a word, an empty string, an overflowing number and NaN. Every run must end by itself with exit "
        "0, 2 (bad input) or 3 (does not fit) and a short message free of library text; a mutation that can never be valid must "
        "be refused with exit 2 and a message naming the key.\n\n"
     << "| command | runs | accepted (0) | refused (2) | does not fit (3) |\n|---|---:|---:|---:|---:|\n";
   for (const auto& [cmd, t] : tally) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
-  o << "\n" << mutants.size() << " mutants of " << bases.size() << " base files; " << refused_as_required << " of " << must_refuse
-    << " that can never be valid were refused with a message naming the key.\n\n";
+  o << "\n" << mutants.size() << " mutants of " << bases.size() << " base files and " << cli.size()
+    << " bad values of the numeric options of plan, capacity, simulate, estimate and memory; " << refused_as_required << " of "
+    << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   o << "**Violations: " << violations.size() << "**\n";
   for (const auto& v : violations) o << "- " << v << "\n";
   std::cout << o.str();
