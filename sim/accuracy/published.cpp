@@ -933,7 +933,7 @@ const char* const kLayoutKeys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "
                                    "last_stage_layers", "stage_layers",
                                    "reshard_after_forward", "cp_comm"};
 
-void compare_with_planner(AccuracyResult& res) {
+void compare_with_planner(AccuracyResult& res, const std::function<void(const char*, size_t, size_t)>& progress) {
   std::map<std::string, std::vector<const RowResult*>> groups;
   for (const auto& r : res.rows) {
     Json key = r.run;
@@ -947,7 +947,9 @@ void compare_with_planner(AccuracyResult& res) {
   plan::PlanOptions opt;
   opt.top_k = 3;
   opt.keep = 1;  // only the best layout is compared
+  size_t done = 0;
   for (const auto& [key, rows] : groups) {
+    if (progress) progress("planning", ++done, groups.size());
     PlanComparison pc;
     const RowResult& first = *rows.front();
     for (const auto* r : rows) pc.ids.push_back(r->id);
@@ -1343,7 +1345,8 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
   AccuracyResult res;
   res.command = opts.command;
   res.data_label = opts.data_label;
-  std::string line;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
   int64_t lineno = 0, rows_read = 0;
   if (!opts.runs_dir.empty()) {
     std::filesystem::create_directories(opts.runs_dir, ec);
@@ -1351,8 +1354,9 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
       throw core::UserError(opts.runs_dir + ": cannot create the directory for --emit-runs (" + ec.message() + ")");
     }
   }
-  while (std::getline(in, line)) {
+  for (const std::string& line : lines) {
     ++lineno;
+    if (opts.progress) opts.progress("predicting", static_cast<size_t>(lineno), lines.size());
     if (line.empty()) continue;
     const Json r = core::parse_json_text(line, opts.data_path + ":" + std::to_string(lineno));
     if (!r.is_object()) {
@@ -1369,7 +1373,7 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
     }
   }
   if (rows_read == 0) throw core::UserError(opts.data_path + ": no rows (expected one JSON object per line)");
-  if (opts.compare_plans) compare_with_planner(res);
+  if (opts.compare_plans) compare_with_planner(res, opts.progress);
   return res;
 }
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "sim/core/json_reader.hpp"
 
 namespace stepcast::accuracy {
@@ -26,6 +28,8 @@ struct AccuracyOptions {
   // How the report names its inputs: the command line that produced it and the data file.
   std::string command = "stepcast accuracy --plans --out reports/accuracy.md --emit-runs configs/published";
   std::string data_label = "data/published-runs.jsonl";
+  // Called as the work advances: phase ("predicting" rows, "planning" settings), done, total.
+  std::function<void(const char* phase, size_t done, size_t total)> progress;
 };
 
 struct RowResult {

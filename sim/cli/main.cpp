@@ -939,7 +939,19 @@ int run(int argc, char** argv) {
     acc.command = "stepcast";
     for (int i = 1; i < argc; ++i) acc.command += std::string(" ") + argv[i];
     if (accuracy->count("--data") > 0) acc.data_label = acc.data_path;
-    const auto result = stepcast::accuracy::run_accuracy(acc);
+    // A terminal sees which row or setting is being worked on, on one line erased at the end.
+    const bool acc_tty = ::isatty(2) != 0;
+    if (acc_tty) {
+      acc.progress = [](const char* phase, size_t done, size_t total) {
+        std::fprintf(stderr, "\r\033[Kstepcast accuracy: %s %zu of %zu %s", phase, done, total,
+                     std::strcmp(phase, "planning") == 0 ? "settings" : "rows");
+        std::fflush(stderr);
+      };
+    }
+    const auto result = [&] {
+      const EraseLine erase{acc_tty};
+      return stepcast::accuracy::run_accuracy(acc);
+    }();
     if (acc_json) {
       std::cout << result.to_json().dump(2) << "\n";
     } else {
