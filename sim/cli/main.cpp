@@ -853,9 +853,15 @@ int run(int argc, char** argv) {
     opt.max_tasks = sim_max_tasks;
     opt.keep_timeline = !sim_trace.empty();
     if (sim_full || rc.scenario.present) {
-      // Every rank simulated: large clusters take seconds, so report progress on stderr.
-      opt.progress = [](const char* phase, double f) {
-        std::fprintf(stderr, "\rstepcast: %s %3.0f%%", phase, 100.0 * f);
+      // Every rank simulated: large clusters take seconds, so report progress on stderr: a
+      // terminal sees one line with the share done, a log one line per phase.
+      opt.progress = [tty = ::isatty(2) != 0, last = std::string()](const char* phase, double f) mutable {
+        if (tty) {
+          std::fprintf(stderr, "\r\033[Kstepcast: %s %3.0f%%", phase, 100.0 * f);
+        } else if (last != phase) {
+          last = phase;
+          std::fprintf(stderr, "stepcast: %s\n", phase);
+        }
         std::fflush(stderr);
       };
     }
@@ -866,7 +872,10 @@ int run(int argc, char** argv) {
       }
     }
     const auto r = stepcast::engine::simulate_step(rc, opt);
-    if (opt.progress) std::fprintf(stderr, "\rstepcast: simulated %lld ranks, %zu tasks\n", static_cast<long long>(r.ranks_simulated), r.tasks);
+    if (opt.progress) {
+      std::fprintf(stderr, "%sstepcast: simulated %lld ranks, %zu tasks\n", ::isatty(2) != 0 ? "\r\033[K" : "",
+                   static_cast<long long>(r.ranks_simulated), r.tasks);
+    }
     if (!sim_trace.empty()) {
       std::vector<int64_t> ranks = sim_trace_ranks;
       if (ranks.empty() && r.full) {
