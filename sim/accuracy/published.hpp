@@ -9,10 +9,9 @@
 // the reported TFLOP/s. Rows that cannot be expressed are listed with the reason.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
-
-#include <functional>
 
 #include "sim/core/json_reader.hpp"
 
