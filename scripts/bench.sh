@@ -9,30 +9,21 @@ tmp=$(mktemp -d)
 for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
   ./build/stepcast_bench --benchmark_filter="^${f}(/|$)" --benchmark_format=console >"$tmp/$f.txt" 2>&1
 done
-# Planner wall time (the CLI end to end, best of 3).
-plan_time() {
-  local best=999999
-  for i in 1 2 3; do
-    local s e
+# Best wall time, in seconds, of N runs of a command (the CLI end to end).
+best_of() {
+  local n=$1 best=999999 s e i
+  shift
+  for ((i = 0; i < n; i++)); do
     s=$(date +%s.%N)
     "$@" >/dev/null
     e=$(date +%s.%N)
     best=$(python3 -c "print(min($best, $e - $s))")
   done
-  printf '%.2f s' "$best"
+  echo "$best"
 }
-# Start-up: a command whose work takes milliseconds (best of 5, in ms).
-start_ms() {
-  local best=999999
-  for i in 1 2 3 4 5; do
-    local s e
-    s=$(date +%s.%N)
-    "$@" >/dev/null
-    e=$(date +%s.%N)
-    best=$(python3 -c "print(min($best, ($e - $s) * 1e3))")
-  done
-  printf '%.0f ms' "$best"
-}
+# Planner wall time (best of 3); start-up, a command whose work takes milliseconds (best of 5).
+plan_time() { printf '%.2f s' "$(best_of 3 "$@")"; }
+start_ms() { printf '%.0f ms' "$(python3 -c "print($(best_of 5 "$@") * 1e3)")"; }
 version_cmd="./build/stepcast --version"
 memory_cmd="./build/stepcast memory configs/examples/llama3.1-8b-h100x8.json"
 version_ms=$(start_ms $version_cmd)
