@@ -1218,8 +1218,12 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
   const std::string type = str(r, "row_type");
   if (type == "hardware") return keep(res.datasheets, check_datasheet);
   if (type == "collective" || type == "gemm") return keep(res.measurements, predict_measurement);
-  if (type != "training_run") return;
   const std::string id = str(r, "id");
+  if (type != "training_run") {
+    res.skipped.push_back({id, (type.empty() ? std::string("no row_type") : "row_type '" + type + "' is not one stepcast reads") +
+                                   " (training_run, collective, gemm or hardware)"});
+    return;
+  }
   if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") &&
       !(has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu"))) {
     res.skipped.push_back({id, "no measured step time or throughput"});
@@ -1365,11 +1369,16 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
     ++rows_read;
     // A row with a field of an unexpected type (a number written as text, say) is listed with
     // the reason instead of ending the run.
+    // A row without an id is named by its line.
+    const std::string label = str(r, "id").empty() ? opts.data_path + ":" + std::to_string(lineno) : str(r, "id");
+    const size_t skipped_before = res.skipped.size();
     try {
       process_row(r, opts, res);
     } catch (const std::exception& e) {
-      res.skipped.push_back({str(r, "id").empty() ? opts.data_path + ":" + std::to_string(lineno) : str(r, "id"),
-                             std::string("row not understood: ") + e.what()});
+      res.skipped.push_back({label, std::string("row not understood: ") + e.what()});
+    }
+    for (size_t i = skipped_before; i < res.skipped.size(); ++i) {
+      if (res.skipped[i].id.empty()) res.skipped[i].id = label;
     }
   }
   if (rows_read == 0) throw core::UserError(opts.data_path + ": no rows (expected one JSON object per line)");

@@ -497,6 +497,30 @@ TEST(PublishedRows, MalformedRowIsSkippedNotFatal) {
   EXPECT_NE(res.skipped[0].reason.find("field 'tp'"), std::string::npos) << res.skipped[0].reason;
 }
 
+// A row of an unknown or missing row_type, or without an id, is listed with the reason and a
+// name (its file and line), never dropped silently.
+TEST(PublishedRows, UnknownRowTypeAndMissingIdAreListed) {
+  Json good = base_row();
+  good.update(Json{{"id", "good"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
+  Json odd = good;
+  odd["id"] = "odd";
+  odd["row_type"] = "benchmark";
+  Json untyped = good;
+  untyped["id"] = "untyped";
+  untyped.erase("row_type");
+  Json anonymous = good;
+  anonymous.erase("id");
+  anonymous["tp"] = 0;
+  const AccuracyResult res = accuracy_of({good, odd, untyped, anonymous}, "row-types.jsonl");
+  ASSERT_EQ(res.rows.size(), 1u);
+  ASSERT_EQ(res.skipped.size(), 3u);
+  EXPECT_EQ(res.skipped[0].id, "odd");
+  EXPECT_NE(res.skipped[0].reason.find("row_type 'benchmark'"), std::string::npos) << res.skipped[0].reason;
+  EXPECT_EQ(res.skipped[1].id, "untyped");
+  EXPECT_NE(res.skipped[1].reason.find("no row_type"), std::string::npos) << res.skipped[1].reason;
+  EXPECT_NE(res.skipped[2].id.find("row-types.jsonl:4"), std::string::npos) << res.skipped[2].id;
+}
+
 // A number written as text is read; a count or measurement that is zero or negative lists the
 // row with the field named (a zero tp once divided by zero and ended the run).
 TEST(PublishedRows, NumbersAsTextAndNonPositiveValues) {
