@@ -1414,7 +1414,13 @@ Json AccuracyResult::to_json() const {
                   {"measured_from", m.measured_from}, {"measured_s", m.measured_s}, {"predicted_s", m.predicted_s}, {"error", m.error},
                   {"cited_by_profile", m.cited}, {"notes", m.notes}});
   }
-  return {{"rows", rows_j}, {"measurements", ms}, {"skipped", sk}, {"plans", pl}};
+  Json ds = Json::array();
+  for (const auto& d : datasheets) {
+    Json fields = Json::array();
+    for (const auto& f : d.fields) fields.push_back({{"name", f.name}, {"unit", f.unit}, {"datasheet", f.datasheet}, {"profile", f.profile}});
+    ds.push_back({{"id", d.id}, {"hardware", d.hardware}, {"fields", fields}});
+  }
+  return {{"rows", rows_j}, {"measurements", ms}, {"datasheets", ds}, {"skipped", sk}, {"plans", pl}};
 }
 
 namespace {
