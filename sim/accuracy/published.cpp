@@ -46,8 +46,16 @@ double num(const Json& r, const char* k, double fallback = 0) {
   }
   throw core::UserError(std::string("field '") + k + "': expected a number, got " + core::show(v));
 }
+// A count: every count a row gives (GPUs, layout sizes, sequence, batch, model dimensions) is
+// far below 2^31; beyond that it is a typo, and rounding it to an integer would overflow.
 int64_t inum(const Json& r, const char* k, int64_t fallback = 0) {
-  return has(r, k) ? static_cast<int64_t>(std::llround(num(r, k))) : fallback;
+  if (!has(r, k)) return fallback;
+  constexpr double kMaxCount = 2147483647.0;
+  const double x = num(r, k);
+  if (!(std::abs(x) <= kMaxCount)) {
+    throw core::UserError(std::string("field '") + k + "': expected a count up to 2147483647, got " + core::show(r[k]));
+  }
+  return static_cast<int64_t>(std::llround(x));
 }
 // The first of these fields the row gives that is not a finite positive number, as a reason
 // that names it ("" when all are).
@@ -1048,7 +1056,7 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   out.id = str(r, "id");
   out.source = short_source(str(r, "source"));
   out.kind = type;
-  reason = non_positive_field(r, {"num_ranks", "num_nodes", "gpus_per_node", "message_bytes", "time_us", "busbw_gbps", "algbw_gbps", "gemm_m",
+  reason = non_positive_field(r, {"num_gpus", "num_ranks", "num_nodes", "gpus_per_node", "message_bytes", "time_us", "busbw_gbps", "algbw_gbps", "gemm_m",
                                   "gemm_n", "gemm_k", "achieved_tflops", "peak_tflops", "efficiency", "hw_bf16_dense_tflops",
                                   "hw_fp8_dense_tflops", "hw_hbm_gb", "hw_hbm_tbps", "hw_nvlink_unidir_gbps", "hw_nvlink_bidir_gbps",
                                   "hw_nic_gbit_per_gpu", "hw_tdp_w"});

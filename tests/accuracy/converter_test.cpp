@@ -497,6 +497,20 @@ TEST(PublishedRows, MalformedRowIsSkippedNotFatal) {
   EXPECT_NE(res.skipped[0].reason.find("field 'tp'"), std::string::npos) << res.skipped[0].reason;
 }
 
+// A count beyond 2^31 (1e300, say) is listed naming the field; rounding it to an integer once
+// overflowed and a later division ended the run with SIGFPE.
+TEST(PublishedRows, HugeCountIsListedNotRounded) {
+  Json good = base_row();
+  good.update(Json{{"id", "good"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
+  Json huge = good;
+  huge["id"] = "huge";
+  huge["tp"] = 1e300;
+  const AccuracyResult res = accuracy_of({good, huge}, "huge-count.jsonl");
+  ASSERT_EQ(res.rows.size(), 1u);
+  ASSERT_EQ(res.skipped.size(), 1u);
+  EXPECT_NE(res.skipped[0].reason.find("field 'tp': expected a count up to 2147483647"), std::string::npos) << res.skipped[0].reason;
+}
+
 // A row of an unknown or missing row_type, or without an id, is listed with the reason and a
 // name (its file and line), never dropped silently.
 TEST(PublishedRows, UnknownRowTypeAndMissingIdAreListed) {

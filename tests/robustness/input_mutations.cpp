@@ -22,7 +22,12 @@
 // empty string, an overflowing number and NaN on an otherwise valid command line; each must be
 // refused with exit 2 and a message naming the option.
 //
-// Usage: stepcast_input_mutations STEPCAST [--report FILE.md] [--simulate NAME,...] [--timeout S] [--list-accepted] BASE.json...
+// With --rows, published rows (the accuracy harness's input) get the same: every field of every
+// --row-stride-th row of each kind mutated, all mutants through one `stepcast accuracy` run,
+// each of which must come out once, predicted with finite numbers or listed with a reason.
+//
+// Usage: stepcast_input_mutations STEPCAST [--report FILE.md] [--simulate NAME,...] [--timeout S] [--list-accepted]
+//        [--rows ROWS.jsonl [--row-stride N]] BASE.json...
 // (--list-accepted prints every mutant `memory` accepted, to review for silent defaults.)
 // Exit status: 0 when every run keeps the rules, 1 otherwise (each violation is listed).
 #include <fcntl.h>
@@ -289,6 +294,121 @@ struct Tally {
   int runs = 0, accepted = 0, refused = 0, no_fit = 0;
 };
 
+struct RowTally {
+  int rows = 0, mutants = 0, predicted = 0, listed = 0, must_list = 0, listed_as_required = 0;
+};
+
+// The fields the harness requires to be positive where a row gives them (sim/accuracy).
+const std::set<std::string> kPositiveRowFields = {
+    "num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "micro_batch", "global_batch_seqs", "global_batch_tokens",
+    "grad_accum", "seq_len", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "moe_experts", "moe_topk", "moe_ffn_hidden",
+    "params_b", "iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s_total", "tflops_per_gpu", "mfu", "mfu_peak_tflops_per_gpu",
+    "memory_gib_per_gpu", "num_ranks", "num_nodes", "message_bytes", "time_us", "busbw_gbps", "algbw_gbps", "gemm_m", "gemm_n", "gemm_k",
+    "achieved_tflops", "peak_tflops", "efficiency"};
+
+bool finite_positive(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() && std::isfinite(j[key].get<double>()) && j[key].get<double>() > 0;
+}
+
+RowTally check_rows(const std::string& bin, const std::string& rows_path, int stride, const fs::path& work,
+                    std::vector<std::string>& violations) {
+  RowTally t;
+  std::map<std::string, std::string> must;  // mutant id -> the field its reason must name
+  std::map<std::string, int> per_kind;
+  std::ostringstream out;
+  std::istringstream in(read_file(rows_path));
+  std::vector<std::string> ids;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const Json row = Json::parse(line);
+    const std::string kind = row.value("row_type", "");
+    if (per_kind[kind]++ % stride != 0) continue;
+    ++t.rows;
+    const std::string id = row.value("id", "row");
+    for (const auto& [k, v] : row.items()) {
+      if (k == "id" || v.is_null()) continue;
+      const std::vector<std::pair<std::string, Json>> values = {
+          {"null", nullptr}, {"word", "zz"}, {"empty", ""}, {"0", 0}, {"-1", -1}, {"1e300", 1e300}, {"[]", Json::array()}, {"{}", Json::object()}};
+      auto emit = [&](const std::string& what, const Json* value) {
+        Json m = row;
+        if (value == nullptr) {
+          m.erase(k);
+        } else {
+          m[k] = *value;
+        }
+        m["id"] = id + "#" + k + "#" + what;
+        ids.push_back(m["id"]);
+        if (what == "-1" && kPositiveRowFields.count(k)) must[m["id"]] = k;
+        out << m.dump() << "\n";
+      };
+      emit("deleted", nullptr);
+      for (const auto& [what, value] : values) emit(what, &value);
+    }
+  }
+  t.mutants = static_cast<int>(ids.size());
+  t.must_list = static_cast<int>(must.size());
+  const fs::path file = work / "rows.jsonl";
+  {
+    std::ofstream f(file);
+    f << out.str();
+  }
+  const RunResult r = run({bin, "accuracy", "--data", file.string(), "--json"}, work, 1200);
+  auto bad = [&](const std::string& what) { violations.push_back("`accuracy` published-row mutants: " + what); };
+  if (r.rc != 0) {
+    bad("exit status " + std::to_string(r.rc) + " | " + r.err.substr(0, r.err.find('\n')));
+    return t;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    bad(std::string("output is not JSON (") + e.what() + ")");
+    return t;
+  }
+  std::map<std::string, int> seen;
+  for (const auto& row : j.value("rows", nlohmann::json::array())) {
+    const std::string id = row.value("id", "");
+    ++seen[id];
+    ++t.predicted;
+    if (!finite_positive(row, "predicted_step_s") || !finite_positive(row, "simulated_step_s") || !row["error"].is_number() ||
+        !std::isfinite(row["error"].get<double>())) {
+      bad(id + ": a prediction that is not a positive finite step time");
+    }
+    if (must.count(id)) bad(id + ": predicted, but its " + must[id] + " is negative");
+  }
+  for (const auto& m : j.value("measurements", nlohmann::json::array())) {
+    const std::string id = m.value("id", "");
+    ++seen[id];
+    ++t.predicted;
+    if (!finite_positive(m, "predicted_s") || !m["error"].is_number() || !std::isfinite(m["error"].get<double>())) {
+      bad(id + ": a prediction that is not a positive finite time");
+    }
+    if (must.count(id)) bad(id + ": predicted, but its " + must[id] + " is negative");
+  }
+  for (const auto& d : j.value("datasheets", nlohmann::json::array())) {
+    ++seen[d.value("id", "")];
+    ++t.predicted;
+  }
+  for (const auto& s : j.value("skipped", nlohmann::json::array())) {
+    const std::string id = s.value("id", ""), reason = s.value("reason", "");
+    ++seen[id];
+    ++t.listed;
+    if (reason.empty()) bad(id + ": listed without a reason");
+    if (std::regex_search(reason, kLibraryText)) bad(id + ": library text in the reason | " + reason.substr(0, 200));
+    if (must.count(id)) {
+      if (reason.find(must[id]) == std::string::npos) {
+        bad(id + ": the reason does not name '" + must[id] + "' | " + reason.substr(0, 200));
+      } else {
+        ++t.listed_as_required;
+      }
+    }
+  }
+  for (const auto& id : ids) {
+    if (seen[id] != 1) bad(id + ": appears " + std::to_string(seen[id]) + " times in the output (once expected)");
+  }
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,6 +421,8 @@ int main(int argc, char** argv) {
   std::set<std::string> simulate;
   double timeout_s = 30;
   bool list_accepted = false;
+  std::string rows_path;
+  int row_stride = 8;
   std::vector<fs::path> bases;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -309,6 +431,10 @@ int main(int argc, char** argv) {
     } else if (a == "--simulate" && i + 1 < argc) {
       std::stringstream ss(argv[++i]);
       for (std::string s; std::getline(ss, s, ',');) simulate.insert(s);
+    } else if (a == "--rows" && i + 1 < argc) {
+      rows_path = argv[++i];
+    } else if (a == "--row-stride" && i + 1 < argc) {
+      row_stride = std::max(1, std::stoi(argv[++i]));
     } else if (a == "--list-accepted") {
       list_accepted = true;
     } else if (a == "--timeout" && i + 1 < argc) {
@@ -450,12 +576,19 @@ int main(int argc, char** argv) {
     const Mutant m{"command line", c.argv[0] + " " + c.option, "\"" + c.value + "\"", c.option, Expect::kRefuse, ""};
     check(m, "command-line options", run(argv, work, timeout_s), false, true);
   }
+  // Published rows (the accuracy harness's input): every field of every row_stride-th row of
+  // each kind mutated, all mutants in one file through one `stepcast accuracy --data` run.
+  // Each mutant must come out once, predicted with finite numbers or listed with a reason, and
+  // a count or measurement made negative must be listed with the field named.
+  RowTally rt;
+  if (!rows_path.empty()) rt = check_rows(bin, rows_path, row_stride, work, violations);
   fs::remove_all(work);
 
   std::ostringstream o;
   o << "# Bad input: mutated run files against the stepcast executable\n\n"
     << "Regenerate with `./build/tests/stepcast_input_mutations ./build/stepcast --report reports/robustness.md --simulate "
-       "llama8b,moe_inline,mla_path,straggler tests/data/mutation-bases/*.json` (also a CTest test, label `robustness`).\n"
+       "llama8b,moe_inline,mla_path,straggler --rows data/published-runs.jsonl tests/data/mutation-bases/*.json` (also a CTest "
+       "test, label `robustness`).\n"
     << "Each field of the base run files in `tests/data/mutation-bases/` is mutated one at a time (deleted; a value of the "
        "wrong JSON type; negative, zero, fractional, huge; an unknown word; a damaged unit; an unknown key in every object) "
        "and each file is damaged as text (truncated, trailing garbage, comments, empty); each numeric command-line option "
@@ -469,6 +602,13 @@ int main(int argc, char** argv) {
   o << "\n" << mutants.size() << " mutants of " << bases.size() << " base files and " << cli.size()
     << " bad values of the numeric options of plan, capacity, simulate, estimate and memory; " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
+  if (rt.mutants > 0) {
+    o << "Published rows: " << rt.mutants << " single-field mutants of " << rt.rows << " rows of `" << fs::path(rows_path).filename().string()
+      << "` (every " << row_stride << "th row of each kind; each field deleted, null, a word, an empty string, 0, -1, 1e300, [] "
+         "and {}) in one `stepcast accuracy --data` run: "
+      << rt.predicted << " predicted, " << rt.listed << " listed with a reason; " << rt.listed_as_required << " of " << rt.must_list
+      << " made negative where a positive count or measurement is required were listed naming the field.\n\n";
+  }
   o << "**Violations: " << violations.size() << "**\n";
   for (const auto& v : violations) o << "- " << v << "\n";
   std::cout << o.str();
