@@ -106,6 +106,13 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     notes.push_back("hardware: a GH200's GPU is the H100 die with HBM3e: the h200 profile's GPU (a GEMM row needs no node)");
     return true;
   }
+  // The RTX PRO 6000 Blackwell is a PCIe card; the built-in profile is the lab's 8-GPU machine
+  // (600 W cards). The 300 W Max-Q edition runs slower clocks than the profile's measurements.
+  if (contains(gl, "rtx pro 6000") && !contains(gl, "max-q")) {
+    hw = "rtx-pro-6000-pcie-8x";
+    notes.push_back("hardware: the rtx-pro-6000-pcie-8x profile: 8 cards on PCIe Gen5, pairs under PCIe switches, two CPU sockets (the PCIe lab's machine)");
+    return true;
+  }
   // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs, Grace
   // superchips): no profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
   // description of the node's fabric is not.
@@ -119,6 +126,13 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
               {"name", "v100-sxm3-32gb-dgx2h"},
               {"gpu", {{"name", "V100 SXM3 32GB 450 W (DGX-2H)"}, {"peak_flops", {{"fp16", "131.25TFLOPS"}}}}}};
     notes.push_back("hardware: DGX-2H parts run faster clocks: 2.1 PFLOP/s over 16 GPUs = 131 TFLOP/s fp16 each (DGX-2H datasheet)");
+    return true;
+  }
+  // The 16 GB V100 (DGX-1 and cloud V100 nodes): the V100 profile with its memory.
+  static const std::regex sixteen_gb(R"(\b16\s?gb\b)");
+  if (contains(g, "V100") && std::regex_search(gl, sixteen_gb)) {
+    hw = Json{{"base", "v100-sxm-32gb"}, {"name", "v100-sxm-16gb"}, {"gpu", {{"name", "V100 SXM 16GB"}, {"memory", "15.78GiB"}}}};
+    notes.push_back("hardware: v100-sxm-32gb profile with the 16 GB part's memory: 15.78 GiB usable (16,160 MiB as nvidia-smi reports it)");
     return true;
   }
   if (contains(g, "H100") && contains(g, "96GB")) {

@@ -345,6 +345,22 @@ TEST(PublishedRows, HardwareByBoard) {
   EXPECT_EQ(converted(r)["hardware"], "mi355x");
   r["gpu_type"] = "NVIDIA B300 SXM";
   EXPECT_EQ(converted(r)["hardware"], "b300");
+  // A 16 GB V100: the V100 profile with the smaller part's memory (not the 32 GB part's).
+  r["gpu_type"] = "Tesla V100-SXM2-16GB";
+  r["precision"] = "FP16 mixed";
+  const Json v100 = converted(r)["hardware"];
+  EXPECT_EQ(v100["base"], "v100-sxm-32gb");
+  EXPECT_EQ(v100["gpu"]["memory"], "15.78GiB");
+  r["precision"] = "BF16";
+  // The RTX PRO 6000 Blackwell (a PCIe card) is the PCIe lab's profile; the 300 W Max-Q is not.
+  r["gpu_type"] = "NVIDIA RTX PRO 6000 Blackwell Server Edition PCIe";
+  EXPECT_EQ(converted(r)["hardware"], "rtx-pro-6000-pcie-8x");
+  {
+    r["gpu_type"] = "RTX PRO 6000 Blackwell Max-Q";
+    Json run;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(r, run, reason));
+  }
   // GB200 NVL72: the NVLink domain, not the 4-GPU tray, is the node; 128 GPUs run as 2 x 64.
   r.update(Json{{"gpu_type", "GB200 (NVL72)"}, {"num_gpus", 128}, {"gpus_per_node", 4}, {"global_batch_seqs", 128}});
   const Json run = converted(r);
