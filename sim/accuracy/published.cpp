@@ -397,11 +397,17 @@ std::string recompute_of(const Json& r) {
   if (has(r, "recompute") && r["recompute"].is_boolean()) return r["recompute"].get<bool>() ? "full" : "none";
   const std::string rc = lower(str(r, "recompute"));
   if (rc.empty()) return "none";
-  if (contains(rc, "selective") || contains(rc, "partial")) return "selective";
+  // "SAC" is PyTorch's selective activation checkpointing (torchtitan's op or layer mode).
+  static const std::regex sac(R"(\bsac\b)");
+  if (contains(rc, "selective") || contains(rc, "partial") || std::regex_search(rc, sac)) return "selective";
   for (const char* off : {"none", "no", "off", "false", "disabled", "0"}) {
     if (rc == off) return "none";
   }
-  if (rc.rfind("no ", 0) == 0 || rc.rfind("none", 0) == 0 || contains(rc, "disabled") || contains(rc, "without")) return "none";
+  static const std::regex off_word(R"(\boff\b)");
+  if (rc.rfind("no ", 0) == 0 || rc.rfind("none", 0) == 0 || contains(rc, "disabled") || contains(rc, "without") ||
+      std::regex_search(rc, off_word)) {
+    return "none";
+  }
   for (const char* on : {"yes", "on", "true", "enabled"}) {
     if (rc == on) return "full";
   }

@@ -290,7 +290,9 @@ TEST(PublishedRows, LayoutPrecisionAndRecomputeWording) {
            {"activation checkpointing disabled", "none"},
            {"DeepSpeed activation checkpointing", "full"},
            {"full activation recomputation", "full"},
-           {"selective activation checkpointing", "selective"}}) {
+           {"selective activation checkpointing", "selective"},
+           {"op-level SAC", "selective"},
+           {"AC off", "none"}}) {
     r["recompute"] = text;
     EXPECT_EQ(converted(r)["parallel"]["recompute"], mode) << text;
   }
