@@ -254,6 +254,21 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
   });
   const Score& best = scores.front();
   const bool dims = has(r, "layers") && has(r, "hidden");
+  if (!dims) {
+    // Without dimensions the parameter count is all that names the model. Members of a family
+    // are 1.5x or more apart (7/13/70B, 8/70/405B), and counting conventions (tied or padded
+    // embeddings) move a count by up to ~15%: a member more than 25% off is another model.
+    const double row_b = num(r, "params_b");
+    if (!(row_b > 0)) {
+      reason = "the row gives neither the model's dimensions (layers, hidden) nor its parameter count";
+      return nullptr;
+    }
+    if (best.param_gap > std::log(1.25)) {
+      reason = "no built-in model within 25% of the row's " + core::fmt("%g", row_b) + "B parameters (nearest: " + best.name + ", " +
+               core::fmt("%.1f", model::zoo_model(best.name).total_params() / 1e9) + "B) and no dimensions (layers, hidden) to build it from";
+      return nullptr;
+    }
+  }
   if (best.mismatches == 0) {
     if (!dims) notes.push_back("model: " + best.name + ", the built-in " + str(r, "model") + " nearest in parameter count (the row gives no dimensions)");
     return best.name;

@@ -70,6 +70,16 @@ TEST(PublishedRows, NearestMemberByParametersWithoutDimensions) {
   const Json run = converted(r);
   EXPECT_EQ(run["model"], "llama2-13b");
   EXPECT_NE(run["assumptions"].dump().find("parameter count"), std::string::npos);
+  // A member more than 25% off is another model (a 1B Llama is not the 8B), and a row without
+  // dimensions or a parameter count names no model at all: listed, not guessed.
+  for (const Json& change : {Json{{"model", "Llama 3.2 1B"}, {"params_b", 1.2}}, Json{{"model", "Llama 3.2 1B"}, {"params_b", nullptr}}}) {
+    Json small = r;
+    small.update(change);
+    Json out;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(small, out, reason)) << change.dump();
+    EXPECT_TRUE(reason.find("within 25%") != std::string::npos || reason.find("nor its parameter count") != std::string::npos) << reason;
+  }
 }
 
 TEST(PublishedRows, UnknownSizeTakesTheFamilyArchitectureWithTheRowsDimensions) {
