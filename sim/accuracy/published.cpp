@@ -383,11 +383,32 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
   return m;
 }
 
-// The row's fsdp field names a sharding ("FSDP FULL_SHARD", "FSDP2 (fully shard), degree=1024"),
-// or says there is none.
-bool fsdp_of(const Json& r) {
+// The sharding a row's fsdp field names: "full" (FULL_SHARD, FSDP2's fully_shard, true),
+// "grad_op" (SHARD_GRAD_OP: parameters stay gathered from the forward to the backward),
+// "none" (absent, false, NO_SHARD), "hybrid" (HYBRID_SHARD / HSDP: sharded within a group and
+// replicated across, which the run file cannot express), or "" (wording the harness does not
+// know; a wrong guess changes every gather, so the row is listed).
+std::string fsdp_mode(const Json& r) {
+  if (!has(r, "fsdp")) return "none";
+  const Json& v = r["fsdp"];
+  if (v.is_boolean()) return v.get<bool>() ? "full" : "none";
+  if (v.is_number()) return v.get<double>() != 0 ? "full" : "none";
   const std::string f = lower(str(r, "fsdp"));
-  return !f.empty() && f != "0" && f != "no" && f != "none" && f != "false" && f != "off" && !contains(f, "no_shard");
+  for (const char* off : {"", "0", "no", "none", "false", "off"}) {
+    if (f == off) return "none";
+  }
+  if (contains(f, "no_shard")) return "none";
+  if (contains(f, "hybrid") || contains(f, "hsdp")) return "hybrid";
+  if (contains(f, "grad_op")) return "grad_op";
+  for (const char* on : {"fsdp", "fsdp1", "fsdp2", "yes", "true", "1"}) {
+    if (f == on) return "full";
+  }
+  if (contains(f, "full")) return "full";
+  return "";
+}
+bool fsdp_of(const Json& r) {
+  const std::string m = fsdp_mode(r);
+  return m == "full" || m == "grad_op";
 }
 
 // The training precision a row names, or "" when it names one the simulator has no mode for
@@ -523,6 +544,11 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   if (!has(r, "precision")) notes.push_back("training: " + precision_of(r) + " (the row states no precision; the GPU's 16-bit type)");
   if (recompute_of(r).empty()) {
     reason = "recompute \"" + str(r, "recompute") + "\" not recognised (none, selective or full)";
+    return false;
+  }
+  if (const std::string fm = fsdp_mode(r); fm.empty() || fm == "hybrid") {
+    reason = fm.empty() ? "fsdp " + core::show(r["fsdp"]) + " not recognised (full shard, SHARD_GRAD_OP, NO_SHARD, true or false)"
+                        : "fsdp " + core::show(r["fsdp"]) + ": hybrid sharding (sharded within a group, replicated across) is not modelled";
     return false;
   }
   Json hw;
@@ -719,6 +745,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   }
   if (fsdp_of(r)) {
     parallel["fsdp"] = true;
+    if (fsdp_mode(r) == "grad_op") {
+      parallel["reshard_after_forward"] = false;
+      notes.push_back("parallel: SHARD_GRAD_OP keeps each layer's gathered parameters from its forward to its backward");
+    }
     if (torchtitan && dp * cp > 1) {
       parallel["fsdp_copy_out"] = true;
       notes.push_back("parallel: FSDP2 copies each gathered layer out of its all-gather buffer on the compute stream (foreach_all_gather_copy_out)");

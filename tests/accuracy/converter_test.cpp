@@ -539,6 +539,28 @@ TEST(PublishedRows, HugeCountIsListedNotRounded) {
   EXPECT_NE(res.skipped[0].reason.find("field 'tp': expected a count up to 2147483647"), std::string::npos) << res.skipped[0].reason;
 }
 
+// The fsdp field's wording: a boolean, FULL_SHARD, SHARD_GRAD_OP (kept gathered from forward to
+// backward), NO_SHARD; hybrid sharding and unknown wording are listed, not guessed.
+TEST(PublishedRows, FsdpWording) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
+  r["fsdp"] = true;
+  EXPECT_EQ(converted(r)["parallel"]["fsdp"], true);
+  r["fsdp"] = "FSDP2";
+  EXPECT_EQ(converted(r)["parallel"]["fsdp"], true);
+  r["fsdp"] = "SHARD_GRAD_OP";
+  EXPECT_EQ(converted(r)["parallel"]["reshard_after_forward"], false);
+  r["fsdp"] = "NO_SHARD";
+  EXPECT_FALSE(converted(r)["parallel"].contains("fsdp"));
+  for (const char* text : {"HYBRID_SHARD", "sharded somehow"}) {
+    r["fsdp"] = text;
+    Json run;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(r, run, reason)) << text;
+    EXPECT_NE(reason.find(text), std::string::npos) << reason;
+  }
+}
+
 // A row of an unknown or missing row_type, or without an id, is listed with the reason and a
 // name (its file and line), never dropped silently.
 TEST(PublishedRows, UnknownRowTypeAndMissingIdAreListed) {
