@@ -411,6 +411,38 @@ bool fsdp_of(const Json& r) {
   return m == "full" || m == "grad_op";
 }
 
+// The ZeRO stage a row states (a number, or text such as "ZeRO-1" or "stage 3"): 0-3, -1 when
+// the row states none, -2 when it states one the harness cannot read (a fraction, a word).
+int zero_stage_of(const Json& r) {
+  if (!has(r, "zero_stage")) return -1;
+  const Json& v = r["zero_stage"];
+  if (v.is_number()) {
+    const double z = v.get<double>();
+    return z == std::floor(z) && z >= 0 && z <= 3 ? static_cast<int>(z) : -2;
+  }
+  static const std::regex digit(R"((?:^|[^0-9])([0-3])(?:$|[^0-9]))");
+  std::smatch m;
+  const std::string t = str(r, "zero_stage");
+  if (v.is_string() && std::regex_search(t, m, digit)) return m[1].str()[0] - '0';
+  return -2;
+}
+
+// Sequence parallelism as a row states it: 1 on, 0 off, -1 not stated, -2 unreadable.
+int sp_of(const Json& r) {
+  if (!has(r, "sp")) return -1;
+  const Json& v = r["sp"];
+  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
+  if (v.is_number()) return v.get<double>() != 0 ? 1 : 0;
+  const std::string t = lower(str(r, "sp"));
+  for (const char* on : {"true", "yes", "on", "1", "enabled"}) {
+    if (t == on) return 1;
+  }
+  for (const char* off : {"false", "no", "off", "0", "disabled", "none"}) {
+    if (t == off) return 0;
+  }
+  return -2;
+}
+
 // The training precision a row names, or "" when it names one the simulator has no mode for
 // (TF32 matmuls over fp32 storage). A row that names none trains in the 16-bit type its GPU
 // has: bf16, or fp16 on V100, which has no bf16 (recorded by the caller).
@@ -509,7 +541,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
                            std::to_string(known) + "); the row does not give it");
   }
   // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.
-  const bool sharded_dp = fsdp_of(r) || inum(r, "zero_stage", 0) > 0;
+  const bool sharded_dp = fsdp_of(r) || zero_stage_of(r) > 0;
   if ((!has(r, "tp") || !has(r, "pp")) && !(sharded_dp && !has(r, "tp") && !has(r, "pp"))) {
     // Rows that give only the model-parallel size ("TP*PP=16"): Megatron-LM keeps tensor
     // parallelism inside a node, up to 8 ways and dividing the heads, and pipelines the rest.
@@ -544,6 +576,14 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   if (!has(r, "precision")) notes.push_back("training: " + precision_of(r) + " (the row states no precision; the GPU's 16-bit type)");
   if (recompute_of(r).empty()) {
     reason = "recompute \"" + str(r, "recompute") + "\" not recognised (none, selective or full)";
+    return false;
+  }
+  if (zero_stage_of(r) == -2) {
+    reason = "zero_stage " + core::show(r["zero_stage"]) + " not recognised (a stage 0-3)";
+    return false;
+  }
+  if (sp_of(r) == -2) {
+    reason = "sp " + core::show(r["sp"]) + " not recognised (true or false)";
     return false;
   }
   if (const std::string fm = fsdp_mode(r); fm.empty() || fm == "hybrid") {
@@ -728,7 +768,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["schedule"] = "interleaved";
     notes.push_back("parallel: interleaved 1F1B with 2 virtual stages per rank (count not stated)");
   }
-  if (tp > 1 && (nemo || torchtitan)) {
+  if (tp > 1 && sp_of(r) >= 0) {
+    parallel["sp"] = sp_of(r) == 1;
+  } else if (tp > 1 && (nemo || torchtitan)) {
     parallel["sp"] = true;
     notes.push_back("parallel: sequence parallelism with TP (framework default for these recipes)");
   }
@@ -753,8 +795,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
       parallel["fsdp_copy_out"] = true;
       notes.push_back("parallel: FSDP2 copies each gathered layer out of its all-gather buffer on the compute stream (foreach_all_gather_copy_out)");
     }
-  } else if (inum(r, "zero_stage", 0) > 0) {
-    parallel["zero_stage"] = inum(r, "zero_stage");
+  } else if (zero_stage_of(r) >= 0) {
+    parallel["zero_stage"] = zero_stage_of(r);
   } else if (nemo) {
     parallel["zero_stage"] = 1;
     notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
@@ -776,7 +818,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
                       "Megatron-Bridge); otherwise each stage starts its gathers at its first forward");
     }
   }
-  if (deepspeed && (fam == Family::kBloom || inum(r, "zero_stage", 0) == 1 || inum(r, "zero_stage", 0) == 2)) {
+  if (deepspeed && (fam == Family::kBloom || zero_stage_of(r) == 1 || zero_stage_of(r) == 2)) {
     // DeepSpeed's ZeRO-1/2 optimizer step all-gathers the updated partitions before it returns.
     parallel["param_gather_overlap"] = false;
     notes.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step (not overlapped with the next forward)");
@@ -848,7 +890,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["recompute"] = "full";
     notes.push_back("parallel: full activation recomputation (the quoted TFLOP/s use Megatron's formula, which counts it)");
   }
-  if (deepspeed && inum(r, "zero_stage", 0) >= 3) {
+  if (deepspeed && zero_stage_of(r) >= 3) {
     // The Megatron-LM 2021 ZeRO-3 rows move 21-24 GB/s per GPU of the full parameter volume
     // (gather, re-gather for the recomputed forward, gather, reduce-scatter) at every GPU count
     // from 768 up, one HDR NIC's rate, with time flat in the GPU count.

@@ -561,6 +561,29 @@ TEST(PublishedRows, FsdpWording) {
   }
 }
 
+// A stated ZeRO stage (a number or "ZeRO-1") and a stated sp are the row's, over framework
+// defaults; a fractional stage or an unreadable sp is listed.
+TEST(PublishedRows, StatedZeroStageAndSequenceParallelism) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 2}, {"pp", 1}, {"framework", "NeMo 24.09 (Megatron-Core)"}});
+  EXPECT_EQ(converted(r)["parallel"]["zero_stage"], 1);  // NeMo's distributed optimizer
+  EXPECT_EQ(converted(r)["parallel"]["sp"], true);       // and its sequence parallelism
+  r["zero_stage"] = 0;
+  r["sp"] = false;
+  EXPECT_EQ(converted(r)["parallel"].value("zero_stage", -1), 0);
+  EXPECT_EQ(converted(r)["parallel"]["sp"], false);
+  r["zero_stage"] = "ZeRO-2";
+  EXPECT_EQ(converted(r)["parallel"]["zero_stage"], 2);
+  for (const Json& bad : {Json{{"zero_stage", 2.5}}, Json{{"zero_stage", "partitioned"}}, Json{{"sp", "maybe"}}}) {
+    Json b = r;
+    b.update(bad);
+    Json run;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(b, run, reason)) << bad.dump();
+    EXPECT_NE(reason.find("not recognised"), std::string::npos) << reason;
+  }
+}
+
 // A row of an unknown or missing row_type, or without an id, is listed with the reason and a
 // name (its file and line), never dropped silently.
 TEST(PublishedRows, UnknownRowTypeAndMissingIdAreListed) {
