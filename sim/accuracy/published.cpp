@@ -1238,7 +1238,7 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
     } else {
       out.predicted_s = cost::collective_time(*c, b, where, hw).value();
     }
-    out.what = str(r, "collective") + ", " + std::to_string(n) + " ranks on " + std::to_string(nodes) + (nodes == 1 ? " node, " : " nodes, ") +
+    out.what = std::string(cost::to_string(*c)) + ", " + std::to_string(n) + " ranks on " + std::to_string(nodes) + (nodes == 1 ? " node, " : " nodes, ") +
                core::fmt("%.0f", bytes) + " B";
   } else if (type == "gemm") {
     const std::string d = lower(str(r, "dtype"));

@@ -1,6 +1,7 @@
 #include "sim/cost/collectives.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 namespace stepcast::cost {
@@ -24,9 +25,20 @@ const char* to_string(Collective c) {
 }
 
 std::optional<Collective> collective_from_name(const std::string& name) {
+  // Spellings differ by case, separators and an NCCL prefix: all_reduce, allreduce, all-reduce,
+  // AllReduce and ncclAllReduce are one operation.
+  auto key = [](const std::string& s) {
+    std::string k;
+    for (char ch : s) {
+      if (ch != '_' && ch != '-' && ch != ' ') k += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    if (k.rfind("nccl", 0) == 0) k.erase(0, 4);
+    return k == "all2all" ? std::string("alltoall") : k == "p2p" ? std::string("sendrecv") : k;
+  };
+  const std::string k = key(name);
   for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter, Collective::kAllToAll,
                        Collective::kBroadcast, Collective::kSendRecv, Collective::kScatter, Collective::kGather}) {
-    if (name == to_string(c)) return c;
+    if (k == key(to_string(c))) return c;
   }
   return std::nullopt;
 }

@@ -308,5 +308,18 @@ TEST(Topology, OversubscriptionAboveTheLeaf) {
   EXPECT_NEAR(ratio, 2.0 * (7.0 / 8.0) / (3.0 / 4.0), 0.01);
 }
 
+// Published tables spell collectives many ways; they name one operation.
+TEST(Collectives, NamesAcrossSpellings) {
+  for (const char* s : {"all_reduce", "allreduce", "all-reduce", "AllReduce", "ncclAllReduce"}) {
+    EXPECT_EQ(collective_from_name(s), Collective::kAllReduce) << s;
+  }
+  EXPECT_EQ(collective_from_name("ReduceScatter"), Collective::kReduceScatter);
+  EXPECT_EQ(collective_from_name("allgather"), Collective::kAllGather);
+  EXPECT_EQ(collective_from_name("all2all"), Collective::kAllToAll);
+  EXPECT_EQ(collective_from_name("sendrecv"), Collective::kSendRecv);
+  EXPECT_EQ(collective_from_name("reduce"), std::nullopt);  // rooted reduce: not modelled
+  EXPECT_EQ(collective_from_name("zz"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace stepcast::cost
