@@ -1241,17 +1241,19 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
     out.what = std::string(cost::to_string(*c)) + ", " + std::to_string(n) + " ranks on " + std::to_string(nodes) + (nodes == 1 ? " node, " : " nodes, ") +
                core::fmt("%.0f", bytes) + " B";
   } else if (type == "gemm") {
-    const std::string d = lower(str(r, "dtype"));
+    // Framework spellings: torch.bfloat16, half, float8_e4m3fn, float (fp32) ...
+    std::string d = lower(str(r, "dtype"));
+    if (d.rfind("torch.", 0) == 0) d.erase(0, 6);
     hw::Dtype dtype;
     if (d == "bf16" || d == "bfloat16") {
       dtype = hw::Dtype::kBf16;
-    } else if (d == "fp16" || d == "float16") {
+    } else if (d == "fp16" || d == "float16" || d == "half") {
       dtype = hw::Dtype::kFp16;
-    } else if (contains(d, "fp8") || contains(d, "e4m3")) {
+    } else if (contains(d, "fp8") || contains(d, "float8") || contains(d, "e4m3")) {
       dtype = hw::Dtype::kFp8;
     } else if (d == "tf32") {
       dtype = hw::Dtype::kTf32;
-    } else if (d == "fp32" || d == "float32") {
+    } else if (d == "fp32" || d == "float32" || d == "float") {
       dtype = hw::Dtype::kFp32;
     } else {
       reason = str(r, "dtype").empty() ? "field 'dtype' not stated" : "GEMM dtype '" + str(r, "dtype") + "' is not one stepcast models";

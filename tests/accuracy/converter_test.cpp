@@ -456,6 +456,13 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   EXPECT_EQ(gm.hardware, "h200");
   EXPECT_DOUBLE_EQ(gh200, gm.predicted_s);
   g["gpu_type"] = "NVIDIA H100 SXM";
+  // Framework spellings of the dtype.
+  for (const auto& [spelling, name] : std::vector<std::pair<std::string, std::string>>{
+           {"torch.bfloat16", "bf16"}, {"half", "fp16"}, {"float8_e4m3fn", "fp8"}, {"float", "fp32"}}) {
+    g["dtype"] = spelling;
+    ASSERT_TRUE(predict_measurement(g, gm, reason)) << spelling << ": " << reason;
+    EXPECT_EQ(gm.what.substr(0, gm.what.find(' ')), name) << spelling;
+  }
   g["dtype"] = "int8";
   EXPECT_FALSE(predict_measurement(g, gm, reason));
   EXPECT_NE(reason.find("int8"), std::string::npos) << reason;
