@@ -400,10 +400,12 @@ std::string fsdp_mode(const Json& r) {
   if (contains(f, "no_shard")) return "none";
   if (contains(f, "hybrid") || contains(f, "hsdp")) return "hybrid";
   if (contains(f, "grad_op")) return "grad_op";
-  for (const char* on : {"fsdp", "fsdp1", "fsdp2", "yes", "true", "1"}) {
+  for (const char* on : {"yes", "true", "1"}) {
     if (f == on) return "full";
   }
-  if (contains(f, "full")) return "full";
+  // FSDP's default (FULL_SHARD, FSDP2's fully_shard, Megatron FSDP's parameters, gradients and
+  // optimizer state), ZeRO-3.
+  if (contains(f, "full") || contains(f, "fsdp") || contains(f, "zero-3") || contains(f, "zero3")) return "full";
   return "";
 }
 bool fsdp_of(const Json& r) {
@@ -644,6 +646,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   if (gbs <= 0) {
     reason = "global batch not stated";
     return false;
+  }
+  if (has(r, "global_batch_seqs") && mbs > 0 && inum(r, "grad_accum") > 0 && mbs * inum(r, "grad_accum") * dp != gbs) {
+    // The step's work is the global batch; a stated accumulation that disagrees is noted.
+    notes.push_back("training: the row's gradient accumulation disagrees with its global batch (micro-batch " + std::to_string(mbs) + " x " +
+                    std::to_string(inum(r, "grad_accum")) + " x dp " + std::to_string(dp) + " = " +
+                    std::to_string(mbs * inum(r, "grad_accum") * dp) + " sequences, not " + std::to_string(gbs) + "); the global batch is used");
   }
   training["global_batch_size"] = gbs;
 

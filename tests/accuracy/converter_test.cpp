@@ -262,6 +262,11 @@ TEST(PublishedRows, GlobalBatchFromOtherFields) {
   r.erase("global_batch_tokens");
   r.update(Json{{"micro_batch", 2}, {"grad_accum", 4}});
   EXPECT_EQ(converted(r)["training"]["global_batch_size"], 2 * 4 * 64);
+  // A stated global batch wins over an accumulation that disagrees with it, which is noted.
+  r["global_batch_seqs"] = 1024;
+  const Json run = converted(r);
+  EXPECT_EQ(run["training"]["global_batch_size"], 1024);
+  EXPECT_NE(run["assumptions"].dump().find("gradient accumulation disagrees"), std::string::npos) << run["assumptions"].dump();
 }
 
 // The layout, precision and recompute wording rows use: a dimension the row leaves out is
