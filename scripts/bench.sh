@@ -60,6 +60,9 @@ planmoe_head=$($planmoe_cmd | sed -n 1p)
   echo "Issue 5: \`stepcast plan\` for llama3.1-70b on 1,024 h100-sxm (seq 8192, batch 1024) < 5 s;"
   echo "llama3.1-405b on 16,384 h100-sxm searching the full space < 10 s (this machine: $(nproc) cores)."
   echo
+  echo "This shared 2-core VM changes speed by up to 3x for minutes at a time (on 2026-12-04 the same"
+  echo "binary timed the 405B symmetric step at 1.7 ms and at 4.6-5.5 ms); compare figures from one run."
+  echo
   echo "## Start-up (CLI wall time, best of 5)"
   echo
   echo "\`stepcast\` links no CUDA library (the CUDA backends are \`stepcast-cuda\`, which it starts for"
