@@ -131,10 +131,10 @@ SweepSpec parse_sweep(const Json& j, const std::string& source, const std::strin
       issues.add(ar.child_path("field"), "got \"" + field + "\"; expected " + expected);
     }
     const Json* v = ar.get_raw("values");
-    if (v == nullptr || !v->is_array() || v->empty()) {
-      issues.add(ar.child_path("values"), "required non-empty array of values");
-    } else {
+    if (v != nullptr && v->is_array() && !v->empty()) {
       values.assign(v->begin(), v->end());
+    } else if (v != nullptr || !ar.has("values")) {  // a null value the reader has reported
+      issues.add(ar.child_path("values"), "required non-empty array of values");
     }
     ar.finish();
   };
@@ -201,7 +201,9 @@ SweepSpec parse_sweep(const Json& j, const std::string& source, const std::strin
     issues.add("$.axes", "the axes make " + core::fmt("%.4g", grid) + " points, over the limit of " + core::fmt("%.0f", kMaxPoints) +
                              " per sweep; split the sweep (e.g. one file per value of the longest axis)");
   }
-  r.ignore({"name", "description"});
+  // Free text for the reader: not used, but text.
+  (void)r.get_string("name");
+  (void)r.get_string("description");
   r.finish();
   issues.throw_if_any();
   // A misspelt key would fail every point the same way: check the first point once.

@@ -26,8 +26,11 @@
 // --row-stride-th row of each kind mutated, all mutants through one `stepcast accuracy` run,
 // each of which must come out once, predicted with finite numbers or listed with a reason.
 //
+// With --sweep, a sweep file's own keys are mutated the same way and run with `stepcast sweep`;
+// an accepted sweep must write one result per point.
+//
 // Usage: stepcast_input_mutations STEPCAST [--report FILE.md] [--simulate NAME,...] [--timeout S] [--list-accepted]
-//        [--rows ROWS.jsonl [--row-stride N]] BASE.json...
+//        [--rows ROWS.jsonl [--row-stride N]] [--sweep SWEEP.json]... BASE.json...
 // (--list-accepted prints every mutant `memory` accepted, to review for silent defaults.)
 // Exit status: 0 when every run keeps the rules, 1 otherwise (each violation is listed).
 #include <fcntl.h>
@@ -67,6 +70,7 @@ struct Mutant {
   std::string key;       // the key a refusal must name ("" when none is required)
   Expect expect = Expect::kAny;
   std::string text;      // the mutated file
+  bool sweep = false;    // a sweep file (run with `stepcast sweep`)
 };
 
 struct RunResult {
@@ -159,6 +163,15 @@ class Generator {
  public:
   explicit Generator(std::vector<Mutant>& out) : out_(out) {}
 
+  // A sweep file: its own keys are mutated like a run file's (its base run is covered by the
+  // run-file bases); a value an axis lists may make points invalid, which a sweep reports as
+  // results with "ok": false, so those mutations may be accepted.
+  void sweep(const std::string& stem, const Json& root) {
+    sweep_ = true;
+    base(stem, root);
+    sweep_ = false;
+  }
+
   void base(const std::string& stem, const Json& root) {
     stem_ = stem;
     root_ = root;
@@ -171,7 +184,8 @@ class Generator {
 
  private:
   void add(const std::string& path, const std::string& kind, const std::string& key, Expect e, std::string text) {
-    out_.push_back({stem_, path, kind, key, e, std::move(text)});
+    if (sweep_ && path.find("/values/") != std::string::npos) e = Expect::kAny;
+    out_.push_back({stem_, path, kind, key, e, std::move(text), sweep_});
   }
   void set(const Json::json_pointer& p, const std::string& kind, const std::string& key, Expect e, const Json& v) {
     Json j = root_;
@@ -181,6 +195,7 @@ class Generator {
 
   void walk(const Json& node, const Json::json_pointer& p, const std::string& key) {
     const bool top = p.empty();
+    if (sweep_ && p.to_string().rfind("/base/", 0) == 0) return;
     if (!top && node.is_object() == false && node.is_array() == false) {
       leaf(node, p, key);
       return;
@@ -286,6 +301,7 @@ class Generator {
   std::vector<Mutant>& out_;
   std::string stem_;
   Json root_;
+  bool sweep_ = false;
 };
 
 const std::regex kLibraryText(R"(type_error|parse_error\.|\[json\.exception|bad_alloc|std::|what\(\)|basic_string|\bsto[idl]\b|nlohmann|terminate called|Assertion|out_of_range|invalid_argument)");
@@ -423,6 +439,7 @@ int main(int argc, char** argv) {
   bool list_accepted = false;
   std::string rows_path;
   int row_stride = 8;
+  std::vector<fs::path> sweeps;
   std::vector<fs::path> bases;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -433,6 +450,8 @@ int main(int argc, char** argv) {
       for (std::string s; std::getline(ss, s, ',');) simulate.insert(s);
     } else if (a == "--rows" && i + 1 < argc) {
       rows_path = argv[++i];
+    } else if (a == "--sweep" && i + 1 < argc) {
+      sweeps.emplace_back(argv[++i]);
     } else if (a == "--row-stride" && i + 1 < argc) {
       row_stride = std::max(1, std::stoi(argv[++i]));
     } else if (a == "--list-accepted") {
@@ -456,6 +475,17 @@ int main(int argc, char** argv) {
     }
     absolutise_paths(j, fs::absolute(b).parent_path());
     gen.base(b.stem().string(), j);
+  }
+  for (const auto& b : sweeps) {
+    Json j;
+    try {
+      j = Json::parse(read_file(b));
+    } catch (const std::exception& e) {
+      std::cerr << b << ": not a valid sweep (" << e.what() << ")\n";
+      return 2;
+    }
+    absolutise_paths(j, fs::absolute(b).parent_path());
+    gen.sweep(b.stem().string(), j);
   }
 
   const fs::path work = fs::temp_directory_path() / ("stepcast-mutations-" + std::to_string(getpid()));
@@ -518,6 +548,27 @@ int main(int argc, char** argv) {
     {
       std::ofstream f(file, std::ios::binary | std::ios::trunc);
       f << m.text;
+    }
+    if (m.sweep) {
+      // Accepted: every point is a JSON result that says whether it is ok.
+      const fs::path results = work / "results.jsonl";
+      fs::remove(results);
+      if (check(m, "sweep", run({bin, "sweep", file.string(), "--out", results.string()}, work, timeout_s), false, true) == 0) {
+        std::istringstream lines(read_file(results));
+        int points = 0;
+        for (std::string line; std::getline(lines, line); ++points) {
+          try {
+            const auto p = nlohmann::json::parse(line);
+            if (!p.at("ok").is_boolean() || (p["ok"].get<bool>() && !finite_positive(p, "step_time_s"))) throw std::runtime_error("bad point");
+          } catch (const std::exception&) {
+            violations.push_back("`sweep` " + m.base + " `" + m.path + "` " + m.kind + ": a result line is not a point with ok and a step time");
+            break;
+          }
+        }
+        if (points == 0) violations.push_back("`sweep` " + m.base + " `" + m.path + "` " + m.kind + ": accepted, but no results");
+      }
+      ++done;
+      continue;
     }
     const int rc = check(m, "memory", run({bin, "memory", file.string()}, work, timeout_s), false, true);
     if (list_accepted && rc == 0) std::cerr << "accepted: " << m.base << " " << m.path << " (" << m.kind << ")\n";
@@ -587,8 +638,8 @@ int main(int argc, char** argv) {
   std::ostringstream o;
   o << "# Bad input: mutated run files against the stepcast executable\n\n"
     << "Regenerate with `./build/tests/stepcast_input_mutations ./build/stepcast --report reports/robustness.md --simulate "
-       "llama8b,moe_inline,mla_path,straggler --rows data/published-runs.jsonl tests/data/mutation-bases/*.json` (also a CTest "
-       "test, label `robustness`).\n"
+       "llama8b,moe_inline,mla_path,straggler --rows data/published-runs.jsonl --sweep tests/data/sweep/mutation-base.sweep.json "
+       "tests/data/mutation-bases/*.json` (also a CTest test, label `robustness`).\n"
     << "Each field of the base run files in `tests/data/mutation-bases/` is mutated one at a time (deleted; a value of the "
        "wrong JSON type; negative, zero, fractional, huge; an unknown word; a damaged unit; an unknown key in every object) "
        "and each file is damaged as text (truncated, trailing garbage, comments, empty); each numeric command-line option "
@@ -599,7 +650,7 @@ int main(int argc, char** argv) {
   for (const auto& [cmd, t] : tally) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
-  o << "\n" << mutants.size() << " mutants of " << bases.size() << " base files and " << cli.size()
+  o << "\n" << mutants.size() << " mutants of " << bases.size() << " run files and " << sweeps.size() << " sweep file(s), and " << cli.size()
     << " bad values of the numeric options of plan, capacity, simulate, estimate and memory; " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   if (rt.mutants > 0) {
