@@ -621,6 +621,16 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // What-if settings (--set PATH=VALUE) that can never be valid: each names its path.
+  if (!bases.empty()) {
+    const std::string runfile = fs::absolute(bases.front()).string();
+    const std::vector<std::pair<std::string, std::string>> sets = {
+        {"parallel.tp=abc", "parallel.tp"},         {"parallel.tpp=2", "tpp"},       {"=4", "--set"},
+        {"parallel..tp=4", "--set"},                {"parallel.tp", "--set"},        {"model.hidden_size=4096", "model"},
+        {"training.precision=fp7", "precision"},   {"parallel=5", "parallel"},      {"cluster.num_gpus=-8", "num_gpus"},
+        {"parallel.tp=[1", "parallel.tp"},          {"scenario.jitter.cv=2", "cv"}, {"hardware.gpu.memory=80XB", "hardware"}};
+    for (const auto& [set, key] : sets) cli.push_back({{"estimate", runfile, "--set", set}, key, set});
+  }
   for (const auto& c : cli) {
     std::vector<std::string> argv{bin};
     argv.insert(argv.end(), c.argv.begin(), c.argv.end());
@@ -643,7 +653,8 @@ int main(int argc, char** argv) {
     << "Each field of the base run files in `tests/data/mutation-bases/` is mutated one at a time (deleted; a value of the "
        "wrong JSON type; negative, zero, fractional, huge; an unknown word; a damaged unit; an unknown key in every object) "
        "and each file is damaged as text (truncated, trailing garbage, comments, empty); each numeric command-line option "
-       "gets a negative number, a word, an empty string, an overflowing number and NaN. Every run must end by itself with exit "
+       "gets a negative number, a word, an empty string, an overflowing number and NaN, and `estimate --set` gets settings "
+       "that can never be valid. Every run must end by itself with exit "
        "0, 2 (bad input) or 3 (does not fit) and a short message free of library text; a mutation that can never be valid must "
        "be refused with exit 2 and a message naming the key.\n\n"
     << "| command | runs | accepted (0) | refused (2) | does not fit (3) |\n|---|---:|---:|---:|---:|\n";
@@ -651,7 +662,7 @@ int main(int argc, char** argv) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
   o << "\n" << mutants.size() << " mutants of " << bases.size() << " run files and " << sweeps.size() << " sweep file(s), and " << cli.size()
-    << " bad values of the numeric options of plan, capacity, simulate, estimate and memory; " << refused_as_required << " of "
+    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate and memory, and --set); " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   if (rt.mutants > 0) {
     o << "Published rows: " << rt.mutants << " single-field mutants of " << rt.rows << " rows of `" << fs::path(rows_path).filename().string()
