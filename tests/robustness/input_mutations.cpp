@@ -465,27 +465,18 @@ int main(int argc, char** argv) {
 
   std::vector<Mutant> mutants;
   Generator gen(mutants);
-  for (const auto& b : bases) {
-    Json j;
-    try {
-      j = Json::parse(read_file(b));
-    } catch (const std::exception& e) {
-      std::cerr << b << ": not a valid base (" << e.what() << ")\n";
-      return 2;
-    }
+  // A base file with its relative paths made absolute (the mutants are written elsewhere).
+  auto load = [](const fs::path& b) {
+    Json j = Json::parse(read_file(b));
     absolutise_paths(j, fs::absolute(b).parent_path());
-    gen.base(b.stem().string(), j);
-  }
-  for (const auto& b : sweeps) {
-    Json j;
-    try {
-      j = Json::parse(read_file(b));
-    } catch (const std::exception& e) {
-      std::cerr << b << ": not a valid sweep (" << e.what() << ")\n";
-      return 2;
-    }
-    absolutise_paths(j, fs::absolute(b).parent_path());
-    gen.sweep(b.stem().string(), j);
+    return j;
+  };
+  try {
+    for (const auto& b : bases) gen.base(b.stem().string(), load(b));
+    for (const auto& b : sweeps) gen.sweep(b.stem().string(), load(b));
+  } catch (const std::exception& e) {
+    std::cerr << "a base file is not valid JSON (" << e.what() << ")\n";
+    return 2;
   }
 
   const fs::path work = fs::temp_directory_path() / ("stepcast-mutations-" + std::to_string(getpid()));
