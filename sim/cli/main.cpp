@@ -808,6 +808,10 @@ int run(int argc, char** argv) {
       } else if (r.enumerated == 0) {
         why = "; no layout could be formed from the fixed settings";
       }
+      if (const auto& l = r.lightest_rejected; l && most != r.rejected.end() && most->first == "does not fit in memory") {
+        why += "; the lightest, " + l->layout + ", needs " + stepcast::core::fmt("%.1f", l->peak_bytes / (1024.0 * 1024 * 1024)) + " GiB per GPU of " +
+               stepcast::core::fmt("%.1f", l->capacity_bytes / (1024.0 * 1024 * 1024)) + " GiB (stepcast capacity sizes the cluster)";
+      }
       std::cerr << "stepcast: error: " << plan_run.source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs" << why << "\n";
       return kExitDoesNotFit;
     }

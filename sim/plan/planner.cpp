@@ -202,6 +202,7 @@ namespace {
 struct Evaluated {
   bool ok = false;
   std::string reason, message;  // message: the validator's, when invalid
+  double peak_bytes = 0, capacity_bytes = 0;  // the ledger's, when it does not fit
   Candidate c;
 };
 
@@ -220,6 +221,8 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
   auto ledger = memory::compute_ledger(rc);
   if (!ledger.fits()) {
     ev.reason = "does not fit in memory";
+    ev.peak_bytes = ledger.peak().value();
+    ev.capacity_bytes = ledger.capacity.value();
     return ev;
   }
   if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
@@ -468,6 +471,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   struct Scored {
     bool ok = false;
     std::string reason, message;  // message: the validator's, when invalid
+    double peak_bytes = 0, capacity_bytes = 0;
     double est_step_s = 0;
     int64_t recompute_layers = 0;  // what the memory search chose (full recomputation)
   };
@@ -486,6 +490,8 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         s.ok = ev.ok;
         s.reason = std::move(ev.reason);
         s.message = std::move(ev.message);
+        s.peak_bytes = ev.peak_bytes;
+        s.capacity_bytes = ev.capacity_bytes;
         if (ev.ok) {
           s.est_step_s = ev.c.est.step_time_s;
           s.recompute_layers = ev.c.rc.parallel.recompute_layers;
@@ -518,6 +524,9 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
       ++res.rejected[s.reason];
       if (!s.message.empty() && res.rejected_example.count(s.reason) == 0) {
         res.rejected_example.emplace(s.reason, PlanResult::Rejection{layout_text(cands[i]), s.message});
+      }
+      if (s.peak_bytes > 0 && (!res.lightest_rejected || s.peak_bytes < res.lightest_rejected->peak_bytes)) {
+        res.lightest_rejected = PlanResult::Lightest{layout_text(cands[i]), s.peak_bytes, s.capacity_bytes};
       }
     }
   }

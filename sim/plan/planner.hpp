@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,13 @@ struct PlanResult {
     std::string message;  // its validator message ("$.training.seq_len: got ...")
   };
   std::map<std::string, Rejection> rejected_example;  // reason -> the first such layout, when it was invalid
+  // Of the layouts that do not fit in memory, the one with the smallest ledger peak (the first
+  // in enumeration order on a tie): how far the GPU count is from fitting.
+  struct Lightest {
+    std::string layout;
+    double peak_bytes = 0, capacity_bytes = 0;
+  };
+  std::optional<Lightest> lightest_rejected;
   int64_t enumerated = 0;
   int64_t fit = 0;
   std::string explanation;                   // why the winner beats the runner-up

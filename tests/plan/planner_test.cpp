@@ -135,6 +135,13 @@ TEST(Planner, LayoutsThatDoNotFitAreCounted) {
   EXPECT_TRUE(r.ranked.empty());
   EXPECT_GT(r.rejected.at("does not fit in memory"), 0);
   EXPECT_NE(r.explanation.find("No layout fits"), std::string::npos);
+  // The lightest rejected layout says how far the GPU count is from fitting: its ledger peak is
+  // over the capacity, and no rejected layout's is smaller (8 GPUs hold 405B parameters with
+  // Adam state only if all 8 shard them: at least 16 bytes x 405e9 / 8).
+  ASSERT_TRUE(r.lightest_rejected.has_value());
+  EXPECT_GT(r.lightest_rejected->peak_bytes, r.lightest_rejected->capacity_bytes);
+  EXPECT_GT(r.lightest_rejected->peak_bytes, 16.0 * 405e9 / 8);
+  EXPECT_FALSE(r.lightest_rejected->layout.empty());
 }
 
 // A memory headroom keeps only layouts whose ledger peak leaves that share of memory free; the
