@@ -383,6 +383,22 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
   return m;
 }
 
+// A field written as a switch: true/false, a number (non-zero is on) or a word (yes, on,
+// enabled, 1 / no, off, disabled, none, 0); nullopt for anything else.
+std::optional<bool> switch_of(const Json& r, const char* k) {
+  const Json& v = r[k];
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0;
+  const std::string t = lower(str(r, k));
+  for (const char* on : {"true", "yes", "on", "enabled", "1"}) {
+    if (t == on) return true;
+  }
+  for (const char* off : {"false", "no", "off", "disabled", "none", "0"}) {
+    if (t == off) return false;
+  }
+  return std::nullopt;
+}
+
 // The sharding a row's fsdp field names: "full" (FULL_SHARD, FSDP2's fully_shard, true),
 // "grad_op" (SHARD_GRAD_OP: parameters stay gathered from the forward to the backward),
 // "none" (absent, false, NO_SHARD), "hybrid" (HYBRID_SHARD / HSDP: sharded within a group and
@@ -390,27 +406,15 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
 // know; a wrong guess changes every gather, so the row is listed).
 std::string fsdp_mode(const Json& r) {
   if (!has(r, "fsdp")) return "none";
-  const Json& v = r["fsdp"];
-  if (v.is_boolean()) return v.get<bool>() ? "full" : "none";
-  if (v.is_number()) return v.get<double>() != 0 ? "full" : "none";
+  if (const auto on = switch_of(r, "fsdp")) return *on ? "full" : "none";
   const std::string f = lower(str(r, "fsdp"));
-  for (const char* off : {"", "0", "no", "none", "false", "off"}) {
-    if (f == off) return "none";
-  }
-  if (contains(f, "no_shard")) return "none";
+  if (f.empty() || contains(f, "no_shard")) return "none";
   if (contains(f, "hybrid") || contains(f, "hsdp")) return "hybrid";
   if (contains(f, "grad_op")) return "grad_op";
-  for (const char* on : {"yes", "true", "1"}) {
-    if (f == on) return "full";
-  }
   // FSDP's default (FULL_SHARD, FSDP2's fully_shard, Megatron FSDP's parameters, gradients and
   // optimizer state), ZeRO-3.
   if (contains(f, "full") || contains(f, "fsdp") || contains(f, "zero-3") || contains(f, "zero3")) return "full";
   return "";
-}
-bool fsdp_of(const Json& r) {
-  const std::string m = fsdp_mode(r);
-  return m == "full" || m == "grad_op";
 }
 
 // The ZeRO stage a row states (a number, or text such as "ZeRO-1" or "stage 3"): 0-3, -1 when
@@ -432,17 +436,8 @@ int zero_stage_of(const Json& r) {
 // Sequence parallelism as a row states it: 1 on, 0 off, -1 not stated, -2 unreadable.
 int sp_of(const Json& r) {
   if (!has(r, "sp")) return -1;
-  const Json& v = r["sp"];
-  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
-  if (v.is_number()) return v.get<double>() != 0 ? 1 : 0;
-  const std::string t = lower(str(r, "sp"));
-  for (const char* on : {"true", "yes", "on", "1", "enabled"}) {
-    if (t == on) return 1;
-  }
-  for (const char* off : {"false", "no", "off", "0", "disabled", "none"}) {
-    if (t == off) return 0;
-  }
-  return -2;
+  const auto on = switch_of(r, "sp");
+  return on ? (*on ? 1 : 0) : -2;
 }
 
 // The training precision a row names, or "" when it names one the simulator has no mode for
@@ -464,22 +459,17 @@ std::string precision_of(const Json& r) {
 // The recompute mode a row names, or "" when its wording is none the harness knows (a wrong
 // guess moves the step by a third, so such a row is listed rather than predicted).
 std::string recompute_of(const Json& r) {
-  if (has(r, "recompute") && r["recompute"].is_boolean()) return r["recompute"].get<bool>() ? "full" : "none";
+  if (!has(r, "recompute")) return "none";
+  if (const auto on = switch_of(r, "recompute")) return *on ? "full" : "none";
   const std::string rc = lower(str(r, "recompute"));
   if (rc.empty()) return "none";
   // "SAC" is PyTorch's selective activation checkpointing (torchtitan's op or layer mode).
   static const std::regex sac(R"(\bsac\b)");
   if (contains(rc, "selective") || contains(rc, "partial") || std::regex_search(rc, sac)) return "selective";
-  for (const char* off : {"none", "no", "off", "false", "disabled", "0"}) {
-    if (rc == off) return "none";
-  }
   static const std::regex off_word(R"(\boff\b)");
   if (rc.rfind("no ", 0) == 0 || rc.rfind("none", 0) == 0 || contains(rc, "disabled") || contains(rc, "without") ||
       std::regex_search(rc, off_word)) {
     return "none";
-  }
-  for (const char* on : {"yes", "on", "true", "enabled"}) {
-    if (rc == on) return "full";
   }
   for (const char* on : {"full", "checkpoint", "recompute", "recomputation"}) {
     if (contains(rc, on)) return "full";
@@ -543,7 +533,11 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
                            std::to_string(known) + "); the row does not give it");
   }
   // A fully sharded data-parallel run (FSDP, ZeRO) that states no model parallelism has none.
-  const bool sharded_dp = fsdp_of(r) || zero_stage_of(r) > 0;
+  // The sharding wording, read once (validated below, before it is used to build the run).
+  const std::string fsdp = fsdp_mode(r);
+  const int stated_zero = zero_stage_of(r), stated_sp = sp_of(r);
+  const bool sharded = fsdp == "full" || fsdp == "grad_op";
+  const bool sharded_dp = sharded || stated_zero > 0;
   if ((!has(r, "tp") || !has(r, "pp")) && !(sharded_dp && !has(r, "tp") && !has(r, "pp"))) {
     // Rows that give only the model-parallel size ("TP*PP=16"): Megatron-LM keeps tensor
     // parallelism inside a node, up to 8 ways and dividing the heads, and pipelines the rest.
@@ -580,16 +574,16 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     reason = "recompute \"" + str(r, "recompute") + "\" not recognised (none, selective or full)";
     return false;
   }
-  if (zero_stage_of(r) == -2) {
+  if (stated_zero == -2) {
     reason = "zero_stage " + core::show(r["zero_stage"]) + " not recognised (a stage 0-3)";
     return false;
   }
-  if (sp_of(r) == -2) {
+  if (stated_sp == -2) {
     reason = "sp " + core::show(r["sp"]) + " not recognised (true or false)";
     return false;
   }
-  if (const std::string fm = fsdp_mode(r); fm.empty() || fm == "hybrid") {
-    reason = fm.empty() ? "fsdp " + core::show(r["fsdp"]) + " not recognised (full shard, SHARD_GRAD_OP, NO_SHARD, true or false)"
+  if (fsdp.empty() || fsdp == "hybrid") {
+    reason = fsdp.empty() ? "fsdp " + core::show(r["fsdp"]) + " not recognised (full shard, SHARD_GRAD_OP, NO_SHARD, true or false)"
                         : "fsdp " + core::show(r["fsdp"]) + ": hybrid sharding (sharded within a group, replicated across) is not modelled";
     return false;
   }
@@ -776,8 +770,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["schedule"] = "interleaved";
     notes.push_back("parallel: interleaved 1F1B with 2 virtual stages per rank (count not stated)");
   }
-  if (tp > 1 && sp_of(r) >= 0) {
-    parallel["sp"] = sp_of(r) == 1;
+  if (tp > 1 && stated_sp >= 0) {
+    parallel["sp"] = stated_sp == 1;
   } else if (tp > 1 && (nemo || torchtitan)) {
     parallel["sp"] = true;
     notes.push_back("parallel: sequence parallelism with TP (framework default for these recipes)");
@@ -793,9 +787,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["tp_comm_overlap"] = true;
     notes.push_back("parallel: async TP overlaps TP communication with the GEMMs");
   }
-  if (fsdp_of(r)) {
+  if (sharded) {
     parallel["fsdp"] = true;
-    if (fsdp_mode(r) == "grad_op") {
+    if (fsdp == "grad_op") {
       parallel["reshard_after_forward"] = false;
       notes.push_back("parallel: SHARD_GRAD_OP keeps each layer's gathered parameters from its forward to its backward");
     }
@@ -803,8 +797,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
       parallel["fsdp_copy_out"] = true;
       notes.push_back("parallel: FSDP2 copies each gathered layer out of its all-gather buffer on the compute stream (foreach_all_gather_copy_out)");
     }
-  } else if (zero_stage_of(r) >= 0) {
-    parallel["zero_stage"] = zero_stage_of(r);
+  } else if (stated_zero >= 0) {
+    parallel["zero_stage"] = stated_zero;
   } else if (nemo) {
     parallel["zero_stage"] = 1;
     notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
@@ -826,7 +820,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
                       "Megatron-Bridge); otherwise each stage starts its gathers at its first forward");
     }
   }
-  if (deepspeed && (fam == Family::kBloom || zero_stage_of(r) == 1 || zero_stage_of(r) == 2)) {
+  if (deepspeed && (fam == Family::kBloom || stated_zero == 1 || stated_zero == 2)) {
     // DeepSpeed's ZeRO-1/2 optimizer step all-gathers the updated partitions before it returns.
     parallel["param_gather_overlap"] = false;
     notes.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step (not overlapped with the next forward)");
@@ -898,7 +892,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["recompute"] = "full";
     notes.push_back("parallel: full activation recomputation (the quoted TFLOP/s use Megatron's formula, which counts it)");
   }
-  if (deepspeed && zero_stage_of(r) >= 3) {
+  if (deepspeed && stated_zero >= 3) {
     // The Megatron-LM 2021 ZeRO-3 rows move 21-24 GB/s per GPU of the full parameter volume
     // (gather, re-gather for the recomputed forward, gather, reduce-scatter) at every GPU count
     // from 768 up, one HDR NIC's rate, with time flat in the GPU count.
@@ -1494,16 +1488,13 @@ AccuracyResult run_accuracy(const AccuracyOptions& opts) {
     ++rows_read;
     // A row with a field of an unexpected type (a number written as text, say) is listed with
     // the reason instead of ending the run.
-    // A row without an id is named by its line.
-    const std::string label = str(r, "id").empty() ? opts.data_path + ":" + std::to_string(lineno) : str(r, "id");
-    const size_t skipped_before = res.skipped.size();
+    // A row without an id is named by its line, in every result it produces.
+    Json row = r;
+    if (str(row, "id").empty()) row["id"] = opts.data_path + ":" + std::to_string(lineno);
     try {
-      process_row(r, opts, res);
+      process_row(row, opts, res);
     } catch (const std::exception& e) {
-      res.skipped.push_back({label, std::string("row not understood: ") + e.what()});
-    }
-    for (size_t i = skipped_before; i < res.skipped.size(); ++i) {
-      if (res.skipped[i].id.empty()) res.skipped[i].id = label;
+      res.skipped.push_back({str(row, "id"), std::string("row not understood: ") + e.what()});
     }
   }
   if (rows_read == 0) throw core::UserError(opts.data_path + ": no rows (expected one JSON object per line)");

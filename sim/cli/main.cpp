@@ -856,10 +856,11 @@ int run(int argc, char** argv) {
     opt.ideal = sim_ideal;
     opt.max_tasks = sim_max_tasks;
     opt.keep_timeline = !sim_trace.empty();
+    const bool sim_tty = ::isatty(2) != 0;
     if (sim_full || rc.scenario.present) {
       // Every rank simulated: large clusters take seconds, so report progress on stderr: a
       // terminal sees one line with the share done, a log one line per phase.
-      opt.progress = [tty = ::isatty(2) != 0, last = std::string()](const char* phase, double f) mutable {
+      opt.progress = [tty = sim_tty, last = std::string()](const char* phase, double f) mutable {
         if (tty) {
           std::fprintf(stderr, "\r\033[Kstepcast: %s %3.0f%%", phase, 100.0 * f);
         } else if (last != phase) {
@@ -877,7 +878,7 @@ int run(int argc, char** argv) {
     }
     const auto r = stepcast::engine::simulate_step(rc, opt);
     if (opt.progress) {
-      std::fprintf(stderr, "%sstepcast: simulated %lld ranks, %zu tasks\n", ::isatty(2) != 0 ? "\r\033[K" : "",
+      std::fprintf(stderr, "%sstepcast: simulated %lld ranks, %zu tasks\n", sim_tty ? "\r\033[K" : "",
                    static_cast<long long>(r.ranks_simulated), r.tasks);
     }
     if (!sim_trace.empty()) {

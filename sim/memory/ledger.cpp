@@ -36,7 +36,6 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n) {
   }
 }
 
-
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer) {
   // Op-level selective checkpointing (PyTorch's per-block policy as torchtitan applies it):
   // the block input is kept, the outputs of the 1st, 3rd, 5th, ... matrix multiplication in
