@@ -313,6 +313,10 @@ TEST(PublishedRows, LayoutPrecisionAndRecomputeWording) {
   }
   r["recompute"] = true;
   EXPECT_EQ(converted(r)["parallel"]["recompute"], "full");
+  r["recompute"] = 1;  // a number as a switch (it once read as no recompute)
+  EXPECT_EQ(converted(r)["parallel"]["recompute"], "full");
+  r["recompute"] = 0;
+  EXPECT_EQ(converted(r)["parallel"]["recompute"], "none");
   r["recompute"] = "every other layer";
   EXPECT_FALSE(row_to_run(r, bad, reason));
   EXPECT_NE(reason.find("recompute \"every other layer\""), std::string::npos) << reason;
