@@ -14,7 +14,7 @@ import itertools, json, os, random, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 
 per_model, tmp = int(sys.argv[1]), sys.argv[2]
-BIN = "./build/stepcast"
+BIN = os.environ.get("STEPCAST_BIN", "./build/stepcast")
 # name: (run file, layers, GPUs, global batch, expert-parallel choices)
 BASES = {
     "llama3.1-8b": ({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 64},
@@ -53,7 +53,7 @@ def end_split(L, pp, vpp):
 def layouts(name, rng):
     base, L, N, gbs, eps = BASES[name]
     dims = list(itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16], ["1f1b", "gpipe", "zb-h1", "interleaved"], [1, 2],
-                                  ["0", "1", "3", "fsdp"], ["none", "selective", "full"], [1, 2, 4], eps))
+                                  ["0", "1", "3", "fsdp", "hsdp"], ["none", "selective", "full"], [1, 2, 4], eps))
     rng.shuffle(dims)
     out = []
     for tp, pp, sched, mbs, zero, rc, cp, ep in dims:
@@ -73,10 +73,17 @@ def layouts(name, rng):
         split = end_split(L, pp, vpp) if pp > 1 else None
         if split == "bad" or (pp == 1 and L % vpp):
             continue
+        # Hybrid sharding: each node's data-parallel ranks shard, the nodes replicate.
+        replicas = 1
+        if zero == "hsdp":
+            in_node = 8 // (tp * cp) if 8 % (tp * cp) == 0 else 0
+            if not in_node or dp % in_node or dp // in_node < 2 or (ep is not None and (tp * dp * cp // ep) % (dp // in_node)):
+                continue
+            replicas = dp // in_node
         par = {"tp": tp, "pp": pp, "cp": cp, "micro_batch_size": mbs, "schedule": sched, "recompute": rc}
         if vpp > 1:
             par["vpp"] = vpp
-        if zero == "fsdp":
+        if zero in ("fsdp", "hsdp"):
             par["fsdp"] = True
         else:
             par["zero_stage"] = int(zero)
@@ -86,6 +93,8 @@ def layouts(name, rng):
             par["ep"] = ep
         if split:
             par["first_stage_layers"], par["last_stage_layers"] = split
+        if replicas > 1:
+            par["dp_replicate"] = replicas
         run = dict(base, parallel=par)
         out.append((name, run))
         if len(out) >= per_model:
@@ -115,7 +124,7 @@ def layout(par):
     s = f"tp{par['tp']} pp{par['pp']} cp{par['cp']}"
     if "ep" in par: s += f" ep{par['ep']}"
     if "vpp" in par: s += f" v{par['vpp']}"
-    s += f" mbs{par['micro_batch_size']} {par['schedule']} " + ("fsdp" if par.get("fsdp") else f"zero{par['zero_stage']}") + f" rc-{par['recompute']}"
+    s += f" mbs{par['micro_batch_size']} {par['schedule']} " + ("fsdp" if par.get("fsdp") else f"zero{par['zero_stage']}") + (f"x{par['dp_replicate']}" if "dp_replicate" in par else "") + f" rc-{par['recompute']}"
     return s
 
 compared = [(n, r, e, s, e / s - 1.0) for n, r, e, s in res if e is not None and s is not None]

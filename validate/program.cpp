@@ -52,6 +52,8 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
     refuse("parallel.cp_load_balance false (every rank runs the balanced rank's attention; the unbalanced last rank is not executed)");
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
   if (!p.no_sync) refuse("parallel.no_sync false (gradients are reduced once per step)");
+  if (p.dp_replicate > 1)
+    refuse("parallel.dp_replicate " + std::to_string(p.dp_replicate) + " (hybrid sharding; the executors shard over the whole data-parallel group)");
   if (p.recompute == Recompute::kSelectiveOp) refuse("parallel.recompute \"selective-op\"");
   if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
     refuse("parallel.recompute_modules other than [\"core_attn\"] (only the attention core is recomputed)");

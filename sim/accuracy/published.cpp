@@ -402,7 +402,7 @@ std::optional<bool> switch_of(const Json& r, const char* k) {
 // The sharding a row's fsdp field names: "full" (FULL_SHARD, FSDP2's fully_shard, true),
 // "grad_op" (SHARD_GRAD_OP: parameters stay gathered from the forward to the backward),
 // "none" (absent, false, NO_SHARD), "hybrid" (HYBRID_SHARD / HSDP: sharded within a group and
-// replicated across, which the run file cannot express), or "" (wording the harness does not
+// replicated across; the run file's parallel.dp_replicate), or "" (wording the harness does not
 // know; a wrong guess changes every gather, so the row is listed).
 std::string fsdp_mode(const Json& r) {
   if (!has(r, "fsdp")) return "none";
@@ -496,11 +496,46 @@ bool with_layout(const Json& r, const Json& fields, Json& run, std::string& reas
 }
 }  // namespace
 
+// Hybrid sharding's replicas (parallel.dp_replicate): the row's dp_replicate (torchtitan's
+// data_parallel_replicate_degree), or dp over its dp_shard, or for HYBRID_SHARD without either
+// PyTorch FSDP's default: the ranks of each node shard the state and the nodes replicate it.
+// `model_parallel`: tp * cp, the ranks of one data-parallel index.
+bool hybrid_replicas(const Json& r, const std::string& fsdp, int64_t dp, int64_t model_parallel, Json& parallel,
+                     std::vector<std::string>& notes, std::string& reason) {
+  int64_t replicas = 1;
+  if (has(r, "dp_replicate") || has(r, "dp_shard")) {
+    const char* key = has(r, "dp_replicate") ? "dp_replicate" : "dp_shard";
+    const int64_t v = inum(r, key);
+    if (dp % v != 0) {
+      reason = std::string(key) + " " + std::to_string(v) + " does not divide the row's dp " + std::to_string(dp);
+      return false;
+    }
+    replicas = has(r, "dp_replicate") ? v : dp / v;
+    notes.push_back("parallel: hybrid sharding, " + std::to_string(replicas) + " replicas of " + std::to_string(dp / replicas) +
+                    " data-parallel ranks (the row's " + key + ")");
+  } else if (fsdp == "hybrid") {
+    const int64_t gpn = inum(r, "gpus_per_node", 8);
+    const int64_t in_node = gpn % model_parallel == 0 ? gpn / model_parallel : 0;
+    if (in_node == 0 || (dp > in_node && dp % in_node != 0)) {
+      reason = "fsdp " + core::show(r["fsdp"]) + ": hybrid sharding within a node, but dp " + std::to_string(dp) +
+               " does not split into nodes of " + std::to_string(gpn) + " GPUs at tp*cp " + std::to_string(model_parallel) +
+               " (the row gives no dp_replicate or dp_shard)";
+      return false;
+    }
+    replicas = std::max<int64_t>(1, dp / in_node);
+    notes.push_back("parallel: HYBRID_SHARD shards within each node (" + std::to_string(std::min(dp, in_node)) +
+                    " data-parallel ranks) and replicates across " + std::to_string(replicas) +
+                    " (PyTorch FSDP's default groups; the row names no groups)");
+  }
+  if (replicas > 1) parallel["dp_replicate"] = replicas;
+  return true;
+}
+
 bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   // Counts and sizes the conversion divides by or builds shapes from must be positive.
   reason = non_positive_field(r, {"num_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "micro_batch", "global_batch_seqs",
                                   "global_batch_tokens", "grad_accum", "seq_len", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
-                                  "moe_experts", "moe_topk", "moe_ffn_hidden", "params_b", "iteration_time_s", "tokens_per_s_per_gpu",
+                                  "moe_experts", "moe_topk", "moe_ffn_hidden", "params_b", "dp_replicate", "dp_shard", "iteration_time_s", "tokens_per_s_per_gpu",
                                   "tokens_per_s_total", "tflops_per_gpu", "mfu", "mfu_peak_tflops_per_gpu", "memory_gib_per_gpu"});
   if (!reason.empty()) return false;
   if (num(r, "mfu") > 1.0) {
@@ -536,7 +571,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   // The sharding wording, read once (validated below, before it is used to build the run).
   const std::string fsdp = fsdp_mode(r);
   const int stated_zero = zero_stage_of(r), stated_sp = sp_of(r);
-  const bool sharded = fsdp == "full" || fsdp == "grad_op";
+  const bool sharded = fsdp == "full" || fsdp == "grad_op" || fsdp == "hybrid";
   const bool sharded_dp = sharded || stated_zero > 0;
   if ((!has(r, "tp") || !has(r, "pp")) && !(sharded_dp && !has(r, "tp") && !has(r, "pp"))) {
     // Rows that give only the model-parallel size ("TP*PP=16"): Megatron-LM keeps tensor
@@ -582,9 +617,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     reason = "sp " + core::show(r["sp"]) + " not recognised (true or false)";
     return false;
   }
-  if (fsdp.empty() || fsdp == "hybrid") {
-    reason = fsdp.empty() ? "fsdp " + core::show(r["fsdp"]) + " not recognised (full shard, SHARD_GRAD_OP, NO_SHARD, true or false)"
-                        : "fsdp " + core::show(r["fsdp"]) + ": hybrid sharding (sharded within a group, replicated across) is not modelled";
+  if (fsdp.empty()) {
+    reason = "fsdp " + core::show(r["fsdp"]) + " not recognised (full shard, HYBRID_SHARD, SHARD_GRAD_OP, NO_SHARD, true or false)";
     return false;
   }
   Json hw;
@@ -789,6 +823,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   }
   if (sharded) {
     parallel["fsdp"] = true;
+    if (!hybrid_replicas(r, fsdp, dp, tp * cp, parallel, notes, reason)) return false;
     if (fsdp == "grad_op") {
       parallel["reshard_after_forward"] = false;
       notes.push_back("parallel: SHARD_GRAD_OP keeps each layer's gathered parameters from its forward to its backward");
@@ -803,6 +838,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["zero_stage"] = 1;
     notes.push_back("parallel: distributed optimizer (ZeRO-1) as in Megatron-Core recipes");
   }
+  if (!sharded && parallel.value("zero_stage", 0) > 0 && !hybrid_replicas(r, fsdp, dp, tp * cp, parallel, notes, reason)) return false;
   if (nemo && dp * cp > 1) {
     // NeMo's and Megatron-Bridge's communication-overlap setup (MegatronCommOverlap): with data
     // parallelism, buckets of 128 Mi parameters (fp32 main grads), the parameter all-gather
@@ -986,6 +1022,7 @@ std::string layout_string(const config::RunConfig& rc) {
   o << " mb" << p.micro_batch_size;
   if (p.fsdp) o << " fsdp";
   else if (p.zero_stage > 0) o << " z" << p.zero_stage;
+  if (p.dp_replicate > 1) o << "x" << p.dp_replicate;  // hybrid sharding's replicas
   if (p.recompute != config::Recompute::kNone) o << " rc-" << config::recompute_label(p);
   return o.str();
 }
@@ -1048,7 +1085,7 @@ namespace {
 const char* const kLayoutKeys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "micro_batch_size", "zero_stage",
                                    "fsdp", "recompute", "recompute_layers", "recompute_modules", "schedule", "first_stage_layers",
                                    "last_stage_layers", "stage_layers",
-                                   "reshard_after_forward", "cp_comm"};
+                                   "reshard_after_forward", "cp_comm", "dp_replicate"};
 
 void compare_with_planner(AccuracyResult& res, const std::function<void(const char*, size_t, size_t)>& progress) {
   std::map<std::string, std::vector<const RowResult*>> groups;

@@ -159,6 +159,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.micro_batch_size = r.get_int("micro_batch_size", 1, kMaxDim, 1);
   p.zero_stage = static_cast<int>(r.get_int("zero_stage", 0, 3, 0));
   p.fsdp = r.get_bool("fsdp", false);
+  p.dp_replicate = r.get_int("dp_replicate", 1, kMaxDim, 1);
   p.reshard_after_forward = r.get_bool("reshard_after_forward", true);
   // A property of the framework, like reshard_after_forward: it applies to the layouts that
   // shard parameters (fsdp or zero_stage 3), so a planner search keeps it across the others.
@@ -545,6 +546,16 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   // Sharding.
   if (p.fsdp && p.zero_stage != 0 && p.zero_stage != 3) {
     issues.add("$.parallel.zero_stage", "got " + n(p.zero_stage) + "; fsdp shards parameters, which is ZeRO stage 3 (omit zero_stage or set 3)");
+  }
+  if (p.dp_replicate > 1) {
+    if (p.effective_zero() == 0) {
+      issues.add("$.parallel.dp_replicate", "got " + n(p.dp_replicate) + "; hybrid sharding replicates sharded state, so it needs zero_stage 1-3 or fsdp (without sharding every dp rank is a replica already)");
+    } else if (p.dp % p.dp_replicate != 0) {
+      issues.add("$.parallel.dp_replicate", "got " + n(p.dp_replicate) + "; must divide dp (" + n(p.dp) + ") into equal replicas");
+    } else if (m.moe.enabled() && (p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp)) % p.dp_replicate != 0) {
+      issues.add("$.parallel.dp_replicate", "got " + n(p.dp_replicate) + "; must divide the expert-data-parallel group tp*dp*cp/(ep*etp) = " +
+                                                n(p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp)) + " as well, which shards the routed experts");
+    }
   }
 
   // Precision support.

@@ -160,6 +160,13 @@ struct Parallel {
   int64_t micro_batch_size = 1;
   int zero_stage = 0;
   bool fsdp = false;
+  // Hybrid sharding (PyTorch HSDP, torchtitan's data_parallel_replicate_degree, Megatron's
+  // num_distributed_optimizer_instances): the dp ranks form dp_replicate replicas of dp /
+  // dp_replicate consecutive ranks each; ZeRO state is sharded within a replica (over its dp
+  // ranks times cp) and replicated across them. Gradients are reduce-scattered within the
+  // replica, then each shard is all-reduced across the replicas; parameters are gathered within
+  // the replica. 1 = one replica (plain ZeRO / FSDP).
+  int64_t dp_replicate = 1;
   bool reshard_after_forward = true;
   // PyTorch FSDP2 (fully_shard) gathers a layer into one flat buffer and copies each parameter
   // out of it on the compute stream before the layer runs (split_with_sizes_copy); FSDP1's flat
@@ -246,6 +253,13 @@ struct Parallel {
   bool pp_send_full_activation = false;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
+  // Ranks that shard the dense ZeRO state (dp * cp, divided over the replicas).
+  [[nodiscard]] int64_t shard_group() const { return dp * cp / std::max<int64_t>(1, dp_replicate); }
+  // Ranks that shard the routed experts' ZeRO state: the expert-data-parallel group
+  // (tp * dp * cp / (ep * etp)) divided over the replicas.
+  [[nodiscard]] int64_t expert_shard_group() const {
+    return std::max<int64_t>(1, tp * dp * cp / std::max<int64_t>(1, ep * etp) / std::max<int64_t>(1, dp_replicate));
+  }
 };
 
 // What makes ranks differ. Any scenario switches the simulator from one representative rank

@@ -60,6 +60,7 @@ class RankBuilder {
         s_(b.stage_of(r)),
         my_tp_(static_cast<size_t>(b.tp_group(r))),
         my_dp_(static_cast<size_t>(b.dp_group(r))),
+        my_rep_(static_cast<size_t>(b.replicate_group(r))),
         bad_(b.full_ ? sc_.degraded_rank : -1),
         fsdp_(b.p_.effective_zero() >= 3 && has_sync()),
         gather_inline_(fsdp_ && !b.p_.param_gather_overlap),
@@ -72,6 +73,7 @@ class RankBuilder {
                      : std::vector<GradBucket>{}) {
     tp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.tp_group(bad_)) == my_tp_;
     dp_degraded_ = bad_ >= 0 && static_cast<size_t>(b.dp_group(bad_)) == my_dp_;
+    rep_degraded_ = bad_ >= 0 && static_cast<size_t>(b.replicate_group(bad_)) == my_rep_;
     base_.rank = static_cast<int32_t>(r);
     dp_base_ = base_;
     const size_t mbs = static_cast<size_t>(b.m_);
@@ -98,11 +100,13 @@ class RankBuilder {
   // shares it with concurrent flows; a degraded link then slows it through the link's
   // capacity. Other collectives (TP inside the node) take their closed-form time, divided by a
   // degraded link's factor.
-  TaskId group_task(bool tp, Task t, Tick dur, uint32_t name, double link_bytes = 0, bool cross_node = false, int64_t group = 1) {
-    auto& list = (tp ? b_.tp_coll_ : b_.dp_coll_)[tp ? my_tp_ : my_dp_];
-    size_t& j = tp ? tp_j_ : dp_j_;
+  enum class Group { kTp, kDp, kReplicate };
+  TaskId group_task(Group which, Task t, Tick dur, uint32_t name, double link_bytes = 0, bool cross_node = false, int64_t group = 1) {
+    auto& list = which == Group::kTp ? b_.tp_coll_[my_tp_] : which == Group::kDp ? b_.dp_coll_[my_dp_] : b_.rep_coll_[my_rep_];
+    size_t& j = which == Group::kTp ? tp_j_ : which == Group::kDp ? dp_j_ : rep_j_;
+    const bool degraded = which == Group::kTp ? tp_degraded_ : which == Group::kDp ? dp_degraded_ : rep_degraded_;
     const bool flow = link_bytes > 0 && !b_.ideal_;
-    if (!flow && ((tp && tp_degraded_) || (!tp && dp_degraded_))) dur = static_cast<Tick>(static_cast<double>(dur) / sc_.degraded_factor);
+    if (!flow && degraded) dur = static_cast<Tick>(static_cast<double>(dur) / sc_.degraded_factor);
     if (j >= list.size()) list.push_back(g_.add_collective(dur, name, static_cast<uint32_t>(std::clamp<int64_t>(group, 1, 1 << 30))));
     t.duration = dur;
     t.name = name;
@@ -113,9 +117,23 @@ class RankBuilder {
   }
 
   // A data-parallel collective of `bytes` over `where` as a flow on the link it loads.
-  TaskId dp_task(Task t, Collective op, double bytes, const mesh::Placement& where, uint32_t name) {
+  TaskId dp_task(Task t, Collective op, double bytes, const mesh::Placement& where, uint32_t name,
+                 Group which = Group::kDp) {
     const Tick dur = to_ticks(cost::collective_time(op, core::Bytes(bytes), where, b_.rc_.hardware).value());
-    return group_task(false, t, dur, name, cost::link_bytes(op, core::Bytes(bytes), where), !where.intra_node(), where.size);
+    return group_task(which, t, dur, name, cost::link_bytes(op, core::Bytes(bytes), where), !where.intra_node(), where.size);
+  }
+
+  // A gradient reduction over a sharding group `where` (a reduce-scatter, or an all-reduce
+  // without sharding) and, under hybrid sharding, the all-reduce of the reduced shard across the
+  // replicas (`replicate`), on the same stream after it. Returns the first and the last task.
+  std::pair<TaskId, TaskId> dp_reduce(Task t, Collective op, double bytes, const mesh::Placement& where,
+                                      const mesh::Placement& replicate, uint32_t name) {
+    const TaskId id = dp_task(t, op, bytes, where, name);
+    if (op != Collective::kReduceScatter || replicate.size <= 1) return {id, id};
+    const double shard = bytes / static_cast<double>(std::max<int64_t>(1, where.size));
+    const TaskId all = dp_task(t, Collective::kAllReduce, shard, replicate, b_.names_.all_reduce, Group::kReplicate);
+    g_.depend(id, all);
+    return {id, all};
   }
 
   void flow_over(TaskId id, double bytes, bool cross_node) {
@@ -179,11 +197,12 @@ class RankBuilder {
   // them), one after the other on the stream. Returns the first and the last task.
   std::pair<TaskId, TaskId> unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
     const double expert = sl.expert_params();
-    const TaskId first = dp_task(t, op, (sl.params - expert) * bytes_per_param, b_.wb_.placements().zero3, name);
-    if (expert <= 0) return {first, first};
-    const TaskId last = dp_task(t, op, expert * bytes_per_param, b_.wb_.placements().edp, name);
-    g_.depend(first, last);
-    return {first, last};
+    const auto& pl = b_.wb_.placements();
+    const auto dense = dp_reduce(t, op, (sl.params - expert) * bytes_per_param, pl.zero3, pl.dp_replicate, name);
+    if (expert <= 0) return dense;
+    const auto experts = dp_reduce(t, op, expert * bytes_per_param, pl.edp, pl.edp_replicate, name);
+    g_.depend(dense.second, experts.first);
+    return {dense.first, experts.second};
   }
 
   // A unit's collective issued in line: after `after` and the in-line collectives before it;
@@ -284,7 +303,7 @@ class RankBuilder {
       if (seconds <= 0 || b_.ideal_) return;
       Task c = layer_task;
       c.kind = TaskKind::kTpComm;
-      ids.last = group_task(true, c, to_ticks(seconds * lf), name, nic_bytes * lf, true);
+      ids.last = group_task(Group::kTp, c, to_ticks(seconds * lf), name, nic_bytes * lf, true);
       last_on_compute_ = ids.last;
     };
     std::vector<const Slot*> seq;
@@ -464,11 +483,12 @@ class RankBuilder {
       c.stream = Stream::kDpReduce;
       c.kind = TaskKind::kDpComm;
       c.microbatch = mb;
-      const auto& where = bk.expert ? b_.wb_.placements().edp : b_.wb_.placements().dp_cp;
-      const TaskId id = dp_task(c, op, bk.bytes, where, zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
-      g_.depend(p_.grad_reduce_overlap ? ready_of_slot[bk.ready_slot] : last_pipeline_, id);
-      reductions_.push_back(id);
-      if (!p_.no_sync) g_.depend(id, finalize_gate_[static_cast<size_t>(mb)]);
+      const auto& pl = b_.wb_.placements();
+      const auto [first, last] = dp_reduce(c, op, bk.bytes, bk.expert ? pl.edp : pl.dp_cp, bk.expert ? pl.edp_replicate : pl.dp_replicate,
+                                           zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
+      g_.depend(p_.grad_reduce_overlap ? ready_of_slot[bk.ready_slot] : last_pipeline_, first);
+      reductions_.push_back(last);
+      if (!p_.no_sync) g_.depend(last, finalize_gate_[static_cast<size_t>(mb)]);
     }
   }
 
@@ -498,9 +518,9 @@ class RankBuilder {
   const config::Scenario& sc_;
   const int64_t r_;
   const int32_t s_;
-  const size_t my_tp_, my_dp_;
+  const size_t my_tp_, my_dp_, my_rep_;
   const int64_t bad_;  // degraded rank (all-ranks mode), -1 none
-  bool tp_degraded_ = false, dp_degraded_ = false;
+  bool tp_degraded_ = false, dp_degraded_ = false, rep_degraded_ = false;
   const bool fsdp_;
   // ZeRO-3 / FSDP collectives issued in line with the compute (no prefetch / no overlap).
   const bool gather_inline_, reduce_inline_;
@@ -509,7 +529,7 @@ class RankBuilder {
   const bool split_w_;
   uint64_t op_index_;
   const int64_t replica_;
-  size_t tp_j_ = 0, dp_j_ = 0;
+  size_t tp_j_ = 0, dp_j_ = 0, rep_j_ = 0;
   Task base_, dp_base_;
   TaskId start_barrier_ = kNone, last_pipeline_ = kNone;
   std::vector<TaskId> compute_uses_;      // FSDP: compute tasks that used gathered weights
@@ -592,7 +612,8 @@ void StepBuilder::build() {
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   if (p_.schedule == Schedule::kZbH1) wgt_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   tp_coll_.assign(static_cast<size_t>(full_ ? ranks_ / (p_.tp * p_.cp) : ranks_), {});
-  dp_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp : ranks_), {});
+  dp_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp * p_.dp_replicate : ranks_), {});
+  rep_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp * p_.cp * (p_.dp / p_.dp_replicate) : ranks_), {});
   // Each simulated rank's links: NIC send and receive directions and its port into the node
   // fabric. A degraded link scenario lowers the named rank's capacities.
   const auto& hw = rc_.hardware;

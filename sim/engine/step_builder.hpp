@@ -124,9 +124,20 @@ class StepBuilder {
   void link_stages();
   // Compute time on simulated rank r after the compute calibration, slowdowns and jitter.
   [[nodiscard]] Tick scaled(double seconds, int64_t r, uint64_t index) const;
-  // Collective groups: ranks of one replica's tensor group / one data-parallel group.
+  // Collective groups: ranks of one replica's tensor group / one data-parallel sharding group
+  // (the whole dp*cp group, or one hybrid-sharding replica's part of it) / one hybrid-sharding
+  // replicate group (the same position in every replica).
   [[nodiscard]] int64_t tp_group(int64_t r) const { return full_ ? (r / (p_.tp * p_.cp)) : r; }
-  [[nodiscard]] int64_t dp_group(int64_t r) const { return full_ ? (stage_of(r) * p_.tp + (r % p_.tp)) : r; }
+  [[nodiscard]] int64_t dp_group(int64_t r) const {
+    if (!full_) return r;
+    const int64_t local = r % per_stage_, shard = p_.tp * p_.cp * (p_.dp / p_.dp_replicate);
+    return (stage_of(r) * p_.dp_replicate + local / shard) * p_.tp + r % p_.tp;
+  }
+  [[nodiscard]] int64_t replicate_group(int64_t r) const {
+    if (!full_) return r;
+    const int64_t shard = p_.tp * p_.cp * (p_.dp / p_.dp_replicate);
+    return stage_of(r) * shard + (r % per_stage_) % shard;
+  }
 
   const config::RunConfig& rc_;
   const config::Parallel& p_;
@@ -148,7 +159,7 @@ class StepBuilder {
   std::vector<std::vector<PassTasks>> fwd_, bwd_, wgt_;
   std::vector<DpGate> dp_gates_;
   // The j-th collective a rank joins in its group is the group's j-th collective.
-  std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_;
+  std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_, rep_coll_;
   uint32_t barrier_ = kNone;
 };
 

@@ -40,6 +40,17 @@ double model_flops_per_step(const config::RunConfig& rc) {
 
 namespace {
 
+// A data-parallel collective over a sharding group; under hybrid sharding a reduce-scatter is
+// followed by the all-reduce of the reduced shard across the replicas (same stream, in order).
+Duration sharded_collective_time(Collective c, Bytes bytes, const mesh::Placement& shard, const mesh::Placement& replicate,
+                                 const hw::HardwareProfile& hw) {
+  Duration t = cost::collective_time(c, bytes, shard, hw);
+  if (c == Collective::kReduceScatter && replicate.size > 1) {
+    t += cost::collective_time(Collective::kAllReduce, bytes / static_cast<double>(std::max<int64_t>(1, shard.size)), replicate, hw);
+  }
+  return t;
+}
+
 // Time to reduce `bytes` of gradients in DDP buckets: the first bucket 1 MB, the rest
 // bucket_mb, each its own collective (so each pays the latency floor).
 struct BucketPlan {
@@ -48,11 +59,11 @@ struct BucketPlan {
 };
 
 BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh::Placement& where,
-                    const hw::HardwareProfile& hw, double first_bytes = 1e6) {
+                    const mesh::Placement& replicate, const hw::HardwareProfile& hw, double first_bytes = 1e6) {
   BucketPlan plan;
   if (where.size <= 1 || bytes <= 0) return plan;
   const double first = std::min(bytes, first_bytes);
-  plan.total += cost::collective_time(c, Bytes(first), where, hw);
+  plan.total += sharded_collective_time(c, Bytes(first), where, replicate, hw);
   plan.count = 1;
   double rest = bytes - first;
   plan.last = plan.total;
@@ -60,13 +71,13 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
     const double full = std::floor(rest / bucket_bytes);
     const double rem = rest - full * bucket_bytes;
     if (full > 0) {
-      const Duration tb = cost::collective_time(c, Bytes(bucket_bytes), where, hw);
+      const Duration tb = sharded_collective_time(c, Bytes(bucket_bytes), where, replicate, hw);
       plan.total += tb * full;
       plan.count += full;
       plan.last = tb;
     }
     if (rem > 0) {
-      const Duration tr = cost::collective_time(c, Bytes(rem), where, hw);
+      const Duration tr = sharded_collective_time(c, Bytes(rem), where, replicate, hw);
       plan.total += tr;
       plan.count += 1;
       plan.last = std::max(plan.last, tr);
@@ -79,19 +90,20 @@ BucketPlan bucketed(Collective c, double bytes, double bucket_bytes, const mesh:
 // Megatron-Core's, where only the first stage's first chunk is bucketed (no small first
 // bucket) and every other chunk is reduced in one piece.
 BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const mesh::Placement& where,
-                         const hw::HardwareProfile& hw, const config::Parallel& p, int64_t s) {
-  if (p.bucket_layout != config::BucketLayout::kMegatron) return bucketed(c, bytes, bucket_bytes, where, hw);
+                         const mesh::Placement& replicate, const hw::HardwareProfile& hw, const config::Parallel& p,
+                         int64_t s) {
+  if (p.bucket_layout != config::BucketLayout::kMegatron) return bucketed(c, bytes, bucket_bytes, where, replicate, hw);
   BucketPlan plan;
   if (where.size <= 1 || bytes <= 0) return plan;
   const double v = static_cast<double>(std::max<int64_t>(1, p.vpp));
-  const Duration whole = cost::collective_time(c, Bytes(bytes / v), where, hw);
+  const Duration whole = sharded_collective_time(c, Bytes(bytes / v), where, replicate, hw);
   if (s > 0) {
     plan.total = whole * v;
     plan.count = v;
     plan.last = whole;
     return plan;
   }
-  plan = bucketed(c, bytes / v, bucket_bytes, where, hw, bucket_bytes);
+  plan = bucketed(c, bytes / v, bucket_bytes, where, replicate, hw, bucket_bytes);
   plan.total += whole * (v - 1.0);
   plan.count += v - 1.0;
   return plan;
@@ -137,8 +149,8 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   const auto& p = rc.parallel;
   const memory::StateBytes sb = memory::state_bytes(rc.training);
   const int zero = p.effective_zero();
-  const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.dp * p.cp)) : 1.0;
-  const double n_edp = static_cast<double>(std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp)));
+  const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.shard_group())) : 1.0;
+  const double n_edp = static_cast<double>(p.expert_shard_group());
   const double local = st.dense_params / shard_dense + st.expert_params / (zero >= 1 ? n_edp : 1.0);
   // Read master, moments and gradient; write master, moments and the 16-bit weights. Without a
   // separate master copy the weights are the master: read and written.
@@ -170,6 +182,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       host_stage(static_cast<size_t>(pp));
   // Per-step ZeRO-3 exposure of unsharded parameters: each stage's first forward, last backward.
   std::vector<double> once_fill(static_cast<size_t>(pp), 0.0), once_drain(static_cast<size_t>(pp), 0.0);
+  // Per micro-batch: the part of a stage's exposed ZeRO-3 time that only its gradient
+  // reductions cause (they delay no other stage, so the fill and drain do not pay it).
+  std::vector<double> reduce_only(static_cast<size_t>(pp), 0.0);
   std::vector<double> tp_stage(static_cast<size_t>(pp)), cp_stage(static_cast<size_t>(pp)),
       ep_stage(static_cast<size_t>(pp)), fsdp_stage(static_cast<size_t>(pp));
   out.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
@@ -206,8 +221,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
       const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
       auto unit_time = [&](Collective op, double bytes_per_param) {
-        double t = cost::collective_time(op, Bytes(layer_dense * bytes_per_param), places.zero3, hw).value();
-        if (layer_expert > 0) t += cost::collective_time(op, Bytes(layer_expert * bytes_per_param), places.edp, hw).value();
+        double t = sharded_collective_time(op, Bytes(layer_dense * bytes_per_param), places.zero3, places.dp_replicate, hw).value();
+        if (layer_expert > 0) {
+          t += sharded_collective_time(op, Bytes(layer_expert * bytes_per_param), places.edp, places.edp_replicate, hw).value();
+        }
         return t;
       };
       const double ag = unit_time(Collective::kAllGather, gather_bytes);
@@ -252,8 +269,22 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           if (layer_expert > 0) b += cost::link_bytes(op, Bytes(layer_expert * bytes_per_param), places.edp);
           return b / link;
         };
+        // Hybrid sharding: each reduced shard's all-reduce across the replicas loads the link
+        // the replicate group crosses: the shard traffic's own link when both leave the node
+        // (or both stay inside it), otherwise a link of its own beside it.
+        double replicate_link = 0;
+        if (places.dp_replicate.size > 1) {
+          auto replicas = [&](double params, const mesh::Placement& shard, const mesh::Placement& rp) {
+            const double bytes = cost::link_bytes(Collective::kAllReduce, Bytes(params * reduce_bytes / static_cast<double>(shard.size)), rp);
+            return bytes / (rp.intra_node() ? hw.fabric_port_bandwidth(rc.cluster.gpus_per_node) : hw.nic_bandwidth_per_gpu()).value();
+          };
+          replicate_link = replicas(layer_dense, where, places.dp_replicate);
+          if (layer_expert > 0) replicate_link += replicas(layer_expert, places.edp, places.edp_replicate);
+        }
+        const bool same_link = places.dp_replicate.intra_node() == where.intra_node();
         const double ag_link = unit_link(Collective::kAllGather, gather_bytes);
-        const double rs_link = unit_link(Collective::kReduceScatter, reduce_bytes);
+        const double rs_link = unit_link(Collective::kReduceScatter, reduce_bytes) + (same_link ? replicate_link : 0.0);
+        const double own_link = same_link ? 0.0 : replicate_link;
         if (on_nic && sc.fwd_nic + sc.bwd_nic > 0) {
           // The collectives that run beside a pass are issued as their layers come up, not
           // fitted into its compute: they are on the NIC for a share u of the pass, and an
@@ -300,10 +331,29 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
                   std::min(L * rs, w) * slow_here + rs / m;
         } else {
           exp_f = beside_compute(L * ag, f_win, slow_here, L * wf) + ag / m;
-          const double bwd_traffic = std::max({L * ag * bwd_gathers, L * rs, L * (ag_link * bwd_gathers + rs_link)});
+          const double bwd_traffic = std::max({L * ag * bwd_gathers, L * rs, L * (ag_link * bwd_gathers + rs_link), L * own_link});
           // The two streams wait for kernels side by side.
           const double bwd_busy = std::max({L * (ag + wb) * bwd_gathers, L * (rs + wb), bwd_traffic});
-          exp_b = beside_compute(bwd_traffic, b_win, slow_here, bwd_busy - bwd_traffic) + rs / m;
+          // Reductions that outlast a backward go on beside the next micro-batch's forward: the
+          // reduction stream through the whole forward (its gathers' exposed wait included), its
+          // traffic on the gathers' link in the link time they leave free. The last
+          // micro-batch's reductions have no forward after them.
+          const double spare_f = std::max(0.0, f_win - L * ag_link);
+          const double shared = std::max(L * ag * bwd_gathers, L * (ag_link * bwd_gathers + rs_link));
+          const double stream = std::max(L * rs, L * own_link);
+          const double spilled = std::max(beside_compute(shared, b_win + spare_f, slow_here, bwd_busy - bwd_traffic),
+                                          beside_compute(stream, b_win + f_win + exp_f, slow_here, bwd_busy - bwd_traffic));
+          const double kept = beside_compute(bwd_traffic, b_win, slow_here, bwd_busy - bwd_traffic);
+          exp_b = ((m - 1.0) * spilled + kept) / m + rs / m;
+          // What the reductions add beyond the backward's own gathers holds the compute stream
+          // back only in the steady state. Nothing downstream waits for a reduction, so in the
+          // pipeline's drain the backward waits only for its gathers, which share the link
+          // max-min with the reductions still queued (at half its rate at most) while the
+          // reductions run on in the stage's idle time.
+          const double g_link = L * ag_link * bwd_gathers;
+          const double gathers = std::max(L * ag * bwd_gathers, std::min(g_link + L * rs_link, 2.0 * g_link));
+          const double gathers_only = beside_compute(gathers, b_win, slow_here, L * wb * bwd_gathers);
+          reduce_only[static_cast<size_t>(s)] = std::max(0.0, exp_b - gathers_only);
         }
         fsdp = exp_f + exp_b;
         f += exp_f;
@@ -339,7 +389,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   const auto slowest = static_cast<size_t>(std::max_element(t_stage.begin(), t_stage.end()) - t_stage.begin());
   const double t_max = t_stage[slowest];
   double sum = 0;
-  for (double x : t_stage) sum += x;
+  for (size_t s = 0; s < t_stage.size(); ++s) sum += t_stage[s] - reduce_only[s];
+  sum += reduce_only[slowest];
   double scale = 1.0;
   if (p.schedule == config::Schedule::kInterleaved) scale = 1.0 / static_cast<double>(p.vpp);
   if (p.schedule == config::Schedule::kZbH1) {
@@ -390,11 +441,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const auto dense_tensors = layer_tensors(rc, false).dense;
       const double largest_dense = *std::max_element(dense_tensors.begin(), dense_tensors.end());
       const double bucket = std::max(p.bucket_mb * 1e6, largest_dense * sb.gradients);
-      BucketPlan dense = stage_buckets(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, hw, p, s);
+      BucketPlan dense = stage_buckets(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, places.dp_replicate, hw, p, s);
       const double expert_bucket = st.expert_params > 0 && st.layers > 0
                                        ? std::max(p.bucket_mb * 1e6, st.expert_params / static_cast<double>(st.layers) * sb.gradients)
                                        : p.bucket_mb * 1e6;
-      BucketPlan expert = stage_buckets(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, hw, p, s);
+      BucketPlan expert = stage_buckets(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, places.edp_replicate, hw, p, s);
       const double last = std::max(dense.last, expert.last).value();
       // The buckets that run beside the backward wait for its kernels (not the last, after it).
       const double waits = std::max(0.0, dense.count - 1.0) * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.dp_cp) +
@@ -423,8 +474,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       if (zero >= 1) {
         // The same buckets hold the parameters (in the weights' dtype).
         const double wb = sb.gradients > 0 ? sb.weights / sb.gradients : 1.0;
-        BucketPlan ag_d = stage_buckets(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, hw, p, s);
-        BucketPlan ag_e = stage_buckets(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, hw, p, s);
+        BucketPlan ag_d = stage_buckets(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, places.dp_replicate, hw, p, s);
+        BucketPlan ag_e = stage_buckets(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, places.edp_replicate, hw, p, s);
         const double ag_total = (ag_d.total + ag_e.total).value();
         // Overlapped, every bucket but the first waits for the forward's kernels.
         const double ag_waits = std::max(0.0, ag_d.count - 1.0) * kernel_wait(fwd_kernel[static_cast<size_t>(s)], places.dp_cp) +

@@ -216,14 +216,16 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
   const auto& p = rc.parallel;
   tokens_ = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
             static_cast<double>(p.cp);
-  mesh::RankMesh m(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp);
+  mesh::RankMesh m(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp, p.dp_replicate);
   const int64_t gpn = rc.cluster.gpus_per_node;
   places_.tp = mesh::place(m.group(0, mesh::Dim::kTp), gpn);
   places_.cp = mesh::place(m.group(0, mesh::Dim::kCp), gpn);
   places_.ep = mesh::place(m.group(0, mesh::Dim::kEp), gpn);
   places_.dp = mesh::place(m.group(0, mesh::Dim::kDp), gpn);
-  places_.dp_cp = mesh::place(m.group(0, mesh::Dim::kDpCp), gpn);
-  places_.edp = mesh::place(m.group(0, mesh::Dim::kEdp), gpn);
+  places_.dp_cp = mesh::place(m.group(0, mesh::Dim::kShard), gpn);
+  places_.edp = mesh::place(m.group(0, mesh::Dim::kEdpShard), gpn);
+  places_.dp_replicate = mesh::place(m.group(0, mesh::Dim::kReplicate), gpn);
+  places_.edp_replicate = mesh::place(m.group(0, mesh::Dim::kEdpReplicate), gpn);
   places_.zero3 = places_.dp_cp;
   if (p.zero3_flat_collectives && places_.dp_cp.size > 1) {
     // A flat ring: every member as if alone on its node, each hop over its own NIC.

@@ -97,7 +97,14 @@ struct LayerTensors {
 LayerTensors layer_tensors(const config::RunConfig& rc, bool moe);
 
 struct GroupPlacements {
-  mesh::Placement tp, cp, ep, dp, dp_cp, edp, pp_neighbour;
+  mesh::Placement tp, cp, ep, dp, pp_neighbour;
+  // The groups that shard the ZeRO state and run its reduce-scatters and gathers: dense
+  // parameters over dp*cp, routed experts over the expert-data-parallel group; under hybrid
+  // sharding (parallel.dp_replicate > 1) one replica's part of each.
+  mesh::Placement dp_cp, edp;
+  // Hybrid sharding: where each reduced shard is all-reduced across the replicas (size 1
+  // otherwise).
+  mesh::Placement dp_replicate, edp_replicate;
   mesh::Placement zero3;  // where ZeRO-3 / FSDP gathers and reduce-scatters run (dp_cp, or flat)
 };
 

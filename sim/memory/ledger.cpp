@@ -270,6 +270,12 @@ std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int6
     group(p.ep);
     group(p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp));
   }
+  if (p.dp_replicate > 1) {
+    // Hybrid sharding: the shard groups and the replicate groups (dense, and expert).
+    group(p.shard_group());
+    group(p.dp_replicate);
+    if (rc.model.moe.enabled()) group(p.expert_shard_group());
+  }
   // Gradient-norm clipping (and the fp16 overflow check) all-reduce over the model-parallel
   // group, tp x pp ranks (Megatron's and DeepSpeed's get_model_parallel_group).
   if (p.pp > 1) group(p.tp * p.pp);
@@ -467,8 +473,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
   const double t = static_cast<double>(p.tp);
   const StateBytes sb = state_bytes(rc.training);
   const int zero = p.effective_zero();
-  const int64_t n_dense = p.dp * p.cp;
-  const int64_t n_expert = std::max<int64_t>(1, p.tp * p.dp * p.cp / (p.ep * p.etp));
+  const int64_t n_dense = p.shard_group();
+  const int64_t n_expert = p.expert_shard_group();
   const double h = static_cast<double>(m.hidden);
   const double e = rc.activation_bytes();
 

@@ -3,7 +3,8 @@
 // Model state per parameter (mixed precision): weights w (2 bytes bf16/fp16, 4 fp32), gradients
 // g (grad_dtype), optimizer o (Adam: 8 for m and v, + 4 fp32 master when master_weights; SGD
 // momentum 4 + master 4). ZeRO over N data-parallel ranks (dp*cp for dense parameters, the
-// expert-data-parallel group for experts):
+// expert-data-parallel group for experts; each divided by parallel.dp_replicate under hybrid
+// sharding, whose replicas each hold a full copy of the sharded state):
 //   stage 0: w + g + o;  1: w + g + o/N;  2: w + (g + o)/N;  3 / FSDP: (w + g + o)/N
 // (Adam, bf16: 16 bytes, stage 1 2+2+12/N, stage 2 2+14/N, stage 3 16/N). ZeRO-3 adds gather
 // buffers: the largest unit gathered at once (a layer, or the embedding or output layer when
@@ -116,7 +117,8 @@ double loss_peak_bytes_per_logit(const config::RunConfig& rc);
 // Micro-batches (in units of a full stage's layers) in flight on `stage`.
 // NCCL communicators a rank of `stage` joins in a training step: the world group (barriers), and
 // each group its step communicates in: TP, CP, data-parallel (over dp*cp), EP and the expert
-// data-parallel group (a group of every rank is the world group), the pipeline neighbours and,
+// data-parallel group, under hybrid sharding the shard and replicate groups (a group of every
+// rank is the world group), the pipeline neighbours and,
 // with tied embeddings under pipeline parallelism, the first/last-stage embedding pair.
 // Returns {groups of 3+ ranks, 2-rank groups}.
 std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int64_t stage);

@@ -18,15 +18,20 @@ std::string to_string(Dim d) {
     case Dim::kEp: return "ep";
     case Dim::kEtp: return "etp";
     case Dim::kEdp: return "edp";
+    case Dim::kShard: return "dp_shard*cp";
+    case Dim::kReplicate: return "dp_replicate";
+    case Dim::kEdpShard: return "edp_shard";
+    case Dim::kEdpReplicate: return "edp_replicate";
   }
   return "?";
 }
 
-RankMesh::RankMesh(int64_t tp, int64_t cp, int64_t dp, int64_t pp, int64_t ep, int64_t etp)
-    : tp_(tp), cp_(cp), dp_(dp), pp_(pp), ep_(ep), etp_(etp), edp_(0) {
-  STEPCAST_CHECK(tp > 0 && cp > 0 && dp > 0 && pp > 0 && ep > 0 && etp > 0, "mesh sizes must be positive");
+RankMesh::RankMesh(int64_t tp, int64_t cp, int64_t dp, int64_t pp, int64_t ep, int64_t etp, int64_t replicate)
+    : tp_(tp), cp_(cp), dp_(dp), pp_(pp), ep_(ep), etp_(etp), edp_(0), rep_(replicate) {
+  STEPCAST_CHECK(tp > 0 && cp > 0 && dp > 0 && pp > 0 && ep > 0 && etp > 0 && replicate > 0, "mesh sizes must be positive");
   STEPCAST_CHECK((tp * cp * dp) % (ep * etp) == 0, "ep*etp must divide tp*cp*dp");
   edp_ = tp * cp * dp / (ep * etp);
+  STEPCAST_CHECK(dp % replicate == 0 && edp_ % replicate == 0, "dp_replicate must divide dp and the expert-data-parallel group");
 }
 
 Coord RankMesh::coord(int64_t rank) const {
@@ -57,6 +62,10 @@ int64_t RankMesh::size(Dim d) const {
     case Dim::kEp: return ep_;
     case Dim::kEtp: return etp_;
     case Dim::kEdp: return edp_;
+    case Dim::kShard: return dp_ / rep_ * cp_;
+    case Dim::kReplicate: return rep_;
+    case Dim::kEdpShard: return edp_ / rep_;
+    case Dim::kEdpReplicate: return rep_;
   }
   return 1;
 }
@@ -91,6 +100,27 @@ std::vector<int64_t> RankMesh::group(int64_t rank, Dim d) const {
     case Dim::kEdp:
       for (int64_t i = 0; i < edp_; ++i) out.push_back(stage_base + c.etp + etp_ * (c.ep + ep_ * i));
       break;
+    case Dim::kShard: {
+      const int64_t per = dp_ / rep_, first = c.dp / per * per;
+      for (int64_t di = first; di < first + per; ++di)
+        for (int64_t ci = 0; ci < cp_; ++ci) out.push_back(rank_of(c.tp, ci, di, c.pp));
+      break;
+    }
+    case Dim::kReplicate: {
+      const int64_t per = dp_ / rep_;
+      for (int64_t k = 0; k < rep_; ++k) out.push_back(rank_of(c.tp, c.cp, k * per + c.dp % per, c.pp));
+      break;
+    }
+    case Dim::kEdpShard: {
+      const int64_t per = edp_ / rep_, first = c.edp / per * per;
+      for (int64_t i = first; i < first + per; ++i) out.push_back(stage_base + c.etp + etp_ * (c.ep + ep_ * i));
+      break;
+    }
+    case Dim::kEdpReplicate: {
+      const int64_t per = edp_ / rep_;
+      for (int64_t k = 0; k < rep_; ++k) out.push_back(stage_base + c.etp + etp_ * (c.ep + ep_ * (k * per + c.edp % per)));
+      break;
+    }
   }
   std::sort(out.begin(), out.end());
   return out;

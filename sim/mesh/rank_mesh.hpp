@@ -6,6 +6,10 @@
 // expert-data-parallel (edp), so EP is carved from dp*cp. Example (16 ranks, tp2 pp4 dp2):
 // TP [0,1], DP [0,2], PP [0,4,8,12]. Ranks fill nodes in order, so the fastest dimensions stay
 // inside a node; Placement tells the cost model how a group lands on nodes.
+// Hybrid sharding splits the dp ranks into `replicate` replicas of consecutive dp indices: the
+// shard group (kShard: the replica's dp ranks times cp) shards ZeRO state, the replicate group
+// (kReplicate: the same position in every replica) all-reduces each shard; kEdpShard and
+// kEdpReplicate split the expert-data-parallel group the same way.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +18,7 @@
 
 namespace stepcast::mesh {
 
-enum class Dim { kTp, kCp, kDp, kPp, kDpCp, kEp, kEtp, kEdp };
+enum class Dim { kTp, kCp, kDp, kPp, kDpCp, kEp, kEtp, kEdp, kShard, kReplicate, kEdpShard, kEdpReplicate };
 std::string to_string(Dim d);
 
 struct Coord {
@@ -34,7 +38,7 @@ struct Placement {
 
 class RankMesh {
  public:
-  RankMesh(int64_t tp, int64_t cp, int64_t dp, int64_t pp, int64_t ep = 1, int64_t etp = 1);
+  RankMesh(int64_t tp, int64_t cp, int64_t dp, int64_t pp, int64_t ep = 1, int64_t etp = 1, int64_t replicate = 1);
 
   [[nodiscard]] int64_t world() const { return tp_ * cp_ * dp_ * pp_; }
   [[nodiscard]] Coord coord(int64_t rank) const;
@@ -46,7 +50,7 @@ class RankMesh {
   [[nodiscard]] int64_t size(Dim d) const;
 
  private:
-  int64_t tp_, cp_, dp_, pp_, ep_, etp_, edp_;
+  int64_t tp_, cp_, dp_, pp_, ep_, etp_, edp_, rep_;
 };
 
 Placement place(const std::vector<int64_t>& ranks, int64_t gpus_per_node);

@@ -43,6 +43,7 @@ std::vector<int64_t> divisors(int64_t n, int64_t hi) {
 struct Sharding {
   int zero;
   bool fsdp;
+  int64_t replicate = 1;  // parallel.dp_replicate
 };
 
 using core::fmt;
@@ -98,6 +99,7 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   }
   num("micro-batch", a.micro_batch_size, b.micro_batch_size);
   num("ZeRO stage", a.effective_zero(), b.effective_zero());
+  num("dp_replicate", a.dp_replicate, b.dp_replicate);
   if (config::recompute_label(a) != config::recompute_label(b)) {
     d.push_back("recompute " + config::recompute_label(a) + " vs " + config::recompute_label(b));
   }
@@ -187,8 +189,9 @@ std::string layout_text(const Parallel& p) {
   if (p.ep > 1) o << " ep " << p.ep;
   if (p.etp > 1) o << " etp " << p.etp;
   if (p.vpp > 1) o << " vpp " << p.vpp;
-  o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage)) << " rc "
-    << config::recompute_label(p);
+  o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage));
+  if (p.dp_replicate > 1) o << " dp_replicate " << p.dp_replicate;
+  o << " rc " << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
   const std::string split = split_text(p);
   if (!split.empty()) o << " " << split;
@@ -355,6 +358,23 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   }
   if (fixed("recompute")) recomputes = {{bp.recompute, bp.recompute_modules}};
   if (fixed("recompute_layers")) recomputes = {{Recompute::kFull, config::kRecomputeCoreAttn}};  // a layer count is full recomputation's
+  // Hybrid sharding: FSDP layouts whose data-parallel group leaves the node also try sharding
+  // within the node and replicating across nodes (HSDP), which keeps the per-layer gathers on
+  // the node fabric at the cost of a full copy of the sharded state per node and an all-reduce
+  // of each gradient shard over the network.
+  auto shardings = [&](int64_t tp, int64_t cp, int64_t dp, int64_t ep_etp) {
+    std::vector<Sharding> out;
+    for (Sharding sh : shards) {
+      if (fixed("dp_replicate")) sh.replicate = bp.dp_replicate;
+      out.push_back(sh);
+      if (fixed("dp_replicate") || !sh.fsdp || gpn % (tp * cp) != 0) continue;
+      const int64_t in_node = gpn / (tp * cp);
+      if (dp % in_node != 0 || dp / in_node <= 1 || (tp * dp * cp / ep_etp) % (dp / in_node) != 0) continue;
+      sh.replicate = dp / in_node;
+      out.push_back(sh);
+    }
+    return out;
+  };
 
   std::vector<Parallel> cands;
   for (int64_t tp : tps) {
@@ -418,7 +438,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
                     ++res.rejected["invalid $.training.global_batch_size"];
                     continue;
                   }
-                  for (const auto& sh : shards) {
+                  for (const Sharding& sh : shardings(tp, cp, dp, ep * etp)) {
                     for (const RecomputeChoice& rcm : recomputes) {
                       for (Schedule sc : scheds) {
                         Parallel p = bp;
@@ -434,6 +454,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
                         p.micro_batch_size = mbs;
                         p.zero_stage = sh.zero;
                         p.fsdp = sh.fsdp;
+                        p.dp_replicate = sh.replicate;
                         p.recompute = rcm.mode;
                         p.recompute_modules = rcm.modules;
                         p.schedule = sc;
@@ -656,7 +677,8 @@ Json plan_json(const PlanResult& r, size_t rows) {
     const auto& p = c.rc.parallel;
     Json par = {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"vpp", p.vpp}, {"sp", p.sp},
                 {"micro_batch_size", p.micro_batch_size}, {"zero_stage", p.zero_stage}, {"fsdp", p.fsdp},
-                {"recompute", config::to_string(p.recompute)}, {"schedule", config::to_string(p.schedule)}};
+                {"dp_replicate", p.dp_replicate}, {"recompute", config::to_string(p.recompute)},
+                {"schedule", config::to_string(p.schedule)}};
     // Every setting the planner chose, so the layout re-runs as ranked.
     if (p.cp > 1) par["cp_comm"] = config::to_string(p.cp_comm);
     if (c.rc.model.moe.enabled()) par["etp"] = p.etp;

@@ -74,7 +74,7 @@ Json run_summary_json(const config::RunConfig& rc) {
            {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp},
             {"vpp", p.vpp}, {"sp", p.sp}, {"micro_batch_size", p.micro_batch_size},
             {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
-            {"fsdp", p.fsdp}, {"recompute", config::to_string(p.recompute)},
+            {"fsdp", p.fsdp}, {"dp_replicate", p.dp_replicate}, {"recompute", config::to_string(p.recompute)},
             {"recompute_layers", p.recompute_layers}, {"recompute_modules", recompute_modules_json(p)},
             {"schedule", config::to_string(p.schedule)}}},
           {"assumptions", rc.assumptions}};
@@ -122,7 +122,9 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
   std::ostringstream o;
   o << "memory per GPU (GiB) for " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name
     << " (tp " << rc.parallel.tp << ", pp " << rc.parallel.pp << ", dp " << rc.parallel.dp << ", cp " << rc.parallel.cp
-    << ", zero " << rc.parallel.effective_zero() << ", recompute " << config::recompute_label(rc.parallel) << ")\n";
+    << ", zero " << rc.parallel.effective_zero()
+    << (rc.parallel.dp_replicate > 1 ? " in " + std::to_string(rc.parallel.dp_replicate) + " replicas" : std::string())
+    << ", recompute " << config::recompute_label(rc.parallel) << ")\n";
   // The kept-outputs column appears only for runtimes that keep stage outputs until the step ends.
   const bool kept = std::any_of(l.stages.begin(), l.stages.end(), [](const auto& s) { return s.kept_outputs.value() > 0; });
   char line[256];
@@ -266,12 +268,13 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
   char line[256];
   o << "analytical estimate: " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name << "\n";
   std::snprintf(line, sizeof line,
-                "  layout       tp %lld  pp %lld  dp %lld  cp %lld  ep %lld  vpp %lld  mbs %lld  m %lld  %s  zero %d  recompute %s\n",
+                "  layout       tp %lld  pp %lld  dp %lld  cp %lld  ep %lld  vpp %lld  mbs %lld  m %lld  %s  zero %d%s  recompute %s\n",
                 static_cast<long long>(rc.parallel.tp), static_cast<long long>(rc.parallel.pp),
                 static_cast<long long>(rc.parallel.dp), static_cast<long long>(rc.parallel.cp),
                 static_cast<long long>(rc.parallel.ep), static_cast<long long>(rc.parallel.vpp),
                 static_cast<long long>(rc.parallel.micro_batch_size), static_cast<long long>(rc.num_microbatches),
                 config::to_string(rc.parallel.schedule).c_str(), rc.parallel.effective_zero(),
+                rc.parallel.dp_replicate > 1 ? (" in " + std::to_string(rc.parallel.dp_replicate) + " replicas").c_str() : "",
                 config::recompute_label(rc.parallel).c_str());
   o << line;
   std::snprintf(line, sizeof line, "  step time    %.4f s\n  tokens/s     %.0f (%.1f per GPU)\n  MFU          %.1f%% (HFU %.1f%%), %.1f model TFLOP/s per GPU\n  bubble       %.1f%% of the pipeline\n",

@@ -556,7 +556,7 @@ TEST(PublishedRows, HugeCountIsListedNotRounded) {
 }
 
 // The fsdp field's wording: a boolean, FULL_SHARD, SHARD_GRAD_OP (kept gathered from forward to
-// backward), NO_SHARD; hybrid sharding and unknown wording are listed, not guessed.
+// backward), NO_SHARD, HYBRID_SHARD (below); unknown wording is listed, not guessed.
 TEST(PublishedRows, FsdpWording) {
   Json r = base_row();
   r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}});
@@ -568,13 +568,42 @@ TEST(PublishedRows, FsdpWording) {
   EXPECT_EQ(converted(r)["parallel"]["reshard_after_forward"], false);
   r["fsdp"] = "NO_SHARD";
   EXPECT_FALSE(converted(r)["parallel"].contains("fsdp"));
-  for (const char* text : {"HYBRID_SHARD", "sharded somehow"}) {
-    r["fsdp"] = text;
-    Json run;
-    std::string reason;
-    EXPECT_FALSE(row_to_run(r, run, reason)) << text;
-    EXPECT_NE(reason.find(text), std::string::npos) << reason;
-  }
+  r["fsdp"] = "sharded somehow";
+  Json run;
+  std::string reason;
+  EXPECT_FALSE(row_to_run(r, run, reason));
+  EXPECT_NE(reason.find("sharded somehow"), std::string::npos) << reason;
+}
+
+// Hybrid sharding: the row's replicas (dp_replicate), its shard degree (dp_shard: dp over it),
+// or for HYBRID_SHARD without either, PyTorch's default of one replica per node (the node's
+// dp ranks at tp * cp). Counts that do not divide dp are listed naming the field; a ZeRO row
+// with replicas is Megatron's partial distributed optimizer.
+TEST(PublishedRows, HybridSharding) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 2}, {"pp", 1}, {"framework", "torchtitan"}, {"fsdp", "HYBRID_SHARD"}});
+  // 64 GPUs at tp 2: dp 32, 4 dp ranks per node, 8 replicas.
+  EXPECT_EQ(converted(r)["parallel"]["fsdp"], true);
+  EXPECT_EQ(converted(r)["parallel"]["dp_replicate"], 8);
+  r["cp"] = 8;  // dp 4 ranks at tp * cp = 16 GPUs: no node holds a whole dp rank
+  Json run;
+  std::string reason;
+  EXPECT_FALSE(row_to_run(r, run, reason));
+  EXPECT_NE(reason.find("HYBRID_SHARD"), std::string::npos) << reason;
+  r.erase("cp");
+  r["dp_shard"] = 16;
+  EXPECT_EQ(converted(r)["parallel"]["dp_replicate"], 2);
+  r.erase("dp_shard");
+  r["dp_replicate"] = 3;
+  EXPECT_FALSE(row_to_run(r, run, reason));
+  EXPECT_NE(reason.find("dp_replicate 3 does not divide the row's dp 32"), std::string::npos) << reason;
+  r["dp_replicate"] = 4;
+  r["fsdp"] = "FULL_SHARD";  // the replicas make it hybrid
+  EXPECT_EQ(converted(r)["parallel"]["dp_replicate"], 4);
+  r.erase("fsdp");
+  r["zero_stage"] = 1;
+  EXPECT_EQ(converted(r)["parallel"]["dp_replicate"], 4);
+  EXPECT_EQ(converted(r)["parallel"]["zero_stage"], 1);
 }
 
 // A stated ZeRO stage (a number or "ZeRO-1") and a stated sp are the row's, over framework

@@ -263,6 +263,10 @@ const std::vector<BadCase> kCases = {
     {"SlowdownRankTwice", R"({"scenario": {"slowdown": {"ranks": [3, 3], "factor": 1.2}}})", {"$.scenario.slowdown.ranks", "3 is listed twice"}},
     {"RecomputeModuleTwice", R"({"parallel": {"recompute": "selective", "recompute_modules": ["core_attn", "core_attn"]}})",
      {"$.parallel.recompute_modules[1]", "listed twice"}},
+    // Hybrid sharding replicates sharded state in equal replicas of the dp ranks.
+    {"ReplicasWithoutSharding", R"({"parallel": {"dp_replicate": 2}})", {"$.parallel.dp_replicate", "got 2", "zero_stage 1-3 or fsdp"}},
+    {"ReplicasNotDividingDp", R"({"parallel": {"fsdp": true, "dp_replicate": 3}})", {"$.parallel.dp_replicate", "got 3", "must divide dp (4)"}},
+    {"ReplicasZero", R"({"parallel": {"zero_stage": 1, "dp_replicate": 0}})", {"$.parallel.dp_replicate", "got 0"}},
     // A head-dimension factor small enough to make every attention time infinite.
     {"HeadDimScaleTiny", R"({"hardware": {"base": "h100-sxm", "efficiency": {"attention_head_dim_scale": {"128": 1e-300}}}})",
      {"$.hardware.efficiency.attention_head_dim_scale.128", "[0.01, 10]"}},

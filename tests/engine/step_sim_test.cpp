@@ -15,6 +15,7 @@
 #include "sim/core/units.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/estimate/workload.hpp"
+#include "sim/memory/ledger.hpp"
 #include "sim/mesh/rank_mesh.hpp"
 #include "sim/report/sim_output.hpp"
 
@@ -137,16 +138,56 @@ TEST(Consistency, ZeroThreeEstimateFollowsTheSimulation) {
   for (const char* schedule : {"1f1b", "zb-h1"}) {
     for (auto [pp, reshard] : {std::pair<int64_t, bool>{1, true}, {4, true}, {4, false}}) {
       if (std::string(schedule) == "zb-h1" && pp > 1 && reshard) continue;
-      Json j = run_json(pp, 8, schedule, 1, 4);
-      j["parallel"]["zero_stage"] = 3;
-      j["parallel"]["recompute"] = "selective";
-      j["parallel"]["reshard_after_forward"] = reshard;
-      const auto rc = config::parse_run(j, "<step-sim-test>", "");
-      const SimResult r = simulate_step(rc);
-      const auto e = estimate::estimate_step(rc);
-      EXPECT_NEAR(e.step_time_s / r.step.step_time_s, 1.0, 0.05) << schedule << " pp" << pp << " reshard " << reshard;
+      for (const int64_t replicas : {1, 2}) {
+        Json j = run_json(pp, 8, schedule, 1, 4);
+        j["parallel"]["zero_stage"] = 3;
+        j["parallel"]["recompute"] = "selective";
+        j["parallel"]["reshard_after_forward"] = reshard;
+        j["parallel"]["dp_replicate"] = replicas;
+        const auto rc = config::parse_run(j, "<step-sim-test>", "");
+        const SimResult r = simulate_step(rc);
+        const auto e = estimate::estimate_step(rc);
+        EXPECT_NEAR(e.step_time_s / r.step.step_time_s, 1.0, 0.05) << schedule << " pp" << pp << " reshard " << reshard << " replicas " << replicas;
+      }
     }
   }
+}
+
+// Hybrid sharding over two 8-GPU nodes on a slow network (25 Gb/s per GPU). FSDP over all 16
+// ranks gathers (forward and backward) and reduce-scatters every layer across the NICs; HSDP
+// with a replica per node does both on the node fabric and sends only each reduced gradient
+// shard's all-reduce over the network. From the timeline: the HSDP step is bound by that
+// all-reduce's NIC time (at least it, and at most it plus the whole fast-network step, which
+// bounds the compute and fabric traffic beside it) and well under the FSDP step; its ledger
+// holds twice the sharded state.
+TEST(HybridSharding, OnlyTheShardAllReduceCrossesTheNetwork) {
+  auto rc_of = [](int64_t replicas, const char* nic) {
+    Json j = {{"model", "llama3.1-8b"},
+              {"hardware", {{"base", "h100-sxm"}, {"network", {{"nic_bandwidth", nic}}}}},
+              {"cluster", {{"num_gpus", 16}, {"gpus_per_node", 8}}},
+              {"training", {{"seq_len", 2048}, {"global_batch_size", 32}}},
+              {"parallel", {{"fsdp", true}, {"dp_replicate", replicas}, {"recompute", "full"}}}};
+    return config::parse_run(j, "<hsdp-test>", "");
+  };
+  const auto hsdp = rc_of(2, "25Gb/s"), fsdp = rc_of(1, "25Gb/s"), fast = rc_of(2, "4000Gb/s");
+  const estimate::WorkloadBuilder wb(hsdp);
+  const auto& pl = wb.placements();
+  ASSERT_TRUE(pl.zero3.intra_node());
+  ASSERT_EQ(pl.dp_replicate.size, 2);
+  ASSERT_FALSE(pl.dp_replicate.intra_node());
+  // Every unit's gradient shard (bf16) is all-reduced once per micro-batch (resharded after the
+  // forward, so reduce-scattered every micro-batch); the all-reduce's bytes are linear in size.
+  const double params = hsdp.model.total_params();
+  const double shard = params * hw::bytes_per_element(hsdp.training.reduce_dtype) / static_cast<double>(pl.zero3.size);
+  const double m = static_cast<double>(hsdp.num_microbatches);
+  const double nic_s = m * cost::link_bytes(cost::Collective::kAllReduce, core::Bytes(shard), pl.dp_replicate) /
+                       hsdp.hardware.nic_bandwidth_per_gpu().value();
+  const double t_hsdp = simulate_step(hsdp).step.step_time_s;
+  const double t_fast = simulate_step(fast).step.step_time_s;
+  EXPECT_GE(t_hsdp, nic_s);
+  EXPECT_LE(t_hsdp, nic_s + t_fast);
+  EXPECT_LT(t_hsdp, 0.5 * simulate_step(fsdp).step.step_time_s);
+  EXPECT_GT(memory::compute_ledger(hsdp).peak().value(), memory::compute_ledger(fsdp).peak().value());
 }
 
 // ZeRO-3 collectives issued in line (param_gather_overlap and grad_reduce_overlap off, as an
@@ -625,6 +666,14 @@ TEST(Symmetry, AllRanksEqualsRepresentativeRanks) {
       {{"model", "mixtral-8x7b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 32}}},
        {"training", {{"seq_len", 4096}, {"global_batch_size", 64}}},
        {"parallel", {{"tp", 2}, {"pp", 2}, {"ep", 4}, {"sp", true}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"recompute", "full"}}}},
+      // Hybrid sharding: shard and replicate collectives join their own groups.
+      {{"model", "llama3.1-8b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 32}}},
+       {"training", {{"seq_len", 8192}, {"global_batch_size", 32}}},
+       {"parallel", {{"fsdp", true}, {"cp", 2}, {"dp_replicate", 4}, {"micro_batch_size", 1}, {"recompute", "full"}}}},
+      {{"model", "mixtral-8x7b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 32}}},
+       {"training", {{"seq_len", 4096}, {"global_batch_size", 64}}},
+       {"parallel", {{"tp", 2}, {"pp", 2}, {"ep", 4}, {"sp", true}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"dp_replicate", 2},
+                     {"recompute", "full"}}}},
   };
   for (const auto& j : runs) {
     const auto rc = config::parse_run(j, "<symmetry-test>", "");

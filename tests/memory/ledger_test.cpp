@@ -314,6 +314,31 @@ TEST(Ledger, ModelStateMatchesZeroFormula) {
   expect_rel(l.stages[0].model_state().value(), zero_bytes_per_param(state_bytes(rc.training), 1, 4) * psi);
 }
 
+// Hybrid sharding: each replica holds a full copy of the sharded state, so ZeRO divides by the
+// replica's dp ranks (times cp), not by all of them; stage 0 state is unchanged. The shard and
+// replicate groups add a communicator each.
+TEST(Ledger, HybridShardingShardsWithinAReplica) {
+  Json j = {
+      {"model", {{"hidden_size", 1024}, {"num_attention_heads", 16}, {"num_hidden_layers", 4},
+                 {"intermediate_size", 4096}, {"vocab_size", 32768}, {"hidden_act", "silu"}}},
+      {"hardware", "h100-sxm"},
+      {"cluster", {{"num_gpus", 16}}},
+      {"training", {{"seq_len", 1024}, {"global_batch_size", 16}}},
+      {"parallel", {{"cp", 2}, {"fsdp", true}, {"dp_replicate", 4}}},
+  };
+  const RunConfig rc = config::parse_run(j, "<test>", "");
+  ASSERT_EQ(rc.parallel.dp, 8);
+  EXPECT_EQ(rc.parallel.shard_group(), 4);  // dp 8 / 4 replicas x cp 2
+  const double psi = rc.model.total_params();
+  const MemoryLedger l = compute_ledger(rc);
+  expect_rel(l.stages[0].model_state().value(), zero_bytes_per_param(state_bytes(rc.training), 3, 4) * psi);
+  j["parallel"]["dp_replicate"] = 1;
+  const RunConfig whole = config::parse_run(j, "<test>", "");
+  expect_rel(compute_ledger(whole).stages[0].model_state().value(), zero_bytes_per_param(state_bytes(rc.training), 3, 16) * psi);
+  // world, cp, dp*cp, and the shard and replicate groups.
+  EXPECT_EQ(nccl_communicators(rc, 0).first, nccl_communicators(whole, 0).first + 2);
+}
+
 // Same, for a GPT-2 style model (LayerNorm with bias, learned positions, tied embeddings): the
 // final LayerNorm has 2h parameters.
 TEST(Ledger, StageParamsIncludeWholeFinalLayerNorm) {

@@ -116,6 +116,37 @@ TEST(RankMesh, ExpertGroupsRefactorTpDpCp) {
   EXPECT_EQ(m.size(Dim::kEdp), 2);
 }
 
+// Hybrid sharding splits each data-parallel group into replicas of consecutive dp indices: the
+// shard group is one replica's dp ranks times cp (consecutive ranks at the tp stride), the
+// replicate group the same position in every replica; the expert-data-parallel group splits
+// the same way. Shard x replicate covers the dp*cp group exactly.
+TEST(RankMesh, HybridShardingSplitsTheDataParallelGroup) {
+  const RankMesh m(/*tp=*/2, /*cp=*/1, /*dp=*/8, /*pp=*/1, /*ep=*/1, /*etp=*/1, /*replicate=*/2);
+  EXPECT_THAT(m.group(0, Dim::kShard), ElementsAre(0, 2, 4, 6));
+  EXPECT_THAT(m.group(0, Dim::kReplicate), ElementsAre(0, 8));
+  EXPECT_THAT(m.group(11, Dim::kShard), ElementsAre(9, 11, 13, 15));
+  EXPECT_THAT(m.group(11, Dim::kReplicate), ElementsAre(3, 11));
+  EXPECT_EQ(m.size(Dim::kShard) * m.size(Dim::kReplicate), m.size(Dim::kDpCp));
+  // cp joins the shard group, not the replicas.
+  const RankMesh c(/*tp=*/1, /*cp=*/2, /*dp=*/4, /*pp=*/2, 1, 1, /*replicate=*/2);
+  EXPECT_THAT(c.group(0, Dim::kShard), ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(c.group(9, Dim::kReplicate), ElementsAre(9, 13));
+  EXPECT_EQ(c.size(Dim::kShard), 4);
+  // Experts: edp = 8 / 2 = 4, split into 2 replicas of 2.
+  const RankMesh e(/*tp=*/1, /*cp=*/1, /*dp=*/8, /*pp=*/1, /*ep=*/2, /*etp=*/1, /*replicate=*/2);
+  EXPECT_THAT(e.group(0, Dim::kEdp), ElementsAre(0, 2, 4, 6));
+  EXPECT_THAT(e.group(0, Dim::kEdpShard), ElementsAre(0, 2));
+  EXPECT_THAT(e.group(0, Dim::kEdpReplicate), ElementsAre(0, 4));
+  EXPECT_THAT(e.group(7, Dim::kEdpShard), ElementsAre(5, 7));
+  // One replica: the shard groups are the whole groups.
+  const RankMesh one(2, 2, 4, 3, 4, 1);
+  for (int64_t r = 0; r < one.world(); ++r) {
+    EXPECT_EQ(one.group(r, Dim::kShard), one.group(r, Dim::kDpCp));
+    EXPECT_EQ(one.group(r, Dim::kEdpShard), one.group(r, Dim::kEdp));
+    EXPECT_THAT(one.group(r, Dim::kReplicate), ElementsAre(r));
+  }
+}
+
 // Placement: consecutive ranks fill a node, so TP (fastest) stays inside it; a DP group with
 // stride 8 lands one rank per node.
 TEST(Placement, NodesAndLocalSpan) {
