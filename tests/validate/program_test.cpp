@@ -416,6 +416,7 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
+  expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}), "cpu", "parallel.dp_replicate 2");
   const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
   EXPECT_FALSE(rc.parallel.grad_reduce_overlap);  // CPU ranks reduce after the pipeline
   EXPECT_FALSE(rc.parallel.param_gather_overlap);
