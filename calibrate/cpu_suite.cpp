@@ -2,6 +2,7 @@
 
 #include "calibrate/coll_check.hpp"
 #include "calibrate/cpu_kernels.hpp"
+#include "calibrate/journal.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 
@@ -244,6 +245,15 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   // (sharing the memory system as training does) and the slowest rank's result is kept.
   const MpiWorld world;
   auto slowest = [&](double seconds) { return world.max(seconds); };
+  // Every measurement goes through the journal (an interrupted run resumes from it).
+  Journal journal({{"backend", "cpu"}, {"ranks", size}, {"device", cpu_model()}, {"budget_per_benchmark_s", opt.budget_per_benchmark_s},
+                   {"build", build_description()}},
+                  world.broadcast(opt.journal_previous), opt.journal_path, world.rank == 0 ? opt.journal_path : "");
+  if (journal.unused() > 0) say("resuming: " + std::to_string(journal.unused()) + " measurements recorded by an interrupted run in " + opt.journal_path);
+  auto gemm_s = [&](const Shape& sh) {
+    return journal.measure("gemm fp32 " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k),
+                           [&] { return slowest(time_gemm(sh, mo, true)); });
+  };
   // --- compute: GEMM shapes of small transformer layers (tokens x hidden / ffn) ---
   const std::vector<Shape> fit_shapes{{32, 256, 256},   {32, 1024, 256},   {32, 256, 1024},   {128, 256, 256},
                                       {128, 1024, 256}, {128, 256, 1024},  {128, 1024, 1024}, {512, 256, 256},
@@ -276,19 +286,19 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   std::stable_sort(gemm_order.begin(), gemm_order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   auto compute_pass = [&]() {
     ComputePass c;
-    c.overhead = slowest(time_gemm({8, 8, 8}, mo, true));
+    c.overhead = gemm_s({8, 8, 8});
     c.fit.assign(fit_shapes.size(), 0.0);
     c.held.assign(held_shapes.size(), 0.0);
     for (const auto& [work, idx] : gemm_order) {
       (void)work;
       if (idx >= 0) {
-        c.fit[static_cast<size_t>(idx)] = slowest(time_gemm(fit_shapes[static_cast<size_t>(idx)], mo, true));
+        c.fit[static_cast<size_t>(idx)] = gemm_s(fit_shapes[static_cast<size_t>(idx)]);
       } else {
-        c.held[static_cast<size_t>(-1 - idx)] = slowest(time_gemm(held_shapes[static_cast<size_t>(-1 - idx)], mo, true));
+        c.held[static_cast<size_t>(-1 - idx)] = gemm_s(held_shapes[static_cast<size_t>(-1 - idx)]);
       }
     }
-    c.copy_s = slowest(1.0 / copy_bandwidth(mo));
-    c.optimizer_s = slowest(1.0 / optimizer_rate(mo));
+    c.copy_s = journal.measure("memory copy", [&] { return slowest(1.0 / copy_bandwidth(mo)); });
+    c.optimizer_s = journal.measure("optimizer adam", [&] { return slowest(1.0 / optimizer_rate(mo)); });
     return c;
   };
   // One rule for GEMMs and collectives: a benchmark whose passes disagree by more than kNoisy
@@ -315,7 +325,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
         (void)work;
         auto& runs = idx >= 0 ? fit_runs[static_cast<size_t>(idx)] : held_runs[static_cast<size_t>(-1 - idx)];
         const Shape& sh = idx >= 0 ? fit_shapes[static_cast<size_t>(idx)] : held_shapes[static_cast<size_t>(-1 - idx)];
-        if (spread_of(runs).second > kNoisy) runs.push_back(slowest(time_gemm(sh, mo, true)));
+        if (spread_of(runs).second > kNoisy) runs.push_back(gemm_s(sh));
       }
     }
     auto ms_list = [](const std::vector<double>& v) {
@@ -396,12 +406,15 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
       if (oi == std::size(kOps) / 2) passes.push_back(compute_pass());  // the middle compute pass
       std::vector<CollSample> cs;
       std::vector<std::vector<double>> runs(order.size());
+      auto coll_s = [&](size_t bytes) {
+        return journal.measure(std::string(op) + " " + std::to_string(bytes) + " B", [&] { return time_collective(op, bytes, rank, size, mo); });
+      };
       for (int pass = 0; pass < kPasses; ++pass) {
-        for (size_t i = 0; i < order.size(); ++i) runs[i].push_back(time_collective(op, order[i].first, rank, size, mo));
+        for (size_t i = 0; i < order.size(); ++i) runs[i].push_back(coll_s(order[i].first));
       }
       for (int extra = 0; extra < kExtraPasses; ++extra) {
         for (size_t i = 0; i < order.size(); ++i) {
-          if (spread_of(runs[i]).second > kNoisy) runs[i].push_back(time_collective(op, order[i].first, rank, size, mo));
+          if (spread_of(runs[i]).second > kNoisy) runs[i].push_back(coll_s(order[i].first));
         }
       }
       for (size_t i = 0; i < order.size(); ++i) {
@@ -449,6 +462,8 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   d.attention_tile = 1024;
   d.fabric_name = "shared-memory";
   d.network = {{"name", "none (one machine)"}, {"nic_bandwidth", "10Gb/s"}, {"nics_per_node", 1}};
+  r.reused_measurements = journal.reused();
+  r.new_measurements = journal.measured();
   write_profile(r, d, r.gemm.overhead_s, opt.command);
   if (rank == 0) predict_held_out(r, held_gemm, hw::Dtype::kFp32, held_coll);
   return r;

@@ -27,6 +27,10 @@ struct SuiteOptions {
   double time_limit_s = 0;
   std::function<void(const std::string&)> progress;  // one line per benchmark (rank 0)
   std::string command;                               // provenance
+  // The measurement journal (journal.hpp): written by rank 0 at journal_path (empty: none);
+  // journal_previous is an interrupted run's journal to resume from (read by rank 0, shared
+  // with every rank by the suite).
+  std::string journal_path, journal_previous;
 };
 
 struct HeldOut {
@@ -103,6 +107,8 @@ struct SuiteResult {
   // size measured at once; the CPU suite measures the whole world only.
   std::vector<CollFit> collectives;
   std::vector<HeldOut> held_out;  // filled on rank 0
+  // Measurements taken from an interrupted run's journal, and taken by this run.
+  int reused_measurements = 0, new_measurements = 0;
 };
 
 // Runs on every rank (MPI initialised by the caller when size > 1).

@@ -1,7 +1,6 @@
 #include "calibrate/cuda_suite.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -9,6 +8,8 @@
 #include "calibrate/cuda_device.hpp"
 #include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
+#include "calibrate/journal.hpp"
+#include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
@@ -42,15 +43,25 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     };
     MeasureOptions mo;
     mo.budget_s = opt.budget_per_benchmark_s;
-    const auto start = std::chrono::steady_clock::now();
-    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    // Every measurement goes through the journal (an interrupted run resumes from it); the time
+    // limit counts the reused measurements' recorded time too.
+    const MpiWorld world;
+    Journal journal({{"backend", "cuda"}, {"ranks", size}, {"device", dev.name + " (compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")"},
+                     {"budget_per_benchmark_s", opt.budget_per_benchmark_s}, {"build", build_description()}},
+                    world.broadcast(opt.journal_previous), opt.journal_path, world.rank == 0 ? opt.journal_path : "");
+    if (journal.unused() > 0) say("resuming: " + std::to_string(journal.unused()) + " measurements recorded by an interrupted run in " + opt.journal_path);
+    auto elapsed = [&] { return journal.elapsed_s(); };
+    auto gemm_s = [&](const std::string& dtype, int m, int n, int k, const char* role) {
+      return journal.measure("gemm " + dtype + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + role,
+                             [&] { return cuda::time_gemm(dtype, m, n, k, mo).median_s; });
+    };
     auto past_limit = [&](double seconds) { return opt.time_limit_s > 0 && seconds > opt.time_limit_s; };
     auto skipped = [&](const std::string& what) {
       r.not_measured.push_back(what + ": skipped, the run had used its --time-limit of " + fmt("%.0f", opt.time_limit_s) + " s");
       say(what + ": skipped (time limit)");
     };
     // --- GEMMs, every dtype the device has (cuda_plan decides), on the same shapes ---
-    const double overhead = cuda::time_gemm("bf16", 16, 16, 16, mo).median_s;
+    const double overhead = gemm_s("bf16", 16, 16, 16, "");
     std::vector<DtypeGemmSamples> by_dtype;
     std::vector<HeldGemm> held_gemm;
     for (const auto& dtype : cuda_gemm_dtypes(dev.cc_major, dev.cc_minor)) {
@@ -62,13 +73,13 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
       std::vector<HeldGemm> held;
       try {
         for (const auto& s : cuda_gemm_fit_shapes(dtype)) {
-          const double t = cuda::time_gemm(dtype, s.m, s.n, s.k, mo).median_s;
+          const double t = gemm_s(dtype, s.m, s.n, s.k, "");
           ds.samples.push_back({static_cast<double>(s.m), static_cast<double>(s.n), static_cast<double>(s.k), t});
           say("gemm " + dtype + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + ": " +
               fmt("%.1f", 2.0 * s.m * s.n * s.k / t / 1e12) + " TFLOP/s");
         }
         for (const auto& s : cuda_gemm_held_shapes()) {
-          const double t = cuda::time_gemm(dtype, s.m, s.n, s.k, mo).median_s;
+          const double t = gemm_s(dtype, s.m, s.n, s.k, " held out");
           held.push_back({s.m, s.n, s.k, t, 0.0, dtype, {}});  // one pass: no spread
         }
       } catch (const std::runtime_error& e) {
@@ -93,12 +104,12 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     r.gemm = r.gemm_dtypes.front().fit;  // bf16 comes first
     r.gemm_samples = r.gemm_dtypes.front().samples;
     r.bytes_per_element = 2;
-    r.copy_bandwidth = cuda::copy_bandwidth(mo);
+    r.copy_bandwidth = journal.measure("memory copy", [&] { return cuda::copy_bandwidth(mo); });
     say("HBM copy: " + fmt("%.0f", r.copy_bandwidth / 1e9) + " GB/s moved");
     // --- memory-bound kernels ---
     for (const auto& c : cuda_elementwise_cases()) {
       try {
-        const double t = cuda::time_elementwise(c.kernel, c.rows, c.cols, mo).median_s;
+        const double t = journal.measure(c.name(), [&] { return cuda::time_elementwise(c.kernel, c.rows, c.cols, mo).median_s; });
         r.elementwise.push_back({c.name(), c.bytes(), c.flops(), t});
         say(c.name() + ": " + fmt("%.1f", t * 1e6) + " us, " + fmt("%.0f", c.bytes() / t / 1e9) + " GB/s");
       } catch (const std::runtime_error& e) {
@@ -112,11 +123,14 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         continue;
       }
       try {
-        const auto t = cuda::time_attention(c.bh, c.seq, mo);
-        r.attention.push_back({"stepcast tiled (FlashAttention-2 algorithm, WMMA)", c.bh, c.seq, 128, t.forward_s, t.backward_s});
+        const auto t = journal.measure("attention " + std::to_string(c.bh) + "x" + std::to_string(c.seq), [&] {
+          const auto fb = cuda::time_attention(c.bh, c.seq, mo);
+          return std::vector<double>{fb.forward_s, fb.backward_s};
+        });
+        r.attention.push_back({"stepcast tiled (FlashAttention-2 algorithm, WMMA)", c.bh, c.seq, 128, t.at(0), t.at(1)});
         const auto& a = r.attention.back();
-        say("attention " + std::to_string(c.bh) + "x" + std::to_string(c.seq) + ": forward " + fmt("%.1f", a.forward_flops() / t.forward_s / 1e12) +
-            " TFLOP/s, backward " + fmt("%.1f", 2.5 * a.forward_flops() / t.backward_s / 1e12) + " TFLOP/s");
+        say("attention " + std::to_string(c.bh) + "x" + std::to_string(c.seq) + ": forward " + fmt("%.1f", a.forward_flops() / a.forward_s / 1e12) +
+            " TFLOP/s, backward " + fmt("%.1f", 2.5 * a.forward_flops() / a.backward_s / 1e12) + " TFLOP/s");
       } catch (const std::runtime_error& e) {
         r.not_measured.push_back("attention " + std::to_string(c.bh) + "x" + std::to_string(c.seq) + ": " + e.what());
         break;  // a failed check fails every size alike
@@ -162,15 +176,17 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         }
         cuda::nccl_select(comm_of[gi]);
         for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"}) {
-          std::vector<CollSample> cs;
-          for (size_t b : cuda_collective_fit_sizes()) {
-            cs.push_back({static_cast<double>(b), cuda::time_collective(op, b, rank % g, g, mo, barrier, maxr)});
-          }
           const std::string o = op;
+          auto coll_s = [&](size_t b, const char* role) {
+            return journal.measure(o + " x" + std::to_string(g) + " " + std::to_string(b) + " B" + role,
+                                   [&] { return cuda::time_collective(op, b, rank % g, g, mo, barrier, maxr); });
+          };
+          std::vector<CollSample> cs;
+          for (size_t b : cuda_collective_fit_sizes()) cs.push_back({static_cast<double>(b), coll_s(b, "")});
           r.collectives.push_back(fit_collective(o, g, op_bus_factor(o, g), cs));
           say(o + " x" + std::to_string(g) + ": plateau busbw " + fmt("%.1f", r.collectives.back().plateau_busbw / 1e9) + " GB/s");
           if (world) {
-            for (size_t b : cuda_collective_held_sizes()) held_coll.push_back({o, b, cuda::time_collective(op, b, rank, size, mo, barrier, maxr), 0.0, {}});
+            for (size_t b : cuda_collective_held_sizes()) held_coll.push_back({o, b, coll_s(b, " held out"), 0.0, {}});
           }
         }
       }
@@ -180,7 +196,11 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
         skipped("compute-communication interference");
         interference_note = "collective_sms 0: not measured (the run reached its --time-limit)";
       } else {
-        const auto [alone, beside] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
+        const auto ab = journal.measure("gemm 8192^3 beside all_reduce 256 MiB", [&] {
+          const auto [a, b] = cuda::gemm_beside_all_reduce(8192, 8192, 8192, size_t{256} << 20, mo, barrier, maxr);
+          return std::vector<double>{a, b};
+        });
+        const double alone = ab.at(0), beside = ab.at(1);
         const std::string slower = fmt("%.1f", 100.0 * (beside / alone - 1.0)) + "% slower";
         interference_note = "collective_sms: a bf16 8192^3 GEMM took " + fmt("%.3f", alone * 1e3) + " ms alone and " +
                             fmt("%.3f", beside * 1e3) + " ms beside back-to-back 256 MiB NCCL all-reduces on another stream (" +
@@ -211,6 +231,8 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     d.attention_tile = 4096;
     d.fabric_name = "measured-intra-node";
     d.network = {{"name", "not measured"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", size}};
+    r.reused_measurements = journal.reused();
+    r.new_measurements = journal.measured();
     write_profile(r, d, overhead, opt.command);
     if (rank == 0) predict_held_out(r, held_gemm, hw::Dtype::kBf16, held_coll);
     cuda::close();

@@ -3,6 +3,8 @@
 // validate executor). Without MPI, or when MPI is not initialised, it is one rank.
 #pragma once
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #ifdef STEPCAST_HAVE_MPI
@@ -37,6 +39,21 @@ struct MpiWorld {
     }
 #endif
     return x;
+  }
+  // Rank 0's text, on every rank.
+  [[nodiscard]] std::string broadcast(std::string text) const {
+#ifdef STEPCAST_HAVE_MPI
+    if (size > 1) {
+      unsigned long long n = text.size();
+      MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+      text.resize(static_cast<size_t>(n));
+      // In pieces: a count is an int.
+      for (size_t off = 0; off < text.size(); off += size_t{1} << 30) {
+        MPI_Bcast(text.data() + off, static_cast<int>(std::min(text.size() - off, size_t{1} << 30)), MPI_CHAR, 0, MPI_COMM_WORLD);
+      }
+    }
+#endif
+    return text;
   }
   // Every rank's vector, concatenated on rank 0 (with each rank's offset).
   [[nodiscard]] std::vector<double> gather(const std::vector<double>& mine, std::vector<int>& displs) const {

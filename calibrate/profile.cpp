@@ -119,6 +119,10 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                  std::to_string(g.samples.size()) + " shapes (rms " + fmt("%.1f", 100.0 * g.fit.rms_rel_error) + "%)";
   }
   std::vector<std::string> sources{"command: " + command, "date: " + std::string(date), "stepcast: " + build_description()};
+  if (r.reused_measurements > 0) {
+    sources.push_back("resumed: " + std::to_string(r.reused_measurements) + " of " + std::to_string(r.reused_measurements + r.new_measurements) +
+                      " measurements taken from the journal of an interrupted run of this calibration (same build, device, processes and budget)");
+  }
   sources.insert(sources.end(), d.sources.begin(), d.sources.end());
   if (r.gemm_dtypes.empty()) {
     sources.push_back("peak_flops = fitted large-GEMM rate (gemm_max 1.0); gemm_half_dim fitted over " + std::to_string(r.gemm_samples.size()) +

@@ -34,6 +34,7 @@
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
 #include "calibrate/cpu_suite.hpp"
+#include "calibrate/journal.hpp"
 #include "calibrate/profile.hpp"
 #include "validate/executor.hpp"
 #include "validate/measurement.hpp"
@@ -548,11 +549,15 @@ int run(int argc, char** argv) {
   // calibrate
   std::string cal_backend = "cpu", cal_out, cal_report, cal_html;
   double cal_budget = 0.4;
+  bool cal_resume = false;
   auto* cal = app.add_subcommand("calibrate", "measure this machine (GEMMs, memory, collectives) into a hardware profile");
   cal->add_option("--backend", cal_backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
   cal->add_option("--out", cal_out, "write the measured hardware profile (JSON) here")->required()->check(kOutputFile);
   cal->add_option("--report", cal_report, "write a Markdown report (fit and held-out comparison) here")->check(kOutputFile);
   cal->add_option("--html", cal_html, "write an HTML report (roofline, collective bandwidth by size, held-out table) here")->check(kOutputFile);
+  cal->add_flag("--resume", cal_resume,
+                "reuse the measurements an interrupted run of the same calibration recorded in OUT.journal (the journal is removed once "
+                "the profile is written)");
   cal->add_option("--budget", cal_budget, "time budget per benchmark in seconds (adaptive stopping)")->check(finite_range(0.01, 60.0));
   double cal_time_limit = -1;
   cal->add_option("--time-limit", cal_time_limit,
@@ -636,6 +641,15 @@ int run(int argc, char** argv) {
       std::fprintf(stderr, "calibrate: %s\n", line.c_str());
       std::fflush(stderr);
     };
+    // Every measurement is journalled beside the profile as it is taken; --resume reuses an
+    // interrupted run's (calibrate/journal.hpp).
+    // (None for an output that is a device or pipe.)
+    std::error_code out_ec;
+    if (!std::filesystem::exists(cal_out, out_ec) || std::filesystem::is_regular_file(cal_out, out_ec)) so.journal_path = cal_out + ".journal";
+    if (rank == 0 && !so.journal_path.empty()) {
+      so.journal_previous = stepcast::calibrate::previous_journal(so.journal_path, cal_resume);
+      if (cal_resume && so.journal_previous.empty()) so.progress("--resume: no journal at " + so.journal_path + "; calibrating from the start");
+    }
 #ifdef STEPCAST_HAVE_CUDA
     const auto r = cal_backend == "cuda" ? stepcast::calibrate::run_cuda_suite(rank, size, so) : stepcast::calibrate::run_cpu_suite(rank, size, so);
 #else
@@ -646,6 +660,8 @@ int run(int argc, char** argv) {
       const std::string md = stepcast::calibrate::suite_markdown(r);
       if (!cal_report.empty()) write_text(cal_report, md);
       if (!cal_html.empty()) write_text(cal_html, stepcast::calibrate::suite_html(r));
+      std::error_code ec;
+      if (!so.journal_path.empty()) std::filesystem::remove(so.journal_path, ec);  // the profile holds every measurement now
       std::cout << md;
     }
 #ifdef STEPCAST_HAVE_MPI

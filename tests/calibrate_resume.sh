@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# An interrupted `stepcast calibrate` resumes: a CPU calibration on 2 MPI ranks is killed once
+# its journal holds 60 measurements; calibrating again without --resume is refused (naming
+# --resume, the journal left whole); with --resume every recorded measurement is reused (the
+# progress and the profile's sources say how many), the rest is measured, the profile is
+# written and the journal removed.
+# Usage: calibrate_resume.sh STEPCAST OUTDIR
+set -euo pipefail
+bin=$1
+out=$2
+rm -rf "$out"
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+launch=()
+if command -v mpirun >/dev/null; then launch=(mpirun -n 2); fi
+profile="$out/profile.json"
+journal="$profile.journal"
+calibrate() { "${launch[@]}" "$bin" calibrate --backend cpu --out "$profile" --budget 0.02 "$@"; }
+
+# Started directly (not through the function, whose subshell would take the signal instead).
+"${launch[@]}" "$bin" calibrate --backend cpu --out "$profile" --budget 0.02 >/dev/null 2>"$out/first.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  if [[ -f $journal ]] && (( $(wc -l <"$journal") > 60 )); then break; fi
+  if ! kill -0 "$pid" 2>/dev/null; then echo "FAIL: calibration ended before it was interrupted"; cat "$out/first.err"; exit 1; fi
+  sleep 0.1
+done
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null || true
+[[ -f $journal ]] || { echo "FAIL: no journal after the interruption"; exit 1; }
+[[ ! -f $profile ]] || { echo "FAIL: the interrupted run wrote a profile"; exit 1; }
+# Complete entries (a line cut by the kill is not one): every line after the header that ends in a newline.
+recorded=$(( $(wc -l <"$journal") - 1 ))
+echo "interrupted with $recorded measurements journalled"
+
+if calibrate >/dev/null 2>"$out/refused.err"; then echo "FAIL: an existing journal was overwritten without --resume"; exit 1; fi
+grep -q -- "--resume" "$out/refused.err" || { echo "FAIL: the refusal does not name --resume:"; cat "$out/refused.err"; exit 1; }
+(( $(wc -l <"$journal") - 1 == recorded )) || { echo "FAIL: the refused run changed the journal"; exit 1; }
+
+calibrate --resume --report "$out/calibration.md" >/dev/null 2>"$out/resume.err" || { echo "FAIL: the resumed calibration failed"; cat "$out/resume.err"; exit 1; }
+grep -q "resuming: $recorded measurements recorded" "$out/resume.err" || { echo "FAIL: the resumed run does not report $recorded recorded measurements"; head -3 "$out/resume.err"; exit 1; }
+[[ -f $profile ]] || { echo "FAIL: no profile after resuming"; exit 1; }
+[[ ! -e $journal ]] || { echo "FAIL: the journal was left after the profile was written"; exit 1; }
+line=$(grep -o "resumed: $recorded of [0-9]* measurements" "$profile") || { echo "FAIL: the profile does not say $recorded measurements were reused"; exit 1; }
+echo "$line"
+# The resumed profile is a profile: a run file using it simulates.
+cat >"$out/run.json" <<JSON
+{"model": {"name": "tiny", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4, "intermediate_size": 1024,
+           "vocab_size": 1024, "hidden_act": "silu"},
+ "hardware": {"path": "profile.json"},
+ "cluster": {"num_gpus": 2},
+ "training": {"seq_len": 256, "global_batch_size": 8, "precision": "fp32"},
+ "parallel": {"dp": 2}}
+JSON
+"$bin" simulate "$out/run.json" | grep "step time"
+echo "resumed calibration complete"
