@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 profile=configs/hardware/measured/cpu-2proc-example.json
+rm -f $profile.journal  # a fresh calibration
 mpirun -n 2 ./build/stepcast calibrate --backend cpu --out $profile --report reports/calibration-cpu.md --html reports/calibration-cpu.html >/dev/null
 python3 - "$profile" <<'PY'
 import json, sys

@@ -20,6 +20,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # One calibration and its checks; prints why it failed.
 calibrate_and_check() {
   start=$(date +%s)
+  rm -f "$out/cpu-profile.json.journal"  # each attempt calibrates afresh (a failed one's journal would be refused)
   if command -v mpirun >/dev/null; then
     mpirun -n 2 "$bin" calibrate --backend cpu --out "$out/cpu-profile.json" --report "$out/calibration.md" --budget 0.3 >/dev/null ||
       { echo "FAIL: calibrate exited with an error"; return 1; }

@@ -14,6 +14,7 @@ if ! "$bin" --version | grep -q "backends:.*cuda"; then
 fi
 n=$(nvidia-smi -L | wc -l)
 mkdir -p "$out"
+rm -f "$out/gpu-profile.json.journal"  # a fresh calibration (an interrupted earlier run's journal would be refused)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "$n" -gt 1 ] && command -v mpirun >/dev/null; then
   mpirun -n "$n" "$bin" calibrate --backend cuda --out "$out/gpu-profile.json" --report "$out/gpu-calibration.md"
