@@ -36,7 +36,7 @@ int to_int(double x) { return static_cast<int>(std::max<long long>(1, std::llrou
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int64_t rank) : rank_(rank) {}
+  explicit CpuBackend(int64_t rank) : rank_(rank) { comms_.fill(MPI_COMM_NULL); }
   ~CpuBackend() override {
     for (MPI_Comm& c : comms_) {
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
@@ -225,8 +225,9 @@ class CpuBackend final : public Backend {
   int64_t rank_;
   const config::RunConfig* rc_ = nullptr;
   std::unique_ptr<Arena> arena_;
-  // Indexed by Group: tensor, data, expert, expert-data and context parallel.
-  std::array<MPI_Comm, kGroups> comms_{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  // Indexed by Group: tensor, data (shard), expert, expert-data (shard), context parallel, and
+  // the replicate groups of hybrid sharding.
+  std::array<MPI_Comm, kGroups> comms_;
   std::vector<float> A_[kSets], B_[kSets], C_[kSets];
   int next_set_ = 0;
   std::vector<float> recv_;

@@ -8,6 +8,7 @@
 
 #include "sim/memory/ledger.hpp"
 #include "sim/mesh/rank_mesh.hpp"
+#include "sim/report/output.hpp"
 
 namespace stepcast::validate {
 
@@ -138,10 +139,7 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   j["command"] = c.command;
   j["backend"] = m.backend;
   j["profile"] = c.profile;
-  j["layout"] = {{"tp", rc.parallel.tp}, {"pp", rc.parallel.pp}, {"dp", rc.parallel.dp}, {"sp", rc.parallel.sp},
-                 {"zero_stage", rc.parallel.zero_stage}, {"recompute", config::to_string(rc.parallel.recompute)},
-                 {"schedule", config::to_string(rc.parallel.schedule)}, {"micro_batch_size", rc.parallel.micro_batch_size},
-                 {"microbatches", rc.num_microbatches}};
+  j["layout"] = report::layout_json(rc);  // the output contract's layout
   j["steps"] = m.steps;
   j["warmup_steps"] = m.warmup;
   j["predicted"] = {{"step_time_s", c.predicted_step_s}};

@@ -52,8 +52,8 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
     refuse("parallel.cp_load_balance false (every rank runs the balanced rank's attention; the unbalanced last rank is not executed)");
   if (p.tp_comm_overlap) refuse("parallel.tp_comm_overlap (communication runs on the compute thread)");
   if (!p.no_sync) refuse("parallel.no_sync false (gradients are reduced once per step)");
-  if (p.dp_replicate > 1)
-    refuse("parallel.dp_replicate " + std::to_string(p.dp_replicate) + " (hybrid sharding; the executors shard over the whole data-parallel group)");
+  if (p.dp_replicate > 1 && backend == "cuda")
+    refuse("parallel.dp_replicate " + std::to_string(p.dp_replicate) + " (hybrid sharding runs on the CPU backend only)");
   if (p.recompute == Recompute::kSelectiveOp) refuse("parallel.recompute \"selective-op\"");
   if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
     refuse("parallel.recompute_modules other than [\"core_attn\"] (only the attention core is recomputed)");
@@ -164,26 +164,29 @@ class Emitter {
 Program build_program(const config::RunConfig& rc, int64_t rank) {
   const auto& p = rc.parallel;
   const engine::StepBuilder sb(rc, false, false, 1.0);
-  const mesh::RankMesh mesh(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp);
+  const mesh::RankMesh mesh(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp, p.dp_replicate);
   if (rank < 0 || rank >= mesh.world()) throw core::InternalError("validate: rank out of range");
   const mesh::Coord co = mesh.coord(rank);
   Program prog;
   prog.rank = rank;
   prog.stage = static_cast<int32_t>(co.pp);
   prog.tp_group = mesh.group(rank, mesh::Dim::kTp);
-  prog.dp_group = mesh.group(rank, mesh::Dim::kDpCp);
+  // The shard groups (the whole dp x cp and expert-data-parallel groups without hybrid sharding).
+  prog.dp_group = mesh.group(rank, mesh::Dim::kShard);
+  prog.dp_replicate_group = mesh.group(rank, mesh::Dim::kReplicate);
   prog.ep_group = mesh.group(rank, mesh::Dim::kEp);
-  prog.edp_group = mesh.group(rank, mesh::Dim::kEdp);
+  prog.edp_group = mesh.group(rank, mesh::Dim::kEdpShard);
+  prog.edp_replicate_group = mesh.group(rank, mesh::Dim::kEdpReplicate);
   prog.cp_group = mesh.group(rank, mesh::Dim::kCp);
   const int32_t s = prog.stage;
   const auto& slots = sb.slots(s);
   const auto& chunk_slots = sb.chunk_slots(s);
 
-  // Model state, sharded as the ZeRO stage says over the data-parallel group (routed experts
-  // over the expert-data-parallel group).
+  // Model state, sharded as the ZeRO stage says over the data-parallel shard group (routed
+  // experts over the expert-data-parallel shard group).
   const memory::StateBytes sbytes = memory::state_bytes(rc.training);
   const int zero = p.effective_zero();
-  const double n = static_cast<double>(p.dp * p.cp);
+  const double n = static_cast<double>(prog.dp_group.size());
   const double n_edp = static_cast<double>(prog.edp_group.size());
   double params = 0, expert = 0;
   for (const auto& sl : slots) {
@@ -222,12 +225,25 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   const bool overlap = reduce && p.grad_reduce_overlap;
   const int zero_stage = p.effective_zero();
   size_t next_bucket = 0;
-  auto emit_bucket = [&](const engine::GradBucket& b, bool async) {
-    Instr& in = em.add(Kind::kCollective, Category::kDpComm, zero_stage >= 1 ? "reduce-scatter grads" : "all-reduce grads", -1, -2);
-    in.collective = zero_stage >= 1 ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce;
-    in.group = b.expert ? Group::kEdp : Group::kDp;
-    in.bytes = b.bytes;
+  // A gradient reduction over a shard group and, after a reduce-scatter under hybrid sharding,
+  // the all-reduce of the reduced shard over the replicas (the simulation's dp_reduce).
+  auto dp_reduce = [&](cost::Collective c, bool expert, double bytes, bool async, int32_t mb, int32_t layer) {
+    Instr& in = em.add(Kind::kCollective, Category::kDpComm, c == cost::Collective::kReduceScatter ? "reduce-scatter grads" : "all-reduce grads", mb, layer);
+    in.collective = c;
+    in.group = expert ? Group::kEdp : Group::kDp;
+    in.bytes = bytes;
     in.async = async;
+    const auto& shard = prog.group(in.group);
+    const auto& replicas = prog.group(expert ? Group::kEdpReplicate : Group::kDpReplicate);
+    if (c != cost::Collective::kReduceScatter || replicas.size() <= 1) return;
+    Instr& all = em.add(Kind::kCollective, Category::kDpComm, "all-reduce grad shard across replicas", mb, layer);
+    all.collective = cost::Collective::kAllReduce;
+    all.group = expert ? Group::kEdpReplicate : Group::kDpReplicate;
+    all.bytes = bytes / static_cast<double>(shard.size());
+    all.async = async;
+  };
+  auto emit_bucket = [&](const engine::GradBucket& b, bool async) {
+    dp_reduce(zero_stage >= 1 ? cost::Collective::kReduceScatter : cost::Collective::kAllReduce, b.expert, b.bytes, async, -1, -2);
   };
   auto buckets_ready_after = [&](size_t slot) {
     while (overlap && next_bucket < buckets.size() && buckets[next_bucket].ready_slot == slot) emit_bucket(buckets[next_bucket++], true);
@@ -270,8 +286,11 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     const double unit_expert = sl.expert_params();
     for (const auto& [share, group] : {std::pair{sl.params - unit_expert, Group::kDp}, std::pair{unit_expert, Group::kEdp}}) {
       if (group == Group::kEdp && share <= 0) continue;
-      Instr& in = em.add(Kind::kCollective, Category::kDpComm,
-                         c == cost::Collective::kAllGather ? "all-gather params" : "reduce-scatter grads", mb, sl.layer);
+      if (c == cost::Collective::kReduceScatter) {
+        dp_reduce(c, group == Group::kEdp, share * bytes_per_param, false, mb, sl.layer);
+        continue;
+      }
+      Instr& in = em.add(Kind::kCollective, Category::kDpComm, "all-gather params", mb, sl.layer);
       in.collective = c;
       in.group = group;
       in.bytes = share * bytes_per_param;

@@ -16,8 +16,11 @@
 //     context-parallel group around an attention of the rank's queries against the whole
 //     sequence;
 //   - after the last backward: gradient buckets (all-reduce, or reduce-scatter under ZeRO-1/2)
-//     on the data-parallel group (routed-expert buckets on the expert-data-parallel group), the optimizer over the local shard, and under ZeRO-1/2 the
-//     all-gather of the updated weights in bucket-sized pieces.
+//     on the data-parallel group (routed-expert buckets on the expert-data-parallel group), the
+//     optimizer over the local shard, and under ZeRO-1/2 the all-gather of the updated weights
+//     in bucket-sized pieces; under hybrid sharding (parallel.dp_replicate) state is sharded
+//     within a replica and every reduce-scatter is followed by the all-reduce of the reduced
+//     shard across the replicas, as the simulation issues them.
 // Memory is part of the program: forward operators allocate what autograd keeps for backward
 // (Op::saved_bytes; the probabilities unless selective recompute drops them; only the layer
 // input under full recompute), a layer's backward allocates the gradients of its saved tensors
@@ -56,12 +59,16 @@ enum class Kind : uint8_t {
   kJoin,        // wait for the asynchronous (gradient-reduction) stream
 };
 
+// kDp: the group that shards ZeRO state (data-parallel ranks times context-parallel ranks, or
+// under hybrid sharding the replica's share of them); kDpReplicate: the same shard position
+// in every replica (all-reduces each reduced gradient shard under hybrid sharding).
 // kEp: the expert-parallel group (token dispatch and combine); kEdp: the expert-data-parallel
-// group that reduces routed-expert gradients.
+// group that reduces routed-expert gradients (its shard group under hybrid sharding), and
+// kEdpReplicate its replicas.
 // kCp: the context-parallel group (its send/receive is one ring hop: to the next rank, from the
 // previous).
-enum class Group : uint8_t { kTp, kDp, kEp, kEdp, kCp };
-inline constexpr size_t kGroups = 5;
+enum class Group : uint8_t { kTp, kDp, kEp, kEdp, kCp, kDpReplicate, kEdpReplicate };
+inline constexpr size_t kGroups = 7;
 
 // Where the time of an instruction is booked.
 enum class Category : uint8_t { kCompute, kTpComm, kPpComm, kDpComm, kOptimizer, kEpComm, kCpComm, kCount };
@@ -95,13 +102,16 @@ struct Program {
   // Model state allocated once before the first step (bytes on this rank).
   double weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, bucket_buffer_bytes = 0;
   double local_params = 0;          // parameters the optimizer updates on this rank
-  std::vector<int64_t> tp_group, dp_group, ep_group, edp_group, cp_group;  // global ranks, ascending
+  // Global ranks, ascending (see Group).
+  std::vector<int64_t> tp_group, dp_group, ep_group, edp_group, cp_group, dp_replicate_group, edp_replicate_group;
   [[nodiscard]] const std::vector<int64_t>& group(Group g) const {
     switch (g) {
       case Group::kTp: return tp_group;
       case Group::kDp: return dp_group;
       case Group::kEp: return ep_group;
       case Group::kEdp: return edp_group;
+      case Group::kDpReplicate: return dp_replicate_group;
+      case Group::kEdpReplicate: return edp_replicate_group;
       case Group::kCp: break;
     }
     return cp_group;

@@ -59,8 +59,17 @@ Json recompute_modules_json(const config::Parallel& p) {
   return a;
 }
 
-Json run_summary_json(const config::RunConfig& rc) {
+Json layout_json(const config::RunConfig& rc) {
   const auto& p = rc.parallel;
+  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp},
+          {"vpp", p.vpp}, {"sp", p.sp}, {"micro_batch_size", p.micro_batch_size},
+          {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
+          {"fsdp", p.fsdp}, {"dp_replicate", p.dp_replicate}, {"recompute", config::to_string(p.recompute)},
+          {"recompute_layers", p.recompute_layers}, {"recompute_modules", recompute_modules_json(p)},
+          {"schedule", config::to_string(p.schedule)}};
+}
+
+Json run_summary_json(const config::RunConfig& rc) {
   return {{"model", rc.model.name},
           {"params", rc.model.total_params()},
           {"active_params", rc.model.active_params()},
@@ -70,13 +79,7 @@ Json run_summary_json(const config::RunConfig& rc) {
           {"seq_len", rc.training.seq_len},
           {"global_batch_size", rc.training.global_batch_size},
           {"precision", hw::to_string(rc.training.precision)},
-          {"layout",
-           {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp},
-            {"vpp", p.vpp}, {"sp", p.sp}, {"micro_batch_size", p.micro_batch_size},
-            {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
-            {"fsdp", p.fsdp}, {"dp_replicate", p.dp_replicate}, {"recompute", config::to_string(p.recompute)},
-            {"recompute_layers", p.recompute_layers}, {"recompute_modules", recompute_modules_json(p)},
-            {"schedule", config::to_string(p.schedule)}}},
+          {"layout", layout_json(rc)},
           {"assumptions", rc.assumptions}};
 }
 

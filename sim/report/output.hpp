@@ -20,6 +20,8 @@ const char* tool_version();
 
 core::Json ledger_json(const memory::MemoryLedger& l);
 core::Json run_summary_json(const config::RunConfig& rc);
+// The layout object of the output contract (run_summary_json's "layout").
+core::Json layout_json(const config::RunConfig& rc);
 // The modules recompute selective rebuilds, as a JSON list of names (empty unless selective).
 core::Json recompute_modules_json(const config::Parallel& p);
 core::Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command);

@@ -22,7 +22,7 @@ namespace {
 using core::Json;
 
 // The validation plans' model (configs/validate/gpt-tiny.json) inline, with a layout.
-config::RunConfig tiny(const Json& parallel, const Json& training_extra = Json::object()) {
+config::RunConfig tiny(const Json& parallel, const Json& training_extra = Json::object(), int gpus = 2) {
   Json training{{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "fp32"}, {"attention", "unfused"}};
   for (auto it = training_extra.begin(); it != training_extra.end(); ++it) training[it.key()] = it.value();
   const Json j{{"model",
@@ -30,7 +30,7 @@ config::RunConfig tiny(const Json& parallel, const Json& training_extra = Json::
                  {"intermediate_size", 1024}, {"vocab_size", 8192}, {"max_position_embeddings", 1024}, {"hidden_act", "gelu"},
                  {"tie_word_embeddings", false}}},
                {"hardware", "cpu"},
-               {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+               {"cluster", {{"num_gpus", gpus}, {"gpus_per_node", 2}}},
                {"training", training},
                {"parallel", parallel}};
   return executed_run(config::parse_run(j, "<validate-test>", ""), "cpu");
@@ -239,6 +239,49 @@ TEST(ValidateProgram, FsdpGathersEveryUnitAndReduceScattersItsGradient) {
   EXPECT_EQ(one_g, static_cast<size_t>(layers + 2.0));
 }
 
+// Hybrid sharding over dp 4 in 2 replicas: state is sharded within a replica (ranks 0-1 and
+// 2-3), every gradient reduce-scatter over the replica is followed by the all-reduce of its
+// reduced shard (half of it) over the replicate group (the same position in each replica),
+// and the gathers stay within the replica; ZeRO-1 buckets likewise.
+TEST(ValidateProgram, HybridShardingAllReducesEachReducedShardAcrossTheReplicas) {
+  for (const Json& sharding : {Json{{"fsdp", true}}, Json{{"zero_stage", 1}}}) {
+    Json parallel{{"dp", 4}, {"dp_replicate", 2}, {"micro_batch_size", 2}};
+    parallel.update(sharding);
+    const auto rc = tiny(parallel, {}, 4);
+    const Program p = build_program(rc, 1);
+    EXPECT_EQ(p.dp_group, (std::vector<int64_t>{0, 1})) << sharding.dump();
+    EXPECT_EQ(p.dp_replicate_group, (std::vector<int64_t>{1, 3})) << sharding.dump();
+    const auto ledger = memory::compute_ledger(rc);
+    EXPECT_NEAR(p.optimizer_bytes, ledger.stages[0].optimizer.value(), 1e-6 * p.optimizer_bytes) << sharding.dump();
+    const double params = ledger.stages[0].params;
+    EXPECT_NEAR(p.optimizer_bytes, params * memory::state_bytes(rc.training).optimizer / 2.0, 1e-6 * p.optimizer_bytes);  // over 2, not 4
+    size_t scatters = 0, replica_reduces = 0;
+    double scattered = 0;
+    for (size_t i = 0; i < p.step.size(); ++i) {
+      const Instr& in = p.step[i];
+      if (in.kind != Kind::kCollective) continue;
+      if (in.group == Group::kDpReplicate) {
+        EXPECT_EQ(in.collective, cost::Collective::kAllReduce);
+        ++replica_reduces;
+        continue;
+      }
+      EXPECT_EQ(in.group, Group::kDp) << p.names[in.name];
+      if (in.collective != cost::Collective::kReduceScatter) continue;
+      ++scatters;
+      scattered += in.bytes;
+      ASSERT_LT(i + 1, p.step.size());
+      const Instr& next = p.step[i + 1];
+      EXPECT_EQ(next.group, Group::kDpReplicate) << "reduce-scatter " << i << " is not followed by the replicas' all-reduce";
+      EXPECT_DOUBLE_EQ(next.bytes, in.bytes / 2.0);
+      EXPECT_EQ(next.async, in.async);
+    }
+    EXPECT_GT(scatters, 0u) << sharding.dump();
+    EXPECT_EQ(replica_reduces, scatters) << sharding.dump();
+    EXPECT_NEAR(scattered, static_cast<double>(rc.num_microbatches > 1 && sharding.contains("fsdp") ? rc.num_microbatches : 1) * params * 4.0,
+                1e-6 * scattered);
+  }
+}
+
 // Mixture of experts over ep 2: every MoE layer dispatches and combines its T x k token copies
 // (T = 512 tokens per micro-batch, k = 2, h = 256, fp32) on the expert-parallel group, forward
 // and backward, and runs its 4 local experts' GEMMs as one batch at 2 x 512 x 2 / 8 = 256 tokens
@@ -360,6 +403,9 @@ TEST(ValidateProgram, AllocationsReachTheLedgerPeak) {
   };
   std::vector<config::RunConfig> runs;
   for (const auto& l : layouts) runs.push_back(tiny(l));
+  // Hybrid sharding: state sharded over a replica of 2 of the 4 data-parallel ranks.
+  runs.push_back(tiny({{"dp", 4}, {"dp_replicate", 2}, {"micro_batch_size", 1}, {"fsdp", true}}, {}, 4));
+  runs.push_back(tiny({{"dp", 4}, {"dp_replicate", 2}, {"micro_batch_size", 1}, {"zero_stage", 1}}, {}, 4));
   // Mixture of experts: the routed copies' inputs and activations, dispatched over ep 2.
   for (const char* dispatcher : {"alltoall", "allgather"}) {
     runs.push_back(tiny_moe({{"dp", 2}, {"ep", 2}, {"micro_batch_size", 2}, {"moe", {{"dispatcher", dispatcher}, {"imbalance", 1.0}}}}));
@@ -416,7 +462,7 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
-  expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}), "cpu", "parallel.dp_replicate 2");
+  EXPECT_NO_THROW(check_executable(tiny({{"dp", 4}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}, {}, 4), "cpu"));
   const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
   EXPECT_FALSE(rc.parallel.grad_reduce_overlap);  // CPU ranks reduce after the pipeline
   EXPECT_FALSE(rc.parallel.param_gather_overlap);
@@ -468,6 +514,8 @@ TEST(ValidateProgram, CudaBackendRefusesWhatItCannotRun) {
   EXPECT_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "fp8"}}), "cuda"), core::UserError);
   EXPECT_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}, {"attention", "flash"}}), "cuda"),
                core::UserError);
+  expect_refused(tiny({{"dp", 4}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}, {{"precision", "bf16"}}, 4), "cuda",
+                 "parallel.dp_replicate 2");
 }
 
 }  // namespace
