@@ -4,6 +4,10 @@
 # validates the single-GPU plans of configs/validate/h200 with the CUDA executor and the
 # profile just measured; writes the profile, reports and a short table to $OUT.
 #   run(command="bash scripts/device-calibrate.sh", carry=["build-deps"], timeout_s=540)
+# The calibration journals every measurement to $OUT/measured-h200.json.journal as it goes, so
+# a call cut short by its time limit still brings it back; copied to
+# build-deps/measured-h200.json.journal (ignored, carried with build-deps), the next call
+# resumes from it instead of measuring again.
 set -euo pipefail
 out=${OUT:-/tmp/stepcast-out}
 mkdir -p "$out"
@@ -27,7 +31,13 @@ if [ "$n" -gt 1 ] && command -v mpirun >/dev/null; then
 else
   launch=()
 fi
-"${launch[@]}" ./build-gpu/stepcast calibrate --backend cuda --budget 0.3 --time-limit 300 --out "$out/measured-h200.json" \
+resume=()
+if [ -f build-deps/measured-h200.json.journal ]; then
+  cp build-deps/measured-h200.json.journal "$out/measured-h200.json.journal"
+  resume=(--resume)
+  echo "resuming the calibration journalled by an earlier call"
+fi
+"${launch[@]}" ./build-gpu/stepcast calibrate --backend cuda --budget 0.3 --time-limit 300 --out "$out/measured-h200.json" "${resume[@]}" \
   --report "$out/calibration-h200.md" --html "$out/calibration-h200.html" 2>"$out/calibrate.log" || { tail -40 "$out/calibrate.log"; exit 1; }
 echo "calibrated in $(( $(date +%s) - start )) s"
 grep -E "GEMM fit|copy|Held-out within|^\| (bf16|fp16|fp8|tf32|fp32) \||^\| stepcast tiled|^\| (rmsnorm|swiglu|add) |^- GEMM|^- attention" "$out/calibration-h200.md"
