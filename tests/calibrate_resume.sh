@@ -43,14 +43,6 @@ grep -q "resuming: $recorded measurements recorded" "$out/resume.err" || { echo 
 [[ ! -e $journal ]] || { echo "FAIL: the journal was left after the profile was written"; exit 1; }
 line=$(grep -o "resumed: $recorded of [0-9]* measurements" "$profile") || { echo "FAIL: the profile does not say $recorded measurements were reused"; exit 1; }
 echo "$line"
-# The resumed profile is a profile: a run file using it simulates.
-cat >"$out/run.json" <<JSON
-{"model": {"name": "tiny", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4, "intermediate_size": 1024,
-           "vocab_size": 1024, "hidden_act": "silu"},
- "hardware": {"path": "profile.json"},
- "cluster": {"num_gpus": 2},
- "training": {"seq_len": 256, "global_batch_size": 8, "precision": "fp32"},
- "parallel": {"dp": 2}}
-JSON
-"$bin" simulate "$out/run.json" | grep "step time"
+# The resumed profile is a profile (every field checked as a run file's {"path": ...} reads it).
+"$bin" hardware "$profile" >/dev/null || { echo "FAIL: the resumed profile does not load"; exit 1; }
 echo "resumed calibration complete"

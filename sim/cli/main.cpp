@@ -469,9 +469,9 @@ int run(int argc, char** argv) {
   auto* models = app.add_subcommand("models", "list the built-in model zoo");
   bool models_json = false;
   models->add_flag("--json", models_json, "print as JSON");
-  auto* hardware = app.add_subcommand("hardware", "list built-in hardware profiles, or print one");
+  auto* hardware = app.add_subcommand("hardware", "list built-in hardware profiles, or print one (a built-in, or a profile file checked)");
   std::string hw_name;
-  hardware->add_option("name", hw_name, "profile to print as JSON")
+  hardware->add_option("name", hw_name, "profile to print as JSON: a built-in name, or a profile file (such as calibrate writes), checked first")
       ->check(CLI::Validator([](std::string& t) { return t.empty() ? std::string("an empty name; give a profile name") : std::string(); }, "NAME"));
 
   // accuracy
@@ -955,6 +955,16 @@ int run(int argc, char** argv) {
   }
   if (hardware->parsed()) {
     if (!hw_name.empty()) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(hw_name, ec)) {
+        // A profile file: read as a run file's {"path": ...} reads it (every field checked),
+        // then printed as written.
+        stepcast::core::Issues issues;
+        (void)stepcast::hw::parse_hardware(stepcast::core::Json{{"path", hw_name}}, hw_name + ": $", issues);
+        issues.throw_if_any();
+        std::cout << stepcast::core::load_json_file(hw_name).dump(2) << "\n";
+        return 0;
+      }
       std::cout << stepcast::hw::builtin_hardware_json(hw_name).dump(2) << "\n";
       return 0;
     }
