@@ -2,7 +2,6 @@
 
 #include "calibrate/coll_check.hpp"
 #include "calibrate/cpu_kernels.hpp"
-#include "calibrate/journal.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 
@@ -19,6 +18,7 @@
 
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/journal.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
 
@@ -246,7 +246,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   const MpiWorld world;
   auto slowest = [&](double seconds) { return world.max(seconds); };
   // Every measurement goes through the journal (an interrupted run resumes from it).
-  Journal journal({{"backend", "cpu"}, {"ranks", size}, {"device", cpu_model()}, {"budget_per_benchmark_s", opt.budget_per_benchmark_s},
+  core::Journal journal({{"backend", "cpu"}, {"ranks", size}, {"device", cpu_model()}, {"budget_per_benchmark_s", opt.budget_per_benchmark_s},
                    {"build", build_description()}},
                   world.broadcast(opt.journal_previous), opt.journal_path, world.rank == 0 ? opt.journal_path : "");
   if (journal.unused() > 0) say("resuming: " + std::to_string(journal.unused()) + " measurements recorded by an interrupted run in " + opt.journal_path);
@@ -463,7 +463,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   d.fabric_name = "shared-memory";
   d.network = {{"name", "none (one machine)"}, {"nic_bandwidth", "10Gb/s"}, {"nics_per_node", 1}};
   r.reused_measurements = journal.reused();
-  r.new_measurements = journal.measured();
+  r.new_measurements = journal.done();
   write_profile(r, d, r.gemm.overhead_s, opt.command);
   if (rank == 0) predict_held_out(r, held_gemm, hw::Dtype::kFp32, held_coll);
   return r;

@@ -27,7 +27,7 @@ struct SuiteOptions {
   double time_limit_s = 0;
   std::function<void(const std::string&)> progress;  // one line per benchmark (rank 0)
   std::string command;                               // provenance
-  // The measurement journal (journal.hpp): written by rank 0 at journal_path (empty: none);
+  // The measurement journal (sim/core/journal.hpp): written by rank 0 at journal_path (empty: none);
   // journal_previous is an interrupted run's journal to resume from (read by rank 0, shared
   // with every rank by the suite).
   std::string journal_path, journal_previous;

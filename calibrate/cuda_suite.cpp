@@ -8,11 +8,11 @@
 #include "calibrate/cuda_device.hpp"
 #include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
-#include "calibrate/journal.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/journal.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
 
@@ -46,7 +46,7 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     // Every measurement goes through the journal (an interrupted run resumes from it); the time
     // limit counts the reused measurements' recorded time too.
     const MpiWorld world;
-    Journal journal({{"backend", "cuda"}, {"ranks", size}, {"device", dev.name + " (compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")"},
+    core::Journal journal({{"backend", "cuda"}, {"ranks", size}, {"device", dev.name + " (compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")"},
                      {"budget_per_benchmark_s", opt.budget_per_benchmark_s}, {"build", build_description()}},
                     world.broadcast(opt.journal_previous), opt.journal_path, world.rank == 0 ? opt.journal_path : "");
     if (journal.unused() > 0) say("resuming: " + std::to_string(journal.unused()) + " measurements recorded by an interrupted run in " + opt.journal_path);
@@ -232,7 +232,7 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     d.fabric_name = "measured-intra-node";
     d.network = {{"name", "not measured"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", size}};
     r.reused_measurements = journal.reused();
-    r.new_measurements = journal.measured();
+    r.new_measurements = journal.done();
     write_profile(r, d, overhead, opt.command);
     if (rank == 0) predict_held_out(r, held_gemm, hw::Dtype::kBf16, held_coll);
     cuda::close();

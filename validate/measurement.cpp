@@ -166,6 +166,31 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   return j;
 }
 
+Comparison comparison_from_json(const Json& j) {
+  Comparison c;
+  c.run = j.at("run").get<std::string>();
+  c.command = j.at("command").get<std::string>();
+  c.profile = j.at("profile").get<std::string>();
+  c.predicted_step_s = j.at("predicted").at("step_time_s").get<double>();
+  const Json& meas = j.at("measured");
+  c.measured_step_s = meas.at("step_time_s").get<double>();
+  c.measured_min_s = meas.at("min_s").get<double>();
+  c.measured_max_s = meas.at("max_s").get<double>();
+  c.drift_adjusted_step_s = j.at("drift_adjusted").at("predicted_step_time_s").get<double>();
+  for (const auto& p : j.at("phases")) {
+    c.phases.push_back({p.at("phase").get<std::string>(), p.at("predicted_s").get<double>(), p.at("measured_s").get<double>(),
+                        p.value("measured_wait_s", -1.0)});
+  }
+  for (const auto& x : j.at("memory")) {
+    c.memory.push_back({x.at("rank").get<int64_t>(), x.at("stage").get<int32_t>(), x.at("predicted_bytes").get<double>(),
+                        x.at("measured_bytes").get<double>(), x.at("rss_delta_bytes").get<double>(), x.at("reserved_bytes").get<double>(),
+                        x.at("workspace_bytes").get<double>()});
+  }
+  c.reference_predicted_s = j.at("reference_gemm").at("predicted_s").get<double>();
+  c.reference_measured_s = j.at("reference_gemm").at("measured_s").get<double>();
+  return c;
+}
+
 std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c, const Measured& m) {
   std::ostringstream o;
   const auto& p = rc.parallel;

@@ -89,6 +89,8 @@ struct Comparison {
 Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, const Measured& meas);
 
 core::Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Measured& m);
+// The comparison back from its JSON (a plan validate --resume takes from the journal).
+Comparison comparison_from_json(const core::Json& j);
 std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c, const Measured& m);
 
 // Several plans validated together: the median and largest absolute step-time error and the

@@ -26,6 +26,7 @@
 #include "sim/config/hardware.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/journal.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/lab/pcie_lab.hpp"
@@ -34,7 +35,7 @@
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
 #include "calibrate/cpu_suite.hpp"
-#include "calibrate/journal.hpp"
+#include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 #include "validate/executor.hpp"
 #include "validate/measurement.hpp"
@@ -236,7 +237,7 @@ struct ValidateArgs {
   std::string backend = "cpu", profile, json_out, report, trace, sim_trace;
   int steps = 5, warmup = 1;
   double timeout_s = 120;
-  bool json = false;
+  bool json = false, resume = false;
   // Gates (negative: off): exceeding one ends validate with exit code 1 after the report.
   double max_median_error = -1, max_error = -1, max_memory_error = -1;
 };
@@ -266,6 +267,12 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     throw stepcast::core::UserError("validate --backend cuda: no GPU is visible on this machine (CUDA reports no device); use --backend cpu");
   }
 #endif
+  // Each finished plan is journalled beside the results (--out, else --report); --resume takes
+  // the plans an interrupted run finished from it (sim/core/journal.hpp).
+  const std::string journal_path = !a.json_out.empty() ? a.json_out + ".journal" : !a.report.empty() ? a.report + ".journal" : "";
+  const char* journal_what = "the plans an interrupted validation finished";
+  if (a.resume && journal_path.empty()) throw stepcast::core::UserError("validate --resume: needs --out or --report (the journal of finished plans is kept beside it)");
+  if (!launched_by_mpi()) (void)stepcast::core::previous_journal(journal_path, a.resume, journal_what);  // refused before launch
   std::vector<stepcast::config::RunConfig> runs;
   for (const auto& f : a.files) runs.push_back(validation_run(f, a));
   const int64_t ranks = runs.front().cluster.num_gpus;
@@ -303,33 +310,63 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   eo.steps = a.steps;
   eo.warmup = a.warmup;
   eo.timeout_s = a.timeout_s;
+  // A plan is identified by its file and content; the journal's header by what every result
+  // depends on.
+  std::string previous;
+  if (rank == 0 && !journal_path.empty()) previous = stepcast::core::previous_journal(journal_path, a.resume, journal_what);
+  const stepcast::calibrate::MpiWorld world;
+  std::string profile_text;
+  if (!a.profile.empty()) profile_text = stepcast::core::load_json_file(a.profile).dump();
+  stepcast::core::Journal journal({{"backend", a.backend}, {"ranks", ranks}, {"steps", a.steps}, {"warmup", a.warmup},
+                                   {"build", stepcast::calibrate::build_description()}, {"profile", stepcast::core::digest(profile_text)}},
+                                  world.broadcast(previous), journal_path, rank == 0 ? journal_path : "");
+  if (rank == 0 && journal.unused() > 0) {
+    std::fprintf(stderr, "validate: resuming: %zu plans finished by an interrupted run in %s\n", journal.unused(), journal_path.c_str());
+  }
   std::vector<stepcast::validate::Comparison> comps;
   Json out = Json::array();
   std::string md;
+  bool last_traced = false;
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& rc = runs[i];
-    if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)\n", rc.source_name.c_str(), static_cast<long long>(ranks));
-    auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
-    if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
-    const auto meas = stepcast::validate::execute(rc, eo, *backend);
-    backend.reset();
+    const std::string plan_key = "plan " + a.files[i] + " " + stepcast::core::digest(stepcast::core::load_json_file(a.files[i]).dump());
+    const bool reused = journal.recorded(plan_key);
+    if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)%s\n", rc.source_name.c_str(), static_cast<long long>(ranks), reused ? ": finished before, from the journal" : "");
+    last_traced = false;
+    const Json done = journal.record(plan_key, [&]() -> Json {
+      auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
+      if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
+      const auto meas = stepcast::validate::execute(rc, eo, *backend);
+      backend.reset();
+      if (rank != 0) return nullptr;
+      stepcast::engine::SimOptions so;
+      so.keep_timeline = !a.sim_trace.empty();
+      const auto sim = stepcast::engine::simulate_step(rc, so);
+      auto c = stepcast::validate::compare(rc, sim, meas);
+      c.command = cmdline;
+      if (c.reference_measured_s > 0 && c.reference_predicted_s > 0) {
+        stepcast::engine::SimOptions drift;
+        drift.compute_scale = c.reference_measured_s / c.reference_predicted_s;
+        c.drift_adjusted_step_s = stepcast::engine::simulate_step(rc, drift).step.step_time_s;
+      }
+      // Traces of the (last) plan: measured next to simulated.
+      if (!a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
+      if (!a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
+      last_traced = true;
+      return Json{{"plan", stepcast::validate::comparison_json(rc, c, meas)}, {"markdown", stepcast::validate::comparison_markdown(rc, c, meas)}};
+    });
     if (rank != 0) continue;
-    stepcast::engine::SimOptions so;
-    so.keep_timeline = !a.sim_trace.empty();
-    const auto sim = stepcast::engine::simulate_step(rc, so);
-    auto c = stepcast::validate::compare(rc, sim, meas);
-    c.command = cmdline;
-    if (c.reference_measured_s > 0 && c.reference_predicted_s > 0) {
-      stepcast::engine::SimOptions drift;
-      drift.compute_scale = c.reference_measured_s / c.reference_predicted_s;
-      c.drift_adjusted_step_s = stepcast::engine::simulate_step(rc, drift).step.step_time_s;
+    try {
+      comps.push_back(stepcast::validate::comparison_from_json(done.at("plan")));
+      md += done.at("markdown").get<std::string>();
+      out.push_back(done.at("plan"));
+    } catch (const Json::exception& e) {
+      throw stepcast::core::UserError(journal_path + ": the journalled result of " + a.files[i] + " is not a validate result (" + e.what() +
+                                      "); remove the file to start afresh");
     }
-    out.push_back(stepcast::validate::comparison_json(rc, c, meas));
-    md += stepcast::validate::comparison_markdown(rc, c, meas);
-    comps.push_back(c);
-    // Traces of the (last) plan: measured next to simulated.
-    if (!a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
-    if (!a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
+  }
+  if (rank == 0 && !last_traced && (!a.trace.empty() || !a.sim_trace.empty())) {
+    std::fprintf(stderr, "validate: --trace / --sim-trace not written: the last plan's results came from the journal (its timeline was not kept)\n");
   }
   if (rank == 0) {
     const auto s = stepcast::validate::summarize(comps);
@@ -353,6 +390,8 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     } else {
       std::cout << md << summary;
     }
+    std::error_code ec;
+    if (!journal_path.empty()) std::filesystem::remove(journal_path, ec);  // the results hold every plan now
   }
   int code = 0;
   if (rank == 0) {
@@ -583,6 +622,8 @@ int run(int argc, char** argv) {
   val->add_option("--warmup", va.warmup, "warm-up steps (not measured)")->check(CLI::Range(0, 100));
   val->add_option("--timeout", va.timeout_s, "seconds without progress on a rank before the run is ended")->check(finite_range(1.0, 86400.0));
   val->add_flag("--json", va.json, "print the comparison as JSON");
+  val->add_flag("--resume", va.resume,
+                "take the plans an interrupted run finished from its journal (beside --out, else --report) and run the rest");
   val->add_option("--out", va.json_out, "write the comparison JSON here")->check(kOutputFile);
   val->add_option("--report", va.report, "write a Markdown report (predicted vs measured, per phase and memory) here")->check(kOutputFile);
   val->add_option("--trace", va.trace, "write the measured step of the last plan as a Perfetto / Chrome trace")->check(kOutputFile);
@@ -647,7 +688,7 @@ int run(int argc, char** argv) {
     std::error_code out_ec;
     if (!std::filesystem::exists(cal_out, out_ec) || std::filesystem::is_regular_file(cal_out, out_ec)) so.journal_path = cal_out + ".journal";
     if (rank == 0 && !so.journal_path.empty()) {
-      so.journal_previous = stepcast::calibrate::previous_journal(so.journal_path, cal_resume);
+      so.journal_previous = stepcast::core::previous_journal(so.journal_path, cal_resume, "an interrupted calibration's measurements");
       if (cal_resume && so.journal_previous.empty()) so.progress("--resume: no journal at " + so.journal_path + "; calibrating from the start");
     }
 #ifdef STEPCAST_HAVE_CUDA

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "validate/executor.hpp"
+#include "validate/measurement.hpp"
 
 #include <cmath>
 #include <map>
@@ -516,6 +517,31 @@ TEST(ValidateProgram, CudaBackendRefusesWhatItCannotRun) {
                core::UserError);
   expect_refused(tiny({{"dp", 4}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}, {{"precision", "bf16"}}, 4), "cuda",
                  "parallel.dp_replicate 2");
+}
+
+// A plan validate --resume takes from the journal reads back as the comparison it was: the
+// same JSON, Markdown, and summary.
+TEST(ValidateComparison, ReadsBackFromItsJson) {
+  const auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
+  Comparison c;
+  c.run = "dp2.json";
+  c.profile = "cpu";
+  c.command = "stepcast validate dp2.json";
+  c.predicted_step_s = 0.4, c.measured_step_s = 0.5, c.measured_min_s = 0.45, c.measured_max_s = 0.6;
+  c.phases = {{"compute", 0.3, 0.35, -1}, {"data-parallel communication", 0.05, 0.08, 0.01}};
+  c.memory = {{0, 0, 1e8, 1.05e8, 1.2e8, 1.1e8, 3e8}, {1, 0, 1e8, 1.02e8, 1.1e8, 1.1e8, 3e8}};
+  c.reference_predicted_s = 0.04, c.reference_measured_s = 0.05, c.drift_adjusted_step_s = 0.49;
+  Measured m;
+  m.backend = "cpu";
+  m.steps = 2;
+  m.step_s = {0.45, 0.6};
+  m.reference = {512, 1024, 1024, 1};
+  const Json j = comparison_json(rc, c, m);
+  const Comparison back = comparison_from_json(j);
+  EXPECT_EQ(comparison_json(rc, back, m), j);
+  EXPECT_EQ(comparison_markdown(rc, back, m), comparison_markdown(rc, c, m));
+  EXPECT_EQ(suite_markdown({back}), suite_markdown({c}));
+  EXPECT_THROW((void)comparison_from_json(Json{{"run", "x"}}), Json::out_of_range);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The calibration journal: an interrupted calibration resumes with the measurements it had,
-// takes the same path through the suite and measures only what was missing.
-#include "calibrate/journal.hpp"
+// The work journal: an interrupted calibration resumes with the measurements it had, takes the
+// same path through the suite and measures only what was missing; validate's plans likewise.
+#include "sim/core/journal.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace stepcast::calibrate {
+namespace stepcast::core {
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,7 +28,7 @@ fs::path scratch(const std::string& name) {
   return dir / "profile.json.journal";
 }
 
-core::Json header(int ranks = 2) { return {{"backend", "cpu"}, {"ranks", ranks}, {"budget_per_benchmark_s", 0.4}}; }
+Json header(int ranks = 2) { return {{"backend", "cpu"}, {"ranks", ranks}, {"budget_per_benchmark_s", 0.4}}; }
 
 // A suite in miniature: three passes over two benchmarks, then an extra measurement of every
 // benchmark whose passes disagree by more than 10% (a choice made on the measured values, as
@@ -73,7 +73,7 @@ TEST(Journal, AnInterruptedRunResumesWithTheSameResultsMeasuringOnlyWhatWasMissi
   {
     Journal j(header(), "", path.string(), path.string());
     EXPECT_THROW(first(j), std::runtime_error);
-    EXPECT_EQ(j.measured(), 4);
+    EXPECT_EQ(j.done(), 4);
   }
   MiniSuite second;
   Journal j(header(), read(path), path.string(), path.string());
@@ -81,7 +81,7 @@ TEST(Journal, AnInterruptedRunResumesWithTheSameResultsMeasuringOnlyWhatWasMissi
   EXPECT_EQ(second(j), expected);
   EXPECT_EQ(second.runs, 3);  // only what the interrupted run had not measured
   EXPECT_EQ(j.reused(), 4);
-  EXPECT_EQ(j.measured(), 3);
+  EXPECT_EQ(j.done(), 3);
   EXPECT_EQ(j.unused(), 0u);
   // The journal now holds the header and all seven measurements.
   std::istringstream lines(read(path));
@@ -109,9 +109,9 @@ TEST(Journal, ACutLastLineIsDroppedAndMeasuredAgain) {
 }
 
 TEST(Journal, TheReusedMeasurementsRecordedTimeCountsTowardsATimeLimit) {
-  core::Json h = header();
-  h["stepcast_calibration_journal"] = 1;
-  const std::string text = h.dump() + "\n" + R"({"key":"copy#0","values":[3.0],"spent_s":40.0})" + "\n";
+  Json h = header();
+  h["stepcast_journal"] = 1;
+  const std::string text = h.dump() + "\n" + R"({"key":"copy#0","value":[3.0],"spent_s":40.0})" + "\n";
   Journal j(header(), text, "prev.journal", "");
   EXPECT_LT(j.elapsed_s(), 40.0);
   EXPECT_EQ(j.measure("copy", [] { return 0.0; }), 3.0);
@@ -124,7 +124,7 @@ TEST(Journal, AJournalOfAnotherCalibrationIsRefusedNamingTheField) {
   try {
     Journal j(header(4), read(path), path.string(), "");
     FAIL() << "a journal of 2 ranks was taken for 4";
-  } catch (const core::UserError& e) {
+  } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("ranks 2, this run 4"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
   }
@@ -134,31 +134,32 @@ TEST(Journal, AFileThatIsNoJournalIsRefusedWithItsLine) {
   try {
     Journal j(header(), "{\"model\": \"llama3.1-8b\"}\n", "run.json", "");
     FAIL();
-  } catch (const core::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("run.json:1: not a stepcast calibration journal"), std::string::npos) << e.what();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("run.json:1: not a stepcast journal"), std::string::npos) << e.what();
   }
-  core::Json h = header();
-  h["stepcast_calibration_journal"] = 1;
+  Json h = header();
+  h["stepcast_journal"] = 1;
   const std::string good_header = h.dump();
   try {
-    Journal j(header(), good_header + "\n{\"key\": \"copy#0\", \"values\": [\"fast\"], \"spent_s\": 1}\n", "x.journal", "");
+    Journal j(header(), good_header + "\n{\"key\": \"copy#0\", \"value\": [\"fast\"], \"spent_s\": 1}\n", "x.journal", "");
+    (void)j.measure("copy", [] { return 1.0; });
     FAIL();
-  } catch (const core::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("x.journal:2: a recorded value is not a number"), std::string::npos) << e.what();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.journal: the recorded value of copy is not a list of numbers"), std::string::npos) << e.what();
   }
 }
 
 TEST(Journal, AnExistingJournalNeedsResume) {
   const fs::path path = scratch("needs-resume");
-  EXPECT_EQ(previous_journal(path.string(), false), "");  // none: a fresh run
+  EXPECT_EQ(previous_journal(path.string(), false, "measurements"), "");  // none: a fresh run
   { Journal j(header(), "", path.string(), path.string()); }
   try {
-    (void)previous_journal(path.string(), false);
+    (void)previous_journal(path.string(), false, "measurements");
     FAIL() << "an interrupted run's measurements would have been overwritten";
-  } catch (const core::UserError& e) {
+  } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
   }
-  EXPECT_NE(previous_journal(path.string(), true).find("stepcast_calibration_journal"), std::string::npos);
+  EXPECT_NE(previous_journal(path.string(), true, "measurements").find("stepcast_journal"), std::string::npos);
 }
 
 TEST(Journal, AFailedMeasurementIsNotRecorded) {
@@ -172,4 +173,4 @@ TEST(Journal, AFailedMeasurementIsNotRecorded) {
 }
 
 }  // namespace
-}  // namespace stepcast::calibrate
+}  // namespace stepcast::core
