@@ -22,6 +22,7 @@ with open("configs/hardware/cpu.json", "w") as f:
     json.dump(j, f, indent=2)
     f.write("\n")
 PY
+rm -f reports/validation.json.journal  # a fresh validation
 ./build/stepcast validate configs/validate/{dp2,tp2,pp2-1f1b,pp2-zb-h1,dp2-zero1,dp2-fsdp,dp2-fsdp-noreshard,ep2-moe,cp2-ring,dp2-mla,dp2-recompute-full,tp2-sp}.json --profile $profile \
   --steps 5 --warmup 1 --report reports/validation.md --out reports/validation.json \
   --trace reports/validation-trace-measured.json --sim-trace reports/validation-trace-simulated.json

@@ -18,5 +18,6 @@ cat >"$out/gpu-tiny.json" <<JSON
  "training": {"seq_len": 1024, "global_batch_size": 8, "precision": "bf16", "attention": "unfused"},
  "parallel": {"micro_batch_size": 2}}
 JSON
+rm -f "$out/validation.json.journal"  # a fresh validation
 "$bin" validate "$out/gpu-tiny.json" --backend cuda --steps 3 --warmup 1 --out "$out/validation.json" --report "$out/validation.md"
 echo "validated on the GPU"

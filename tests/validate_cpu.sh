@@ -29,7 +29,7 @@ command -v mpirun >/dev/null || { echo "mpirun not found: scripts/setup.sh insta
 plans=()
 for p in dp2 tp2 pp2-1f1b pp2-zb-h1 dp2-zero1 dp2-fsdp dp2-fsdp-noreshard ep2-moe cp2-ring dp2-mla dp2-recompute-full tp2-sp; do plans+=("$src/configs/validate/$p.json"); done
 attempt() {
-  rm -f "$out/cpu-profile.json.journal"  # each attempt calibrates afresh
+  rm -f "$out/cpu-profile.json.journal" "$out/validation.json.journal"  # each attempt calibrates and validates afresh
   mpirun -n 2 "$bin" calibrate --backend cpu --out "$out/cpu-profile.json" --report "$out/calibration.md" --budget 0.3 >/dev/null
   "$bin" validate "${plans[@]}" --profile "$out/cpu-profile.json" --steps 5 --warmup 1 \
     --out "$out/validation.json" --report "$out/validation.md" \
