@@ -332,7 +332,6 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     const std::string plan_key = "plan " + a.files[i] + " " + stepcast::core::digest(stepcast::core::load_json_file(a.files[i]).dump());
     const bool reused = journal.recorded(plan_key);
     if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)%s\n", rc.source_name.c_str(), static_cast<long long>(ranks), reused ? ": finished before, from the journal" : "");
-    last_traced = false;
     const Json done = journal.record(plan_key, [&]() -> Json {
       auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
       if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
@@ -340,7 +339,7 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
       backend.reset();
       if (rank != 0) return nullptr;
       stepcast::engine::SimOptions so;
-      so.keep_timeline = !a.sim_trace.empty();
+      so.keep_timeline = !a.sim_trace.empty() && i + 1 == runs.size();
       const auto sim = stepcast::engine::simulate_step(rc, so);
       auto c = stepcast::validate::compare(rc, sim, meas);
       c.command = cmdline;
@@ -349,10 +348,12 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
         drift.compute_scale = c.reference_measured_s / c.reference_predicted_s;
         c.drift_adjusted_step_s = stepcast::engine::simulate_step(rc, drift).step.step_time_s;
       }
-      // Traces of the (last) plan: measured next to simulated.
-      if (!a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
-      if (!a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
-      last_traced = true;
+      // Traces of the last plan: measured next to simulated.
+      if (i + 1 == runs.size()) {
+        if (!a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
+        if (!a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
+        last_traced = true;
+      }
       return Json{{"plan", stepcast::validate::comparison_json(rc, c, meas)}, {"markdown", stepcast::validate::comparison_markdown(rc, c, meas)}};
     });
     if (rank != 0) continue;
