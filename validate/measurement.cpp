@@ -198,7 +198,8 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
   o << "Layout: tp " << p.tp << ", pp " << p.pp << " (" << config::to_string(p.schedule) << "), dp " << p.dp << (p.sp ? ", sp" : "")
     << (p.cp > 1 ? ", cp " + std::to_string(p.cp) + " (" + config::to_string(p.cp_comm) + ")" : std::string())
     << (p.ep > 1 ? ", ep " + std::to_string(p.ep) : std::string())
-    << (p.fsdp ? std::string(", FSDP") : ", ZeRO " + std::to_string(p.effective_zero())) << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
+    << (p.fsdp ? std::string(", FSDP") : ", ZeRO " + std::to_string(p.effective_zero()))
+    << (p.dp_replicate > 1 ? " in " + std::to_string(p.dp_replicate) + " replicas" : std::string()) << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
     << rc.num_microbatches << "; backend " << m.backend << ", profile " << c.profile << "; " << m.steps << " measured steps after "
     << m.warmup << " warm-up.\n\n";
   o << "| | predicted | measured | error |\n|---|---:|---:|---:|\n";

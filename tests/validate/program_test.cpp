@@ -38,14 +38,14 @@ config::RunConfig tiny(const Json& parallel, const Json& training_extra = Json::
 }
 
 // The mixture-of-experts validation plan's model (configs/validate/moe-tiny.json) inline.
-config::RunConfig tiny_moe(const Json& parallel) {
+config::RunConfig tiny_moe(const Json& parallel, int gpus = 2) {
   const Json j{{"model",
                 {{"name", "moe-tiny"}, {"model_type", "mixtral"}, {"num_hidden_layers", 4}, {"hidden_size", 256},
                  {"num_attention_heads", 4}, {"num_key_value_heads", 4}, {"intermediate_size", 512}, {"num_local_experts", 8},
                  {"num_experts_per_tok", 2}, {"vocab_size", 8192}, {"max_position_embeddings", 1024}, {"hidden_act", "silu"},
                  {"tie_word_embeddings", false}}},
                {"hardware", "cpu"},
-               {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+               {"cluster", {{"num_gpus", gpus}, {"gpus_per_node", 2}}},
                {"training", {{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "fp32"}, {"attention", "unfused"}}},
                {"parallel", parallel}};
   return executed_run(config::parse_run(j, "<validate-test>", ""), "cpu");
@@ -281,6 +281,22 @@ TEST(ValidateProgram, HybridShardingAllReducesEachReducedShardAcrossTheReplicas)
     EXPECT_NEAR(scattered, static_cast<double>(rc.num_microbatches > 1 && sharding.contains("fsdp") ? rc.num_microbatches : 1) * params * 4.0,
                 1e-6 * scattered);
   }
+  // Mixture of experts (configs/validate/ep2-moe-hsdp.json): the routed experts' group (dp 4 /
+  // ep 2 = 2 ranks) splits into 2 replicas of one rank, so each expert bucket's reduced shard
+  // is the whole bucket, all-reduced across the replicas.
+  const Program moe = build_program(tiny_moe({{"dp", 4}, {"ep", 2}, {"dp_replicate", 2}, {"zero_stage", 1}, {"micro_batch_size", 2},
+                                              {"moe", {{"imbalance", 1.0}}}}, 4), 0);
+  EXPECT_EQ(moe.edp_group, (std::vector<int64_t>{0}));
+  EXPECT_EQ(moe.edp_replicate_group, (std::vector<int64_t>{0, 2}));
+  size_t expert_buckets = 0;
+  for (size_t i = 0; i + 1 < moe.step.size(); ++i) {
+    const Instr& in = moe.step[i];
+    if (in.kind != Kind::kCollective || in.group != Group::kEdp || in.collective != cost::Collective::kReduceScatter) continue;
+    ++expert_buckets;
+    EXPECT_EQ(moe.step[i + 1].group, Group::kEdpReplicate);
+    EXPECT_DOUBLE_EQ(moe.step[i + 1].bytes, in.bytes);
+  }
+  EXPECT_GT(expert_buckets, 0u);
 }
 
 // Mixture of experts over ep 2: every MoE layer dispatches and combines its T x k token copies
