@@ -257,6 +257,32 @@ stepcast::config::RunConfig validation_run(const std::string& file, const Valida
   return rc;
 }
 
+// Executes one plan on every rank and, on rank 0, compares it with its simulation: the
+// comparison's JSON and Markdown (what the journal records; null on other ranks). The last
+// plan also writes the traces asked for.
+Json validate_plan(const stepcast::config::RunConfig& rc, const ValidateArgs& a, const stepcast::validate::ExecOptions& eo, int rank,
+                   const std::string& cmdline, bool last) {
+  auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
+  if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
+  const auto meas = stepcast::validate::execute(rc, eo, *backend);
+  backend.reset();
+  if (rank != 0) return nullptr;
+  stepcast::engine::SimOptions so;
+  so.keep_timeline = last && !a.sim_trace.empty();
+  const auto sim = stepcast::engine::simulate_step(rc, so);
+  auto c = stepcast::validate::compare(rc, sim, meas);
+  c.command = cmdline;
+  if (c.reference_measured_s > 0 && c.reference_predicted_s > 0) {
+    stepcast::engine::SimOptions drift;
+    drift.compute_scale = c.reference_measured_s / c.reference_predicted_s;
+    c.drift_adjusted_step_s = stepcast::engine::simulate_step(rc, drift).step.step_time_s;
+  }
+  // Traces of the last plan: measured next to simulated.
+  if (last && !a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
+  if (last && !a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
+  return Json{{"plan", stepcast::validate::comparison_json(rc, c, meas)}, {"markdown", stepcast::validate::comparison_markdown(rc, c, meas)}};
+}
+
 int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string& cmdline) {
 #ifndef STEPCAST_HAVE_CUDA
   if (a.backend == "cuda") {
@@ -332,30 +358,9 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     const std::string plan_key = "plan " + a.files[i] + " " + stepcast::core::digest(stepcast::core::load_json_file(a.files[i]).dump());
     const bool reused = journal.recorded(plan_key);
     if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)%s\n", rc.source_name.c_str(), static_cast<long long>(ranks), reused ? ": finished before, from the journal" : "");
-    const Json done = journal.record(plan_key, [&]() -> Json {
-      auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
-      if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
-      const auto meas = stepcast::validate::execute(rc, eo, *backend);
-      backend.reset();
-      if (rank != 0) return nullptr;
-      stepcast::engine::SimOptions so;
-      so.keep_timeline = !a.sim_trace.empty() && i + 1 == runs.size();
-      const auto sim = stepcast::engine::simulate_step(rc, so);
-      auto c = stepcast::validate::compare(rc, sim, meas);
-      c.command = cmdline;
-      if (c.reference_measured_s > 0 && c.reference_predicted_s > 0) {
-        stepcast::engine::SimOptions drift;
-        drift.compute_scale = c.reference_measured_s / c.reference_predicted_s;
-        c.drift_adjusted_step_s = stepcast::engine::simulate_step(rc, drift).step.step_time_s;
-      }
-      // Traces of the last plan: measured next to simulated.
-      if (i + 1 == runs.size()) {
-        if (!a.trace.empty()) write_text(a.trace, stepcast::validate::measured_trace_json(rc, meas));
-        if (!a.sim_trace.empty()) write_text(a.sim_trace, stepcast::engine::trace_json(rc, sim));
-        last_traced = true;
-      }
-      return Json{{"plan", stepcast::validate::comparison_json(rc, c, meas)}, {"markdown", stepcast::validate::comparison_markdown(rc, c, meas)}};
-    });
+    const bool last = i + 1 == runs.size();
+    const Json done = journal.record(plan_key, [&] { return validate_plan(rc, a, eo, rank, cmdline, last); });
+    if (last) last_traced = !reused;
     if (rank != 0) continue;
     try {
       comps.push_back(stepcast::validate::comparison_from_json(done.at("plan")));
