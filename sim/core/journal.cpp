@@ -80,24 +80,6 @@ Journal::Journal(Json header, const std::string& previous, const std::string& so
   start_s_ = now_s();
 }
 
-Journal::Journal(Journal&& o) noexcept { *this = std::move(o); }
-
-Journal& Journal::operator=(Journal&& o) noexcept {
-  if (this != &o) {
-    if (file_ != nullptr) std::fclose(file_);
-    recorded_ = std::move(o.recorded_);
-    occurrences_ = std::move(o.occurrences_);
-    path_ = std::move(o.path_);
-    source_ = std::move(o.source_);
-    file_ = std::exchange(o.file_, nullptr);
-    start_s_ = o.start_s_;
-    credited_s_ = o.credited_s_;
-    reused_ = o.reused_;
-    done_ = o.done_;
-  }
-  return *this;
-}
-
 Journal::~Journal() {
   if (file_ != nullptr) std::fclose(file_);
 }

@@ -35,8 +35,6 @@ class Journal {
   Journal(Json header, const std::string& previous, const std::string& source, std::string path);
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
-  Journal(Journal&& o) noexcept;
-  Journal& operator=(Journal&& o) noexcept;
   ~Journal();
 
   // The next occurrence of `name`: the recorded value, or run()'s (then recorded).
