@@ -6,6 +6,7 @@
 # written and the journal removed.
 # Usage: calibrate_resume.sh STEPCAST OUTDIR
 set -euo pipefail
+source "$(dirname "$0")/lib/interrupt.sh"
 bin=$1
 out=$2
 rm -rf "$out"
@@ -19,15 +20,7 @@ calibrate() { "${launch[@]}" "$bin" calibrate --backend cpu --out "$profile" --b
 
 # Started directly (not through the function, whose subshell would take the signal instead).
 "${launch[@]}" "$bin" calibrate --backend cpu --out "$profile" --budget 0.02 >/dev/null 2>"$out/first.err" &
-pid=$!
-for _ in $(seq 1 600); do
-  if [[ -f $journal ]] && (( $(wc -l <"$journal") > 60 )); then break; fi
-  if ! kill -0 "$pid" 2>/dev/null; then echo "FAIL: calibration ended before it was interrupted"; cat "$out/first.err"; exit 1; fi
-  sleep 0.1
-done
-kill -TERM "$pid"
-wait "$pid" 2>/dev/null || true
-[[ -f $journal ]] || { echo "FAIL: no journal after the interruption"; exit 1; }
+interrupt $! "$journal" 61 "$out/first.err" calibration
 [[ ! -f $profile ]] || { echo "FAIL: the interrupted run wrote a profile"; exit 1; }
 # Complete entries (a line cut by the kill is not one): every line after the header that ends in a newline.
 recorded=$(( $(wc -l <"$journal") - 1 ))

@@ -6,6 +6,7 @@
 # journal is removed.
 # Usage: validate_resume.sh STEPCAST SOURCE_DIR OUT_DIR
 set -euo pipefail
+source "$(dirname "$0")/lib/interrupt.sh"
 bin=$1
 src=$2
 out=$3
@@ -18,15 +19,7 @@ results="$out/results.json"
 journal="$results.journal"
 # validate launches mpirun itself (exec: the pid is mpirun's, which takes the signal to the ranks).
 "$bin" validate "${plans[@]}" --steps 2 --warmup 1 --out "$results" >/dev/null 2>"$out/first.err" &
-pid=$!
-for _ in $(seq 1 1200); do
-  if [[ -f $journal ]] && (( $(wc -l <"$journal") >= 2 )); then break; fi
-  if ! kill -0 "$pid" 2>/dev/null; then echo "FAIL: validation ended before it was interrupted"; cat "$out/first.err"; exit 1; fi
-  sleep 0.1
-done
-kill -TERM "$pid"
-wait "$pid" 2>/dev/null || true
-[[ -f $journal ]] || { echo "FAIL: no journal after the interruption"; exit 1; }
+interrupt $! "$journal" 2 "$out/first.err" validation
 [[ ! -f $results ]] || { echo "FAIL: the interrupted run wrote its results"; exit 1; }
 finished=$(( $(wc -l <"$journal") - 1 ))
 (( finished >= 1 && finished < 3 )) || { echo "FAIL: $finished plans journalled (expected 1 or 2)"; exit 1; }
