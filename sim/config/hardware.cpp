@@ -518,7 +518,13 @@ HardwareProfile parse_hardware(const Json& j, const std::string& path, Issues& i
       issues.add(path + ".path", e.what());
       return {};
     }
-    return parse_profile_object(loaded, path, issues);
+    // A file holds a whole profile or a built-in one changed ({"base": NAME, ...}), not another
+    // {"path": ...}.
+    if (loaded.is_object() && loaded.contains("path")) {
+      issues.add(path + ".path", file + ": a profile file holds a profile (or {\"base\": NAME, ...}), not another {\"path\": ...}");
+      return {};
+    }
+    return loaded.is_object() && loaded.contains("base") ? parse_hardware(loaded, path, issues) : parse_profile_object(loaded, path, issues);
   }
   if (j.contains("base")) {
     if (!j["base"].is_string()) {

@@ -191,7 +191,7 @@ struct HardwareProfile {
 
 // Reads a profile: a built-in name, or an object (optionally {"base": NAME, ...overrides}).
 // {"path": "profile.json"} reads a profile file (relative to base_dir), e.g. one written by
-// `stepcast calibrate`.
+// `stepcast calibrate`, or a file holding the {"base": NAME, ...overrides} form.
 HardwareProfile parse_hardware(const core::Json& j, const std::string& path, core::Issues& issues,
                                const std::string& base_dir = "");
 HardwareProfile builtin_hardware(const std::string& name);  // throws UserError listing choices

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 
@@ -175,6 +177,31 @@ TEST(RunConfig, HardwareOverrideMergesOntoBase) {
     "training": {"seq_len": 4096, "global_batch_size": 8}})");
   EXPECT_DOUBLE_EQ(rc.hardware.hbm_capacity.value(), 94e9);
   EXPECT_DOUBLE_EQ(rc.hardware.peak_for(hw::Dtype::kBf16).value(), 989.4e12);  // kept from base
+}
+
+// A profile file may hold the same {"base": NAME, ...} form (a run file's {"path": ...}, or
+// --hardware FILE); a file pointing to another file is refused, naming the field.
+TEST(RunConfig, HardwareFileMayChangeABuiltInProfile) {
+  const auto dir = std::filesystem::temp_directory_path() / "stepcast-hw-file-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "slow-net.json") << R"({"base": "h100-sxm", "name": "h100-slow-net", "network": {"nic_bandwidth": "100Gb/s"}})";
+  std::ofstream(dir / "chain.json") << R"({"path": "slow-net.json"})";
+  const std::string run = R"({"model": "llama3.1-8b", "hardware": {"path": "slow-net.json"}, "cluster": {"num_gpus": 16},
+                             "training": {"seq_len": 4096, "global_batch_size": 16}})";
+  const RunConfig rc = parse_run(Json::parse(run), "<test>", dir.string());
+  EXPECT_EQ(rc.hardware.name, "h100-slow-net");
+  // A quarter of the base's 400 Gb/s NICs (the profile's NIC efficiency applies to both).
+  EXPECT_DOUBLE_EQ(rc.hardware.nic_bandwidth_per_gpu().value(), hw::builtin_hardware("h100-sxm").nic_bandwidth_per_gpu().value() / 4.0);
+  EXPECT_DOUBLE_EQ(rc.hardware.peak_for(hw::Dtype::kBf16).value(), 989.4e12);  // kept from base
+  Json chained = Json::parse(run);
+  chained["hardware"]["path"] = "chain.json";
+  try {
+    (void)parse_run(chained, "<test>", dir.string());
+    FAIL() << "a profile file pointing to another was accepted";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.hardware.path"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not another"), std::string::npos) << e.what();
+  }
 }
 
 // The 16-byte convention (fp32 master) is the default; master_weights=false gives 12 bytes.
