@@ -612,8 +612,8 @@ int run(int argc, char** argv) {
 
   // report
   std::string rep_in, rep_html, rep_md, rep_csv;
-  auto* rep = app.add_subcommand("report", "render plan or sweep results as HTML (inline SVG plots), Markdown and CSV");
-  rep->add_option("results", rep_in, "results: the JSON of `stepcast plan --json`, or a sweep's JSONL")->required();
+  auto* rep = app.add_subcommand("report", "render plan, sweep or validate results as HTML (inline SVG plots), Markdown and CSV");
+  rep->add_option("results", rep_in, "results: the JSON of `stepcast plan --json` or `validate --json`, or a sweep's JSONL")->required();
   rep->add_option("--html", rep_html, "write the self-contained HTML page here")->check(kOutputFile);
   rep->add_option("--md", rep_md, "write a Markdown table here")->check(kOutputFile);
   rep->add_option("--csv", rep_csv, "write a CSV table here")->check(kOutputFile);
@@ -732,7 +732,11 @@ int run(int argc, char** argv) {
     if (!rep_html.empty()) write_text(rep_html, stepcast::report::render_html(data));
     if (!rep_md.empty()) write_text(rep_md, stepcast::report::render_markdown(data));
     if (!rep_csv.empty()) write_text(rep_csv, stepcast::report::render_csv(data));
-    std::printf("report: %zu layouts from %s\n", data.rows.size(), rep_in.c_str());
+    if (data.validation.is_object()) {
+      std::printf("report: %zu validated plans from %s\n", data.validation["plans"].size(), rep_in.c_str());
+    } else {
+      std::printf("report: %zu layouts from %s\n", data.rows.size(), rep_in.c_str());
+    }
     return 0;
   }
   if (sweep->parsed()) {

@@ -94,7 +94,7 @@ const std::map<std::string, std::string>& palette() {
       {"activations", "#e15759"}, {"transient", "#b07aa1"}, {"logits", "#edc948"},  {"kept outputs", "#ff9da7"}, {"buffers", "#9c755f"},
       {"runtime", "#bab0ac"},   {"forward", "#4e79a7"},   {"backward", "#f28e2b"},  {"weight grad", "#ffbe7d"},
       {"tp/cp/ep comm", "#b07aa1"}, {"pp send", "#59a14f"}, {"dp comm", "#8cd17d"}, {"optimizer step", "#79706e"},
-      {"other", "#bab0ac"}};
+      {"other", "#bab0ac"}, {"predicted", "#4e79a7"}, {"measured", "#f28e2b"}};
   return p;
 }
 
@@ -273,6 +273,103 @@ std::string timeline_svg(const Json& tl) {
 
 namespace {
 ReportData load_report_data_unchecked(const std::string& text, const std::string& source);
+
+// A validation's plans, each checked for the fields the page draws (named when missing).
+Json checked_validation(const Json& whole, const std::string& source) {
+  if (!whole["plans"].is_array() || whole["plans"].empty()) {
+    throw core::UserError(source + ": \"plans\" is " + core::show(whole["plans"]) + "; expected the plans stepcast validate compared");
+  }
+  size_t i = 0;
+  for (const auto& p : whole["plans"]) {
+    const std::string where = source + ": plans[" + std::to_string(i++) + "]";
+    if (!p.is_object() || !p.contains("run") || !p["run"].is_string()) throw core::UserError(where + ": expected a plan object with \"run\"");
+    for (const char* part : {"predicted", "measured"}) {
+      if (!p.contains(part) || !p[part].is_object()) throw core::UserError(where + ": \"" + part + "\" is missing; stepcast validate writes it");
+      (void)number_field(p[part], "step_time_s", where + "." + part, true);
+    }
+    for (const char* list : {"phases", "memory"}) {
+      if (!p.contains(list) || !p[list].is_array()) throw core::UserError(where + ": \"" + list + "\" is missing or not a list");
+    }
+    for (const auto& ph : p["phases"]) {
+      if (!ph.is_object() || !ph.contains("phase") || !ph["phase"].is_string()) throw core::UserError(where + ".phases: an entry without its \"phase\"");
+      (void)number_field(ph, "predicted_s", where + ".phases", false);
+      (void)number_field(ph, "measured_s", where + ".phases", false);
+    }
+    for (const auto& m : p["memory"]) {
+      if (!m.is_object()) throw core::UserError(where + ".memory: an entry that is not an object");
+      (void)number_field(m, "predicted_bytes", where + ".memory", true);
+      (void)number_field(m, "measured_bytes", where + ".memory", true);
+    }
+  }
+  return whole;
+}
+
+// A validate phase's colour: the breakdown's key for the same time.
+std::string phase_key(const std::string& phase) {
+  if (phase == "compute" || phase == "optimizer") return phase;
+  if (phase.rfind("tensor-parallel", 0) == 0) return "comm tp";
+  if (phase.rfind("context-parallel", 0) == 0) return "comm cp";
+  if (phase.rfind("expert-parallel", 0) == 0) return "comm ep";
+  if (phase.rfind("pipeline", 0) == 0) return "comm pp";
+  if (phase.rfind("data-parallel", 0) == 0) return "comm dp";
+  return "other";
+}
+
+std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+
+// The rank whose peak memory the ledger missed most.
+const Json& worst_rank(const Json& plan) {
+  const Json* worst = &plan["memory"].front();
+  for (const auto& m : plan["memory"]) {
+    auto err = [](const Json& x) { return std::abs(x["predicted_bytes"].get<double>() / x["measured_bytes"].get<double>() - 1.0); };
+    if (err(m) > err(*worst)) worst = &m;
+  }
+  return *worst;
+}
+
+std::string validation_html(const ReportData& d) {
+  const Json& v = d.validation;
+  std::ostringstream o;
+  const Json& s = v.value("summary", Json::object());
+  if (s.is_object() && s.contains("median_abs_step_error")) {
+    o << "<p id=\"summary\">" << v["plans"].size() << " plans: median absolute step-time error " << num(100.0 * s.value("median_abs_step_error", 0.0), "%.1f")
+      << "%, largest " << num(100.0 * s.value("max_abs_step_error", 0.0), "%.1f") << "%; largest peak-memory error "
+      << num(100.0 * s.value("worst_memory_error", 0.0), "%.1f") << "%; the machine's speed drifted up to "
+      << num(100.0 * s.value("max_abs_reference_drift", 0.0), "%.1f") << "% from its profile (median error at its current speed "
+      << num(100.0 * s.value("median_abs_drift_adjusted_error", 0.0), "%.1f") << "%).</p>\n";
+  }
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> steps, memory;
+  for (const auto& p : v["plans"]) {
+    const std::string name = file_name(p["run"].get<std::string>());
+    std::vector<std::pair<std::string, double>> predicted, measured;
+    for (const auto& ph : p["phases"]) {
+      predicted.emplace_back(phase_key(ph["phase"].get<std::string>()), ph.value("predicted_s", 0.0));
+      measured.emplace_back(phase_key(ph["phase"].get<std::string>()), ph.value("measured_s", 0.0));
+    }
+    steps.emplace_back(name + " predicted", predicted);
+    steps.emplace_back(name + " measured", measured);
+    const Json& m = worst_rank(p);
+    const std::string rank = " rank " + m.value("rank", Json(0)).dump();
+    memory.emplace_back(name + rank + " predicted", std::vector<std::pair<std::string, double>>{{"predicted", m["predicted_bytes"].get<double>()}});
+    memory.emplace_back(name + rank + " measured", std::vector<std::pair<std::string, double>>{{"measured", m["measured_bytes"].get<double>()}});
+  }
+  o << "<h2>Step time per plan: predicted against measured, by phase</h2>\n<p class=\"small\">Each phase as validate books it "
+       "(measured communication includes waiting for the group).</p>\n"
+    << stacked_svg("steps", steps, "s", 1.0) << "\n";
+  o << "<h2>Peak memory per plan (the rank the ledger missed most)</h2>\n" << stacked_svg("memory", memory, "GiB", kGiB) << "\n";
+  o << "<h2>Table</h2>\n<table><tr><th>plan</th><th>predicted ms</th><th>measured ms</th><th>error</th><th>error at the machine's speed</th>"
+       "<th>worst memory error</th></tr>\n";
+  for (const auto& p : v["plans"]) {
+    const double pred = p["predicted"]["step_time_s"].get<double>(), meas = p["measured"]["step_time_s"].get<double>();
+    const Json& drift = p.value("drift_adjusted", Json::object());
+    o << "<tr><td>" << esc(p["run"].get<std::string>()) << "</td><td>" << num(pred * 1e3, "%.1f") << "</td><td>" << num(meas * 1e3, "%.1f")
+      << "</td><td>" << num(100.0 * (pred / meas - 1.0), "%+.1f") << "%</td><td>"
+      << (drift.is_object() && drift.contains("step_time_error") ? num(100.0 * drift["step_time_error"].get<double>(), "%+.1f") + "%" : "-")
+      << "</td><td>" << num(100.0 * p.value("memory_worst_error", 0.0), "%.1f") << "%</td></tr>\n";
+  }
+  o << "</table>\n";
+  return o.str();
+}
 }  // namespace
 
 ReportData load_report_data(const std::string& text, const std::string& source) {
@@ -289,6 +386,11 @@ namespace {
 ReportData load_report_data_unchecked(const std::string& text, const std::string& source) {
   ReportData d;
   const Json whole = Json::parse(text, nullptr, false);
+  if (!whole.is_discarded() && whole.is_object() && whole.contains("plans")) {
+    d.title = "stepcast validate: " + source;
+    d.validation = checked_validation(whole, source);
+    return d;
+  }
   if (!whole.is_discarded() && whole.is_object() && whole.contains("layouts")) {
     d.title = "stepcast plan: " + whole.value("title", source);
     if (!whole["layouts"].is_array()) throw core::UserError(source + ": \"layouts\" is " + core::show(whole["layouts"]) + "; expected an array");
@@ -344,6 +446,10 @@ std::string render_html(const ReportData& d) {
     << "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     << "td:first-child,th:first-child{text-align:left}.small{font-size:11px}svg{display:block;margin:8px 0}</style></head><body>\n";
   o << "<h1>" << esc(d.title) << "</h1>\n";
+  if (d.validation.is_object()) {
+    o << validation_html(d) << "</body></html>\n";
+    return o.str();
+  }
   if (!d.explanation.empty()) o << "<p id=\"explanation\">" << esc(d.explanation) << "</p>\n";
   o << "<h2>Ranked layouts (step time)</h2>\n" << ranked_svg(d) << "\n";
   o << "<h2>Pareto front: step time against peak memory</h2>\n<p class=\"small\">Red: layouts no other layout beats on both.</p>\n"
@@ -385,6 +491,15 @@ std::string render_html(const ReportData& d) {
 std::string render_markdown(const ReportData& d) {
   std::ostringstream o;
   o << "# " << d.title << "\n\n";
+  if (d.validation.is_object()) {
+    o << "| plan | predicted ms | measured ms | error | worst memory error |\n|---|---:|---:|---:|---:|\n";
+    for (const auto& p : d.validation["plans"]) {
+      const double pred = p["predicted"]["step_time_s"].get<double>(), meas = p["measured"]["step_time_s"].get<double>();
+      o << "| " << p["run"].get<std::string>() << " | " << num(pred * 1e3, "%.1f") << " | " << num(meas * 1e3, "%.1f") << " | "
+        << num(100.0 * (pred / meas - 1.0), "%+.1f") << "% | " << num(100.0 * p.value("memory_worst_error", 0.0), "%.1f") << "% |\n";
+    }
+    return o.str();
+  }
   if (!d.explanation.empty()) o << d.explanation << "\n\n";
   o << "| rank | layout | step s | from | tokens/s/GPU | MFU | peak GiB | bubble |\n|---:|---|---:|---|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < d.rows.size(); ++i) {
@@ -398,6 +513,15 @@ std::string render_markdown(const ReportData& d) {
 
 std::string render_csv(const ReportData& d) {
   std::ostringstream o;
+  if (d.validation.is_object()) {
+    o << "plan,predicted_step_time_s,measured_step_time_s,step_time_error,memory_worst_error\n";
+    for (const auto& p : d.validation["plans"]) {
+      const double pred = p["predicted"]["step_time_s"].get<double>(), meas = p["measured"]["step_time_s"].get<double>();
+      o << "\"" << p["run"].get<std::string>() << "\"," << num(pred, "%.6f") << "," << num(meas, "%.6f") << "," << num(pred / meas - 1.0, "%.6f") << ","
+        << num(p.value("memory_worst_error", 0.0), "%.6f") << "\n";
+    }
+    return o.str();
+  }
   o << "rank,layout,step_time_s,source,tokens_per_s_per_gpu,mfu,peak_memory_bytes,bubble_fraction\n";
   for (size_t i = 0; i < d.rows.size(); ++i) {
     const auto& r = d.rows[i];

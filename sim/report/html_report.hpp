@@ -2,10 +2,12 @@
 // plots, no scripts, no network fetches), Markdown and CSV.
 //
 // Input: the JSON of `stepcast plan --json` (ranked layouts, the best layout's memory ledger
-// and a timeline excerpt under "detail"), or a sweep's JSONL results (one object per point).
+// and a timeline excerpt under "detail"), a sweep's JSONL results (one object per point), or
+// the JSON of `stepcast validate --json` / `--out` (plans predicted against measured).
 // Plots: ranked layouts by step time, the Pareto front of step time against peak memory, the
 // best layout's memory ledger as stacked bars per stage, the time breakdown per layout, and a
-// timeline excerpt (one row per pipeline stage and stream).
+// timeline excerpt (one row per pipeline stage and stream). Validation results: each plan's
+// predicted and measured step by phase side by side, and its worst rank's peak memory.
 #pragma once
 
 #include <string>
@@ -31,9 +33,12 @@ struct ReportData {
   core::Json ledger;            // ledger_json of the best layout, or null
   core::Json timeline;          // [{"stage","stream","kind","label","start_s","end_s"}], or null
   std::string explanation;
+  // A validation (stepcast validate's JSON: "plans" and "summary"), checked; null otherwise.
+  core::Json validation;
 };
 
-// Reads plan JSON (an object with "layouts") or sweep JSONL text (ok points only).
+// Reads plan JSON (an object with "layouts"), validation JSON (an object with "plans") or sweep
+// JSONL text (ok points only).
 ReportData load_report_data(const std::string& text, const std::string& source);
 
 std::string render_html(const ReportData& d);

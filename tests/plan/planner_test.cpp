@@ -57,7 +57,9 @@ TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
   EXPECT_GE(k, 3u);
   EXPECT_LE(k, 9u);
   for (size_t i = k; i < r.ranked.size(); ++i) EXPECT_FALSE(r.ranked[i].simulated) << i;
-  if (k < 9 && k < r.ranked.size()) EXPECT_GE(r.ranked[k].est.step_time_s, slowest);
+  if (k < 9 && k < r.ranked.size()) {
+    EXPECT_GE(r.ranked[k].est.step_time_s, slowest);
+  }
   for (size_t i = 1; i < k; ++i) EXPECT_LE(r.ranked[i - 1].sim_step_s, r.ranked[i].sim_step_s);
   for (size_t i = k + 1; i < r.ranked.size(); ++i) EXPECT_LE(r.ranked[i - 1].est.step_time_s, r.ranked[i].est.step_time_s);
   EXPECT_NE(r.explanation.find("runner-up"), std::string::npos) << r.explanation;

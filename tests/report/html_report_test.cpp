@@ -86,6 +86,46 @@ TEST(Report, SourceColumnAndLegacyBreakdownNames) {
   EXPECT_EQ(render_html(load_report_data(legacy.dump(), "plan.json")), render_html(load_report_data(plan_json().dump(), "plan.json")));
 }
 
+// stepcast validate's JSON: each plan's predicted and measured step by phase, and the rank the
+// ledger missed most (rank 1 here, 10% over against rank 0's 1%).
+TEST(Report, ValidationPageComparesEveryPlan) {
+  auto plan = [](const char* run, double predicted, double measured) {
+    return Json{{"run", run},
+                {"predicted", {{"step_time_s", predicted}}},
+                {"measured", {{"step_time_s", measured}, {"min_s", measured}, {"max_s", measured}}},
+                {"drift_adjusted", {{"predicted_step_time_s", measured}, {"step_time_error", 0.0}}},
+                {"phases", Json::array({{{"phase", "compute"}, {"predicted_s", predicted * 0.9}, {"measured_s", measured * 0.8}},
+                                        {{"phase", "data-parallel communication"}, {"predicted_s", predicted * 0.1}, {"measured_s", measured * 0.2},
+                                         {"measured_wait_s", 0.01}}})},
+                {"memory", Json::array({{{"rank", 0}, {"predicted_bytes", 1.01e9}, {"measured_bytes", 1e9}},
+                                        {{"rank", 1}, {"predicted_bytes", 1.1e9}, {"measured_bytes", 1e9}}})},
+                {"memory_worst_error", 0.1}};
+  };
+  const Json v{{"plans", Json::array({plan("configs/validate/dp2.json", 1.0, 1.1), plan("configs/validate/tp2.json", 1.2, 1.0)})},
+               {"summary", {{"plans", 2}, {"median_abs_step_error", 0.14}, {"max_abs_step_error", 0.2}, {"worst_memory_error", 0.1}}}};
+  const ReportData d = load_report_data(v.dump(), "validation.json");
+  ASSERT_TRUE(d.validation.is_object());
+  const std::string html = render_html(d);
+  EXPECT_EQ(count(html, "<svg"), 2u);
+  EXPECT_EQ(count(html, "http://") + count(html, "https://"), count(html, "http://www.w3.org/2000/svg"));  // no fetches
+  EXPECT_NE(html.find("dp2.json predicted"), std::string::npos);
+  EXPECT_NE(html.find("tp2.json measured"), std::string::npos);
+  EXPECT_NE(html.find("dp2.json rank 1 predicted"), std::string::npos);
+  EXPECT_EQ(html.find("rank 0 predicted"), std::string::npos);
+  EXPECT_NE(html.find("comm dp"), std::string::npos);
+  EXPECT_NE(render_markdown(d).find("| configs/validate/tp2.json | 1200.0 | 1000.0 | +20.0% | 10.0% |"), std::string::npos) << render_markdown(d);
+  EXPECT_NE(render_csv(d).find("\"configs/validate/dp2.json\",1.000000,1.100000,-0.090909,0.100000"), std::string::npos) << render_csv(d);
+  // A plan without its measurement is named.
+  Json bad = v;
+  bad["plans"][1].erase("measured");
+  try {
+    (void)load_report_data(bad.dump(), "validation.json");
+    FAIL() << "a plan without its measurement was rendered";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("validation.json: plans[1]: \"measured\" is missing"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Report, GarbageIsAClearError) {
   EXPECT_THROW(load_report_data("not json at all\n", "x.jsonl"), core::UserError);
   EXPECT_THROW(load_report_data(R"({"point":0,"ok":false})" "\n", "x.jsonl"), core::UserError);
