@@ -883,7 +883,14 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
                                       : model.value("num_hidden_layers", model.value("n_layer", inum(r, "layers")));
   if (pp > 1 && L % vstages != 0 && fam != Family::kBloom) {
     int64_t first = 0, last = 0;
-    if (!torchtitan && vstages == pp && config::megatron_end_stages(L, pp, first, last)) {
+    if (nemo && !config::slot_stage_layers(L, vstages, true, true).empty()) {
+      // Megatron-Bridge's recipes for layer counts that do not divide (Llama 3.1 405B's 126,
+      // Qwen3 235B's 94) count the embedding and the loss as pipeline layer slots.
+      parallel["account_for_embedding_in_pipeline_split"] = true;
+      parallel["account_for_loss_in_pipeline_split"] = true;
+      notes.push_back("parallel: the embedding and the loss each count as a layer slot in the pipeline split "
+                      "(Megatron-Bridge recipes' account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split)");
+    } else if (!torchtitan && vstages == pp && config::megatron_end_stages(L, pp, first, last)) {
       // Megatron: shorter first and last stages take the remainder.
       parallel["first_stage_layers"] = first;
       parallel["last_stage_layers"] = last;
@@ -1084,7 +1091,7 @@ namespace {
 // framework (pipeline buffers, DTensor behaviour, MoE routing) and stays fixed.
 const char* const kLayoutKeys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "micro_batch_size", "zero_stage",
                                    "fsdp", "recompute", "recompute_layers", "recompute_modules", "schedule", "first_stage_layers",
-                                   "last_stage_layers", "stage_layers",
+                                   "last_stage_layers", "stage_layers", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
                                    "reshard_after_forward", "cp_comm", "dp_replicate"};
 
 void compare_with_planner(AccuracyResult& res, const std::function<void(const char*, size_t, size_t)>& progress) {

@@ -215,6 +215,8 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     p.stage_layer_list = int_list(*sj, r.child_path("stage_layers"), r.issues());
     if (sj->is_array() && sj->empty()) r.issues().add(r.child_path("stage_layers"), "is empty; give the layers of every virtual stage, or omit it");
   }
+  p.embedding_slot = r.get_bool("account_for_embedding_in_pipeline_split", false);
+  p.loss_slot = r.get_bool("account_for_loss_in_pipeline_split", false);
   // Transformer Engine / Megatron's cp_comm_type names are accepted as they are: p2p (the
   // ring), all_gather and a2a (Ulysses).
   std::string cpc = r.get_choice("cp_comm", {"ring", "allgather", "ulysses", "rotate-allgather", "p2p", "all_gather", "a2a"}, "ring");
@@ -444,7 +446,25 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   std::vector<int64_t> vs(static_cast<size_t>(vstages), 0);
   bool split_ok = true;
   const bool uneven = p.first_stage_layers >= 0 || p.last_stage_layers >= 0;
-  if (!p.stage_layer_list.empty()) {
+  const bool slots = p.embedding_slot || p.loss_slot;
+  const std::string slot_key =
+      p.embedding_slot ? "$.parallel.account_for_embedding_in_pipeline_split" : "$.parallel.account_for_loss_in_pipeline_split";
+  if (slots && (uneven || !p.stage_layer_list.empty())) {
+    issues.add(slot_key, std::string("gives the split itself; drop ") + (uneven ? "first_stage_layers/last_stage_layers" : "stage_layers") +
+                             " or this flag");
+    split_ok = false;
+  } else if (slots && p.pp == 1) {
+    issues.add(slot_key, "counts the embedding or the loss as a pipeline slot, which needs pp > 1");
+    split_ok = false;
+  } else if (slots) {
+    const int64_t extra = (p.embedding_slot ? 1 : 0) + (p.loss_slot ? 1 : 0);
+    vs = slot_stage_layers(L, vstages, p.embedding_slot, p.loss_slot);
+    if (vs.empty()) {
+      issues.add(slot_key, "num_layers " + n(L) + " + " + n(extra) + " slot" + (extra > 1 ? "s" : "") + " = " + n(L + extra) +
+                               " is not divisible by pp*vpp = " + n(p.pp) + "*" + n(p.vpp) + " = " + n(vstages));
+      split_ok = false;
+    }
+  } else if (!p.stage_layer_list.empty()) {
     const auto& list = p.stage_layer_list;
     int64_t sum = 0;
     for (int64_t x : list) sum += x;
@@ -455,8 +475,11 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
       issues.add("$.parallel.stage_layers", "has " + n(static_cast<int64_t>(list.size())) + " entries; expected one per virtual stage, pp*vpp = " +
                                                 n(p.pp) + "*" + n(p.vpp) + " = " + n(vstages));
       split_ok = false;
-    } else if (std::find(list.begin(), list.end(), 0) != list.end()) {
-      issues.add("$.parallel.stage_layers", "every virtual stage needs at least one layer");
+    } else if (std::any_of(list.begin(), list.end(), [&](int64_t x) { return x == 0; }) &&
+               (list.size() < 2 || std::find(list.begin() + 1, list.end() - 1, 0) != list.end() - 1)) {
+      // The first and last virtual stages also hold the embedding and the output head, so
+      // either may hold no transformer layer (Megatron's pipeline layouts allow it).
+      issues.add("$.parallel.stage_layers", "every virtual stage between the first and the last needs at least one layer");
       split_ok = false;
     } else if (sum != L) {
       issues.add("$.parallel.stage_layers", "adds up to " + n(sum) + " layers; the model has num_layers " + n(L));
@@ -700,6 +723,15 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
     used += k;
   }
   out.push_back(layers - used);
+  return out;
+}
+
+std::vector<int64_t> slot_stage_layers(int64_t layers, int64_t stages, bool embedding_slot, bool loss_slot) {
+  const int64_t total = layers + (embedding_slot ? 1 : 0) + (loss_slot ? 1 : 0);
+  if (stages < 2 || total % stages != 0) return {};
+  std::vector<int64_t> out(static_cast<size_t>(stages), total / stages);
+  if (embedding_slot) --out.front();
+  if (loss_slot) --out.back();
   return out;
 }
 

@@ -203,6 +203,13 @@ struct Parallel {
   // c * pp + s is chunk c of pipeline stage s), as split points give them (torchtitan).
   // Empty = derived from the two fields above.
   std::vector<int64_t> stage_layer_list;
+  // Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split:
+  // the input embedding and the output head with the loss each count as one layer slot, the
+  // num_layers + slots split evenly over every virtual stage, and the first (last) virtual
+  // stage gives one of its slots to the embedding (the loss). A virtual stage may then hold
+  // the embedding or the head alone.
+  bool embedding_slot = false;
+  bool loss_slot = false;
   CpComm cp_comm = CpComm::kRing;
   // Causal context parallelism splits the sequence into 2*cp chunks and gives rank i chunks i
   // and 2cp-1-i so every rank does the same attention work; false: contiguous 1/cp slices,
@@ -347,6 +354,9 @@ struct RunConfig {
 // remainder lasts, and the last what is left (so the first and last, which also hold the
 // embedding and the output layer, are the short ones).
 std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages);
+// Megatron-Core's split with the embedding and/or the loss counted as layer slots (see
+// Parallel::embedding_slot); empty when layers + slots do not divide evenly over the stages.
+std::vector<int64_t> slot_stage_layers(int64_t layers, int64_t stages, bool embedding_slot, bool loss_slot);
 
 // Megatron-style uneven split over pp >= 3 stages: the middle stages take ceil(layers / pp) and
 // the first and last share what is left (the first one layer fewer when odd). Returns false

@@ -275,6 +275,10 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
     sp.last = bp.last_stage_layers;
   } else if (par.contains("stage_layers")) {
     sp.stage_list = bp.stage_layer_list;
+  } else if (bp.embedding_slot || bp.loss_slot) {
+    // The run's own Megatron split flags, written out as the list they give for this pp*vpp.
+    sp.stage_list = config::slot_stage_layers(L, pp * vpp, bp.embedding_slot, bp.loss_slot);
+    sp.ok = !sp.stage_list.empty();
   } else if (L % (pp * vpp) != 0) {
     // Megatron's shorter first and last stages without virtual stages where they exist;
     // otherwise the balanced split over every virtual stage (torchtitan's split points).
@@ -290,12 +294,21 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
         if (f != sp.first) sp.end_splits.emplace_back(f, ends - f);
       }
     } else {
+      // Megatron's split with the embedding and the loss counted as layer slots, where it
+      // divides: with one slot per virtual stage the first holds the embedding alone and the
+      // last the output head alone.
+      std::vector<int64_t> slotted = config::slot_stage_layers(L, pp * vpp, true, true);
       if (L >= pp * vpp) {
         sp.stage_list = config::balanced_stage_layers(L, pp * vpp);
         // The balanced list puts the extra layers last; the mirrored one keeps the last
         // (head-carrying) stage light.
         std::vector<int64_t> mirrored(sp.stage_list.rbegin(), sp.stage_list.rend());
         if (mirrored != sp.stage_list) sp.alt_lists.push_back(std::move(mirrored));
+        if (!slotted.empty() && slotted != sp.stage_list && std::find(sp.alt_lists.begin(), sp.alt_lists.end(), slotted) == sp.alt_lists.end()) {
+          sp.alt_lists.push_back(std::move(slotted));
+        }
+      } else {
+        sp.stage_list = std::move(slotted);
       }
       sp.ok = !sp.stage_list.empty();
     }
@@ -410,6 +423,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
           }
           // The layout with the primary split, then with each alternative.
           auto emit = [&](Parallel p) {
+            p.embedding_slot = p.loss_slot = false;  // the splits below are explicit
             p.first_stage_layers = splits.first;
             p.last_stage_layers = splits.last;
             p.stage_layer_list = splits.stage_list;

@@ -121,18 +121,39 @@ TEST(PublishedRows, UnknownFamilyWithDimensions) {
 // Layers that do not divide the (virtual) stages: Megatron's shorter first and last stages
 // without virtual stages, the balanced list with them; the run file validates either way.
 TEST(PublishedRows, UnevenSplits) {
+  // Megatron-Core recipes count the embedding and the loss as pipeline layer slots when the
+  // layers do not divide: 126 + 2 over 64 virtual stages, 2 slots each.
   Json r = base_row();
   r.update(Json{{"model", "Llama 3.1 405B"}, {"params_b", 405.0}, {"num_gpus", 1024}, {"tp", 8}, {"pp", 8}, {"cp", 2}, {"vp", 8},
                 {"global_batch_seqs", 64}});
   Json run = converted(r);
+  EXPECT_EQ(run["parallel"]["account_for_embedding_in_pipeline_split"], true) << run["parallel"].dump();
+  EXPECT_EQ(run["parallel"]["account_for_loss_in_pipeline_split"], true);
+  auto rc = config::parse_run(run, "<test>", "");
+  ASSERT_EQ(rc.vstage_layers.size(), 64u);
+  EXPECT_EQ(rc.vstage_layers.front(), 1);
+  EXPECT_EQ(rc.vstage_layers[1], 2);
+  EXPECT_EQ(rc.vstage_layers.back(), 1);
+  // One slot per virtual stage: the first holds the embedding alone, the last the head alone.
+  r["pp"] = 16;
+  rc = config::parse_run(converted(r), "<test>", "");
+  ASSERT_EQ(rc.vstage_layers.size(), 128u);
+  EXPECT_EQ(rc.vstage_layers.front(), 0);
+  EXPECT_EQ(rc.vstage_layers.back(), 0);
+  EXPECT_EQ(rc.stage_layers.front(), 7);
+  EXPECT_EQ(rc.stage_layers.back(), 7);
+  // Without virtual stages the same split: 7 layers on the end stages, 8 on the others.
+  r.erase("vp");
+  rc = config::parse_run(converted(r), "<test>", "");
+  EXPECT_EQ(rc.stage_layers, (std::vector<int64_t>{7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7}));
+  // torchtitan's split points: a balanced list over every virtual stage.
+  r["framework"] = "torchtitan";
+  r["pp"] = 8;
+  r["vp"] = 8;
+  run = converted(r);
   ASSERT_TRUE(run["parallel"].contains("stage_layers")) << run["parallel"].dump();
   EXPECT_EQ(run["parallel"]["stage_layers"].size(), 64u);
-  EXPECT_EQ(config::parse_run(run, "<test>", "").stage_layers.size(), 8u);
-  r.erase("vp");
-  r["pp"] = 16;
-  run = converted(r);
-  EXPECT_EQ(run["parallel"]["first_stage_layers"], 7);
-  EXPECT_EQ(run["parallel"]["last_stage_layers"], 7);
+  EXPECT_FALSE(run["parallel"].contains("account_for_embedding_in_pipeline_split"));
 }
 
 // An MoE row of a dense family, and a dense row of an MoE family, keep their own kind.

@@ -153,6 +153,16 @@ const std::vector<BadCase> kCases = {
      {"$.parallel.first_stage_layers", "15 layers", "vpp = 2"}},
     {"UnevenPpSplitDoesNotAddUp", R"({"parallel": {"tp": 2, "pp": 4, "first_stage_layers": 5, "last_stage_layers": 4}})",
      {"$.parallel.first_stage_layers", "23", "2 stages"}},
+    // An empty virtual stage between the ends; the embedding/loss slots beside an explicit
+    // split, on one stage, and where layers + slots do not divide over the virtual stages.
+    {"StageLayersEmptyMiddle", R"({"parallel": {"tp": 2, "pp": 4, "stage_layers": [11, 0, 11, 10]}})",
+     {"$.parallel.stage_layers", "between the first and the last"}},
+    {"SlotsWithStageList", R"({"parallel": {"tp": 2, "pp": 4, "stage_layers": [8, 8, 8, 8], "account_for_loss_in_pipeline_split": true}})",
+     {"$.parallel.account_for_loss_in_pipeline_split", "drop stage_layers"}},
+    {"SlotsWithoutPipeline", R"({"parallel": {"tp": 2, "account_for_embedding_in_pipeline_split": true}})",
+     {"$.parallel.account_for_embedding_in_pipeline_split", "pp > 1"}},
+    {"SlotsNotDividing", R"({"parallel": {"tp": 2, "pp": 4, "account_for_embedding_in_pipeline_split": true, "account_for_loss_in_pipeline_split": true}})",
+     {"$.parallel.account_for_embedding_in_pipeline_split", "32 + 2 slots = 34", "pp*vpp = 4*1 = 4"}},
     // Causal ring attention load-balances 2*cp chunks: 4100 tokens do not split into 8.
     {"CpNotDividingSeqIntoChunks", R"({"training": {"seq_len": 4100}, "parallel": {"tp": 2, "cp": 4}})",
      {"$.parallel.cp", "got 4", "4100", "8 equal chunks"}},

@@ -107,6 +107,26 @@ TEST(RunConfig, VirtualStageSplits) {
   EXPECT_EQ(rc.stage_layer_ids(3), (std::vector<int64_t>{11, 12, 13, 14, 27, 28, 29, 30, 31}));
 }
 
+// Megatron's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split:
+// 30 layers + 2 slots over 8 virtual stages of 4 slots; the first gives one to the embedding,
+// the last one to the loss. With one slot per virtual stage the ends hold no layer at all, and
+// an explicit list may leave the first or last virtual stage without layers too.
+TEST(RunConfig, EmbeddingAndLossSlots) {
+  const std::string base = R"({"model": {"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 30,
+    "intermediate_size": 4096, "vocab_size": 32000, "hidden_act": "silu"}, "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 16}, "parallel": {"pp": 4, "vpp": 2, )";
+  RunConfig rc = parse(base + R"("account_for_embedding_in_pipeline_split": true, "account_for_loss_in_pipeline_split": true}})");
+  EXPECT_EQ(rc.vstage_layers, (std::vector<int64_t>{3, 4, 4, 4, 4, 4, 4, 3}));
+  EXPECT_EQ(rc.stage_layers, (std::vector<int64_t>{7, 8, 8, 7}));
+  EXPECT_EQ(config::slot_stage_layers(32, 34, true, true), (std::vector<int64_t>{0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                                                   1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}));
+  EXPECT_EQ(config::slot_stage_layers(31, 8, false, true), (std::vector<int64_t>{4, 4, 4, 4, 4, 4, 4, 3}));
+  EXPECT_TRUE(config::slot_stage_layers(32, 8, true, true).empty());
+  rc = parse(base + R"("stage_layers": [0, 5, 5, 5, 5, 5, 5, 0]}})");
+  EXPECT_EQ(rc.stage_layers, (std::vector<int64_t>{5, 10, 10, 5}));
+  EXPECT_EQ(rc.stage_layer_ids(0).front(), 15);  // chunk 1 of stage 0 starts after virtual stages 0-3
+}
+
 // recompute_layers N: the first N layers of every virtual stage are recomputed (Megatron's block
 // method); the others keep their activations. Megatron's uneven split puts 3 and 5 layers in
 // the chunks, so N = 4 covers the short chunks whole and the long ones but their last layer.

@@ -784,6 +784,33 @@ TEST(StepSim, InterleavedLedgerPeakMatchesTheTimelineWithUnequalChunks) {
   }
 }
 
+// End stages without transformer layers (the embedding alone, the output head alone): the
+// ledger's stage 0 holds the embedding's weights and no layer activations, the timeline peak
+// is the ledger's, and the step lands between the even 4-stage split (8 layers per stage) and
+// 2 stages of 16 layers, whose last stage also runs the output head (about 2.4 layers' FLOPs
+// with Llama 3's 128k vocabulary) that the empty last stage takes off the layers' stages.
+TEST(StepSim, EndStagesWithoutLayers) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 64}}},
+            {"parallel", {{"tp", 2}, {"pp", 4}, {"micro_batch_size", 1}, {"stage_layers", {0, 16, 16, 0}}}}};
+  const auto empty_ends = simulate_step(config::parse_run(j, "<step-sim-test>", ""));
+  const auto& st0 = empty_ends.step.memory.stages.front();
+  EXPECT_EQ(st0.layers, 0);
+  EXPECT_GT(st0.weights.value(), 0.0);
+  EXPECT_LT(st0.weights.value(), empty_ends.step.memory.stages[1].weights.value() / 4);
+  EXPECT_EQ(st0.activations.value(), 0.0);
+  EXPECT_NEAR(empty_ends.step.memory.peak().value() / empty_ends.memory_timeline_peak_bytes, 1.0, 1e-9);
+  j["parallel"].erase("stage_layers");
+  const auto even = simulate_step(config::parse_run(j, "<step-sim-test>", ""));
+  j["parallel"]["pp"] = 2;
+  j["cluster"]["num_gpus"] = 4;
+  const auto two = simulate_step(config::parse_run(j, "<step-sim-test>", ""));
+  EXPECT_GT(empty_ends.step.step_time_s, even.step.step_time_s);
+  EXPECT_LT(empty_ends.step.step_time_s, two.step.step_time_s);
+}
+
 // A step whose operators each fit the clock but whose sum does not (one micro-batch of 2^24
 // sequences of 16,384 tokens: about 2e7 s on 8 GPUs, past the 2^63 ps range of about 106 days;
 // at 8,192 tokens it is 8.3e6 s, inside the range) is refused with a UserError, not a saturated

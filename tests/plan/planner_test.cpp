@@ -299,6 +299,27 @@ TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   EXPECT_TRUE(interleaved) << "no interleaved layout ranked";
 }
 
+// 126 layers over pp 16 x vpp 8 = 128 virtual stages: only Megatron's split with the embedding
+// and the loss as layer slots fits, the first virtual stage the embedding alone and the last
+// the output head alone.
+TEST(Planner, EmbeddingAndLossSlotsMakeMoreVirtualStagesThanLayers) {
+  Json j = {{"model", "llama3.1-405b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 2048}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 256}}},
+            {"parallel", {{"tp", 8}, {"pp", 16}, {"vpp", 8}, {"cp", 1}}}};
+  PlanOptions o = small_options();
+  o.top_k = 1;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  const auto& v = r.ranked.front().rc.vstage_layers;
+  ASSERT_EQ(v.size(), 128u);
+  EXPECT_EQ(v.front(), 0);
+  EXPECT_EQ(v.back(), 0);
+  EXPECT_EQ(std::count(v.begin(), v.end(), 1), 126);
+  EXPECT_EQ(r.rejected.count("layers do not split over pp*vpp"), 0u);
+}
+
 // Two stages cannot take Megatron's shorter first and last stages: an odd layer count splits
 // as torchtitan's split points do, the remainder on the last stage.
 TEST(Planner, OddLayersOnTwoStagesSplitByList) {
