@@ -336,8 +336,8 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   eo.steps = a.steps;
   eo.warmup = a.warmup;
   eo.timeout_s = a.timeout_s;
-  // A plan is identified by its file and content; the journal's header by what every result
-  // depends on.
+  // A plan is identified by its file and content (with the model and profile files it refers
+  // to); the journal's header by what every result depends on.
   std::string previous;
   if (rank == 0 && !journal_path.empty()) previous = stepcast::core::previous_journal(journal_path, a.resume, journal_what);
   const stepcast::calibrate::MpiWorld world;
@@ -355,7 +355,11 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   bool last_traced = false;
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& rc = runs[i];
-    const std::string plan_key = "plan " + a.files[i] + " " + stepcast::core::digest(stepcast::core::load_json_file(a.files[i]).dump());
+    const std::string plan_key =
+        "plan " + a.files[i] + " " +
+        stepcast::core::digest(stepcast::config::with_referenced_files(stepcast::core::load_json_file(a.files[i]),
+                                                                       std::filesystem::path(a.files[i]).parent_path().string())
+                                   .dump());
     const bool reused = journal.recorded(plan_key);
     if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)%s\n", rc.source_name.c_str(), static_cast<long long>(ranks), reused ? ": finished before, from the journal" : "");
     const bool last = i + 1 == runs.size();

@@ -712,6 +712,22 @@ AttentionWidths attention_widths(const RunConfig& rc, bool expanded) {
   return w;
 }
 
+Json with_referenced_files(Json run, const std::string& base_dir) {
+  if (!run.is_object()) return run;
+  for (const char* key : {"model", "hardware"}) {
+    auto it = run.find(key);
+    if (it == run.end() || !it->is_object() || !it->contains("path") || !(*it)["path"].is_string()) continue;
+    std::filesystem::path p = (*it)["path"].get<std::string>();
+    if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
+    try {
+      *it = Json{{"path", p.string()}, {"content", core::load_json_file(p.string())}};
+    } catch (const core::UserError&) {
+      // Unreadable: parse_run names it.
+    }
+  }
+  return run;
+}
+
 std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
   std::vector<int64_t> out;
   const int64_t base = layers / stages;

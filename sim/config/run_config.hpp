@@ -367,6 +367,11 @@ bool megatron_end_stages(int64_t layers, int64_t pp, int64_t& first, int64_t& la
 // Throws core::ConfigError listing every problem.
 // validate_layout = false parses every section but leaves the layout unchecked and underived
 // (the planner fills in and validates each candidate layout itself).
+// The run with its model and hardware {"path": FILE} references replaced by the files' content
+// (relative to base_dir, as parse_run reads them), so a digest of it changes when a referenced
+// file does; a reference that cannot be read is left as it is (parse_run reports it).
+core::Json with_referenced_files(core::Json run, const std::string& base_dir);
+
 RunConfig parse_run(const core::Json& j, const std::string& source_name, const std::string& base_dir,
                     bool validate_layout = true);
 // overrides: "PATH=VALUE" settings applied to the file's JSON before validation (the CLI's --set).

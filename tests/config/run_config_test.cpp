@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/core/error.hpp"
+#include "sim/core/journal.hpp"
 #include "sim/core/json_reader.hpp"
 
 #ifndef STEPCAST_SOURCE_DIR
@@ -222,6 +223,22 @@ TEST(RunConfig, HardwareFileMayChangeABuiltInProfile) {
     EXPECT_NE(std::string(e.what()).find("$.hardware.path"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("not another"), std::string::npos) << e.what();
   }
+}
+
+// with_referenced_files inlines the model and profile files a run refers to, so a digest of
+// it (validate --resume's plan key) changes with them; an unreadable reference stays as given.
+TEST(RunConfig, ReferencedFilesInlined) {
+  const auto dir = std::filesystem::temp_directory_path() / "stepcast-referenced-files-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "m.json") << R"({"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000})";
+  const Json run = Json::parse(R"({"model": {"path": "m.json"}, "hardware": {"path": "missing.json"}, "cluster": {"num_gpus": 8}})");
+  const Json a = with_referenced_files(run, dir.string());
+  EXPECT_EQ(a["model"]["content"]["num_hidden_layers"], 4);
+  EXPECT_EQ(a["hardware"], run["hardware"]);
+  EXPECT_EQ(a["cluster"], run["cluster"]);
+  std::ofstream(dir / "m.json") << R"({"hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 8, "vocab_size": 32000})";
+  EXPECT_NE(core::digest(with_referenced_files(run, dir.string()).dump()), core::digest(a.dump()));
+  EXPECT_EQ(with_referenced_files(Json::parse(R"({"model": "llama3.1-8b"})"), dir.string()), Json::parse(R"({"model": "llama3.1-8b"})"));
 }
 
 // The 16-byte convention (fp32 master) is the default; master_weights=false gives 12 bytes.
