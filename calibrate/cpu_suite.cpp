@@ -236,9 +236,6 @@ double time_collective(const std::string& op, size_t bytes, int rank, int size, 
 SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   SuiteResult r;
   r.ranks = size;
-  auto say = [&](const std::string& s) {
-    if (rank == 0 && opt.progress) opt.progress(s);
-  };
   MeasureOptions mo;
   mo.budget_s = opt.budget_per_benchmark_s;
   // A synchronous job runs at its slowest device's pace: every rank measures at the same time
@@ -249,6 +246,11 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   core::Journal journal({{"backend", "cpu"}, {"ranks", size}, {"device", cpu_model()}, {"budget_per_benchmark_s", opt.budget_per_benchmark_s},
                    {"build", build_description()}},
                   world.broadcast(opt.journal_previous), opt.journal_path, world.rank == 0 ? opt.journal_path : "");
+  // Each progress line says the work behind it: seconds (reused measurements count their
+  // recorded time) and measurements taken or reused.
+  auto say = [&](const std::string& s) {
+    if (rank == 0 && opt.progress) opt.progress(fmt("[%.0f s, ", journal.elapsed_s()) + std::to_string(journal.done() + journal.reused()) + " measured] " + s);
+  };
   if (journal.unused() > 0) say("resuming: " + std::to_string(journal.unused()) + " measurements recorded by an interrupted run in " + opt.journal_path);
   auto gemm_s = [&](const Shape& sh) {
     return journal.measure("gemm fp32 " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k),

@@ -38,9 +38,6 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
   r.ranks = size;
   try {
     const cuda::DeviceInfo dev = cuda::open(rank % devices);
-    auto say = [&](const std::string& s) {
-      if (rank == 0 && opt.progress) opt.progress(s);
-    };
     MeasureOptions mo;
     mo.budget_s = opt.budget_per_benchmark_s;
     // Every measurement goes through the journal (an interrupted run resumes from it); the time
@@ -49,6 +46,11 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     core::Journal journal({{"backend", "cuda"}, {"ranks", size}, {"device", dev.name + " (compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")"},
                      {"budget_per_benchmark_s", opt.budget_per_benchmark_s}, {"build", build_description()}},
                     world.broadcast(opt.journal_previous), opt.journal_path, world.rank == 0 ? opt.journal_path : "");
+    // Each progress line says the work behind it: seconds (reused measurements count their
+    // recorded time) and measurements taken or reused.
+    auto say = [&](const std::string& s) {
+      if (rank == 0 && opt.progress) opt.progress(fmt("[%.0f s, ", journal.elapsed_s()) + std::to_string(journal.done() + journal.reused()) + " measured] " + s);
+    };
     if (journal.unused() > 0) say("resuming: " + std::to_string(journal.unused()) + " measurements recorded by an interrupted run in " + opt.journal_path);
     auto elapsed = [&] { return journal.elapsed_s(); };
     auto gemm_s = [&](const std::string& dtype, int m, int n, int k, const char* role) {
