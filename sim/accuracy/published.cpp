@@ -1091,7 +1091,7 @@ namespace {
 // framework (pipeline buffers, DTensor behaviour, MoE routing) and stays fixed.
 const char* const kLayoutKeys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "micro_batch_size", "zero_stage",
                                    "fsdp", "recompute", "recompute_layers", "recompute_modules", "schedule", "first_stage_layers",
-                                   "last_stage_layers", "stage_layers", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                                   "last_stage_layers", "stage_layers", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "pipeline_layout",
                                    "reshard_after_forward", "cp_comm", "dp_replicate"};
 
 void compare_with_planner(AccuracyResult& res, const std::function<void(const char*, size_t, size_t)>& progress) {

@@ -1,8 +1,10 @@
 #include "sim/config/run_config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <numeric>
 
 namespace stepcast::config {
@@ -215,6 +217,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     p.stage_layer_list = int_list(*sj, r.child_path("stage_layers"), r.issues());
     if (sj->is_array() && sj->empty()) r.issues().add(r.child_path("stage_layers"), "is empty; give the layers of every virtual stage, or omit it");
   }
+  if (const Json* lj = r.get_raw("pipeline_layout"); lj != nullptr) p.pipeline_layout = *lj;
   p.embedding_slot = r.get_bool("account_for_embedding_in_pipeline_split", false);
   p.loss_slot = r.get_bool("account_for_loss_in_pipeline_split", false);
   // Transformer Engine / Megatron's cp_comm_type names are accepted as they are: p2p (the
@@ -250,6 +253,119 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
   p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
   r.finish();
+}
+
+// Expands a layout string's repeats from position i up to the end or the ')' that closes a
+// group opened by the caller; `err` says what is wrong (positions count from 0).
+std::string expand_layout(const std::string& s, size_t& i, bool in_group, std::string& err) {
+  constexpr size_t kMaxModules = 1u << 20;
+  std::string out;
+  while (i < s.size() && err.empty()) {
+    const char c = s[i];
+    if (c == ' ') {
+      ++i;
+      continue;
+    }
+    if (c == ')') {
+      if (!in_group) err = "')' at position " + std::to_string(i) + " closes no '('";
+      ++i;
+      return out;
+    }
+    std::string unit;
+    const size_t at = i;
+    if (c == '(') {
+      ++i;
+      unit = expand_layout(s, i, true, err);
+      if (err.empty() && (i > s.size() || s[i - 1] != ')')) err = "'(' at position " + std::to_string(at) + " is not closed";
+    } else if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
+      unit = std::string(1, c);
+      ++i;
+    } else {
+      err = std::string("'") + c + "' at position " + std::to_string(i) +
+            " is not a module; allowed: E (embedding), t (transformer layer), m (multi-token-prediction layer), L (loss), '|' between "
+            "virtual stages, X*N and (...)*N to repeat";
+    }
+    if (!err.empty()) break;
+    while (i < s.size() && s[i] == ' ') ++i;
+    if (i < s.size() && s[i] == '*') {
+      const size_t star = i++;
+      size_t n = 0, digits = 0;
+      while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) != 0 && n <= kMaxModules) n = n * 10 + static_cast<size_t>(s[i++] - '0'), ++digits;
+      if (digits == 0 || n == 0) {
+        err = "'*' at position " + std::to_string(star) + " needs a repeat count of at least 1";
+        break;
+      }
+      if (n > kMaxModules || unit.size() * n > kMaxModules) {
+        err = "the repeat at position " + std::to_string(star) + " makes more than " + std::to_string(kMaxModules) + " modules";
+        break;
+      }
+      std::string rep;
+      for (size_t k = 0; k < n; ++k) rep += unit;
+      unit = std::move(rep);
+    }
+    out += unit;
+    if (out.size() > kMaxModules) err = "the layout makes more than " + std::to_string(kMaxModules) + " modules";
+  }
+  if (err.empty() && in_group) {
+    err = "a '(' is not closed";
+    i = s.size() + 1;
+  }
+  return out;
+}
+
+// The transformer layers of every virtual stage from a Megatron pipeline layout, checked
+// against the run (false: an issue was added).
+bool layout_stage_layers(const Json& given, int64_t vstages, int64_t num_layers, int64_t mtp_layers, const Parallel& p,
+                         std::vector<int64_t>& vs, Issues& issues) {
+  const std::string key = "$.parallel.pipeline_layout";
+  const PipelineLayout lay = parse_pipeline_layout(given);
+  if (!lay.error.empty()) {
+    issues.add(key, lay.error);
+    return false;
+  }
+  const int64_t n = static_cast<int64_t>(lay.stages.size());
+  if (n != vstages) {
+    issues.add(key, "has " + std::to_string(n) + " virtual stages; expected pp*vpp = " + std::to_string(p.pp) + "*" + std::to_string(p.vpp) + " = " +
+                        std::to_string(vstages));
+    return false;
+  }
+  int64_t layers = 0, mtp = 0, embeddings = 0, losses = 0;
+  bool ok = true;
+  for (int64_t v = 0; v < n; ++v) {
+    const std::string& st = lay.stages[static_cast<size_t>(v)];
+    const auto count = [&](char c) { return static_cast<int64_t>(std::count(st.begin(), st.end(), c)); };
+    vs[static_cast<size_t>(v)] = count('t');
+    layers += count('t');
+    mtp += count('m');
+    embeddings += count('E');
+    losses += count('L');
+    if (count('E') > 0 && v != 0) {
+      issues.add(key, "virtual stage " + std::to_string(v) + " holds the embedding (E); it belongs to the first virtual stage");
+      ok = false;
+    }
+    if ((count('L') > 0 || count('m') > 0) && v != n - 1) {
+      issues.add(key, "virtual stage " + std::to_string(v) + " holds " + (count('L') > 0 ? "the loss (L)" : "a multi-token-prediction layer (m)") +
+                          "; stepcast runs the MTP layers and the loss on the last virtual stage");
+      ok = false;
+    }
+    if (count('t') == 0 && v > 0 && v < n - 1) {
+      issues.add(key, "virtual stage " + std::to_string(v) + " holds no transformer layer (t); only the first and the last may");
+      ok = false;
+    }
+  }
+  if (embeddings != 1 || losses != 1) {
+    issues.add(key, "needs the embedding (E) and the loss (L) once each (got " + std::to_string(embeddings) + " and " + std::to_string(losses) + ")");
+    ok = false;
+  }
+  if (mtp != mtp_layers) {
+    issues.add(key, "has " + std::to_string(mtp) + " multi-token-prediction layers (m); training.mtp_layers is " + std::to_string(mtp_layers));
+    ok = false;
+  }
+  if (layers != num_layers) {
+    issues.add(key, "has " + std::to_string(layers) + " transformer layers (t); the model has num_layers " + std::to_string(num_layers));
+    ok = false;
+  }
+  return ok;
 }
 
 std::vector<int64_t> int_list(const Json& j, const std::string& path, Issues& issues) {
@@ -447,9 +563,17 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   bool split_ok = true;
   const bool uneven = p.first_stage_layers >= 0 || p.last_stage_layers >= 0;
   const bool slots = p.embedding_slot || p.loss_slot;
+  const bool layout = !p.pipeline_layout.is_null();
   const std::string slot_key =
       p.embedding_slot ? "$.parallel.account_for_embedding_in_pipeline_split" : "$.parallel.account_for_loss_in_pipeline_split";
-  if (slots && (uneven || !p.stage_layer_list.empty())) {
+  if (layout && (uneven || !p.stage_layer_list.empty() || slots)) {
+    issues.add("$.parallel.pipeline_layout", std::string("gives the split itself; drop ") +
+                                                 (uneven ? "first_stage_layers/last_stage_layers" : !p.stage_layer_list.empty() ? "stage_layers" : "the account_for_*_in_pipeline_split flags") +
+                                                 " or the layout");
+    split_ok = false;
+  } else if (layout) {
+    split_ok = layout_stage_layers(p.pipeline_layout, vstages, L, rc.training.mtp_layers, p, vs, issues);
+  } else if (slots && (uneven || !p.stage_layer_list.empty())) {
     issues.add(slot_key, std::string("gives the split itself; drop ") + (uneven ? "first_stage_layers/last_stage_layers" : "stage_layers") +
                              " or this flag");
     split_ok = false;
@@ -739,6 +863,49 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
     used += k;
   }
   out.push_back(layers - used);
+  return out;
+}
+
+PipelineLayout parse_pipeline_layout(const Json& layout) {
+  PipelineLayout out;
+  if (layout.is_string()) {
+    const std::string s = layout.get<std::string>();
+    size_t i = 0;
+    const std::string flat = expand_layout(s, i, false, out.error);
+    if (!out.error.empty()) return out;
+    out.stages.emplace_back();
+    for (char c : flat) {
+      if (c == '|') {
+        out.stages.emplace_back();
+      } else {
+        out.stages.back() += c;
+      }
+    }
+    return out;
+  }
+  if (!layout.is_array() || layout.empty()) {
+    out.error = "got " + core::show(layout) + "; expected a layout string (\"Et|(tt|)*30mL\") or a list of virtual stages, each a list of "
+                "\"embedding\", \"decoder\", \"mtp\", \"loss\"";
+    return out;
+  }
+  static const std::map<std::string, char> kModules = {{"embedding", 'E'}, {"decoder", 't'}, {"mtp", 'm'}, {"loss", 'L'}};
+  for (size_t v = 0; v < layout.size(); ++v) {
+    const Json& st = layout[v];
+    if (!st.is_array()) {
+      out.error = "[" + std::to_string(v) + "]: got " + core::show(st) + "; expected a list of module names";
+      return out;
+    }
+    std::string mods;
+    for (size_t k = 0; k < st.size(); ++k) {
+      const auto it = st[k].is_string() ? kModules.find(st[k].get<std::string>()) : kModules.end();
+      if (it == kModules.end()) {
+        out.error = "[" + std::to_string(v) + "][" + std::to_string(k) + "]: got " + core::show(st[k]) + "; allowed: \"embedding\", \"decoder\", \"mtp\", \"loss\"";
+        return out;
+      }
+      mods += it->second;
+    }
+    out.stages.push_back(std::move(mods));
+  }
   return out;
 }
 

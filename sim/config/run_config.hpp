@@ -210,6 +210,12 @@ struct Parallel {
   // the embedding or the head alone.
   bool embedding_slot = false;
   bool loss_slot = false;
+  // Megatron-Core's pipeline_model_parallel_layout, as given (a string such as "Et|(tt|)*30mL"
+  // or a list of lists of "embedding", "decoder", "mtp", "loss"; empty = none): every virtual
+  // stage's modules in pipeline order. stepcast runs the embedding on the first virtual stage
+  // and the multi-token-prediction modules and the loss on the last, so the layout fixes the
+  // transformer layers of each virtual stage.
+  core::Json pipeline_layout;
   CpComm cp_comm = CpComm::kRing;
   // Causal context parallelism splits the sequence into 2*cp chunks and gives rank i chunks i
   // and 2cp-1-i so every rank does the same attention work; false: contiguous 1/cp slices,
@@ -357,6 +363,17 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages);
 // Megatron-Core's split with the embedding and/or the loss counted as layer slots (see
 // Parallel::embedding_slot); empty when layers + slots do not divide evenly over the stages.
 std::vector<int64_t> slot_stage_layers(int64_t layers, int64_t stages, bool embedding_slot, bool loss_slot);
+
+// A Megatron pipeline layout read: the modules of every virtual stage (E embedding, t
+// transformer layer, m multi-token-prediction layer, L loss), or `error` saying what is wrong.
+struct PipelineLayout {
+  std::vector<std::string> stages;
+  std::string error;
+};
+// The string form: '|' separates virtual stages, "X*N" repeats one module and "(...)*N" a
+// group (nested), spaces are ignored. The list form: one list per virtual stage of "embedding",
+// "decoder", "mtp" and "loss".
+PipelineLayout parse_pipeline_layout(const core::Json& layout);
 
 // Megatron-style uneven split over pp >= 3 stages: the middle stages take ceil(layers / pp) and
 // the first and last share what is left (the first one layer fewer when odd). Returns false

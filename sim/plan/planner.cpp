@@ -275,6 +275,8 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
     sp.last = bp.last_stage_layers;
   } else if (par.contains("stage_layers")) {
     sp.stage_list = bp.stage_layer_list;
+  } else if (par.contains("pipeline_layout")) {
+    sp.stage_list = base.vstage_layers;  // the layout's transformer layers per virtual stage
   } else if (bp.embedding_slot || bp.loss_slot) {
     // The run's own Megatron split flags, written out as the list they give for this pp*vpp.
     sp.stage_list = config::slot_stage_layers(L, pp * vpp, bp.embedding_slot, bp.loss_slot);
@@ -424,6 +426,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
           // The layout with the primary split, then with each alternative.
           auto emit = [&](Parallel p) {
             p.embedding_slot = p.loss_slot = false;  // the splits below are explicit
+            p.pipeline_layout = nullptr;
             p.first_stage_layers = splits.first;
             p.last_stage_layers = splits.last;
             p.stage_layer_list = splits.stage_list;

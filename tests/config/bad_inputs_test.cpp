@@ -163,6 +163,18 @@ const std::vector<BadCase> kCases = {
      {"$.parallel.account_for_embedding_in_pipeline_split", "pp > 1"}},
     {"SlotsNotDividing", R"({"parallel": {"tp": 2, "pp": 4, "account_for_embedding_in_pipeline_split": true, "account_for_loss_in_pipeline_split": true}})",
      {"$.parallel.account_for_embedding_in_pipeline_split", "32 + 2 slots = 34", "pp*vpp = 4*1 = 4"}},
+    // Megatron pipeline layouts: a module letter it does not know, an open group, the wrong
+    // number of virtual stages, the loss before the last stage, and beside another split.
+    {"LayoutUnknownModule", R"({"parallel": {"tp": 2, "pp": 2, "pipeline_layout": "Et*16|t*16x"}})",
+     {"$.parallel.pipeline_layout", "'x' at position 10", "E (embedding)"}},
+    {"LayoutOpenGroup", R"({"parallel": {"tp": 2, "pp": 2, "pipeline_layout": "Et*16|(t*16L"}})",
+     {"$.parallel.pipeline_layout", "not closed"}},
+    {"LayoutStageCount", R"({"parallel": {"tp": 2, "pp": 4, "pipeline_layout": "Et*16|t*16L"}})",
+     {"$.parallel.pipeline_layout", "has 2 virtual stages", "pp*vpp = 4*1 = 4"}},
+    {"LayoutLossEarly", R"({"parallel": {"tp": 2, "pp": 2, "pipeline_layout": "Et*16L|t*16"}})",
+     {"$.parallel.pipeline_layout", "virtual stage 0 holds the loss"}},
+    {"LayoutWithStageList", R"({"parallel": {"tp": 2, "pp": 2, "stage_layers": [16, 16], "pipeline_layout": "Et*16|t*16L"}})",
+     {"$.parallel.pipeline_layout", "drop stage_layers"}},
     // Causal ring attention load-balances 2*cp chunks: 4100 tokens do not split into 8.
     {"CpNotDividingSeqIntoChunks", R"({"training": {"seq_len": 4100}, "parallel": {"tp": 2, "cp": 4}})",
      {"$.parallel.cp", "got 4", "4100", "8 equal chunks"}},

@@ -225,6 +225,32 @@ TEST(RunConfig, HardwareFileMayChangeABuiltInProfile) {
   }
 }
 
+// Megatron's pipeline_model_parallel_layout: the string form with nested repeats and the list
+// form give the same virtual stages; the embedding sits on the first, the MTP layer and the
+// loss on the last ("Et|(tt|)*30mL", the DeepSeek-V3 H100 benchmark's layout on pp 8 x vpp 4).
+TEST(RunConfig, PipelineLayout) {
+  Json j = Json::parse(R"({"model": "deepseek-v3", "hardware": "h100-sxm", "cluster": {"num_gpus": 1024},
+    "training": {"seq_len": 4096, "global_batch_size": 8192, "mtp_layers": 1},
+    "parallel": {"tp": 2, "pp": 8, "vpp": 4, "ep": 64, "sp": true, "pipeline_layout": "Et|(tt|)*30mL"}})");
+  RunConfig rc = parse_run(j, "<test>", "");
+  ASSERT_EQ(rc.vstage_layers.size(), 32u);
+  EXPECT_EQ(rc.vstage_layers.front(), 1);
+  EXPECT_EQ(rc.vstage_layers[1], 2);
+  EXPECT_EQ(rc.vstage_layers.back(), 0);
+  EXPECT_EQ(rc.stage_layers.front(), 7);
+  EXPECT_EQ(rc.stage_layers.back(), 6);
+  Json list = Json::array({Json::array({"embedding", "decoder"})});
+  for (int v = 0; v < 30; ++v) list.push_back(Json::array({"decoder", "decoder"}));
+  list.push_back(Json::array({"mtp", "loss"}));
+  j["parallel"]["pipeline_layout"] = list;
+  EXPECT_EQ(parse_run(j, "<test>", "").vstage_layers, rc.vstage_layers);
+  // Nested groups and spaces: ((t*2|)*2)*15 is the same 30 stages of two layers.
+  j["parallel"]["pipeline_layout"] = "E t | ((t*2|)*2)*15 m L";
+  EXPECT_EQ(parse_run(j, "<test>", "").vstage_layers, rc.vstage_layers);
+  EXPECT_EQ(parse_pipeline_layout(Json("Et*4|(t*4|)*14tmL")).stages.size(), 16u);
+  EXPECT_EQ(parse_pipeline_layout(Json("Et*4|(t*4|)*14tmL")).stages.back(), "tmL");
+}
+
 // with_referenced_files inlines the model and profile files a run refers to, so a digest of
 // it (validate --resume's plan key) changes with them; an unreadable reference stays as given.
 TEST(RunConfig, ReferencedFilesInlined) {
