@@ -881,7 +881,30 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   // The model's own layer count (the row may not state it).
   const int64_t L = model.is_string() ? model::zoo_model(model.get<std::string>()).num_layers
                                       : model.value("num_hidden_layers", model.value("n_layer", inum(r, "layers")));
-  if (pp > 1 && L % vstages != 0 && fam != Family::kBloom) {
+  if (fam == Family::kDeepSeek && contains(fw, "megatron-bridge")) {
+    // Megatron-Bridge's DeepSeek-V3 recipes and performance configs train one multi-token-
+    // prediction module (mtp_num_layers 1) unless the table says "w/o MTP", and place the
+    // embedding, the layers, the MTP module and the loss with an explicit pipeline layout
+    // (set_deepseek_v3_pipeline_model_parallel_layout; pp 8 x vpp 4 from the H100 preset).
+    const std::string name = lower(str(r, "model"));
+    const int64_t mtp = contains(name, "w/o mtp") || contains(name, "without mtp") ? 0 : 1;
+    if (mtp > 0) training["mtp_layers"] = mtp;
+    notes.push_back(mtp > 0 ? "training: one multi-token-prediction module (Megatron-Bridge's DeepSeek-V3 recipes: mtp_num_layers 1)"
+                            : "training: no multi-token-prediction module (the row is marked w/o MTP)");
+    const std::string last = std::string(static_cast<size_t>(mtp), 'm') + "L";
+    const int64_t vpp = parallel.value("vpp", int64_t{1});
+    std::string layout;
+    if (pp == 4 && vpp == 1) layout = "Et*16|t*16|t*16|t*13" + last;
+    if ((pp == 8 && vpp == 1) || (pp == 4 && vpp == 2)) layout = "Et*8|(t*8|)*6t*5" + last;
+    if (pp * vpp == 16 && pp >= 2) layout = "Et*4|(t*4|)*14t" + last;
+    if (pp == 8 && vpp == 4) layout = "Et|(tt|)*30" + last;
+    if (!layout.empty() && L == 61) {
+      parallel["pipeline_layout"] = layout;
+      notes.push_back("parallel: Megatron-Bridge's DeepSeek-V3 pipeline layout for pp " + std::to_string(pp) + " x vpp " + std::to_string(vpp) +
+                      ": \"" + layout + "\"");
+    }
+  }
+  if (pp > 1 && L % vstages != 0 && fam != Family::kBloom && !parallel.contains("pipeline_layout")) {
     int64_t first = 0, last = 0;
     if (nemo && !config::slot_stage_layers(L, vstages, true, true).empty()) {
       // Megatron-Bridge's recipes for layer counts that do not divide (Llama 3.1 405B's 126,

@@ -274,6 +274,30 @@ TEST(PublishedRows, MoeDispatcherAndExpertOverheadFollowTheFramework) {
   EXPECT_DOUBLE_EQ(config::parse_run(run, "row", "").parallel.moe.expert_overhead, 0.0);
 }
 
+// Megatron-Bridge's DeepSeek-V3 recipes: one MTP module unless the row says w/o MTP, and the
+// recipe's pipeline layout for the row's pp x vpp (the embedding alone with the first layers,
+// the MTP module and the loss after the last layer); the run files parse.
+TEST(PublishedRows, DeepSeekV3RecipeLayoutAndMtp) {
+  Json r = base_row();
+  r.update(Json{{"model", "DeepSeekV3"}, {"params_b", 671}, {"layers", 61}, {"hidden", 7168}, {"heads", 128},
+                {"moe_experts", 256}, {"moe_topk", 8}, {"num_gpus", 1024}, {"tp", 2}, {"pp", 8}, {"ep", 64}, {"vp", 4},
+                {"global_batch_seqs", 8192}, {"framework", "Megatron-Bridge / Megatron-Core (NeMo 25.09)"}, {"precision", "FP8"}});
+  Json run = converted(r);
+  EXPECT_EQ(run["training"]["mtp_layers"], 1);
+  EXPECT_EQ(run["parallel"]["pipeline_layout"], "Et|(tt|)*30mL");
+  auto rc = config::parse_run(run, "row", "");
+  EXPECT_EQ(rc.vstage_layers.back(), 0);
+  r.update(Json{{"model", "DeepSeekV3 (w/o MTP)"}, {"num_gpus", 256}, {"tp", 1}, {"pp", 16}, {"ep", 8}, {"vp", nullptr},
+                {"global_batch_seqs", 2048}});
+  run = converted(r);
+  EXPECT_FALSE(run["training"].contains("mtp_layers"));
+  EXPECT_EQ(run["parallel"]["pipeline_layout"], "Et*4|(t*4|)*14tL");
+  rc = config::parse_run(run, "row", "");
+  EXPECT_EQ(rc.stage_layers.front(), 4);
+  EXPECT_EQ(rc.stage_layers.back(), 1);
+  EXPECT_EQ(rc.training.mtp_layers, 0);
+}
+
 // The global batch from tokens, or from micro-batch x accumulation x dp.
 TEST(PublishedRows, GlobalBatchFromOtherFields) {
   Json r = base_row();
