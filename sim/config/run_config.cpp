@@ -262,7 +262,7 @@ std::string expand_layout(const std::string& s, size_t& i, bool in_group, std::s
   std::string out;
   while (i < s.size() && err.empty()) {
     const char c = s[i];
-    if (c == ' ') {
+    if (c == ' ' || c == ',') {  // separators for reading ("(tt|)*30,L")
       ++i;
       continue;
     }

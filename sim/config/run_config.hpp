@@ -371,7 +371,7 @@ struct PipelineLayout {
   std::string error;
 };
 // The string form: '|' separates virtual stages, "X*N" repeats one module and "(...)*N" a
-// group (nested), spaces are ignored. The list form: one list per virtual stage of "embedding",
+// group (nested), spaces and commas are ignored. The list form: one list per virtual stage of "embedding",
 // "decoder", "mtp" and "loss".
 PipelineLayout parse_pipeline_layout(const core::Json& layout);
 

@@ -249,6 +249,9 @@ TEST(RunConfig, PipelineLayout) {
   EXPECT_EQ(parse_run(j, "<test>", "").vstage_layers, rc.vstage_layers);
   EXPECT_EQ(parse_pipeline_layout(Json("Et*4|(t*4|)*14tmL")).stages.size(), 16u);
   EXPECT_EQ(parse_pipeline_layout(Json("Et*4|(t*4|)*14tmL")).stages.back(), "tmL");
+  // Commas separate for reading; a last stage may hold the loss alone.
+  EXPECT_EQ(parse_pipeline_layout(Json("Et|(tt|)*30,L")).stages, parse_pipeline_layout(Json("Et|(tt|)*30L")).stages);
+  EXPECT_EQ(parse_pipeline_layout(Json("Et*3|(tt|)*29|L")).stages.back(), "L");
 }
 
 // with_referenced_files inlines the model and profile files a run refers to, so a digest of
