@@ -276,7 +276,12 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
   } else if (par.contains("stage_layers")) {
     sp.stage_list = bp.stage_layer_list;
   } else if (par.contains("pipeline_layout")) {
-    sp.stage_list = base.vstage_layers;  // the layout's transformer layers per virtual stage
+    // The layout's transformer layers per virtual stage (checked against pp*vpp when each
+    // candidate is validated).
+    for (const std::string& st : config::parse_pipeline_layout(bp.pipeline_layout).stages) {
+      sp.stage_list.push_back(static_cast<int64_t>(std::count(st.begin(), st.end(), 't')));
+    }
+    sp.ok = !sp.stage_list.empty();
   } else if (bp.embedding_slot || bp.loss_slot) {
     // The run's own Megatron split flags, written out as the list they give for this pp*vpp.
     sp.stage_list = config::slot_stage_layers(L, pp * vpp, bp.embedding_slot, bp.loss_slot);

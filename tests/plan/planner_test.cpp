@@ -320,6 +320,24 @@ TEST(Planner, EmbeddingAndLossSlotsMakeMoreVirtualStagesThanLayers) {
   EXPECT_EQ(r.rejected.count("layers do not split over pp*vpp"), 0u);
 }
 
+// A run's Megatron pipeline layout fixes the split: every ranked layout with its pp x vpp holds
+// the layout's layers per virtual stage (written out as stage_layers), and a layout's split
+// does not carry over to other pipeline shapes.
+TEST(Planner, PipelineLayoutKeepsItsSplit) {
+  Json j = run_8b();
+  j["cluster"]["num_gpus"] = 16;
+  j["parallel"] = {{"pp", 4}, {"vpp", 2}, {"tp", 2}, {"pipeline_layout", "Et*3|(t*4|)*6t*5L"}};
+  PlanOptions o = small_options();
+  o.top_k = 0;
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& c : r.ranked) {
+    EXPECT_EQ(c.rc.parallel.pp, 4);
+    EXPECT_EQ(c.rc.vstage_layers, (std::vector<int64_t>{3, 4, 4, 4, 4, 4, 4, 5}));
+    EXPECT_TRUE(c.rc.parallel.pipeline_layout.is_null());
+  }
+}
+
 // Two stages cannot take Megatron's shorter first and last stages: an odd layer count splits
 // as torchtitan's split points do, the remainder on the last stage.
 TEST(Planner, OddLayersOnTwoStagesSplitByList) {
