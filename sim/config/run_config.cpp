@@ -257,7 +257,8 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
 
 // Expands a layout string's repeats from position i up to the end or the ')' that closes a
 // group opened by the caller; `err` says what is wrong (positions count from 0).
-std::string expand_layout(const std::string& s, size_t& i, bool in_group, std::string& err) {
+std::string expand_layout(const std::string& s, size_t& i, int depth, std::string& err) {
+  const bool in_group = depth > 0;
   constexpr size_t kMaxModules = 1u << 20;
   std::string out;
   while (i < s.size() && err.empty()) {
@@ -274,8 +275,12 @@ std::string expand_layout(const std::string& s, size_t& i, bool in_group, std::s
     std::string unit;
     const size_t at = i;
     if (c == '(') {
+      if (depth >= 32) {
+        err = "'(' at position " + std::to_string(i) + " nests groups deeper than 32";
+        break;
+      }
       ++i;
-      unit = expand_layout(s, i, true, err);
+      unit = expand_layout(s, i, depth + 1, err);
       if (err.empty() && (i > s.size() || s[i - 1] != ')')) err = "'(' at position " + std::to_string(at) + " is not closed";
     } else if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
       unit = std::string(1, c);
@@ -871,7 +876,7 @@ PipelineLayout parse_pipeline_layout(const Json& layout) {
   if (layout.is_string()) {
     const std::string s = layout.get<std::string>();
     size_t i = 0;
-    const std::string flat = expand_layout(s, i, false, out.error);
+    const std::string flat = expand_layout(s, i, 0, out.error);
     if (!out.error.empty()) return out;
     out.stages.emplace_back();
     for (char c : flat) {

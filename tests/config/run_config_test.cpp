@@ -252,6 +252,9 @@ TEST(RunConfig, PipelineLayout) {
   // Commas separate for reading; a last stage may hold the loss alone.
   EXPECT_EQ(parse_pipeline_layout(Json("Et|(tt|)*30,L")).stages, parse_pipeline_layout(Json("Et|(tt|)*30L")).stages);
   EXPECT_EQ(parse_pipeline_layout(Json("Et*3|(tt|)*29|L")).stages.back(), "L");
+  // Deep nesting and huge repeats are refused, not expanded.
+  EXPECT_NE(parse_pipeline_layout(Json(std::string(100000, '(') + "t")).error.find("deeper than 32"), std::string::npos);
+  EXPECT_NE(parse_pipeline_layout(Json("t*99999999999999999999999")).error.find("more than"), std::string::npos);
 }
 
 // with_referenced_files inlines the model and profile files a run refers to, so a digest of
