@@ -871,6 +871,22 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
   return out;
 }
 
+std::string run_length_text(const std::vector<int64_t>& counts) {
+  std::string o = "[";
+  for (size_t i = 0; i < counts.size();) {
+    size_t j = i;
+    while (j < counts.size() && counts[j] == counts[i]) ++j;
+    if (i > 0) o += ", ";
+    o += std::to_string(counts[i]);
+    if (j - i > 1) {
+      o += '*';
+      o += std::to_string(j - i);
+    }
+    i = j;
+  }
+  return o + "]";
+}
+
 PipelineLayout parse_pipeline_layout(const Json& layout) {
   PipelineLayout out;
   if (layout.is_string()) {

@@ -364,6 +364,9 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages);
 // Parallel::embedding_slot); empty when layers + slots do not divide evenly over the stages.
 std::vector<int64_t> slot_stage_layers(int64_t layers, int64_t stages, bool embedding_slot, bool loss_slot);
 
+// Layer counts with runs of equal entries as n*k: "[3, 4*6, 5]".
+std::string run_length_text(const std::vector<int64_t>& counts);
+
 // A Megatron pipeline layout read: the modules of every virtual stage (E embedding, t
 // transformer layer, m multi-token-prediction layer, L loss), or `error` saying what is wrong.
 struct PipelineLayout {

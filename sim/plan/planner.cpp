@@ -67,18 +67,7 @@ std::string split_text(const Parallel& p) {
   std::ostringstream o;
   if (p.first_stage_layers >= 0) o << "first " << p.first_stage_layers;
   if (p.last_stage_layers >= 0) o << (o.tellp() > 0 ? " " : "") << "last " << p.last_stage_layers;
-  if (!p.stage_layer_list.empty()) {
-    o << (o.tellp() > 0 ? " " : "") << "stages [";
-    const auto& l = p.stage_layer_list;
-    for (size_t i = 0; i < l.size();) {
-      size_t j = i;
-      while (j < l.size() && l[j] == l[i]) ++j;
-      o << (i > 0 ? ", " : "") << l[i];
-      if (j - i > 1) o << "*" << (j - i);
-      i = j;
-    }
-    o << "]";
-  }
+  if (!p.stage_layer_list.empty()) o << (o.tellp() > 0 ? " " : "") << "stages " << config::run_length_text(p.stage_layer_list);
   return o.str();
 }
 

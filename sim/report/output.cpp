@@ -3,6 +3,7 @@
 #include "sim/estimate/workload.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -280,6 +281,10 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
                 rc.parallel.dp_replicate > 1 ? (" in " + std::to_string(rc.parallel.dp_replicate) + " replicas").c_str() : "",
                 config::recompute_label(rc.parallel).c_str());
   o << line;
+  // An uneven pipeline split: the transformer layers of every virtual stage.
+  if (std::adjacent_find(rc.vstage_layers.begin(), rc.vstage_layers.end(), std::not_equal_to<>()) != rc.vstage_layers.end()) {
+    o << "  split        layers per virtual stage " << config::run_length_text(rc.vstage_layers) << "\n";
+  }
   std::snprintf(line, sizeof line, "  step time    %.4f s\n  tokens/s     %.0f (%.1f per GPU)\n  MFU          %.1f%% (HFU %.1f%%), %.1f model TFLOP/s per GPU\n  bubble       %.1f%% of the pipeline\n",
                 e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu, 100 * e.mfu, 100 * e.hfu, e.tflops_per_gpu,
                 100 * e.bubble_fraction);
