@@ -325,7 +325,6 @@ TEST(Planner, EmbeddingAndLossSlotsMakeMoreVirtualStagesThanLayers) {
 // does not carry over to other pipeline shapes.
 TEST(Planner, PipelineLayoutKeepsItsSplit) {
   Json j = run_8b();
-  j["cluster"]["num_gpus"] = 16;
   j["parallel"] = {{"pp", 4}, {"vpp", 2}, {"tp", 2}, {"pipeline_layout", "Et*3|(t*4|)*6t*5L"}};
   PlanOptions o = small_options();
   o.top_k = 0;
