@@ -30,6 +30,7 @@
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/lab/pcie_lab.hpp"
+#include "sim/plan/compare.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/plan/sizing.hpp"
 #include "sim/sweep/sweep.hpp"
@@ -514,6 +515,17 @@ int run(int argc, char** argv) {
   mem->add_flag("--json", mem_json, "print the ledger as JSON");
   mem->add_option("--set", run_sets, set_help)->allow_extra_args(false);
 
+  // compare
+  std::vector<std::string> cmp_files, cmp_sets_a, cmp_sets_b;
+  bool cmp_json = false, cmp_estimate = false, cmp_allow_oom = false;
+  auto* cmp = app.add_subcommand("compare", "two run files (or one and a what-if of it) side by side: step time, rates, memory and every time category, and why one is faster");
+  cmp->add_option("runs", cmp_files, "run files A and B (one file: B is A with the --set-b changes)")->required()->expected(1, 2);
+  cmp->add_option("--set-a", cmp_sets_a, "override a field of A (repeatable; as --set)")->allow_extra_args(false);
+  cmp->add_option("--set-b", cmp_sets_b, "override a field of B (repeatable; as --set)")->allow_extra_args(false);
+  cmp->add_flag("--json", cmp_json, "print both sides, the differences and the verdict as JSON");
+  cmp->add_flag("--estimate", cmp_estimate, "compare the analytical estimates instead of simulating both steps");
+  cmp->add_flag("--allow-oom", cmp_allow_oom, "compare even when a layout does not fit");
+
   // models / hardware
   auto* models = app.add_subcommand("models", "list the built-in model zoo");
   bool models_json = false;
@@ -911,6 +923,36 @@ int run(int argc, char** argv) {
     } else {
       std::cout << stepcast::report::estimate_table(rc, e);
       if (est_ops) std::cout << stepcast::report::operator_table(rc);
+    }
+    return 0;
+  }
+  if (cmp->parsed()) {
+    if (cmp_files.size() == 1 && cmp_sets_b.empty() && cmp_sets_a.empty()) {
+      throw stepcast::core::UserError("compare: give two run files, or one with --set-b changes to compare it against");
+    }
+    const std::string file_b = cmp_files.size() == 2 ? cmp_files[1] : cmp_files[0];
+    auto name = [](const std::string& file, const std::vector<std::string>& sets) {
+      std::string n = file;
+      for (const auto& x : sets) n += " " + x;
+      return n;
+    };
+    const auto rc_a = stepcast::config::load_run_file(cmp_files[0], cmp_sets_a);
+    const auto rc_b = stepcast::config::load_run_file(file_b, cmp_sets_b);
+    for (const auto* rc : {&rc_a, &rc_b}) {
+      const auto ledger = stepcast::memory::compute_ledger(*rc);
+      if (!ledger.fits() && !cmp_allow_oom) {
+        const bool is_a = rc == &rc_a;
+        std::cerr << "stepcast: error: compare: " << (is_a ? "A (" + name(cmp_files[0], cmp_sets_a) : "B (" + name(file_b, cmp_sets_b))
+                  << "): " << fit_message(*rc, ledger) << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
+        return kExitDoesNotFit;
+      }
+    }
+    const auto a = stepcast::plan::evaluate_side(rc_a, name(cmp_files[0], cmp_sets_a), !cmp_estimate);
+    const auto b = stepcast::plan::evaluate_side(rc_b, name(file_b, cmp_sets_b), !cmp_estimate);
+    if (cmp_json) {
+      std::cout << stepcast::plan::compare_json(a, b, cmdline).dump(2) << "\n";
+    } else {
+      std::cout << stepcast::plan::compare_table(a, b);
     }
     return 0;
   }

@@ -48,8 +48,9 @@ struct Sharding {
 
 using core::fmt;
 
-// Time categories compared in the explanation (seconds per step).
-std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown& b) {
+}  // namespace
+
+std::vector<std::pair<std::string, double>> time_categories(const estimate::Breakdown& b) {
   std::vector<std::pair<std::string, double>> out{{"compute", b.compute - b.recompute - b.host},
                                                   {"recomputation", b.recompute},
                                                   {"host-side expert work", b.host},
@@ -58,8 +59,6 @@ std::vector<std::pair<std::string, double>> categories(const estimate::Breakdown
   for (const auto& [k, v] : b.exposed_comm) out.emplace_back("exposed " + k + " communication", v);
   return out;
 }
-
-}  // namespace
 
 // An uneven pipeline split as the layout column writes it ("first 3 last 2", or the virtual
 // stages' list with runs of equal stages as n*k: "stages [1, 2*30, 1*33]"); empty when even.
@@ -104,8 +103,8 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   return s;
 }
 
-std::string compare_text(const Candidate& w, const Candidate& u) {
-  auto wc = categories(w.breakdown()), uc = categories(u.breakdown());
+std::string compare_text(const Candidate& w, const Candidate& u, const std::string& subject) {
+  auto wc = time_categories(w.breakdown()), uc = time_categories(u.breakdown());
   std::vector<std::pair<std::string, double>> delta;  // u minus w
   for (const auto& [k, v] : uc) {
     double mine = 0;
@@ -125,7 +124,7 @@ std::string compare_text(const Candidate& w, const Candidate& u) {
     if (v > 0 && ns < 3) saves += std::string(ns++ ? ", " : "") + fmt("%.3f", v) + " s of " + k;
     if (v < 0 && np < 2) pays += std::string(np++ ? ", " : "") + fmt("%.3f", -v) + " s more " + k;
   }
-  if (!saves.empty()) s += "Against it the winner avoids " + saves + ".";
+  if (!saves.empty()) s += "Against it " + subject + " avoids " + saves + ".";
   if (!pays.empty()) s += std::string(s.empty() ? "" : " ") + "It pays " + pays + ".";
   return s;
 }
@@ -616,15 +615,6 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   return res;
 }
 
-namespace {
-
-struct Row {
-  std::string layout;
-  double step, est_step, tok_gpu, mfu, peak_gib, bubble, comm;
-  bool simulated;
-  double tok_s, hfu, tflops;  // rates of the estimate scaled to the (simulated) step time
-};
-
 Row row_of(const Candidate& c) {
   double comm = 0;
   for (const auto& [k, v] : c.breakdown().exposed_comm) comm += v;
@@ -633,8 +623,6 @@ Row row_of(const Candidate& c) {
              c.est.mfu * scale, c.peak_memory_bytes / 1073741824.0, c.bubble_fraction(), comm, c.simulated,
              c.est.tokens_per_s * scale, c.est.hfu * scale, c.est.tflops_per_gpu * scale};
 }
-
-}  // namespace
 
 std::string plan_table(const PlanResult& r, size_t rows) {
   std::ostringstream o;

@@ -77,8 +77,23 @@ struct PlanResult {
   std::string explanation;                   // why the winner beats the runner-up
 };
 
-// What `a` avoids and pays against `b` (breakdown differences, largest first).
-std::string compare_text(const Candidate& a, const Candidate& b);
+// A step's time by category (compute, recomputation, host-side expert work, pipeline bubble,
+// optimizer step, exposed communication by kind), seconds.
+std::vector<std::pair<std::string, double>> time_categories(const estimate::Breakdown& b);
+
+// What `a` (called `subject`) avoids and pays against `b` (breakdown differences, largest
+// first).
+std::string compare_text(const Candidate& a, const Candidate& b, const std::string& subject = "the winner");
+
+// One candidate's figures as the tables print them: rates of the estimate scaled to the
+// (simulated) step time.
+struct Row {
+  std::string layout;
+  double step, est_step, tok_gpu, mfu, peak_gib, bubble, comm;
+  bool simulated;
+  double tok_s, hfu, tflops;
+};
+Row row_of(const Candidate& c);
 // Layout differences of a against b, e.g. "pp 4 vs 8, micro-batch 2 vs 1".
 std::string layout_diff(const config::Parallel& a, const config::Parallel& b);
 
