@@ -175,7 +175,7 @@ std::string layout_text(const Parallel& p) {
   o << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp << " cp " << p.cp;
   if (p.cp > 1) o << " " << config::to_string(p.cp_comm);
   if (p.ep > 1) o << " ep " << p.ep;
-  if (p.etp > 1) o << " etp " << p.etp;
+  if (p.etp > 1 && (p.ep > 1 || p.etp != p.tp)) o << " etp " << p.etp;  // etp means something with experts
   if (p.vpp > 1) o << " vpp " << p.vpp;
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage));
   if (p.dp_replicate > 1) o << " dp_replicate " << p.dp_replicate;
