@@ -391,6 +391,20 @@ ReportData load_report_data_unchecked(const std::string& text, const std::string
     d.validation = checked_validation(whole, source);
     return d;
   }
+  if (!whole.is_discarded() && whole.is_object() && whole.contains("a") && whole.contains("b") && whole.contains("verdict")) {
+    // stepcast compare --json: the two runs as two rows, A first.
+    d.title = "stepcast compare: " + source;
+    for (const char* side : {"a", "b"}) {
+      const Json& s = whole[side];
+      const std::string where = source + ": " + side;
+      if (!s.is_object()) throw core::UserError(where + ": expected a run object, got " + core::show(s));
+      const std::string name = s.contains("name") && s["name"].is_string() ? s["name"].get<std::string>() : "?";
+      d.rows.push_back(row_from(s, std::string(side[0] == 'a' ? "A: " : "B: ") + name, where));
+    }
+    const std::string differs = whole.value("differs_in", std::string());
+    d.explanation = (differs.empty() ? "" : "Differs in: " + differs + ". ") + (whole["verdict"].is_string() ? whole["verdict"].get<std::string>() : "");
+    return d;
+  }
   if (!whole.is_discarded() && whole.is_object() && whole.contains("layouts")) {
     d.title = "stepcast plan: " + whole.value("title", source);
     if (!whole["layouts"].is_array()) throw core::UserError(source + ": \"layouts\" is " + core::show(whole["layouts"]) + "; expected an array");

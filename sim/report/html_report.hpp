@@ -3,7 +3,8 @@
 //
 // Input: the JSON of `stepcast plan --json` (ranked layouts, the best layout's memory ledger
 // and a timeline excerpt under "detail"), a sweep's JSONL results (one object per point), or
-// the JSON of `stepcast validate --json` / `--out` (plans predicted against measured).
+// the JSON of `stepcast validate --json` / `--out` (plans predicted against measured), or the
+// JSON of `stepcast compare --json` (its two runs as two rows, the verdict as the explanation).
 // Plots: ranked layouts by step time, the Pareto front of step time against peak memory, the
 // best layout's memory ledger as stacked bars per stage, the time breakdown per layout, and a
 // timeline excerpt (one row per pipeline stage and stream). Validation results: each plan's
@@ -37,8 +38,8 @@ struct ReportData {
   core::Json validation;
 };
 
-// Reads plan JSON (an object with "layouts"), validation JSON (an object with "plans") or sweep
-// JSONL text (ok points only).
+// Reads plan JSON (an object with "layouts"), validation JSON (an object with "plans"), compare
+// JSON (an object with "a", "b" and "verdict") or sweep JSONL text (ok points only).
 ReportData load_report_data(const std::string& text, const std::string& source);
 
 std::string render_html(const ReportData& d);

@@ -126,6 +126,30 @@ TEST(Report, ValidationPageComparesEveryPlan) {
   }
 }
 
+// compare --json: A and B as two rows in that order (B faster here), the runs' differences and
+// the verdict as the explanation; a side without its step time is named.
+TEST(Report, ComparePageShowsBothRuns) {
+  Json j = plan_json();
+  Json cmp = {{"a", j["layouts"][2]}, {"b", j["layouts"][0]}, {"differs_in", "tp 2 vs 4"}, {"verdict", "B is 30.0% faster than A."}};
+  cmp["a"]["name"] = "run.json";
+  cmp["b"]["name"] = "run.json parallel.tp=4";
+  const ReportData d = load_report_data(cmp.dump(), "cmp.json");
+  ASSERT_EQ(d.rows.size(), 2u);
+  EXPECT_EQ(d.rows[0].label, "A: run.json");
+  EXPECT_EQ(d.rows[1].label, "B: run.json parallel.tp=4");
+  EXPECT_EQ(d.explanation, "Differs in: tp 2 vs 4. B is 30.0% faster than A.");
+  const std::string html = render_html(d);
+  EXPECT_NE(html.find("B is 30.0% faster"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg"), 3u);  // ranked, Pareto, breakdown
+  cmp["b"].erase("step_time_s");
+  try {
+    (void)load_report_data(cmp.dump(), "cmp.json");
+    FAIL() << "a side without step_time_s was accepted";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cmp.json: b: \"step_time_s\" is missing"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Report, GarbageIsAClearError) {
   EXPECT_THROW(load_report_data("not json at all\n", "x.jsonl"), core::UserError);
   EXPECT_THROW(load_report_data(R"({"point":0,"ok":false})" "\n", "x.jsonl"), core::UserError);
