@@ -572,7 +572,23 @@ int main(int argc, char** argv) {
         }
       };
       later("estimate");
-      if (simulate.count(m.base)) later("simulate");
+      if (simulate.count(m.base)) {
+        later("simulate");
+        // compare reads both sides the same way: the mutant against itself (estimated).
+        const RunResult r = run({bin, "compare", file.string(), file.string(), "--estimate", "--json", "--allow-oom"}, work, timeout_s);
+        if (check(m, "compare", r, false, false) == 0) {
+          try {
+            const auto j = nlohmann::json::parse(r.out);
+            for (const char* side : {"a", "b"}) {
+              if (!finite_positive(j.at(side), "step_time_s")) throw std::runtime_error("no step time");
+            }
+          } catch (const std::exception&) {
+            violations.push_back("`compare` " + m.base + " `" + m.path + "` " + m.kind + ": accepted, but the output lacks both sides' step times");
+          }
+        } else if (list_accepted) {
+          std::cerr << "refused by compare: " << m.base << " " << m.path << " (" << m.kind << "): " << r.err.substr(0, r.err.find('\n')) << "\n";
+        }
+      }
     }
     if (++done % 500 == 0) std::cerr << "input mutations: " << done << " of " << mutants.size() << "\n";
   }
@@ -620,7 +636,10 @@ int main(int argc, char** argv) {
         {"parallel..tp=4", "--set"},                {"parallel.tp", "--set"},        {"model.hidden_size=4096", "model"},
         {"training.precision=fp7", "precision"},   {"parallel=5", "parallel"},      {"cluster.num_gpus=-8", "num_gpus"},
         {"parallel.tp=[1", "parallel.tp"},          {"scenario.jitter.cv=2", "cv"}, {"hardware.gpu.memory=80XB", "hardware"}};
-    for (const auto& [set, key] : sets) cli.push_back({{"estimate", runfile, "--set", set}, key, set});
+    for (const auto& [set, key] : sets) {
+      cli.push_back({{"estimate", runfile, "--set", set}, key, set});
+      cli.push_back({{"compare", runfile, "--set-b", set}, key, set});
+    }
   }
   for (const auto& c : cli) {
     std::vector<std::string> argv{bin};
@@ -653,7 +672,7 @@ int main(int argc, char** argv) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
   o << "\n" << mutants.size() << " mutants of " << bases.size() << " run files and " << sweeps.size() << " sweep file(s), and " << cli.size()
-    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate and memory, and --set); " << refused_as_required << " of "
+    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate and memory, and --set and compare --set-b); " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   if (rt.mutants > 0) {
     o << "Published rows: " << rt.mutants << " single-field mutants of " << rt.rows << " rows of `" << fs::path(rows_path).filename().string()
