@@ -299,8 +299,22 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
         // (head-carrying) stage light.
         std::vector<int64_t> mirrored(sp.stage_list.rbegin(), sp.stage_list.rend());
         if (mirrored != sp.stage_list) sp.alt_lists.push_back(std::move(mirrored));
-        if (!slotted.empty() && slotted != sp.stage_list && std::find(sp.alt_lists.begin(), sp.alt_lists.end(), slotted) == sp.alt_lists.end()) {
-          sp.alt_lists.push_back(std::move(slotted));
+        auto add_alt = [&](std::vector<int64_t> list) {
+          if (!list.empty() && list != sp.stage_list && std::find(sp.alt_lists.begin(), sp.alt_lists.end(), list) == sp.alt_lists.end()) {
+            sp.alt_lists.push_back(std::move(list));
+          }
+        };
+        add_alt(std::move(slotted));
+        if (base.training.mtp_layers > 0) {
+          // The last virtual stage also runs the MTP modules: the layers filled from the front,
+          // the last virtual stage taking the remainder (Megatron-Bridge's DeepSeek-V3 layouts:
+          // 61 layers over 16 virtual stages as [4*15, 1]).
+          const int64_t per = (L + pp * vpp - 1) / (pp * vpp), rest = L - per * (pp * vpp - 1);
+          if (rest >= 0) {
+            std::vector<int64_t> front(static_cast<size_t>(pp * vpp - 1), per);
+            front.push_back(rest);
+            add_alt(std::move(front));
+          }
         }
       } else {
         sp.stage_list = std::move(slotted);

@@ -266,6 +266,27 @@ TEST(Planner, EndStageSplitFollowsTheLastStagesExtraWork) {
   EXPECT_GT(without.ranked.front().rc.parallel.last_stage_layers, best.last_stage_layers);
 }
 
+// With virtual stages and an MTP module the planner also tries the layers filled from the front
+// with the remainder on the last virtual stage, Megatron-Bridge's DeepSeek-V3 layout (61 layers
+// over pp 8 x vpp 2 as [4*15, 1]); without MTP that list is not among the candidates.
+TEST(Planner, MtpFrontFilledVirtualStages) {
+  Json j = {{"model", "deepseek-v3"},
+            {"hardware", "h800"},
+            {"cluster", {{"num_gpus", 2048}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 15360}, {"precision", "fp8"}, {"mtp_layers", 1}}},
+            {"parallel", {{"tp", 1}, {"pp", 8}, {"vpp", 2}, {"ep", 64}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"recompute", "none"}}}};
+  PlanOptions o = small_options();
+  o.top_k = 0;
+  std::vector<int64_t> front(15, 4);
+  front.push_back(1);
+  auto has_front = [&](const PlanResult& r) {
+    return std::any_of(r.ranked.begin(), r.ranked.end(), [&](const Candidate& c) { return c.rc.vstage_layers == front; });
+  };
+  EXPECT_TRUE(has_front(plan(j, "<plan-test>", "", o)));
+  j["training"]["mtp_layers"] = 0;
+  EXPECT_FALSE(has_front(plan(j, "<plan-test>", "", o)));
+}
+
 TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   Json j = {{"model", "llama3.1-405b"},
             {"hardware", "h100-sxm"},
