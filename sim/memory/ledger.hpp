@@ -167,6 +167,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc);
 // count grows). 0 means every layer: all of them are needed, or even that does not fit.
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable = 1.0);
 
+// The share of memory measured runs reserve beyond the ledger's live tensors: PyTorch's caching
+// allocator keeps freed blocks and fragments (torchtitan's reserved peaks, BLOOM's nvidia-smi
+// readings: up to 16% above the ledger, reports/accuracy.md).
+inline constexpr double kAllocatorReserve = 0.10;
+
 // For a layout that does not fit: the lightest full recomputation that makes it fit, as the
 // run-file settings to write and the memory it leaves free ("it fits with parallel.recompute
 // "full" and parallel.recompute_layers 12 (3.10 GiB free)"); empty when recomputing every layer

@@ -97,10 +97,7 @@ Row row_of(const Candidate& c);
 // Layout differences of a against b, e.g. "pp 4 vs 8, micro-batch 2 vs 1".
 std::string layout_diff(const config::Parallel& a, const config::Parallel& b);
 
-// The share of memory measured runs reserve beyond the ledger's live tensors: PyTorch's caching
-// allocator keeps freed blocks and fragments (torchtitan's reserved peaks, BLOOM's nvidia-smi
-// readings: up to 16% above the ledger, reports/accuracy.md).
-inline constexpr double kAllocatorReserve = 0.10;
+using memory::kAllocatorReserve;
 // A warning when a layout's peak leaves less than kAllocatorReserve of memory free and the
 // search was not already held to that headroom (empty otherwise).
 std::string memory_margin_note(double peak_bytes, double capacity_bytes, double headroom);

@@ -157,6 +157,11 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
   o << "peak " << gib(l.peak()) << " GiB on stage " << l.peak_stage << " of " << gib(l.capacity) << " GiB: ";
   if (over <= 0) {
     o << "fits (" << gib(core::Bytes(-over)) << " GiB free)\n";
+    if (-over < memory::kAllocatorReserve * l.capacity.value()) {
+      o << "note: under " << static_cast<int>(100 * memory::kAllocatorReserve)
+        << "% of the GPU's memory stays free; PyTorch runs reserve up to ~16% beyond live tensors (caching allocator), so the run may "
+           "not fit in practice\n";
+    }
   } else {
     o << "DOES NOT FIT, over by " << gib(core::Bytes(over)) << " GiB\n";
     if (const std::string hint = memory::recompute_hint(rc); !hint.empty()) o << hint << "\n";
