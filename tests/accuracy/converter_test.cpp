@@ -256,14 +256,21 @@ TEST(PublishedRows, ExpertTensorParallelFromTheRow) {
   EXPECT_NO_THROW((void)config::parse_run(run, "row", ""));
 }
 
-// The MoE stack follows the framework: Megatron-Bridge's DeepSeek-V3 recipes use the flex
-// dispatcher; torchtitan runs its experts in one grouped GEMM call (no per-expert host time);
-// other MoE rows keep the all-to-all dispatcher and the default per-expert host time.
-TEST(PublishedRows, MoeDispatcherAndExpertOverheadFollowTheFramework) {
+// A Megatron-Bridge DeepSeek-V3 row on 1,024 H100s (tp 2, pp 8 x vpp 4, ep 64), as the tables
+// give them.
+Json deepseek_bridge_row() {
   Json r = base_row();
   r.update(Json{{"model", "DeepSeekV3"}, {"params_b", 671}, {"layers", 61}, {"hidden", 7168}, {"heads", 128},
                 {"moe_experts", 256}, {"moe_topk", 8}, {"num_gpus", 1024}, {"tp", 2}, {"pp", 8}, {"ep", 64}, {"vp", 4},
                 {"global_batch_seqs", 8192}, {"framework", "Megatron-Bridge / Megatron-Core (NeMo 25.09)"}, {"precision", "FP8"}});
+  return r;
+}
+
+// The MoE stack follows the framework: Megatron-Bridge's DeepSeek-V3 recipes use the flex
+// dispatcher; torchtitan runs its experts in one grouped GEMM call (no per-expert host time);
+// other MoE rows keep the all-to-all dispatcher and the default per-expert host time.
+TEST(PublishedRows, MoeDispatcherAndExpertOverheadFollowTheFramework) {
+  Json r = deepseek_bridge_row();
   Json run = converted(r);
   EXPECT_EQ(run["parallel"]["moe"]["dispatcher"], "flex");
   EXPECT_FALSE(run["parallel"]["moe"].contains("expert_overhead"));
@@ -278,10 +285,7 @@ TEST(PublishedRows, MoeDispatcherAndExpertOverheadFollowTheFramework) {
 // recipe's pipeline layout for the row's pp x vpp (the embedding alone with the first layers,
 // the MTP module and the loss after the last layer); the run files parse.
 TEST(PublishedRows, DeepSeekV3RecipeLayoutAndMtp) {
-  Json r = base_row();
-  r.update(Json{{"model", "DeepSeekV3"}, {"params_b", 671}, {"layers", 61}, {"hidden", 7168}, {"heads", 128},
-                {"moe_experts", 256}, {"moe_topk", 8}, {"num_gpus", 1024}, {"tp", 2}, {"pp", 8}, {"ep", 64}, {"vp", 4},
-                {"global_batch_seqs", 8192}, {"framework", "Megatron-Bridge / Megatron-Core (NeMo 25.09)"}, {"precision", "FP8"}});
+  Json r = deepseek_bridge_row();
   Json run = converted(r);
   EXPECT_EQ(run["training"]["mtp_layers"], 1);
   EXPECT_EQ(run["parallel"]["pipeline_layout"], "Et|(tt|)*30mL");
