@@ -334,13 +334,13 @@ bool layout_stage_layers(const Json& given, int64_t vstages, int64_t num_layers,
                         std::to_string(vstages));
     return false;
   }
-  int64_t layers = 0, mtp = 0, embeddings = 0, losses = 0;
+  vs = lay.layers();
+  const int64_t layers = std::accumulate(vs.begin(), vs.end(), int64_t{0});
+  int64_t mtp = 0, embeddings = 0, losses = 0;
   bool ok = true;
   for (int64_t v = 0; v < n; ++v) {
     const std::string& st = lay.stages[static_cast<size_t>(v)];
     const auto count = [&](char c) { return static_cast<int64_t>(std::count(st.begin(), st.end(), c)); };
-    vs[static_cast<size_t>(v)] = count('t');
-    layers += count('t');
     mtp += count('m');
     embeddings += count('E');
     losses += count('L');
@@ -885,6 +885,12 @@ std::string run_length_text(const std::vector<int64_t>& counts) {
     i = j;
   }
   return o + "]";
+}
+
+std::vector<int64_t> PipelineLayout::layers() const {
+  std::vector<int64_t> out;
+  for (const std::string& st : stages) out.push_back(static_cast<int64_t>(std::count(st.begin(), st.end(), 't')));
+  return out;
 }
 
 PipelineLayout parse_pipeline_layout(const Json& layout) {

@@ -372,6 +372,8 @@ std::string run_length_text(const std::vector<int64_t>& counts);
 struct PipelineLayout {
   std::vector<std::string> stages;
   std::string error;
+  // The transformer layers (t) of every virtual stage.
+  [[nodiscard]] std::vector<int64_t> layers() const;
 };
 // The string form: '|' separates virtual stages, "X*N" repeats one module and "(...)*N" a
 // group (nested), spaces and commas are ignored. The list form: one list per virtual stage of "embedding",

@@ -6,7 +6,6 @@
 #include <sstream>
 #include <vector>
 
-#include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/memory/ledger.hpp"
 #include "sim/report/output.hpp"
@@ -34,7 +33,6 @@ std::string signed_fmt(const char* f, double v) {
 
 Json side_json(const Side& s) {
   const Row x = row_of(s.c);
-  const auto& b = s.c.breakdown();
   return {{"name", s.name},
           {"run", report::run_summary_json(s.c.rc)},
           {"simulated", x.simulated},
@@ -47,9 +45,7 @@ Json side_json(const Side& s) {
           {"peak_memory_bytes", s.c.peak_memory_bytes},
           {"memory_capacity_bytes", s.capacity_bytes},
           {"fits", s.fits},
-          {"breakdown",
-           {{"compute_s", b.compute}, {"recompute_s", b.recompute}, {"host_s", b.host}, {"exposed_comm_s", b.exposed_comm},
-            {"bubble_s", b.bubble}, {"optimizer_s", b.optimizer}}}};
+          {"breakdown", report::breakdown_json(s.c.breakdown())}};
 }
 
 // "A is 12.3% faster than B (2.190 s against 2.450 s per step)." and what the faster avoids.
@@ -75,14 +71,7 @@ Side evaluate_side(const config::RunConfig& rc, const std::string& name, bool si
   s.c.est = estimate::estimate_step(rc);
   s.capacity_bytes = s.c.est.memory.capacity.value();
   s.c.peak_memory_bytes = s.c.est.memory.peak().value();
-  if (simulate) {
-    const auto r = engine::simulate_step(rc);
-    s.c.simulated = true;
-    s.c.sim_step_s = r.step.step_time_s;
-    s.c.sim_bubble_fraction = r.step.bubble_fraction;
-    s.c.sim_breakdown = r.step.breakdown;
-    s.c.peak_memory_bytes = r.memory_timeline_peak_bytes;
-  }
+  if (simulate) s.c.simulate();
   s.fits = s.c.peak_memory_bytes <= s.capacity_bytes;
   return s;
 }

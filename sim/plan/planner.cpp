@@ -50,6 +50,15 @@ using core::fmt;
 
 }  // namespace
 
+void Candidate::simulate() {
+  const auto s = engine::simulate_step(rc);
+  simulated = true;
+  sim_step_s = s.step.step_time_s;
+  sim_bubble_fraction = s.step.bubble_fraction;
+  sim_breakdown = s.step.breakdown;
+  peak_memory_bytes = s.memory_timeline_peak_bytes;
+}
+
 std::vector<std::pair<std::string, double>> time_categories(const estimate::Breakdown& b) {
   std::vector<std::pair<std::string, double>> out{{"compute", b.compute - b.recompute - b.host},
                                                   {"recomputation", b.recompute},
@@ -266,9 +275,7 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
   } else if (par.contains("pipeline_layout")) {
     // The layout's transformer layers per virtual stage (checked against pp*vpp when each
     // candidate is validated).
-    for (const std::string& st : config::parse_pipeline_layout(bp.pipeline_layout).stages) {
-      sp.stage_list.push_back(static_cast<int64_t>(std::count(st.begin(), st.end(), 't')));
-    }
+    sp.stage_list = config::parse_pipeline_layout(bp.pipeline_layout).layers();
     sp.ok = !sp.stage_list.empty();
   } else if (bp.embedding_slot || bp.loss_slot) {
     // The run's own Megatron split flags, written out as the list they give for this pp*vpp.
@@ -612,12 +619,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   while (k < ok.size() && (k < top || (k < 3 * top && ok[k].est.step_time_s < slowest_simulated))) {
     if (opt.progress) opt.progress("simulating", k, std::min(ok.size(), 3 * top));
     auto& c = ok[k++];
-    const auto s = engine::simulate_step(c.rc);
-    c.simulated = true;
-    c.sim_step_s = s.step.step_time_s;
-    c.sim_bubble_fraction = s.step.bubble_fraction;
-    c.sim_breakdown = s.step.breakdown;
-    c.peak_memory_bytes = s.memory_timeline_peak_bytes;
+    c.simulate();
     slowest_simulated = std::max(slowest_simulated, c.sim_step_s);
   }
   std::sort(ok.begin(), ok.begin() + static_cast<long>(k), [](const Candidate& a, const Candidate& b) {
@@ -703,9 +705,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
     // The output contract's keys (docs/OUTPUT.md), from the simulation where the layout was
     // re-simulated (row_of scales the rates to its step time; the model FLOPs do not change).
-    const auto& b = c.breakdown();
-    Json br = {{"compute_s", b.compute}, {"recompute_s", b.recompute}, {"host_s", b.host}, {"exposed_comm_s", b.exposed_comm},
-               {"bubble_s", b.bubble}, {"optimizer_s", b.optimizer}};
+    const Json br = report::breakdown_json(c.breakdown());
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},
                     {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", x.tok_s},
                     {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", x.hfu},

@@ -55,6 +55,8 @@ struct Candidate {
   [[nodiscard]] double step_s() const { return simulated ? sim_step_s : est.step_time_s; }
   [[nodiscard]] const estimate::Breakdown& breakdown() const { return simulated ? sim_breakdown : est.breakdown; }
   [[nodiscard]] double bubble_fraction() const { return simulated ? sim_bubble_fraction : est.bubble_fraction; }
+  // Runs the event simulation of rc and keeps its step, bubble, breakdown and memory peak.
+  void simulate();
 };
 
 struct PlanResult {

@@ -88,13 +88,13 @@ Json provenance_json(const std::string& command) {
   return {{"schema_version", kSchemaVersion}, {"tool", "stepcast"}, {"tool_version", tool_version()}, {"command", command}};
 }
 
+Json breakdown_json(const estimate::Breakdown& b) {
+  return {{"compute_s", b.compute}, {"recompute_s", b.recompute}, {"host_s", b.host},
+          {"exposed_comm_s", b.exposed_comm}, {"bubble_s", b.bubble},    {"optimizer_s", b.optimizer}};
+}
+
 Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command) {
-  Json br = {{"compute_s", e.breakdown.compute},
-             {"recompute_s", e.breakdown.recompute},
-             {"host_s", e.breakdown.host},
-             {"exposed_comm_s", e.breakdown.exposed_comm},
-             {"bubble_s", e.breakdown.bubble},
-             {"optimizer_s", e.breakdown.optimizer}};
+  const Json br = breakdown_json(e.breakdown);
   Json out = {{"run", run_summary_json(rc)},
               {"step_time_s", e.step_time_s},
               {"tokens_per_s", e.tokens_per_s},

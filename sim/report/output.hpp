@@ -27,6 +27,9 @@ core::Json recompute_modules_json(const config::Parallel& p);
 core::Json estimate_json(const config::RunConfig& rc, const estimate::StepEstimate& e, const std::string& command);
 // The provenance keys every JSON output carries: schema_version, tool, tool_version, command.
 core::Json provenance_json(const std::string& command);
+// The output contract's breakdown object (compute_s, recompute_s, host_s, exposed_comm_s by kind,
+// bubble_s, optimizer_s).
+core::Json breakdown_json(const estimate::Breakdown& b);
 
 std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger& l);
 std::string estimate_table(const config::RunConfig& rc, const estimate::StepEstimate& e);
