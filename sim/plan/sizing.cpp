@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "sim/core/error.hpp"
+#include "sim/memory/ledger.hpp"
 
 namespace stepcast::plan {
 
@@ -53,6 +54,13 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   if (!(r.tokens > 0)) throw core::UserError("capacity: give a token budget (--tokens) or --tokens-per-param");
   const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
   r.steps = r.tokens / seq_tokens;
+  // A checkpoint holds the weights and the optimizer state (its fp32 master copy included).
+  const memory::StateBytes sb = memory::state_bytes(base.training);
+  const double state_bytes = base.model.total_params() * (sb.weights + sb.optimizer);
+  auto goodput_on = [&](int64_t gpus, double step_s) {
+    return capacity::expected_goodput(opt.reliability, step_s, r.steps, gpus, state_bytes);
+  };
+  r.sized_for_goodput = opt.size_for_goodput;
   const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
 
   if (opt.fixed_mfu > 0) {
@@ -69,6 +77,18 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     in.hbm_bytes = base.hardware.hbm_capacity.value();
     in.max_gpus = opt.max_gpus;
     r.fixed = capacity::size_cluster(in);
+    auto step_on = [&](const capacity::CapacityResult& f) { return f.wall_days * 86400.0 / r.steps; };
+    if (opt.size_for_goodput) {
+      // Failures cost more on more GPUs: from the failure-free count, add nodes until the
+      // expected wall clock meets the deadline (or the cap is reached).
+      while (r.fixed.met && goodput_on(r.fixed.gpus, step_on(r.fixed)).wall_s / 86400.0 > target_days) {
+        const double next = static_cast<double>(r.fixed.gpus + gpn);
+        in.target_days = r.fixed.gpu_hours / ((next - 0.5) * 24.0);  // sizes exactly `next` GPUs
+        r.fixed = capacity::size_cluster(in);
+      }
+    }
+    r.goodput = goodput_on(r.fixed.gpus, step_on(r.fixed));
+    if (opt.size_for_goodput && r.expected_wall_days() > target_days) r.fixed.met = false;
     r.mode = "fixed MFU";
     r.met = r.fixed.met;
     r.gpus = r.fixed.gpus;
@@ -114,6 +134,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
       e.fits = true;
       e.best = pr.ranked.front();
       e.days = r.steps * e.best.step_s() / 86400.0;
+      if (opt.size_for_goodput) e.days = goodput_on(g, e.best.step_s()).wall_s / 86400.0;
     }
     return cache.emplace(g, std::move(e)).first->second;
   };
@@ -189,7 +210,8 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   r.step_time_s = e.best.step_s();
   r.tokens_per_s = seq_tokens / r.step_time_s;
   r.mfu = e.best.est.mfu * e.best.est.step_time_s / r.step_time_s;
-  r.wall_days = e.days;
+  r.wall_days = r.steps * r.step_time_s / 86400.0;
+  r.goodput = goodput_on(g, r.step_time_s);
   r.margin = opt.margin;
   r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
   r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
@@ -210,6 +232,24 @@ std::string sizing_text(const SizingResult& r) {
                 static_cast<long long>(r.nodes), r.layout.c_str(), r.tokens, r.steps, r.step_time_s, r.tokens_per_s,
                 100.0 * r.mfu, r.wall_days, r.gpu_hours, r.cost_usd);
   o << buf;
+  const capacity::Goodput& g = r.goodput;
+  if (g.wall_s > 0 || g.goodput == 0) {
+    if (std::isfinite(g.wall_s)) {
+      std::snprintf(buf, sizeof buf, "  with failures: %.1f%% goodput, %.2f days, %.0f GPU-hours, cost %.0f USD (%s)\n", 100.0 * g.goodput,
+                    r.expected_wall_days(), r.expected_gpu_hours(), r.expected_cost_usd(),
+                    r.sized_for_goodput ? "the deadline was held to these days" : "not in the sizing; --goodput sizes for them");
+    } else {
+      std::snprintf(buf, sizeof buf, "  with failures: the run never finishes (interrupted before a checkpoint interval and its restart complete)\n");
+    }
+    o << buf;
+    std::snprintf(buf, sizeof buf,
+                  "    one interruption per %.1f h on %lld GPUs (%.1f expected); a %.4g GB checkpoint every %lld steps (%.2f h%s), "
+                  "%.1f s to save at %.4g GB/s; restart %.1f min + %.1f s to load\n",
+                  g.cluster_mtbf_s / 3600.0, static_cast<long long>(r.gpus), g.interruptions, g.state_bytes / 1e9,
+                  static_cast<long long>(g.interval_steps), g.interval_s / 3600.0, g.optimal_interval ? ", Daly's optimum" : "", g.save_s,
+                  g.storage_bytes_per_s / 1e9, (g.restart_s - g.load_s) / 60.0, g.load_s);
+    o << buf;
+  }
   if (r.margin > 0) {
     std::snprintf(buf, sizeof buf, "  with the %.0f%% margin: %.2f days against the deadline\n", 100.0 * r.margin, r.wall_days_with_margin());
     o << buf;
@@ -228,11 +268,34 @@ std::string sizing_text(const SizingResult& r) {
   return o.str();
 }
 
+namespace {
+Json goodput_json(const SizingResult& r) {
+  const capacity::Goodput& g = r.goodput;
+  // An unfinishable run's wall time is infinite, which JSON cannot hold: null.
+  auto finite = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+  return {{"goodput", g.goodput},
+          {"expected_wall_days", finite(r.expected_wall_days())},
+          {"expected_gpu_hours", finite(r.expected_gpu_hours())},
+          {"expected_cost_usd", finite(r.expected_cost_usd())},
+          {"sized_for", r.sized_for_goodput},
+          {"cluster_mtbf_h", g.cluster_mtbf_s / 3600.0},
+          {"expected_interruptions", finite(g.interruptions)},
+          {"checkpoint_bytes", g.state_bytes},
+          {"checkpoint_every_steps", g.interval_steps},
+          {"checkpoint_interval_s", g.interval_s},
+          {"checkpoint_interval_optimal", g.optimal_interval},
+          {"checkpoint_save_s", g.save_s},
+          {"storage_bytes_per_s", g.storage_bytes_per_s},
+          {"checkpoint_load_s", g.load_s},
+          {"restart_s", g.restart_s}};
+}
+}  // namespace
+
 Json sizing_json(const SizingResult& r) {
   return {{"deadline_met", r.met}, {"gpus", r.gpus}, {"nodes", r.nodes}, {"layout", r.layout}, {"tokens", r.tokens},
           {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
           {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin()}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
-          {"plans_run", r.plans_run}, {"peak_memory_bytes", r.peak_memory_bytes}};
+          {"plans_run", r.plans_run}, {"peak_memory_bytes", r.peak_memory_bytes}, {"goodput", goodput_json(r)}};
 }
 
 }  // namespace stepcast::plan

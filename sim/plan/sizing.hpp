@@ -14,6 +14,7 @@
 #include <string>
 
 #include "sim/capacity/capacity.hpp"
+#include "sim/capacity/goodput.hpp"
 #include "sim/core/json_reader.hpp"
 #include "sim/plan/planner.hpp"
 
@@ -29,6 +30,11 @@ struct SizingOptions {
   // predicted (the prediction's error on published runs is in reports/accuracy.md).
   double margin = 0;
   int64_t max_gpus = 1 << 17;
+  // Failures, checkpoints and restarts (sim/capacity/goodput.hpp): always estimated for the
+  // chosen cluster; with size_for_goodput the deadline is held to the expected wall clock they
+  // give instead of the failure-free one.
+  capacity::ReliabilityInput reliability;
+  bool size_for_goodput = false;
   PlanOptions plan;
   // Called before each GPU count's search (the count, and how many searches ran before it);
   // the search's own progress is plan.progress.
@@ -39,10 +45,16 @@ struct SizingResult {
   bool met = false;             // a cluster meets the deadline
   int64_t gpus = 0, nodes = 0;
   double tokens = 0, steps = 0, step_time_s = 0, tokens_per_s = 0, mfu = 0;
-  double wall_days = 0, gpu_hours = 0, cost_usd = 0;  // as predicted
+  double wall_days = 0, gpu_hours = 0, cost_usd = 0;  // as predicted, without failures
   double margin = 0;
-  // What the deadline was held to: the predicted days with the margin.
-  [[nodiscard]] double wall_days_with_margin() const { return wall_days * (1.0 + margin); }
+  capacity::Goodput goodput;     // failures, checkpoints and restarts on the chosen cluster
+  bool sized_for_goodput = false;
+  [[nodiscard]] double expected_wall_days() const { return goodput.wall_s / 86400.0; }
+  [[nodiscard]] double expected_gpu_hours() const { return expected_wall_days() * 24.0 * static_cast<double>(gpus); }
+  [[nodiscard]] double expected_cost_usd() const { return gpu_hours > 0 ? cost_usd * expected_gpu_hours() / gpu_hours : 0.0; }
+  // What the deadline was held to: the predicted days (with failures when sized for them) with
+  // the margin.
+  [[nodiscard]] double wall_days_with_margin() const { return (sized_for_goodput ? expected_wall_days() : wall_days) * (1.0 + margin); }
   std::string layout;           // planner's layout (fixed-MFU mode: says no layout was searched)
   double peak_memory_bytes = 0, memory_capacity_bytes = 0;  // the layout's peak per GPU (simulated mode)
   double memory_headroom = 0;   // the headroom the search held layouts to

@@ -167,6 +167,54 @@ TEST(Sizing, FixedMfuIsTheCapacityArithmetic) {
   EXPECT_NE(nofit.layout.find("does not fit the static memory"), std::string::npos) << nofit.layout;
 }
 
+// Failures: every result carries the goodput of its cluster (checkpoint of weights + optimizer
+// state); with size_for_goodput the expected wall clock meets the deadline, one node fewer's
+// does not (fixed MFU, where each count's days are closed-form), and the cluster is never
+// smaller than the failure-free one.
+TEST(Sizing, GoodputHoldsTheExpectedWallClockToTheDeadline) {
+  SizingOptions o = options(14);
+  o.fixed_mfu = 0.4;
+  o.reliability.gpu_mtbf_hours = 300;  // a failure-prone cluster, so that it matters
+  // A deadline 1% past the failure-free days of the cluster sized for 14 days: with failures
+  // that cluster misses it.
+  o.target_days = size_for_deadline(run_8b(), "<sizing-test>", "", o).wall_days * 1.01;
+  const double days = o.target_days;
+  const SizingResult plain = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  ASSERT_GT(plain.expected_wall_days(), days);
+  EXPECT_FALSE(plain.sized_for_goodput);
+  EXPECT_LT(plain.goodput.goodput, 1.0);
+  EXPECT_GT(plain.expected_wall_days(), plain.wall_days);
+  const auto rc = config::parse_run(Json{{"model", "llama3.1-8b"}, {"hardware", "h100-sxm"}, {"cluster", {{"num_gpus", 8}}},
+                                         {"training", {{"seq_len", 8192}, {"global_batch_size", 512}}}},
+                                    "<sizing-test>", "");
+  EXPECT_DOUBLE_EQ(plain.goodput.state_bytes, rc.model.total_params() * 14.0);  // bf16 weights, fp32 master, Adam
+  o.size_for_goodput = true;
+  const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  ASSERT_TRUE(r.met);
+  EXPECT_TRUE(r.sized_for_goodput);
+  EXPECT_GT(r.gpus, plain.gpus);
+  EXPECT_LE(r.expected_wall_days(), days);
+  EXPECT_DOUBLE_EQ(r.wall_days_with_margin(), r.expected_wall_days());
+  const double gpu_hours = r.gpu_hours;  // failure-free GPU-hours do not depend on the count
+  const int64_t fewer = r.gpus - 8;
+  const double step_fewer = gpu_hours / static_cast<double>(fewer) * 3600.0 / r.steps;
+  EXPECT_GT(capacity::expected_goodput(o.reliability, step_fewer, r.steps, fewer, r.goodput.state_bytes).wall_s / 86400.0, days);
+  EXPECT_NE(sizing_text(r).find("the deadline was held to these days"), std::string::npos) << sizing_text(r);
+  EXPECT_NE(sizing_text(plain).find("--goodput sizes for them"), std::string::npos) << sizing_text(plain);
+  EXPECT_TRUE(sizing_json(r)["goodput"]["sized_for"].get<bool>());
+  EXPECT_DOUBLE_EQ(sizing_json(r)["goodput"]["expected_wall_days"].get<double>(), r.expected_wall_days());
+
+  // The planner's sizing the same way: the expected days meet the deadline, with more GPUs.
+  SizingOptions s = options(7);
+  s.reliability.gpu_mtbf_hours = 300;
+  const SizingResult sim_plain = size_for_deadline(run_8b(), "<sizing-test>", "", s);
+  s.size_for_goodput = true;
+  const SizingResult sim = size_for_deadline(run_8b(), "<sizing-test>", "", s);
+  ASSERT_TRUE(sim.met);
+  EXPECT_LE(sim.expected_wall_days(), 7.0);
+  EXPECT_GE(sim.gpus, sim_plain.gpus);
+}
+
 TEST(Sizing, NeedsATokenBudget) {
   SizingOptions o = options(7);
   o.tokens_per_param = 0;
