@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates reports/capacity.md: `stepcast capacity` on two example budgets (simulated MFU)
-# and the fixed-MFU arithmetic for comparison.
+# Regenerates reports/capacity.md: `stepcast capacity` on two example budgets (simulated MFU),
+# the fixed-MFU arithmetic for comparison, and sizing for failures, checkpoints and restarts
+# (--goodput) at Llama 3 405B's scale and on the 70B budget with slower storage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
@@ -9,6 +10,8 @@ cmds=(
   "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3 --margin 0.3"
   "./build/stepcast capacity --model llama3.1-8b --hardware h100-sxm --seq 8192 --batch 512 --tokens-per-param 20 --days 7 --price 3 --mfu 0.4"
   "./build/stepcast capacity --model llama3.1-70b --hardware h100-sxm --seq 8192 --batch 1024 --tokens 15e12 --days 60 --price 2.5"
+  "./build/stepcast capacity --model llama3.1-70b --hardware h100-sxm --seq 8192 --batch 1024 --tokens 15e12 --days 60 --price 2.5 --goodput --restart 20min --storage-bw 100GB/s"
+  "./build/stepcast capacity --model llama3.1-405b --hardware h100-sxm --seq 8192 --batch 2048 --tokens 15.6e12 --days 80 --price 2.5 --mfu 0.4 --goodput"
 )
 {
   echo "# stepcast capacity examples"
