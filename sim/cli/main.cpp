@@ -31,6 +31,7 @@
 #include "sim/estimate/estimate.hpp"
 #include "sim/lab/pcie_lab.hpp"
 #include "sim/plan/compare.hpp"
+#include "sim/plan/sensitivity.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/plan/sizing.hpp"
 #include "sim/sweep/sweep.hpp"
@@ -541,6 +542,22 @@ int run(int argc, char** argv) {
   cmp->add_flag("--estimate", cmp_estimate, "compare the analytical estimates instead of simulating both steps");
   cmp->add_flag("--allow-oom", cmp_allow_oom, "compare even when a layout does not fit");
 
+  // sensitivity
+  std::string sens_file;
+  std::vector<std::string> sens_sets;
+  double sens_factor = 1.1;
+  bool sens_json = false, sens_estimate = false, sens_allow_oom = false;
+  auto* sens = app.add_subcommand("sensitivity",
+                                  "which hardware resource bounds a run's step: the step again with each resource (compute, HBM, node fabric, "
+                                  "network, latency, kernel overhead) better by a factor");
+  sens->add_option("run", sens_file, "run file (JSON)")->required();
+  sens->add_option("--set", sens_sets, set_help)->allow_extra_args(false);
+  sens->add_option("--factor", sens_factor, "how much better each resource is made: rates x F, latencies / F (default 1.1)")
+      ->check(finite_range(1.001, 10.0));
+  sens->add_flag("--estimate", sens_estimate, "use the analytical estimate instead of simulating each step");
+  sens->add_flag("--json", sens_json, "print the steps, changes and elasticities as JSON");
+  sens->add_flag("--allow-oom", sens_allow_oom, "run even when the layout does not fit");
+
   // models / hardware
   auto* models = app.add_subcommand("models", "list the built-in model zoo");
   bool models_json = false;
@@ -987,6 +1004,22 @@ int run(int argc, char** argv) {
       std::cout << stepcast::plan::compare_json(a, b, cmdline).dump(2) << "\n";
     } else {
       std::cout << stepcast::plan::compare_table(a, b);
+    }
+    return 0;
+  }
+  if (sens->parsed()) {
+    const auto rc = stepcast::config::load_run_file(sens_file, sens_sets);
+    const auto ledger = stepcast::memory::compute_ledger(rc);
+    if (!ledger.fits() && !sens_allow_oom) {
+      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(rc, ledger)
+                << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
+      return kExitDoesNotFit;
+    }
+    const auto s = stepcast::plan::sensitivity(rc, sens_file, sens_factor, !sens_estimate);
+    if (sens_json) {
+      std::cout << stepcast::plan::sensitivity_json(s, cmdline).dump(2) << "\n";
+    } else {
+      std::cout << stepcast::plan::sensitivity_text(s);
     }
     return 0;
   }

@@ -712,7 +712,13 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
 
   // Precision support.
   if (!rc.hardware.has_dtype(t.precision)) {
-    issues.add("$.training.precision", "got \"" + hw::to_string(t.precision) + "\"; hardware '" + rc.hardware.name + "' has no dense peak for it");
+    std::string has;
+    for (const auto& [d, rate] : rc.hardware.peak) {
+      if (d == hw::Dtype::kTf32) continue;  // not a training precision
+      has += std::string(has.empty() ? "" : ", ") + "\"" + hw::to_string(d) + "\"";
+    }
+    issues.add("$.training.precision", "got \"" + hw::to_string(t.precision) + "\"; hardware '" + rc.hardware.name +
+                                           "' has no dense peak for it (it has " + has + ")");
   }
   if (t.attention != AttentionImpl::kUnfused && rc.hardware.name == "v100-sxm-32gb") {
     issues.add("$.training.attention", "flash attention kernels need Ampere or newer; use \"unfused\" on V100");

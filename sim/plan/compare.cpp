@@ -31,23 +31,6 @@ std::string signed_fmt(const char* f, double v) {
   return out;
 }
 
-Json side_json(const Side& s) {
-  const Row x = row_of(s.c);
-  return {{"name", s.name},
-          {"run", report::run_summary_json(s.c.rc)},
-          {"simulated", x.simulated},
-          {"step_time_s", x.step},
-          {"estimate_step_time_s", x.est_step},
-          {"tokens_per_s", x.tok_s},
-          {"tokens_per_s_per_gpu", x.tok_gpu},
-          {"mfu", x.mfu},
-          {"bubble_fraction", x.bubble},
-          {"peak_memory_bytes", s.c.peak_memory_bytes},
-          {"memory_capacity_bytes", s.capacity_bytes},
-          {"fits", s.fits},
-          {"breakdown", report::breakdown_json(s.c.breakdown())}};
-}
-
 // "A is 12.3% faster than B (2.190 s against 2.450 s per step)." and what the faster avoids.
 std::string verdict(const Side& a, const Side& b) {
   const double ta = a.c.step_s(), tb = b.c.step_s();
@@ -74,6 +57,23 @@ Side evaluate_side(const config::RunConfig& rc, const std::string& name, bool si
   if (simulate) s.c.simulate();
   s.fits = s.c.peak_memory_bytes <= s.capacity_bytes;
   return s;
+}
+
+Json side_json(const Side& s) {
+  const Row x = row_of(s.c);
+  return {{"name", s.name},
+          {"run", report::run_summary_json(s.c.rc)},
+          {"simulated", x.simulated},
+          {"step_time_s", x.step},
+          {"estimate_step_time_s", x.est_step},
+          {"tokens_per_s", x.tok_s},
+          {"tokens_per_s_per_gpu", x.tok_gpu},
+          {"mfu", x.mfu},
+          {"bubble_fraction", x.bubble},
+          {"peak_memory_bytes", s.c.peak_memory_bytes},
+          {"memory_capacity_bytes", s.capacity_bytes},
+          {"fits", s.fits},
+          {"breakdown", report::breakdown_json(s.c.breakdown())}};
 }
 
 std::string run_diff(const config::RunConfig& a, const config::RunConfig& b) {

@@ -21,6 +21,9 @@ struct Side {
 // One run evaluated as the planner evaluates a candidate: the estimate, and the simulated
 // step when `simulate` (its timeline's memory peak, else the ledger's).
 Side evaluate_side(const config::RunConfig& rc, const std::string& name, bool simulate);
+// One side as compare --json prints it: name, run summary, step, rates, bubble, memory, fit and
+// breakdown.
+core::Json side_json(const Side& s);
 
 // What differs between the two runs beyond the layout ("model a vs b", "hardware ...",
 // "GPUs ...", "sequence ...", "global batch ...", "precision ..."), then the layout's

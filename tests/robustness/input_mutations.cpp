@@ -588,6 +588,19 @@ int main(int argc, char** argv) {
         } else if (list_accepted) {
           std::cerr << "refused by compare: " << m.base << " " << m.path << " (" << m.kind << "): " << r.err.substr(0, r.err.find('\n')) << "\n";
         }
+        // sensitivity re-evaluates the mutant with each resource better (estimated).
+        const RunResult sr = run({bin, "sensitivity", file.string(), "--estimate", "--json", "--allow-oom"}, work, timeout_s);
+        if (check(m, "sensitivity", sr, false, false) == 0) {
+          try {
+            const auto j = nlohmann::json::parse(sr.out);
+            if (!finite_positive(j.at("base"), "step_time_s")) throw std::runtime_error("no step time");
+            for (const auto& row : j.at("resources")) {
+              if (!finite_positive(row, "step_time_s")) throw std::runtime_error("no step time");
+            }
+          } catch (const std::exception&) {
+            violations.push_back("`sensitivity` " + m.base + " `" + m.path + "` " + m.kind + ": accepted, but a step time is missing or not finite");
+          }
+        }
       }
     }
     if (++done % 500 == 0) std::cerr << "input mutations: " << done << " of " << mutants.size() << "\n";
@@ -605,7 +618,8 @@ int main(int argc, char** argv) {
         {"capacity", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "64", "--tokens", "1e9", "--days", "1"},
         {"simulate", runfile},
         {"estimate", runfile},
-        {"memory", runfile}};
+        {"memory", runfile},
+        {"sensitivity", runfile, "--estimate"}};
     const std::regex numeric(R"(^\s+(--[a-z0-9-]+)\s+(INT|UINT|FLOAT)\b)");
     for (const auto& t : templates) {
       const RunResult help = run({bin, t[0], "--help"}, work, timeout_s);
@@ -627,6 +641,13 @@ int main(int argc, char** argv) {
         }
       }
     }
+  }
+  // Quantities with units: a damaged unit, a negative or non-finite value names the option.
+  for (const auto& [opt, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"--storage-bw", "abc"}, {"--storage-bw", "-5GB/s"}, {"--storage-bw", "10GB"}, {"--restart", "-1min"}, {"--restart", "nan"},
+           {"--checkpoint-time", "5 parsecs"}, {"--checkpoint-time", ""}}) {
+    cli.push_back({{"capacity", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "64", "--tokens", "1e9", "--days", "1", opt, bad},
+                   opt, bad});
   }
   // What-if settings (--set PATH=VALUE) that can never be valid: each names its path.
   if (!bases.empty()) {
@@ -672,7 +693,7 @@ int main(int argc, char** argv) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
   o << "\n" << mutants.size() << " mutants of " << bases.size() << " run files and " << sweeps.size() << " sweep file(s), and " << cli.size()
-    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate and memory, and --set and compare --set-b); " << refused_as_required << " of "
+    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate, memory and sensitivity, capacity's quantities with units, and --set and compare --set-b); " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   if (rt.mutants > 0) {
     o << "Published rows: " << rt.mutants << " single-field mutants of " << rt.rows << " rows of `" << fs::path(rows_path).filename().string()
