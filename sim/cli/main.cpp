@@ -618,7 +618,9 @@ int run(int argc, char** argv) {
   cap->add_option("--tokens", sopt.tokens, "token budget")->check(finite_range(1.0, 1e18));
   cap->add_option("--tokens-per-param", sopt.tokens_per_param, "token budget as tokens per parameter (e.g. 20)")->check(finite_range(1e-6, 1e6));
   cap->add_option("--days", sopt.target_days, "deadline in days of wall clock")->required()->check(finite_range(1e-6, 1e6));
-  cap->add_option("--price", sopt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(finite_range(0.0, 1e6));
+  std::string cap_price;
+  cap->add_option("--price", cap_price,
+                  "price per GPU-hour (USD); with several --hardware profiles one price for all or NAME=USD for each, e.g. h100-sxm=2.5,b200=4");
   cap->add_option("--mfu", sopt.fixed_mfu, "use this fixed MFU instead of the simulated one (capacity-cases arithmetic)")
       ->check(finite_range(0.001, 1.0));
   cap->add_option("--max-gpus", sopt.max_gpus, "largest cluster to consider")->check(count_range(1, kMaxCount));
@@ -865,6 +867,47 @@ int run(int argc, char** argv) {
         std::fflush(stderr);
       };
     }
+    // Several profiles (--hardware a,b,c): the budget sized on each, side by side.
+    std::vector<std::string> profiles;
+    {
+      std::stringstream in(cap_run.hardware);
+      for (std::string h; std::getline(in, h, ',');) profiles.push_back(h);
+    }
+    const std::vector<std::string> priced = profiles.empty() ? std::vector<std::string>{"*"} : profiles;
+    const auto prices = stepcast::plan::parse_prices(cap_price, priced);
+    if (profiles.size() > 1) {
+      std::vector<stepcast::plan::HardwareSizing> all;
+      for (const auto& h : profiles) {
+        if (std::count(profiles.begin(), profiles.end(), h) > 1) throw stepcast::core::UserError("--hardware: " + h + " is given twice");
+        stepcast::plan::HardwareSizing hs;
+        hs.hardware = h;
+        hs.usd_per_gpu_hour = prices.at(h);
+        RunFlags one = cap_run;
+        one.hardware = h;
+        stepcast::plan::SizingOptions o = sopt;
+        o.usd_per_gpu_hour = hs.usd_per_gpu_hour;
+        try {
+          const EraseLine erase{cap_tty};
+          hs.result = stepcast::plan::size_for_deadline(run_from_flags(one, "capacity", false), one.source, one.base_dir, o);
+          hs.ok = true;
+        } catch (const stepcast::core::UserError& e) {
+          hs.error = e.what();
+        }
+        all.push_back(std::move(hs));
+      }
+      if (cap_json) {
+        std::cout << stepcast::plan::sizing_comparison_json(all).dump(2) << "\n";
+      } else {
+        std::cout << stepcast::plan::sizing_comparison_text(all);
+      }
+      const bool any = std::any_of(all.begin(), all.end(), [](const auto& h) { return h.ok && h.result.met; });
+      if (!any) {
+        std::cerr << "stepcast: capacity: no hardware profile meets the deadline (up to --max-gpus " << sopt.max_gpus << ")\n";
+        return kExitDoesNotFit;
+      }
+      return 0;
+    }
+    sopt.usd_per_gpu_hour = prices.at(priced.front());
     const auto r = [&] {
       const EraseLine erase{cap_tty};
       return stepcast::plan::size_for_deadline(run, cap_run.source, cap_run.base_dir, sopt);

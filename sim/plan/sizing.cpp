@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "sim/core/error.hpp"
@@ -119,6 +120,10 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     Candidate best;
   };
   std::map<int64_t, Eval> cache;
+  // Rejected layouts by reason over every count searched, with an example message: why nothing
+  // fits when nothing does.
+  std::map<std::string, int64_t> rejected;
+  std::map<std::string, std::string> rejected_example;
   auto eval = [&](int64_t g) -> const Eval& {
     auto it = cache.find(g);
     if (it != cache.end()) return it->second;
@@ -130,6 +135,11 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     const PlanResult pr = plan(j, source_name, base_dir, po);
     ++r.plans_run;
     Eval e;
+    for (const auto& [reason, n] : pr.rejected) {
+      rejected[reason] += n;
+      const auto ex = pr.rejected_example.find(reason);
+      if (ex != pr.rejected_example.end() && !ex->second.message.empty()) rejected_example.emplace(reason, ex->second.message);
+    }
     if (!pr.ranked.empty()) {
       e.fits = true;
       e.best = pr.ranked.front();
@@ -175,7 +185,15 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     for (const auto& [g, e] : cache) {
       if (e.fits && (chosen == 0 || e.days < best_days)) chosen = g, best_days = e.days;
     }
-    if (chosen == 0) throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs");
+    if (chosen == 0) {
+      std::string why;
+      if (!rejected.empty()) {
+        const auto top = std::max_element(rejected.begin(), rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+        const auto ex = rejected_example.find(top->first);
+        why = " (most layouts tried fail with: " + (ex != rejected_example.end() ? ex->second : top->first) + ")";
+      }
+      throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs" + why);
+    }
     if (!base.hardware.network.stated) {
       throw core::UserError("capacity: one node (" + std::to_string(gpn) + " GPUs) does not meet the deadline, and the profile '" + base.hardware.name +
                             "' gives no scale-out network to size beyond it ($.hardware.network: nic_bandwidth, nics_per_node)");
@@ -243,9 +261,10 @@ std::string sizing_text(const SizingResult& r) {
     }
     o << buf;
     std::snprintf(buf, sizeof buf,
-                  "    one interruption per %.1f h on %lld GPUs (%.1f expected); a %.4g GB checkpoint every %lld steps (%.2f h%s), "
+                  "    one interruption per %.4g h on %lld GPUs (%s expected); a %.4g GB checkpoint every %lld steps (%.2f h%s), "
                   "%.1f s to save at %.4g GB/s; restart %.1f min + %.1f s to load\n",
-                  g.cluster_mtbf_s / 3600.0, static_cast<long long>(r.gpus), g.interruptions, g.state_bytes / 1e9,
+                  g.cluster_mtbf_s / 3600.0, static_cast<long long>(r.gpus),
+                  std::isfinite(g.interruptions) ? core::fmt("%.1f", g.interruptions).c_str() : "unbounded", g.state_bytes / 1e9,
                   static_cast<long long>(g.interval_steps), g.interval_s / 3600.0, g.optimal_interval ? ", Daly's optimum" : "", g.save_s,
                   g.storage_bytes_per_s / 1e9, (g.restart_s - g.load_s) / 60.0, g.load_s);
     o << buf;
@@ -296,6 +315,112 @@ Json sizing_json(const SizingResult& r) {
           {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
           {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin()}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
           {"plans_run", r.plans_run}, {"peak_memory_bytes", r.peak_memory_bytes}, {"goodput", goodput_json(r)}};
+}
+
+namespace {
+
+// Expected days and cost with failures when sized for them, else the failure-free ones.
+double days_of(const SizingResult& r) { return r.sized_for_goodput ? r.expected_wall_days() : r.wall_days; }
+double cost_of(const SizingResult& r) { return r.sized_for_goodput ? r.expected_cost_usd() : r.cost_usd; }
+double gpu_hours_of(const SizingResult& r) { return r.sized_for_goodput ? r.expected_gpu_hours() : r.gpu_hours; }
+
+// Met first; then by cost when every profile has a price, else by GPU-hours; the name breaks ties.
+std::vector<const HardwareSizing*> ranked(const std::vector<HardwareSizing>& all) {
+  bool priced = true;
+  for (const auto& h : all) priced = priced && (!h.ok || h.usd_per_gpu_hour > 0);
+  std::vector<const HardwareSizing*> out;
+  for (const auto& h : all) out.push_back(&h);
+  std::stable_sort(out.begin(), out.end(), [priced](const HardwareSizing* a, const HardwareSizing* b) {
+    const int ka = a->ok ? (a->result.met ? 0 : 1) : 2, kb = b->ok ? (b->result.met ? 0 : 1) : 2;
+    if (ka != kb) return ka < kb;
+    if (ka == 2) return a->hardware < b->hardware;
+    const double va = priced ? cost_of(a->result) : gpu_hours_of(a->result), vb = priced ? cost_of(b->result) : gpu_hours_of(b->result);
+    if (va != vb) return va < vb;
+    return a->hardware < b->hardware;
+  });
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, double> parse_prices(const std::string& text, const std::vector<std::string>& hardware) {
+  std::map<std::string, double> out;
+  auto number = [&](const std::string& v, const std::string& what) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x < 0 || x > 1e6) {
+      throw core::UserError("--price: " + what + "got '" + v + "'; expected a price per GPU-hour in [0, 1e6]");
+    }
+    return x;
+  };
+  if (text.empty()) {
+    for (const auto& h : hardware) out[h] = 0;
+    return out;
+  }
+  if (text.find('=') == std::string::npos) {
+    const double x = number(text, "");
+    for (const auto& h : hardware) out[h] = x;
+    return out;
+  }
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) throw core::UserError("--price: '" + item + "': expected NAME=USD, e.g. h100-sxm=2.5");
+    const std::string name = item.substr(0, eq);
+    if (std::find(hardware.begin(), hardware.end(), name) == hardware.end()) {
+      throw core::UserError("--price: " + name + " is not among the --hardware profiles");
+    }
+    if (!out.emplace(name, number(item.substr(eq + 1), name + ": ")).second) throw core::UserError("--price: " + name + " is priced twice");
+  }
+  for (const auto& h : hardware) {
+    if (!out.count(h)) throw core::UserError("--price: no price for " + h + " (give NAME=USD for every --hardware profile, or one price for all)");
+  }
+  return out;
+}
+
+std::string sizing_comparison_text(const std::vector<HardwareSizing>& all) {
+  std::ostringstream o;
+  for (const auto* h : ranked(all)) {
+    o << "== " << h->hardware << " ==\n";
+    o << (h->ok ? sizing_text(h->result) : "no answer: " + h->error + "\n") << "\n";
+  }
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-22s %7s %9s %7s %9s %13s %14s  %s\n", "hardware", "GPUs", "step s", "MFU", "days", "GPU-hours", "cost USD", "layout");
+  o << buf;
+  for (const auto* h : ranked(all)) {
+    if (!h->ok) {
+      std::snprintf(buf, sizeof buf, "%-22s %7s  %s\n", h->hardware.c_str(), "-", h->error.c_str());
+      o << buf;
+      continue;
+    }
+    const SizingResult& r = h->result;
+    std::snprintf(buf, sizeof buf, "%-22s %7lld %9.3f %6.1f%% %9.2f %13.0f %14.0f  %s%s\n", h->hardware.c_str(), static_cast<long long>(r.gpus),
+                  r.step_time_s, 100.0 * r.mfu, days_of(r), gpu_hours_of(r), cost_of(r), r.met ? "" : "(deadline NOT met) ", r.layout.c_str());
+    o << buf;
+  }
+  const auto order = ranked(all);
+  if (!order.empty() && order.front()->ok && order.front()->result.met) {
+    const bool priced = std::all_of(all.begin(), all.end(), [](const HardwareSizing& h) { return !h.ok || h.usd_per_gpu_hour > 0; });
+    o << "\n" << order.front()->hardware << " meets the deadline " << (priced ? "at the lowest cost" : "in the fewest GPU-hours (give --price for cost)");
+    if (order.front()->result.sized_for_goodput) o << ", failures, checkpoints and restarts included";
+    o << ".\n";
+  } else {
+    o << "\nNo profile meets the deadline.\n";
+  }
+  return o.str();
+}
+
+Json sizing_comparison_json(const std::vector<HardwareSizing>& all) {
+  Json rows = Json::array();
+  std::string best;
+  for (const auto* h : ranked(all)) {
+    Json j = h->ok ? sizing_json(h->result) : Json{{"error", h->error}};
+    j["hardware"] = h->hardware;
+    j["usd_per_gpu_hour"] = h->usd_per_gpu_hour;
+    if (best.empty() && h->ok && h->result.met) best = h->hardware;
+    rows.push_back(std::move(j));
+  }
+  return {{"hardware", rows}, {"best", best.empty() ? Json(nullptr) : Json(best)}};
 }
 
 }  // namespace stepcast::plan

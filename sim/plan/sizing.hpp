@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <vector>
 #include <string>
 
 #include "sim/capacity/capacity.hpp"
@@ -67,5 +69,22 @@ SizingResult size_for_deadline(const core::Json& run, const std::string& source_
                                const SizingOptions& opt);
 std::string sizing_text(const SizingResult& r);
 core::Json sizing_json(const SizingResult& r);
+
+// One budget sized on several hardware profiles (capacity --hardware a,b,c): each profile's
+// answer, or why it has none.
+struct HardwareSizing {
+  std::string hardware;
+  double usd_per_gpu_hour = 0;
+  bool ok = false;       // sized (met or best effort); false: error says why not
+  std::string error;
+  SizingResult result;
+};
+// The profiles side by side, met first and then by cost (by GPU-hours when no price is given),
+// with the best one named.
+std::string sizing_comparison_text(const std::vector<HardwareSizing>& all);
+core::Json sizing_comparison_json(const std::vector<HardwareSizing>& all);
+// Prices: one number for every profile, or NAME=USD,... naming each profile once. Throws
+// core::UserError naming --price and the profile.
+std::map<std::string, double> parse_prices(const std::string& text, const std::vector<std::string>& hardware);
 
 }  // namespace stepcast::plan

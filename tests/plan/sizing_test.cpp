@@ -215,6 +215,82 @@ TEST(Sizing, GoodputHoldsTheExpectedWallClockToTheDeadline) {
   EXPECT_GE(sim.gpus, sim_plain.gpus);
 }
 
+// Nothing fits on any count: the error says why most layouts failed.
+TEST(Sizing, NothingFitsSaysWhy) {
+  Json run = run_8b();
+  run["hardware"] = "v100-sxm-32gb";  // no bf16
+  SizingOptions o = options(7);
+  o.max_gpus = 64;
+  try {
+    (void)size_for_deadline(run, "<sizing-test>", "", o);
+    FAIL() << "expected UserError";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.training.precision"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sizing, PricesOneForAllOrOneEach) {
+  const std::vector<std::string> hw = {"h100-sxm", "b200"};
+  EXPECT_EQ(parse_prices("", hw).at("b200"), 0.0);
+  EXPECT_EQ(parse_prices("2.5", hw).at("b200"), 2.5);
+  const auto each = parse_prices("h100-sxm=2.5,b200=4", hw);
+  EXPECT_EQ(each.at("h100-sxm"), 2.5);
+  EXPECT_EQ(each.at("b200"), 4.0);
+  auto message = [&](const std::string& text) {
+    try {
+      (void)parse_prices(text, hw);
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("b200=4").find("no price for h100-sxm"), std::string::npos);
+  EXPECT_NE(message("h100-sxm=2,b200=4,mi300x=1").find("mi300x is not among"), std::string::npos);
+  EXPECT_NE(message("h100-sxm=2,h100-sxm=3,b200=4").find("priced twice"), std::string::npos);
+  EXPECT_NE(message("h100-sxm=abc,b200=4").find("h100-sxm: got 'abc'"), std::string::npos);
+  EXPECT_NE(message("-1").find("--price"), std::string::npos);
+  EXPECT_NE(message("=4").find("expected NAME=USD"), std::string::npos);
+}
+
+// Several profiles: met before unmet before unanswered, cheaper first among the met, and the
+// cheapest met one named best; GPU-hours rank them when a price is missing.
+TEST(Sizing, HardwareComparisonRanksMetProfilesByCost) {
+  auto sized = [](const std::string& name, bool met, double gpu_hours, double price) {
+    HardwareSizing h;
+    h.hardware = name;
+    h.ok = true;
+    h.usd_per_gpu_hour = price;
+    h.result.met = met;
+    h.result.gpus = 8;
+    h.result.gpu_hours = gpu_hours;
+    h.result.cost_usd = gpu_hours * price;
+    h.result.wall_days = gpu_hours / 8 / 24;
+    h.result.goodput.wall_s = h.result.wall_days * 86400;
+    return h;
+  };
+  HardwareSizing none;
+  none.hardware = "aaa";
+  none.error = "capacity: no layout fits";
+  const std::vector<HardwareSizing> all = {none, sized("slow-cheap", true, 1000, 1.0), sized("fast-dear", true, 400, 4.0),
+                                           sized("unmet", false, 100, 0.5)};
+  const Json j = sizing_comparison_json(all);
+  ASSERT_EQ(j["hardware"].size(), 4u);
+  EXPECT_EQ(j["hardware"][0]["hardware"], "slow-cheap");  // 1000 USD against 1600
+  EXPECT_EQ(j["hardware"][1]["hardware"], "fast-dear");
+  EXPECT_EQ(j["hardware"][2]["hardware"], "unmet");
+  EXPECT_EQ(j["hardware"][3]["hardware"], "aaa");
+  EXPECT_EQ(j["hardware"][3]["error"], "capacity: no layout fits");
+  EXPECT_EQ(j["best"], "slow-cheap");
+  EXPECT_NE(sizing_comparison_text(all).find("slow-cheap meets the deadline at the lowest cost"), std::string::npos) << sizing_comparison_text(all);
+  // Without prices: fewest GPU-hours.
+  std::vector<HardwareSizing> unpriced = all;
+  for (auto& h : unpriced) h.usd_per_gpu_hour = 0;
+  EXPECT_EQ(sizing_comparison_json(unpriced)["best"], "fast-dear");
+  EXPECT_NE(sizing_comparison_text(unpriced).find("in the fewest GPU-hours"), std::string::npos);
+  // Nothing met: no best.
+  EXPECT_TRUE(sizing_comparison_json({none, sized("unmet", false, 100, 0.5)})["best"].is_null());
+}
+
 TEST(Sizing, NeedsATokenBudget) {
   SizingOptions o = options(7);
   o.tokens_per_param = 0;

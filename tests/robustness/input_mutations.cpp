@@ -642,10 +642,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // Quantities with units: a damaged unit, a negative or non-finite value names the option.
+  // Quantities with units and prices: a damaged unit, a negative or non-finite value, a price
+  // for a profile not given, each names the option.
   for (const auto& [opt, bad] : std::vector<std::pair<std::string, std::string>>{
            {"--storage-bw", "abc"}, {"--storage-bw", "-5GB/s"}, {"--storage-bw", "10GB"}, {"--restart", "-1min"}, {"--restart", "nan"},
-           {"--checkpoint-time", "5 parsecs"}, {"--checkpoint-time", ""}}) {
+           {"--checkpoint-time", "5 parsecs"}, {"--checkpoint-time", ""}, {"--price", "-1"}, {"--price", "abc"}, {"--price", "h100-sxm=abc"},
+           {"--price", "b200=3"}, {"--price", "1e400"}}) {
     cli.push_back({{"capacity", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "64", "--tokens", "1e9", "--days", "1", opt, bad},
                    opt, bad});
   }
@@ -693,7 +695,7 @@ int main(int argc, char** argv) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
   o << "\n" << mutants.size() << " mutants of " << bases.size() << " run files and " << sweeps.size() << " sweep file(s), and " << cli.size()
-    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate, memory and sensitivity, capacity's quantities with units, and --set and compare --set-b); " << refused_as_required << " of "
+    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate, memory and sensitivity, capacity's quantities with units and prices, and --set and compare --set-b); " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   if (rt.mutants > 0) {
     o << "Published rows: " << rt.mutants << " single-field mutants of " << rt.rows << " rows of `" << fs::path(rows_path).filename().string()
