@@ -542,6 +542,22 @@ int run(int argc, char** argv) {
   cmp->add_flag("--estimate", cmp_estimate, "compare the analytical estimates instead of simulating both steps");
   cmp->add_flag("--allow-oom", cmp_allow_oom, "compare even when a layout does not fit");
 
+  // scaling
+  RunFlags scl_run;
+  bool scl_json = false;
+  std::string scl_gpus;
+  stepcast::plan::SizingOptions scl_opt;
+  scl_opt.plan.top_k = 3;
+  auto* scl = app.add_subcommand("scaling", "the planner's best layout at several GPU counts: step time, throughput, MFU, scaling efficiency and, "
+                                            "with a token budget, days, GPU-hours, cost and goodput");
+  add_run_flags(scl, scl_run, false, "run file (JSON): model, hardware, training; the GPU count comes from --gpus, the layout is searched except keys its parallel block gives");
+  scl->add_option("--gpus", scl_gpus, "GPU counts, increasing, e.g. 64,128,256,512")->required();
+  scl->add_option("--tokens", scl_opt.tokens, "token budget (adds days, GPU-hours, cost and goodput)")->check(finite_range(1.0, 1e18));
+  scl->add_option("--tokens-per-param", scl_opt.tokens_per_param, "token budget as tokens per parameter")->check(finite_range(1e-6, 1e6));
+  scl->add_option("--price", scl_opt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(finite_range(0.0, 1e6));
+  scl->add_option("--threads", scl_opt.plan.threads, "worker threads for the search (default: all cores)")->check(count_range(0, 4096));
+  scl->add_flag("--json", scl_json, "print the points as JSON");
+
   // sensitivity
   std::string sens_file;
   std::vector<std::string> sens_sets;
@@ -1049,6 +1065,42 @@ int run(int argc, char** argv) {
       std::cout << stepcast::plan::compare_table(a, b);
     }
     return 0;
+  }
+  if (scl->parsed()) {
+    Json run = run_from_flags(scl_run, "scaling", false);
+    if (scl_opt.tokens > 0 && scl_opt.tokens_per_param > 0) throw stepcast::core::UserError("scaling: give --tokens or --tokens-per-param, not both");
+    std::vector<int64_t> counts;
+    {
+      std::stringstream in(scl_gpus);
+      for (std::string c; std::getline(in, c, ',');) {
+        std::string text = c;
+        if (!count_range(1, kMaxCount)(text).empty()) throw stepcast::core::UserError("--gpus: got '" + c + "'; expected GPU counts such as 64,128,256");
+        counts.push_back(std::stoll(c));
+      }
+    }
+    const bool tty = ::isatty(2) != 0;
+    auto searching = std::make_shared<int64_t>(0);
+    if (tty) {
+      scl_opt.on_search = [searching](int64_t gpus, int) { *searching = gpus; };
+      scl_opt.plan.progress = [searching](const char* phase, size_t done, size_t total) {
+        std::fprintf(stderr, "\r\033[Kstepcast scaling: %lld GPUs: %s %zu of %s%zu layouts", static_cast<long long>(*searching), phase, done,
+                     std::strcmp(phase, "simulating") == 0 ? "up to " : "", total);
+        std::fflush(stderr);
+      };
+    }
+    const auto pts = [&] {
+      const EraseLine erase{tty};
+      return stepcast::plan::scaling(run, scl_run.source, scl_run.base_dir, counts, scl_opt);
+    }();
+    if (scl_json) {
+      Json j = stepcast::report::provenance_json(cmdline);
+      j.update(stepcast::plan::scaling_json(pts));
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << stepcast::plan::scaling_text(pts);
+    }
+    const bool any = std::any_of(pts.begin(), pts.end(), [](const auto& p) { return p.ok; });
+    return any ? 0 : kExitDoesNotFit;
   }
   if (sens->parsed()) {
     const auto rc = stepcast::config::load_run_file(sens_file, sens_sets);

@@ -38,6 +38,33 @@ std::vector<int64_t> feasible_counts(const config::RunConfig& base, int64_t max_
   return out;
 }
 
+// Why nothing fits: the reason most layouts were rejected for, with its example message.
+std::string most_common_rejection(const std::map<std::string, int64_t>& rejected, const std::map<std::string, std::string>& examples) {
+  if (rejected.empty()) return "";
+  const auto top = std::max_element(rejected.begin(), rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const auto ex = examples.find(top->first);
+  return " (most layouts tried fail with: " + (ex != examples.end() && !ex->second.empty() ? ex->second : top->first) + ")";
+}
+
+// A sized result's figures from the planner's best layout on g GPUs.
+void fill_from_layout(SizingResult& r, const Candidate& best, int64_t g, int64_t gpn, const SizingOptions& opt, const capacity::Goodput& goodput) {
+  const double seq_tokens = static_cast<double>(best.rc.training.global_batch_size * best.rc.training.seq_len);
+  r.gpus = g;
+  r.nodes = g / gpn;
+  r.step_time_s = best.step_s();
+  r.tokens_per_s = seq_tokens / r.step_time_s;
+  r.mfu = best.est.mfu * best.est.step_time_s / r.step_time_s;
+  r.wall_days = r.steps * r.step_time_s / 86400.0;
+  r.goodput = goodput;
+  r.margin = opt.margin;
+  r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
+  r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
+  r.layout = layout_text(best.rc.parallel);
+  r.peak_memory_bytes = best.peak_memory_bytes;
+  r.memory_capacity_bytes = best.est.memory.capacity.value();
+  r.memory_headroom = opt.plan.memory_headroom;
+}
+
 }  // namespace
 
 SizingResult size_for_deadline(const Json& run_in, const std::string& source_name, const std::string& base_dir,
@@ -186,13 +213,8 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
       if (e.fits && (chosen == 0 || e.days < best_days)) chosen = g, best_days = e.days;
     }
     if (chosen == 0) {
-      std::string why;
-      if (!rejected.empty()) {
-        const auto top = std::max_element(rejected.begin(), rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-        const auto ex = rejected_example.find(top->first);
-        why = " (most layouts tried fail with: " + (ex != rejected_example.end() ? ex->second : top->first) + ")";
-      }
-      throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs" + why);
+      throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs" +
+                            most_common_rejection(rejected, rejected_example));
     }
     if (!base.hardware.network.stated) {
       throw core::UserError("capacity: one node (" + std::to_string(gpn) + " GPUs) does not meet the deadline, and the profile '" + base.hardware.name +
@@ -221,23 +243,112 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
       }
     }
   }
-  const int64_t g = chosen;
-  const Eval& e = eval(g);
-  r.gpus = g;
-  r.nodes = g / gpn;
-  r.step_time_s = e.best.step_s();
-  r.tokens_per_s = seq_tokens / r.step_time_s;
-  r.mfu = e.best.est.mfu * e.best.est.step_time_s / r.step_time_s;
-  r.wall_days = r.steps * r.step_time_s / 86400.0;
-  r.goodput = goodput_on(g, r.step_time_s);
-  r.margin = opt.margin;
-  r.gpu_hours = r.wall_days * 24.0 * static_cast<double>(g);
-  r.cost_usd = r.gpu_hours * opt.usd_per_gpu_hour;
-  r.layout = layout_text(e.best.rc.parallel);
-  r.peak_memory_bytes = e.best.peak_memory_bytes;
-  r.memory_capacity_bytes = e.best.est.memory.capacity.value();
-  r.memory_headroom = opt.plan.memory_headroom;
+  fill_from_layout(r, eval(chosen).best, chosen, gpn, opt, r.steps > 0 ? goodput_on(chosen, eval(chosen).best.step_s()) : capacity::Goodput{});
   return r;
+}
+
+std::vector<ScalingPoint> scaling(const Json& run_in, const std::string& source_name, const std::string& base_dir,
+                                  const std::vector<int64_t>& counts, const SizingOptions& opt) {
+  if (counts.empty()) throw core::UserError("scaling: --gpus needs at least one GPU count");
+  for (size_t i = 1; i < counts.size(); ++i) {
+    if (counts[i] <= counts[i - 1]) {
+      throw core::UserError("scaling: --gpus must be increasing, got " + std::to_string(counts[i]) + " after " + std::to_string(counts[i - 1]));
+    }
+  }
+  Json run = run_in;
+  run["cluster"]["num_gpus"] = counts.front();
+  const config::RunConfig base = config::parse_run(run, source_name, base_dir, false);
+  const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
+  const double tokens = opt.tokens > 0 ? opt.tokens : opt.tokens_per_param * base.model.total_params();
+  const double steps = tokens > 0 ? tokens / seq_tokens : 0.0;
+  const memory::StateBytes sb = memory::state_bytes(base.training);
+  const double state_bytes = base.model.total_params() * (sb.weights + sb.optimizer);
+  const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
+  std::vector<ScalingPoint> out;
+  for (int64_t g : counts) {
+    ScalingPoint p;
+    p.gpus = g;
+    Json j = run;
+    j["cluster"]["num_gpus"] = g;
+    if (opt.on_search) opt.on_search(g, static_cast<int>(out.size()));
+    PlanOptions po = opt.plan;
+    po.keep = 1;
+    try {
+      const PlanResult pr = plan(j, source_name, base_dir, po);
+      if (pr.ranked.empty()) {
+        std::map<std::string, int64_t> rejected(pr.rejected.begin(), pr.rejected.end());
+        std::map<std::string, std::string> examples;
+        for (const auto& [reason, ex] : pr.rejected_example) examples.emplace(reason, ex.message);
+        p.error = "no layout fits" + most_common_rejection(rejected, examples);
+      } else {
+        p.ok = true;
+        p.r.tokens = tokens;
+        p.r.steps = steps;
+        p.r.sized_for_goodput = opt.size_for_goodput;
+        p.r.mode = "simulated";
+        p.r.met = true;
+        const Candidate& best = pr.ranked.front();
+        fill_from_layout(p.r, best, g, gpn, opt,
+                         steps > 0 ? capacity::expected_goodput(opt.reliability, best.step_s(), steps, g, state_bytes) : capacity::Goodput{});
+      }
+    } catch (const core::UserError& e) {
+      p.error = e.what();
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string scaling_text(const std::vector<ScalingPoint>& pts) {
+  std::ostringstream o;
+  const ScalingPoint* first = nullptr;
+  for (const auto& p : pts) {
+    if (p.ok) {
+      first = &p;
+      break;
+    }
+  }
+  const bool budget = first != nullptr && first->r.steps > 0;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%7s %9s %12s %10s %7s %8s", "GPUs", "step s", "tokens/s", "tok/s/GPU", "MFU", "scaling");
+  o << buf;
+  if (budget) {
+    std::snprintf(buf, sizeof buf, " %9s %12s %12s %8s %9s", "days", "GPU-hours", "cost USD", "goodput", "w/ fail");
+    o << buf;
+  }
+  o << "  layout\n";
+  for (const auto& p : pts) {
+    if (!p.ok) {
+      std::snprintf(buf, sizeof buf, "%7lld  %s\n", static_cast<long long>(p.gpus), p.error.c_str());
+      o << buf;
+      continue;
+    }
+    const SizingResult& r = p.r;
+    // Scaling efficiency: tokens/s per GPU against the smallest count that has a layout.
+    const double eff = (r.tokens_per_s / static_cast<double>(r.gpus)) / (first->r.tokens_per_s / static_cast<double>(first->r.gpus));
+    std::snprintf(buf, sizeof buf, "%7lld %9.3f %12.0f %10.0f %6.1f%% %7.1f%%", static_cast<long long>(r.gpus), r.step_time_s, r.tokens_per_s,
+                  r.tokens_per_s / static_cast<double>(r.gpus), 100.0 * r.mfu, 100.0 * eff);
+    o << buf;
+    if (budget) {
+      std::snprintf(buf, sizeof buf, " %9.2f %12.0f %12.0f %7.1f%% %9.2f", r.wall_days, r.gpu_hours, r.cost_usd, 100.0 * r.goodput.goodput,
+                    r.expected_wall_days());
+      o << buf;
+    }
+    o << "  " << r.layout << "\n";
+  }
+  o << "\nscaling: tokens/s per GPU against the first count with a layout (" << (first ? std::to_string(first->gpus) + " GPUs" : "none") << ")";
+  if (budget) o << "; days and cost without failures; goodput and days w/ fail with failures, checkpoints and restarts (as capacity)";
+  o << ".\n";
+  return o.str();
+}
+
+Json scaling_json(const std::vector<ScalingPoint>& pts) {
+  Json rows = Json::array();
+  for (const auto& p : pts) {
+    Json j = p.ok ? sizing_json(p.r) : Json{{"gpus", p.gpus}, {"error", p.error}};
+    rows.push_back(std::move(j));
+  }
+  return {{"points", rows}};
 }
 
 std::string sizing_text(const SizingResult& r) {

@@ -70,6 +70,21 @@ SizingResult size_for_deadline(const core::Json& run, const std::string& source_
 std::string sizing_text(const SizingResult& r);
 core::Json sizing_json(const SizingResult& r);
 
+// The planner's best layout at each of several GPU counts (stepcast scaling): step time,
+// throughput, MFU and, with a token budget, days, GPU-hours, cost and goodput (as capacity
+// computes them). A count where no layout fits, or which is invalid, has an error instead.
+struct ScalingPoint {
+  int64_t gpus = 0;
+  bool ok = false;
+  std::string error;
+  SizingResult r;  // steps 0 without a token budget
+};
+// counts must be increasing. opt.target_days is not used.
+std::vector<ScalingPoint> scaling(const core::Json& run, const std::string& source_name, const std::string& base_dir,
+                                  const std::vector<int64_t>& counts, const SizingOptions& opt);
+std::string scaling_text(const std::vector<ScalingPoint>& points);
+core::Json scaling_json(const std::vector<ScalingPoint>& points);
+
 // One budget sized on several hardware profiles (capacity --hardware a,b,c): each profile's
 // answer, or why it has none.
 struct HardwareSizing {

@@ -291,6 +291,43 @@ TEST(Sizing, HardwareComparisonRanksMetProfilesByCost) {
   EXPECT_TRUE(sizing_comparison_json({none, sized("unmet", false, 100, 0.5)})["best"].is_null());
 }
 
+// The planner's best layout per GPU count: each count's point is the planner's own answer
+// there; with a budget, days follow from the steps; a count where nothing fits says why.
+TEST(Sizing, ScalingGivesThePlannersBestAtEachCount) {
+  SizingOptions o = options(7);
+  const std::vector<ScalingPoint> pts = scaling(run_8b(), "<sizing-test>", "", {8, 16}, o);
+  ASSERT_EQ(pts.size(), 2u);
+  for (const auto& p : pts) {
+    ASSERT_TRUE(p.ok) << p.error;
+    EXPECT_EQ(p.r.gpus, p.gpus);
+    EXPECT_NEAR(p.r.wall_days, p.r.steps * p.r.step_time_s / 86400.0, 1e-9);
+    EXPECT_GT(p.r.goodput.goodput, 0.9);
+    Json j = run_8b();
+    j["cluster"]["num_gpus"] = p.gpus;
+    PlanOptions po = o.plan;
+    po.keep = 1;
+    EXPECT_DOUBLE_EQ(p.r.step_time_s, plan(j, "<sizing-test>", "", po).ranked.front().step_s());
+  }
+  EXPECT_LT(pts[1].r.step_time_s, pts[0].r.step_time_s);
+  EXPECT_NE(scaling_text(pts).find("100.0%"), std::string::npos) << scaling_text(pts);  // the first count's efficiency
+  EXPECT_EQ(scaling_json(pts)["points"].size(), 2u);
+  // Without a budget: no days.
+  SizingOptions nb = o;
+  nb.tokens_per_param = 0;
+  const auto plain = scaling(run_8b(), "<sizing-test>", "", {8}, nb);
+  EXPECT_EQ(plain[0].r.steps, 0.0);
+  EXPECT_EQ(scaling_text(plain).find("days"), std::string::npos);
+  // 405B does not fit on 8 H100s: that point says why, the larger one is answered.
+  Json big = run_8b();
+  big["model"] = "llama3.1-405b";
+  const auto mixed = scaling(big, "<sizing-test>", "", {8, 128}, o);
+  EXPECT_FALSE(mixed[0].ok);
+  EXPECT_NE(mixed[0].error.find("does not fit"), std::string::npos) << mixed[0].error;
+  EXPECT_TRUE(mixed[1].ok) << mixed[1].error;
+  EXPECT_THROW((void)scaling(run_8b(), "<sizing-test>", "", {16, 8}, o), core::UserError);
+  EXPECT_THROW((void)scaling(run_8b(), "<sizing-test>", "", {}, o), core::UserError);
+}
+
 TEST(Sizing, NeedsATokenBudget) {
   SizingOptions o = options(7);
   o.tokens_per_param = 0;

@@ -619,7 +619,8 @@ int main(int argc, char** argv) {
         {"simulate", runfile},
         {"estimate", runfile},
         {"memory", runfile},
-        {"sensitivity", runfile, "--estimate"}};
+        {"sensitivity", runfile, "--estimate"},
+        {"scaling", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "16", "--gpus", "8"}};
     const std::regex numeric(R"(^\s+(--[a-z0-9-]+)\s+(INT|UINT|FLOAT)\b)");
     for (const auto& t : templates) {
       const RunResult help = run({bin, t[0], "--help"}, work, timeout_s);
@@ -650,6 +651,9 @@ int main(int argc, char** argv) {
            {"--price", "b200=3"}, {"--price", "1e400"}}) {
     cli.push_back({{"capacity", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "64", "--tokens", "1e9", "--days", "1", opt, bad},
                    opt, bad});
+  }
+  for (const std::string bad : {"abc", "8,-16", "", "16,8", "8,,16", "99999999999999999999"}) {
+    cli.push_back({{"scaling", "--model", "llama3.1-8b", "--hardware", "h100-sxm", "--seq", "2048", "--batch", "16", "--gpus", bad}, "--gpus", bad});
   }
   // What-if settings (--set PATH=VALUE) that can never be valid: each names its path.
   if (!bases.empty()) {
@@ -695,7 +699,7 @@ int main(int argc, char** argv) {
     o << "| " << cmd << " | " << t.runs << " | " << t.accepted << " | " << t.refused << " | " << t.no_fit << " |\n";
   }
   o << "\n" << mutants.size() << " mutants of " << bases.size() << " run files and " << sweeps.size() << " sweep file(s), and " << cli.size()
-    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate, memory and sensitivity, capacity's quantities with units and prices, and --set and compare --set-b); " << refused_as_required << " of "
+    << " bad command-line values (the numeric options of plan, capacity, simulate, estimate, memory, sensitivity and scaling, scaling's GPU counts, capacity's quantities with units and prices, and --set and compare --set-b); " << refused_as_required << " of "
     << must_refuse << " that can never be valid were refused with a message naming the key or option.\n\n";
   if (rt.mutants > 0) {
     o << "Published rows: " << rt.mutants << " single-field mutants of " << rt.rows << " rows of `" << fs::path(rows_path).filename().string()
