@@ -38,12 +38,31 @@ std::vector<int64_t> feasible_counts(const config::RunConfig& base, int64_t max_
   return out;
 }
 
-// Why nothing fits: the reason most layouts were rejected for, with its example message.
-std::string most_common_rejection(const std::map<std::string, int64_t>& rejected, const std::map<std::string, std::string>& examples) {
-  if (rejected.empty()) return "";
-  const auto top = std::max_element(rejected.begin(), rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-  const auto ex = examples.find(top->first);
-  return " (most layouts tried fail with: " + (ex != examples.end() && !ex->second.empty() ? ex->second : top->first) + ")";
+// Layouts rejected by reason over one or more searches, with an example message per reason.
+struct Rejections {
+  std::map<std::string, int64_t> count;
+  std::map<std::string, std::string> example;
+  void add(const PlanResult& pr) {
+    for (const auto& [reason, n] : pr.rejected) {
+      count[reason] += n;
+      const auto ex = pr.rejected_example.find(reason);
+      if (ex != pr.rejected_example.end() && !ex->second.message.empty()) example.emplace(reason, ex->second.message);
+    }
+  }
+  // Why nothing fits: the reason most layouts were rejected for, with its example message.
+  [[nodiscard]] std::string why() const {
+    if (count.empty()) return "";
+    const auto top = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    const auto ex = example.find(top->first);
+    return " (most layouts tried fail with: " + (ex != example.end() ? ex->second : top->first) + ")";
+  }
+};
+
+// A checkpoint holds the weights and the optimizer state (its fp32 master copy included), not
+// the gradients.
+double checkpoint_bytes(const config::RunConfig& rc) {
+  const memory::StateBytes sb = memory::state_bytes(rc.training);
+  return rc.model.total_params() * (sb.weights + sb.optimizer);
 }
 
 // A sized result's figures from the planner's best layout on g GPUs.
@@ -82,9 +101,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   if (!(r.tokens > 0)) throw core::UserError("capacity: give a token budget (--tokens) or --tokens-per-param");
   const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
   r.steps = r.tokens / seq_tokens;
-  // A checkpoint holds the weights and the optimizer state (its fp32 master copy included).
-  const memory::StateBytes sb = memory::state_bytes(base.training);
-  const double state_bytes = base.model.total_params() * (sb.weights + sb.optimizer);
+  const double state_bytes = checkpoint_bytes(base);
   auto goodput_on = [&](int64_t gpus, double step_s) {
     return capacity::expected_goodput(opt.reliability, step_s, r.steps, gpus, state_bytes);
   };
@@ -147,10 +164,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     Candidate best;
   };
   std::map<int64_t, Eval> cache;
-  // Rejected layouts by reason over every count searched, with an example message: why nothing
-  // fits when nothing does.
-  std::map<std::string, int64_t> rejected;
-  std::map<std::string, std::string> rejected_example;
+  Rejections rejected;  // over every count searched: why nothing fits when nothing does
   auto eval = [&](int64_t g) -> const Eval& {
     auto it = cache.find(g);
     if (it != cache.end()) return it->second;
@@ -162,11 +176,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     const PlanResult pr = plan(j, source_name, base_dir, po);
     ++r.plans_run;
     Eval e;
-    for (const auto& [reason, n] : pr.rejected) {
-      rejected[reason] += n;
-      const auto ex = pr.rejected_example.find(reason);
-      if (ex != pr.rejected_example.end() && !ex->second.message.empty()) rejected_example.emplace(reason, ex->second.message);
-    }
+    rejected.add(pr);
     if (!pr.ranked.empty()) {
       e.fits = true;
       e.best = pr.ranked.front();
@@ -214,7 +224,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     }
     if (chosen == 0) {
       throw core::UserError("capacity: no layout fits on any cluster of up to " + std::to_string(grid.back()) + " GPUs" +
-                            most_common_rejection(rejected, rejected_example));
+                            rejected.why());
     }
     if (!base.hardware.network.stated) {
       throw core::UserError("capacity: one node (" + std::to_string(gpn) + " GPUs) does not meet the deadline, and the profile '" + base.hardware.name +
@@ -261,8 +271,7 @@ std::vector<ScalingPoint> scaling(const Json& run_in, const std::string& source_
   const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
   const double tokens = opt.tokens > 0 ? opt.tokens : opt.tokens_per_param * base.model.total_params();
   const double steps = tokens > 0 ? tokens / seq_tokens : 0.0;
-  const memory::StateBytes sb = memory::state_bytes(base.training);
-  const double state_bytes = base.model.total_params() * (sb.weights + sb.optimizer);
+  const double state_bytes = checkpoint_bytes(base);
   const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
   std::vector<ScalingPoint> out;
   for (int64_t g : counts) {
@@ -276,10 +285,9 @@ std::vector<ScalingPoint> scaling(const Json& run_in, const std::string& source_
     try {
       const PlanResult pr = plan(j, source_name, base_dir, po);
       if (pr.ranked.empty()) {
-        std::map<std::string, int64_t> rejected(pr.rejected.begin(), pr.rejected.end());
-        std::map<std::string, std::string> examples;
-        for (const auto& [reason, ex] : pr.rejected_example) examples.emplace(reason, ex.message);
-        p.error = "no layout fits" + most_common_rejection(rejected, examples);
+        Rejections rejected;
+        rejected.add(pr);
+        p.error = "no layout fits" + rejected.why();
       } else {
         p.ok = true;
         p.r.tokens = tokens;
