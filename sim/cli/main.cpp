@@ -815,6 +815,8 @@ int run(int argc, char** argv) {
     if (!rep_csv.empty()) write_text(rep_csv, stepcast::report::render_csv(data));
     if (data.validation.is_object()) {
       std::printf("report: %zu validated plans from %s\n", data.validation["plans"].size(), rep_in.c_str());
+    } else if (!data.table.columns.empty()) {
+      std::printf("report: %zu rows from %s\n", data.table.rows.size(), rep_in.c_str());
     } else {
       std::printf("report: %zu layouts from %s\n", data.rows.size(), rep_in.c_str());
     }

@@ -117,26 +117,35 @@ std::string legend(const std::vector<std::string>& keys, double x, double y) {
 // Room for the longest bar label (11 px text, about 6.2 px a character), the bars 480 px wide.
 double label_room(size_t chars) { return std::clamp(6.2 * static_cast<double>(chars) + 30.0, 200.0, 760.0); }
 
-std::string ranked_svg(const ReportData& d) {
-  const size_t n = std::min<size_t>(d.rows.size(), 15);
+// Horizontal bars with their values; the first highlighted when `highlight_first`.
+std::string bars_svg(const std::string& id, const std::vector<std::pair<std::string, double>>& bars, const std::string& unit,
+                     const char* fmt, bool highlight_first) {
   size_t longest = 0;
-  for (size_t i = 0; i < n; ++i) longest = std::max(longest, d.rows[i].label.size() + 4);
-  const double left = label_room(longest), w = left + 480, bar_h = 18, h = 40 + bar_h * static_cast<double>(n) * 1.3;
+  for (const auto& [label, v] : bars) longest = std::max(longest, label.size());
+  // 400 px of bars, then room for the value and its unit (about 6.2 px a character).
+  const double left = label_room(longest), w = left + 440 + 6.2 * (12.0 + static_cast<double>(unit.size())), bar_h = 18,
+               h = 40 + bar_h * static_cast<double>(bars.size()) * 1.3;
   double mx = 0;
-  for (size_t i = 0; i < n; ++i) mx = std::max(mx, d.rows[i].step_time_s);
+  for (const auto& [label, v] : bars) mx = std::max(mx, v);
   std::ostringstream o;
-  o << "<svg id=\"ranked\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
-  for (size_t i = 0; i < n; ++i) {
-    const auto& r = d.rows[i];
+  o << "<svg id=\"" << esc(id) << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\">";
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const auto& [label, v] = bars[i];
     const double y = 20 + static_cast<double>(i) * bar_h * 1.3;
-    const double bw = mx > 0 ? (w - left - 80) * r.step_time_s / mx : 0;
-    o << "<text x=\"" << left - 6 << "\" y=\"" << y + 13 << "\" text-anchor=\"end\" class=\"small\">" << i + 1 << ". " << esc(r.label)
+    const double bw = mx > 0 ? 400.0 * std::max(0.0, v) / mx : 0;
+    o << "<text x=\"" << left - 6 << "\" y=\"" << y + 13 << "\" text-anchor=\"end\" class=\"small\">" << esc(label)
       << "</text><rect x=\"" << left << "\" y=\"" << y << "\" width=\"" << num(bw, "%.1f") << "\" height=\"" << bar_h
-      << "\" fill=\"" << (i == 0 ? "#59a14f" : "#4e79a7") << "\"/><text x=\"" << num(left + bw + 4, "%.1f") << "\" y=\"" << y + 13
-      << "\" class=\"small\">" << num(r.step_time_s) << " s</text>";
+      << "\" fill=\"" << (i == 0 && highlight_first ? "#59a14f" : "#4e79a7") << "\"/><text x=\"" << num(left + bw + 4, "%.1f") << "\" y=\"" << y + 13
+      << "\" class=\"small\">" << num(v, fmt) << (unit.empty() ? "" : " " + esc(unit)) << "</text>";
   }
   o << "</svg>";
   return o.str();
+}
+
+std::string ranked_svg(const ReportData& d) {
+  std::vector<std::pair<std::string, double>> bars;
+  for (size_t i = 0; i < std::min<size_t>(d.rows.size(), 15); ++i) bars.emplace_back(std::to_string(i + 1) + ". " + d.rows[i].label, d.rows[i].step_time_s);
+  return bars_svg("ranked", bars, "s", "%.3f", true);
 }
 
 std::string pareto_svg(const ReportData& d) {
@@ -383,12 +392,119 @@ ReportData load_report_data(const std::string& text, const std::string& source) 
 
 namespace {
 
+const Json& checked_array(const Json& whole, const char* key, const std::string& source, const char* what) {
+  if (!whole[key].is_array() || whole[key].empty()) {
+    throw core::UserError(source + ": \"" + key + "\" is " + core::show(whole[key]) + "; expected the " + what);
+  }
+  return whole[key];
+}
+
+std::string string_field(const Json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_string()) throw core::UserError(where + ": \"" + key + "\" is missing or not a string");
+  return j[key].get<std::string>();
+}
+
+// stepcast scaling --json: tokens/s per GPU, step time and (with a budget) days by GPU count.
+TableReport scaling_table(const Json& whole, const std::string& source, std::string& explanation) {
+  TableReport t;
+  BarChart rate{"rate", "Tokens/s per GPU by GPU count", "tokens/s", "%.0f", {}}, step{"step", "Step time by GPU count", "s", "%.3f", {}},
+      days{"days", "Days to train the budget (with failures, checkpoints and restarts)", "days", "%.2f", {}};
+  t.columns = {"GPUs", "layout", "step s", "tokens/s per GPU", "MFU", "scaling", "days", "days with failures", "GPU-hours", "cost USD"};
+  double first = 0;
+  size_t i = 0;
+  for (const auto& p : checked_array(whole, "points", source, "GPU counts stepcast scaling evaluated")) {
+    const std::string where = source + ": points[" + std::to_string(i++) + "]";
+    if (!p.is_object()) throw core::UserError(where + ": expected a point object, got " + core::show(p));
+    const double gpus = number_field(p, "gpus", where, true);
+    const std::string label = num(gpus, "%.0f") + " GPUs";
+    if (p.contains("error")) {
+      t.rows.push_back({num(gpus, "%.0f"), string_field(p, "error", where), "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    const double per_gpu = number_field(p, "tokens_per_s", where, true) / gpus;
+    if (first == 0) first = per_gpu;
+    rate.bars.emplace_back(label, per_gpu);
+    step.bars.emplace_back(label, number_field(p, "step_time_s", where, true));
+    const bool budget = number_field(p, "steps", where, false) > 0;
+    const Json& g = p.value("goodput", Json::object());
+    const double expected = budget && g.is_object() ? number_field(g, "expected_wall_days", where + ".goodput", false) : 0.0;
+    if (budget) days.bars.emplace_back(label, expected);
+    t.rows.push_back({num(gpus, "%.0f"), string_field(p, "layout", where), num(number_field(p, "step_time_s", where, true)), num(per_gpu, "%.0f"),
+                      num(100.0 * number_field(p, "mfu", where, false), "%.1f") + "%", num(100.0 * per_gpu / first, "%.1f") + "%",
+                      budget ? num(number_field(p, "wall_days", where, false), "%.2f") : "-", budget ? num(expected, "%.2f") : "-",
+                      budget ? num(number_field(p, "gpu_hours", where, false), "%.0f") : "-", budget ? num(number_field(p, "cost_usd", where, false), "%.0f") : "-"});
+  }
+  for (auto* c : {&rate, &step, &days}) {
+    if (!c->bars.empty()) t.charts.push_back(*c);
+  }
+  if (!rate.bars.empty()) {
+    explanation = "Scaling: tokens/s per GPU at " + rate.bars.back().first + " is " + num(100.0 * rate.bars.back().second / first, "%.1f") + "% of " +
+                  rate.bars.front().first + ".";
+  }
+  return t;
+}
+
+// stepcast sensitivity --json: elasticity and step time by resource.
+TableReport sensitivity_table(const Json& whole, const std::string& source, std::string& explanation) {
+  TableReport t;
+  BarChart el{"elasticity", "Elasticity by resource (1: the step scales fully with it)", "", "%.2f", {}},
+      step{"step", "Step time with the resource better", "s", "%.4f", {}};
+  t.columns = {"resource", "step s", "change", "elasticity", "what is scaled"};
+  const Json& base = whole["base"];
+  if (!base.is_object()) throw core::UserError(source + ": \"base\" is " + core::show(base) + "; expected the run as given");
+  const double base_step = number_field(base, "step_time_s", source + ": base", true);
+  step.bars.emplace_back("as given", base_step);
+  t.rows.push_back({"(as given)", num(base_step, "%.4f"), "", "", ""});
+  size_t i = 0;
+  for (const auto& r : checked_array(whole, "resources", source, "resources stepcast sensitivity varied")) {
+    const std::string where = source + ": resources[" + std::to_string(i++) + "]";
+    if (!r.is_object()) throw core::UserError(where + ": expected a resource object, got " + core::show(r));
+    const std::string name = string_field(r, "resource", where);
+    const double s = number_field(r, "step_time_s", where, true);
+    if (!r.contains("elasticity") || !r["elasticity"].is_number() || !std::isfinite(r["elasticity"].get<double>())) {
+      throw core::UserError(where + ": \"elasticity\" is missing or not a finite number");
+    }
+    const double e = r["elasticity"].get<double>();
+    el.bars.emplace_back(name, e);
+    step.bars.emplace_back(name, s);
+    t.rows.push_back({name, num(s, "%.4f"), num(100.0 * (s / base_step - 1.0), "%+.1f") + "%", num(e, "%.2f"), r.value("what", std::string())});
+  }
+  t.charts = {el, step};
+  explanation = whole.value("summary", std::string());
+  return t;
+}
+
+std::string table_html(const TableReport& t) {
+  std::ostringstream o;
+  for (const auto& c : t.charts) o << "<h2>" << esc(c.title) << "</h2>\n" << bars_svg(c.id, c.bars, c.unit, c.format.c_str(), false) << "\n";
+  o << "<h2>Table</h2>\n<table><tr>";
+  for (const auto& c : t.columns) o << "<th>" << esc(c) << "</th>";
+  o << "</tr>\n";
+  for (const auto& row : t.rows) {
+    o << "<tr>";
+    for (const auto& cell : row) o << "<td>" << esc(cell) << "</td>";
+    o << "</tr>\n";
+  }
+  o << "</table>\n";
+  return o.str();
+}
+
 ReportData load_report_data_unchecked(const std::string& text, const std::string& source) {
   ReportData d;
   const Json whole = Json::parse(text, nullptr, false);
   if (!whole.is_discarded() && whole.is_object() && whole.contains("plans")) {
     d.title = "stepcast validate: " + source;
     d.validation = checked_validation(whole, source);
+    return d;
+  }
+  if (!whole.is_discarded() && whole.is_object() && whole.contains("points")) {
+    d.title = "stepcast scaling: " + source;
+    d.table = scaling_table(whole, source, d.explanation);
+    return d;
+  }
+  if (!whole.is_discarded() && whole.is_object() && whole.contains("resources") && whole.contains("base")) {
+    d.title = "stepcast sensitivity: " + source;
+    d.table = sensitivity_table(whole, source, d.explanation);
     return d;
   }
   if (!whole.is_discarded() && whole.is_object() && whole.contains("a") && whole.contains("b") && whole.contains("verdict")) {
@@ -465,6 +581,10 @@ std::string render_html(const ReportData& d) {
     return o.str();
   }
   if (!d.explanation.empty()) o << "<p id=\"explanation\">" << esc(d.explanation) << "</p>\n";
+  if (!d.table.columns.empty()) {
+    o << table_html(d.table) << "</body></html>\n";
+    return o.str();
+  }
   o << "<h2>Ranked layouts (step time)</h2>\n" << ranked_svg(d) << "\n";
   o << "<h2>Pareto front: step time against peak memory</h2>\n<p class=\"small\">Red: layouts no other layout beats on both.</p>\n"
     << pareto_svg(d) << "\n";
@@ -515,6 +635,19 @@ std::string render_markdown(const ReportData& d) {
     return o.str();
   }
   if (!d.explanation.empty()) o << d.explanation << "\n\n";
+  if (!d.table.columns.empty()) {
+    o << "|";
+    for (const auto& c : d.table.columns) o << " " << c << " |";
+    o << "\n|";
+    for (size_t i = 0; i < d.table.columns.size(); ++i) o << (i == 0 ? "---|" : "---:|");
+    o << "\n";
+    for (const auto& row : d.table.rows) {
+      o << "|";
+      for (const auto& cell : row) o << " " << cell << " |";
+      o << "\n";
+    }
+    return o.str();
+  }
   o << "| rank | layout | step s | from | tokens/s/GPU | MFU | peak GiB | bubble |\n|---:|---|---:|---|---:|---:|---:|---:|\n";
   for (size_t i = 0; i < d.rows.size(); ++i) {
     const auto& r = d.rows[i];
@@ -533,6 +666,20 @@ std::string render_csv(const ReportData& d) {
       const double pred = p["predicted"]["step_time_s"].get<double>(), meas = p["measured"]["step_time_s"].get<double>();
       o << "\"" << p["run"].get<std::string>() << "\"," << num(pred, "%.6f") << "," << num(meas, "%.6f") << "," << num(pred / meas - 1.0, "%.6f") << ","
         << num(p.value("memory_worst_error", 0.0), "%.6f") << "\n";
+    }
+    return o.str();
+  }
+  if (!d.table.columns.empty()) {
+    auto csv = [](const std::string& cell) {
+      std::string q = "\"";
+      for (char c : cell) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+      return q + "\"";
+    };
+    for (size_t i = 0; i < d.table.columns.size(); ++i) o << (i ? "," : "") << csv(d.table.columns[i]);
+    o << "\n";
+    for (const auto& row : d.table.rows) {
+      for (size_t i = 0; i < row.size(); ++i) o << (i ? "," : "") << csv(row[i]);
+      o << "\n";
     }
     return o.str();
   }

@@ -150,6 +150,54 @@ TEST(Report, ComparePageShowsBothRuns) {
   }
 }
 
+// scaling --json: bars of tokens/s per GPU, step time and (with a budget) days by GPU count, a
+// table with the scaling efficiency against the first count; a count without a layout is a row
+// with its error and no bar.
+TEST(Report, ScalingPageDrawsEachCount) {
+  const Json j = {{"points",
+                   {{{"gpus", 64}, {"layout", "tp 2 pp 4"}, {"step_time_s", 100.0}, {"tokens_per_s", 64000.0}, {"mfu", 0.5}, {"steps", 10.0},
+                     {"wall_days", 3.0}, {"gpu_hours", 4608.0}, {"cost_usd", 9216.0}, {"goodput", {{"expected_wall_days", 3.1}}}},
+                    {{"gpus", 96}, {"error", "no layout fits"}},
+                    {{"gpus", 128}, {"layout", "tp 2 pp 8"}, {"step_time_s", 52.0}, {"tokens_per_s", 121600.0}, {"mfu", 0.48}, {"steps", 10.0},
+                     {"wall_days", 1.6}, {"gpu_hours", 4915.0}, {"cost_usd", 9830.0}, {"goodput", {{"expected_wall_days", 1.7}}}}}}};
+  const ReportData d = load_report_data(j.dump(), "scaling.json");
+  ASSERT_EQ(d.table.rows.size(), 3u);
+  EXPECT_EQ(d.table.rows[1][1], "no layout fits");
+  EXPECT_EQ(d.table.rows[2][5], "95.0%");  // 950 tokens/s per GPU against 1000
+  ASSERT_EQ(d.table.charts.size(), 3u);
+  EXPECT_EQ(d.table.charts[0].bars.size(), 2u);
+  EXPECT_EQ(d.table.charts[2].bars[1].second, 1.7);  // days with failures
+  const std::string html = render_html(d);
+  EXPECT_EQ(count(html, "<svg"), 3u);
+  EXPECT_NE(html.find("95.0% of 64 GPUs"), std::string::npos);
+  EXPECT_NE(render_markdown(d).find("| 96 | no layout fits |"), std::string::npos) << render_markdown(d);
+  EXPECT_NE(render_csv(d).find("\"128\",\"tp 2 pp 8\""), std::string::npos) << render_csv(d);
+  Json bad = j;
+  bad["points"][2].erase("tokens_per_s");
+  EXPECT_THROW((void)load_report_data(bad.dump(), "scaling.json"), core::UserError);
+}
+
+// sensitivity --json: elasticity and step time by resource, the summary as the explanation.
+TEST(Report, SensitivityPageDrawsEachResource) {
+  const Json j = {{"base", {{"step_time_s", 2.0}}},
+                  {"resources", {{{"resource", "compute"}, {"what", "peak"}, {"step_time_s", 1.85}, {"elasticity", 0.82}},
+                                 {{"resource", "network"}, {"what", "NIC"}, {"step_time_s", 1.98}, {"elasticity", 0.1}}}},
+                  {"summary", "compute bounds the step most"}};
+  const ReportData d = load_report_data(j.dump(), "sens.json");
+  EXPECT_EQ(d.explanation, "compute bounds the step most");
+  ASSERT_EQ(d.table.rows.size(), 3u);  // as given, compute, network
+  EXPECT_EQ(d.table.rows[1][2], "-7.5%");
+  EXPECT_EQ(render_html(d).find("<svg id=\"elasticity\"") != std::string::npos, true);
+  Json bad = j;
+  bad["resources"][1]["elasticity"] = "high";
+  try {
+    (void)load_report_data(bad.dump(), "sens.json");
+    FAIL() << "a resource without a numeric elasticity was accepted";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("sens.json: resources[1]: \"elasticity\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(Report, GarbageIsAClearError) {
   EXPECT_THROW(load_report_data("not json at all\n", "x.jsonl"), core::UserError);
   EXPECT_THROW(load_report_data(R"({"point":0,"ok":false})" "\n", "x.jsonl"), core::UserError);
