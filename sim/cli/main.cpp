@@ -179,6 +179,14 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
   return hint.empty() ? std::string(buf) : std::string(buf) + "; " + hint;
 }
 
+// False, after printing why with the ledger hint, when the run does not fit and --allow-oom was
+// not given (`who`: how the error names the run).
+bool fits_or_says(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l, bool allow_oom, const std::string& who) {
+  if (l.fits() || allow_oom) return true;
+  std::cerr << "stepcast: error: " << who << ": " << fit_message(rc, l) << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
+  return false;
+}
+
 // Writes `text` to `path` whole: through a temporary file renamed into place, except for a
 // device or pipe (/dev/stdout, a fifo), written in place because renaming would replace it.
 void write_text(const std::string& path, const std::string& text) {
@@ -1023,11 +1031,7 @@ int run(int argc, char** argv) {
   if (est->parsed()) {
     const auto rc = stepcast::config::load_run_file(est_file, run_sets);
     const auto e = stepcast::estimate::estimate_step(rc);
-    if (!e.memory.fits() && !est_allow_oom) {
-      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(rc, e.memory)
-                << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
-      return kExitDoesNotFit;
-    }
+    if (!fits_or_says(rc, e.memory, est_allow_oom, rc.source_name)) return kExitDoesNotFit;
     if (est_json) {
       auto j = stepcast::report::estimate_json(rc, e, cmdline);
       if (est_ops) j["operators"] = stepcast::report::operator_json(rc);
@@ -1050,14 +1054,9 @@ int run(int argc, char** argv) {
     };
     const auto rc_a = stepcast::config::load_run_file(cmp_files[0], cmp_sets_a);
     const auto rc_b = stepcast::config::load_run_file(file_b, cmp_sets_b);
-    for (const auto* rc : {&rc_a, &rc_b}) {
-      const auto ledger = stepcast::memory::compute_ledger(*rc);
-      if (!ledger.fits() && !cmp_allow_oom) {
-        const bool is_a = rc == &rc_a;
-        std::cerr << "stepcast: error: compare: " << (is_a ? "A (" + name(cmp_files[0], cmp_sets_a) : "B (" + name(file_b, cmp_sets_b))
-                  << "): " << fit_message(*rc, ledger) << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
-        return kExitDoesNotFit;
-      }
+    if (!fits_or_says(rc_a, stepcast::memory::compute_ledger(rc_a), cmp_allow_oom, "compare: A (" + name(cmp_files[0], cmp_sets_a) + ")") ||
+        !fits_or_says(rc_b, stepcast::memory::compute_ledger(rc_b), cmp_allow_oom, "compare: B (" + name(file_b, cmp_sets_b) + ")")) {
+      return kExitDoesNotFit;
     }
     const auto a = stepcast::plan::evaluate_side(rc_a, name(cmp_files[0], cmp_sets_a), !cmp_estimate);
     const auto b = stepcast::plan::evaluate_side(rc_b, name(file_b, cmp_sets_b), !cmp_estimate);
@@ -1106,12 +1105,7 @@ int run(int argc, char** argv) {
   }
   if (sens->parsed()) {
     const auto rc = stepcast::config::load_run_file(sens_file, sens_sets);
-    const auto ledger = stepcast::memory::compute_ledger(rc);
-    if (!ledger.fits() && !sens_allow_oom) {
-      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(rc, ledger)
-                << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
-      return kExitDoesNotFit;
-    }
+    if (!fits_or_says(rc, stepcast::memory::compute_ledger(rc), sens_allow_oom, rc.source_name)) return kExitDoesNotFit;
     const auto s = stepcast::plan::sensitivity(rc, sens_file, sens_factor, !sens_estimate);
     if (sens_json) {
       std::cout << stepcast::plan::sensitivity_json(s, cmdline).dump(2) << "\n";
@@ -1123,11 +1117,7 @@ int run(int argc, char** argv) {
   if (sim->parsed()) {
     const auto rc = stepcast::config::load_run_file(sim_file, run_sets);
     const auto ledger = stepcast::memory::compute_ledger(rc);
-    if (!ledger.fits() && !sim_allow_oom) {
-      std::cerr << "stepcast: error: " << rc.source_name << ": " << fit_message(rc, ledger)
-                << "; run `stepcast memory` for the ledger or pass --allow-oom\n";
-      return kExitDoesNotFit;
-    }
+    if (!fits_or_says(rc, ledger, sim_allow_oom, rc.source_name)) return kExitDoesNotFit;
     stepcast::engine::SimOptions opt;
     opt.full = sim_full;
     opt.ideal = sim_ideal;
