@@ -251,6 +251,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.nccl_pair_memory = gr.get_bytes("nccl_pair_memory", false).value_or(hw.nccl_comm_memory);
     hw.nccl_alltoall_peer_memory = gr.get_bytes("nccl_alltoall_peer_memory", false).value_or(core::Bytes(0));
     hw.sm_count = static_cast<int>(gr.get_int("sm_count", 1, 100000, 100));
+    hw.tdp_watts = gr.has("tdp_watts") ? gr.get_number("tdp_watts", 1, 100000, 0) : 0.0;
     gr.finish();
   } else {
     issues.add(r.child_path("gpu"), "required object with peak_flops, memory, memory_bandwidth");

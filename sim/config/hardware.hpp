@@ -155,6 +155,7 @@ struct HardwareProfile {
   // An all-to-all connects every peer of its group on every channel: GPU memory per peer.
   core::Bytes nccl_alltoall_peer_memory;
   int sm_count = 0;
+  double tdp_watts = 0;  // board power (thermal design power); 0 where the profile does not give it
   int gpus_per_node = 8;
   std::vector<FabricTier> fabric;  // ordered from narrowest to widest; last spans the node
   bool has_topology = false;       // fabric derived from a PcieTopology

@@ -82,6 +82,7 @@ void fill_from_layout(SizingResult& r, const Candidate& best, int64_t g, int64_t
   r.peak_memory_bytes = best.peak_memory_bytes;
   r.memory_capacity_bytes = best.est.memory.capacity.value();
   r.memory_headroom = opt.plan.memory_headroom;
+  r.tdp_watts = best.rc.hardware.tdp_watts;
 }
 
 }  // namespace
@@ -135,6 +136,7 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
     r.goodput = goodput_on(r.fixed.gpus, step_on(r.fixed));
     if (opt.size_for_goodput && r.expected_wall_days() > target_days) r.fixed.met = false;
     r.mode = "fixed MFU";
+    r.tdp_watts = base.hardware.tdp_watts;
     r.met = r.fixed.met;
     r.gpus = r.fixed.gpus;
     r.nodes = r.gpus / gpn;
@@ -388,6 +390,11 @@ std::string sizing_text(const SizingResult& r) {
                   g.storage_bytes_per_s / 1e9, (g.restart_s - g.load_s) / 60.0, g.load_s);
     o << buf;
   }
+  if (r.tdp_watts > 0) {
+    std::snprintf(buf, sizeof buf, "  GPU power %.0f kW (%.0f W board power each); %.0f MWh for the GPU-hours, %.0f MWh with failures (hosts, network and cooling on top)\n",
+                  r.gpu_power_kw(), r.tdp_watts, r.gpu_energy_mwh(), r.expected_gpu_hours() * r.tdp_watts / 1e6);
+    o << buf;
+  }
   if (r.margin > 0) {
     std::snprintf(buf, sizeof buf, "  with the %.0f%% margin: %.2f days against the deadline\n", 100.0 * r.margin, r.wall_days_with_margin());
     o << buf;
@@ -433,7 +440,9 @@ Json sizing_json(const SizingResult& r) {
   return {{"deadline_met", r.met}, {"gpus", r.gpus}, {"nodes", r.nodes}, {"layout", r.layout}, {"tokens", r.tokens},
           {"steps", r.steps}, {"step_time_s", r.step_time_s}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
           {"wall_days", r.wall_days}, {"margin", r.margin}, {"wall_days_with_margin", r.wall_days_with_margin()}, {"gpu_hours", r.gpu_hours}, {"cost_usd", r.cost_usd}, {"mfu_source", r.mode},
-          {"plans_run", r.plans_run}, {"peak_memory_bytes", r.peak_memory_bytes}, {"goodput", goodput_json(r)}};
+          {"plans_run", r.plans_run}, {"peak_memory_bytes", r.peak_memory_bytes}, {"goodput", goodput_json(r)},
+          {"gpu_power_kw", r.tdp_watts > 0 ? Json(r.gpu_power_kw()) : Json(nullptr)},
+          {"gpu_energy_mwh", r.tdp_watts > 0 ? Json(r.gpu_energy_mwh()) : Json(nullptr)}};
 }
 
 namespace {

@@ -50,6 +50,11 @@ struct SizingResult {
   double wall_days = 0, gpu_hours = 0, cost_usd = 0;  // as predicted, without failures
   double margin = 0;
   capacity::Goodput goodput;     // failures, checkpoints and restarts on the chosen cluster
+  // GPU board power (the profile's tdp_watts; 0 when it does not give it): the cluster's GPUs at
+  // full power and the energy of the GPU-hours (hosts, network and cooling come on top).
+  double tdp_watts = 0;
+  [[nodiscard]] double gpu_power_kw() const { return static_cast<double>(gpus) * tdp_watts / 1e3; }
+  [[nodiscard]] double gpu_energy_mwh() const { return gpu_hours * tdp_watts / 1e6; }
   bool sized_for_goodput = false;
   [[nodiscard]] double expected_wall_days() const { return goodput.wall_s / 86400.0; }
   [[nodiscard]] double expected_gpu_hours() const { return expected_wall_days() * 24.0 * static_cast<double>(gpus); }

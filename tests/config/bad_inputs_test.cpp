@@ -199,6 +199,7 @@ const std::vector<BadCase> kCases = {
     {"SeqBeyondLearnedPositions", R"({"model": "gpt2-124m", "training": {"seq_len": 2048}})", {"$.training.seq_len", "1024 positions"}},
     {"NameNotText", R"({"name": {"x": 1}})", {"$.name", "expected a string"}},
     {"HostWorkLongerThanADay", R"({"scenario": {"host_work": {"rank": 0, "time": 1e7}}})", {"$.scenario.host_work.time", "86400"}},
+    {"NegativeBoardPower", R"({"hardware": {"base": "h100-sxm", "gpu": {"tdp_watts": -700}}})", {"$.hardware.gpu.tdp_watts", "-700"}},
     {"CollectiveSmsBeyondTheGpu", R"({"hardware": {"base": "h100-sxm", "efficiency": {"collective_sms": 1000}}})",
      {"$.hardware.efficiency.collective_sms", "1000", "132 SMs"}},
     // Model configs: two names of one setting disagreeing, a MoE model without its top-k, an MLP

@@ -198,6 +198,7 @@ TEST(RunConfig, HardwareOverrideMergesOntoBase) {
     "training": {"seq_len": 4096, "global_batch_size": 8}})");
   EXPECT_DOUBLE_EQ(rc.hardware.hbm_capacity.value(), 94e9);
   EXPECT_DOUBLE_EQ(rc.hardware.peak_for(hw::Dtype::kBf16).value(), 989.4e12);  // kept from base
+  EXPECT_DOUBLE_EQ(rc.hardware.tdp_watts, 700.0);  // board power, kept from base
 }
 
 // A profile file may hold the same {"base": NAME, ...} form (a run file's {"path": ...}, or

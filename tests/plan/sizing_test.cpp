@@ -163,6 +163,10 @@ TEST(Sizing, FixedMfuIsTheCapacityArithmetic) {
   EXPECT_DOUBLE_EQ(r.gpu_hours, want.gpu_hours);
   EXPECT_DOUBLE_EQ(r.cost_usd, want.cost_usd);
   EXPECT_EQ(r.mode, "fixed MFU");
+  // GPU power and energy at the profile's 700 W board power.
+  EXPECT_DOUBLE_EQ(r.gpu_power_kw(), 0.7 * static_cast<double>(r.gpus));
+  EXPECT_DOUBLE_EQ(sizing_json(r)["gpu_energy_mwh"].get<double>(), r.gpu_hours * 700.0 / 1e6);
+  EXPECT_NE(sizing_text(r).find("(700 W board power each)"), std::string::npos) << sizing_text(r);
   EXPECT_NE(r.layout.find("no layout searched"), std::string::npos) << r.layout;
   EXPECT_NE(r.layout.find("fits the static memory"), std::string::npos) << r.layout;
   // A model whose static state does not fit even at tp 8 is said not to fit.
