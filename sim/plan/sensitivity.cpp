@@ -25,7 +25,7 @@ constexpr Resource kResources[] = {
     {"hbm_bandwidth", "HBM bandwidth (element-wise and memory-bound kernels)"},
     {"node_fabric", "node fabric bandwidth, every tier (NVLink / PCIe collectives and transfers)"},
     {"network", "scale-out NIC line rate"},
-    {"latency", "communication latency: the network's and each tier's without a measured size curve"},
+    {"latency", "communication latency: each tier's and the network's (a measured curve's shortfall from its plateau)"},
     {"kernel_overhead", "per-kernel launch and tail cost"},
     {"host_expert_work", "per-expert host time of MoE layers (parallel.moe.expert_overhead)"},
 };
@@ -68,8 +68,15 @@ config::RunConfig with_better(const config::RunConfig& rc, const std::string& re
       t.latency = shorter(t.latency, f);
       t.base_latency = shorter(t.base_latency, f);
       if (t.p2p_latency) t.p2p_latency = shorter(*t.p2p_latency, f);
-      // Measured curves hold time at their smallest sizes (the latency floor): with the
-      // bandwidth unchanged only that floor is latency, so the curves are left as measured.
+      // A measured curve's shortfall from its plateau is the fixed cost of a collective: at
+      // fraction x of the plateau a message takes 1/x of its bandwidth time, 1/x - 1 of it
+      // overhead, which shrinks by f.
+      for (auto& point : t.size_curve) point.second = 1.0 / (1.0 + (1.0 / point.second - 1.0) / f);
+      for (auto& [op, curve] : t.op_curves) {
+        double plateau = 0;
+        for (const auto& point : curve) plateau = std::max(plateau, point.second);
+        for (auto& point : curve) point.second = 1.0 / (1.0 / plateau + (1.0 / point.second - 1.0 / plateau) / f);
+      }
     }
     h.network.latency = shorter(h.network.latency, f);
   } else if (resource == "kernel_overhead") {

@@ -41,6 +41,15 @@ TEST(Sensitivity, EachResourceScalesOnlyItsOwnFields) {
   const auto l = with_better(rc, "latency", 1.25);
   EXPECT_DOUBLE_EQ(l.hardware.network.latency.value(), rc.hardware.network.latency.value() / 1.25);
   EXPECT_DOUBLE_EQ(l.hardware.fabric.front().latency.value(), rc.hardware.fabric.front().latency.value() / 1.25);
+  // A measured size curve keeps its plateau and its shortfall shrinks by the factor: at 0.5 of
+  // the plateau (overhead 1/0.5 - 1 = 1) the overhead becomes 1/1.25 = 0.8, the fraction 1/1.8.
+  ASSERT_FALSE(rc.hardware.fabric.front().size_curve.empty());
+  const auto& before = rc.hardware.fabric.front().size_curve;
+  const auto& after = l.hardware.fabric.front().size_curve;
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_DOUBLE_EQ(after[i].first, before[i].first);
+    EXPECT_NEAR(1.0 / after[i].second - 1.0, (1.0 / before[i].second - 1.0) / 1.25, 1e-12);
+  }
   const auto k = with_better(rc, "kernel_overhead", 1.25);
   EXPECT_DOUBLE_EQ(k.hardware.efficiency.kernel_overhead.value(), rc.hardware.efficiency.kernel_overhead.value() / 1.25);
   EXPECT_THROW((void)with_better(rc, "moon_phase", 1.25), core::InternalError);
