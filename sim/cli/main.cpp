@@ -1047,19 +1047,21 @@ int run(int argc, char** argv) {
       throw stepcast::core::UserError("compare: give two run files, or one with --set-b changes to compare it against");
     }
     const std::string file_b = cmp_files.size() == 2 ? cmp_files[1] : cmp_files[0];
+    // Each side is called by its file and the changes made to it.
     auto name = [](const std::string& file, const std::vector<std::string>& sets) {
       std::string n = file;
       for (const auto& x : sets) n += " " + x;
       return n;
     };
+    const std::string name_a = name(cmp_files[0], cmp_sets_a), name_b = name(file_b, cmp_sets_b);
     const auto rc_a = stepcast::config::load_run_file(cmp_files[0], cmp_sets_a);
     const auto rc_b = stepcast::config::load_run_file(file_b, cmp_sets_b);
-    if (!fits_or_says(rc_a, stepcast::memory::compute_ledger(rc_a), cmp_allow_oom, "compare: A (" + name(cmp_files[0], cmp_sets_a) + ")") ||
-        !fits_or_says(rc_b, stepcast::memory::compute_ledger(rc_b), cmp_allow_oom, "compare: B (" + name(file_b, cmp_sets_b) + ")")) {
+    if (!fits_or_says(rc_a, stepcast::memory::compute_ledger(rc_a), cmp_allow_oom, "compare: A (" + name_a + ")") ||
+        !fits_or_says(rc_b, stepcast::memory::compute_ledger(rc_b), cmp_allow_oom, "compare: B (" + name_b + ")")) {
       return kExitDoesNotFit;
     }
-    const auto a = stepcast::plan::evaluate_side(rc_a, name(cmp_files[0], cmp_sets_a), !cmp_estimate);
-    const auto b = stepcast::plan::evaluate_side(rc_b, name(file_b, cmp_sets_b), !cmp_estimate);
+    const auto a = stepcast::plan::evaluate_side(rc_a, name_a, !cmp_estimate);
+    const auto b = stepcast::plan::evaluate_side(rc_b, name_b, !cmp_estimate);
     if (cmp_json) {
       std::cout << stepcast::plan::compare_json(a, b, cmdline).dump(2) << "\n";
     } else {

@@ -255,7 +255,8 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
       }
     }
   }
-  fill_from_layout(r, eval(chosen).best, chosen, gpn, opt, r.steps > 0 ? goodput_on(chosen, eval(chosen).best.step_s()) : capacity::Goodput{});
+  const Candidate& best = eval(chosen).best;
+  fill_from_layout(r, best, chosen, gpn, opt, goodput_on(chosen, best.step_s()));
   return r;
 }
 
