@@ -172,6 +172,12 @@ std::string command_line(int argc, char** argv) {
 
 std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l) {
   char buf[256];
+  if (l.peak() <= l.capacity && !l.host_fits()) {
+    std::snprintf(buf, sizeof buf, "does not fit: the offloaded state (parallel.offload \"%s\") takes %.1f GiB of host memory per node, a node has %.1f GiB",
+                  stepcast::config::to_string(rc.parallel.offload).c_str(), l.host_per_node.value() / 1073741824.0,
+                  l.host_capacity.value() / 1073741824.0);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.2f GiB per GPU, the GPU has %.2f GiB (over by %.2f GiB)",
                 static_cast<long long>(l.peak_stage), l.peak().value() / 1073741824.0, l.capacity.value() / 1073741824.0,
                 (l.peak().value() - l.capacity.value()) / 1073741824.0);
@@ -629,6 +635,8 @@ int run(int argc, char** argv) {
   plan->add_option("--memory-headroom", popt.memory_headroom,
                    "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
       ->check(finite_range(0.0, 0.9));
+  plan->add_flag("--offload", popt.offload,
+                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
 
@@ -655,6 +663,8 @@ int run(int argc, char** argv) {
   cap->add_option("--memory-headroom", sopt.plan.memory_headroom,
                   "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
       ->check(finite_range(0.0, 0.9));
+  cap->add_flag("--offload", sopt.plan.offload,
+                "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string cap_storage_bw, cap_restart, cap_checkpoint_time;
   cap->add_flag("--goodput", sopt.size_for_goodput,
                 "size for the expected wall clock with failures, checkpoints and restarts (always estimated and printed)");
@@ -1013,7 +1023,8 @@ int run(int argc, char** argv) {
       }
       if (const auto& l = r.lightest_rejected; l && most != r.rejected.end() && most->first == "does not fit in memory") {
         why += "; the lightest, " + l->layout + ", needs " + stepcast::core::fmt("%.1f", l->peak_bytes / (1024.0 * 1024 * 1024)) + " GiB per GPU of " +
-               stepcast::core::fmt("%.1f", l->capacity_bytes / (1024.0 * 1024 * 1024)) + " GiB (stepcast capacity sizes the cluster)";
+               stepcast::core::fmt("%.1f", l->capacity_bytes / (1024.0 * 1024 * 1024)) + " GiB (stepcast capacity sizes the cluster" +
+               (r.offload_untried ? "; --offload also tries CPU offload" : "") + ")";
       }
       std::cerr << "stepcast: error: " << plan_run.source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs" << why << "\n";
       return kExitDoesNotFit;

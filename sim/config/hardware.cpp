@@ -434,6 +434,30 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     issues.add(r.child_path("node"), "required object with gpus_per_node and fabric");
   }
 
+  // --- host (optional: CPU offload) ---
+  if (const Json* h = r.get_raw("host"); h != nullptr) {
+    ObjectReader hr(*h, r.child_path("host"), issues);
+    auto& host = hw.host;
+    host.stated = true;
+    auto required = [&](const char* key, const char* example) {
+      if (!hr.has(key)) issues.add(hr.child_path(key), std::string("required with host (e.g. \"") + example + "\")");
+    };
+    required("memory", "2TiB");
+    required("memory_bandwidth", "614GB/s");
+    required("link", "44GB/s");
+    host.memory = hr.get_bytes("memory").value_or(core::Bytes(0));
+    host.memory_bandwidth = hr.get_bandwidth("memory_bandwidth").value_or(core::Bandwidth(1));
+    host.link = hr.get_bandwidth("link").value_or(core::Bandwidth(1));
+    host.memory_efficiency = hr.get_number("memory_efficiency", 0.01, 1.0, 0.8);
+    host.optimizer_rate = hr.get_number("optimizer_rate", 0.0, 1e15, 0.0);
+    if (host.optimizer_rate > 0 && host.optimizer_rate < 1e6) {
+      issues.add(hr.child_path("optimizer_rate"), "got " + core::fmt("%g", host.optimizer_rate) +
+                                                      " parameters per second; no host updates fewer than 1e6 a second "
+                                                      "(0 or omitted: the CPU optimizer is costed from host memory bandwidth)");
+    }
+    hr.finish();
+  }
+
   // --- network ---
   if (const Json* n = r.get_raw("network"); n != nullptr) {
     ObjectReader nr(*n, r.child_path("network"), issues);

@@ -70,6 +70,21 @@ struct Network {
   bool stated = false;
 };
 
+// The host side of a node, for CPU offload (parallel.offload): the host memory the GPUs'
+// offloaded state lives in, the bandwidth the CPU optimizer streams it at, and the link each
+// GPU copies over. Absent (stated false): the profile says nothing, and offload is refused.
+struct Host {
+  core::Bytes memory;               // host memory of one node
+  core::Bandwidth memory_bandwidth;  // one node's host memory bandwidth (all sockets, datasheet peak)
+  double memory_efficiency = 0.8;   // share of it a streaming kernel (the CPU optimizer) reaches
+  // A GPU's link to host memory, one direction, while every GPU of the node copies at once.
+  core::Bandwidth link;
+  // Parameters per second the node's CPUs update with Adam when compute-bound (measured); 0:
+  // the CPU optimizer is bound by host memory traffic alone.
+  double optimizer_rate = 0;
+  bool stated = false;
+};
+
 struct Efficiency {
   std::map<Dtype, double> gemm_max;  // best achieved fraction of peak for large GEMMs
   double gemm_half_dim = 128;        // a GEMM dimension of this size runs at half the large-shape rate
@@ -161,6 +176,7 @@ struct HardwareProfile {
   bool has_topology = false;       // fabric derived from a PcieTopology
   PcieTopology topology;
   Network network;
+  Host host;
   Efficiency efficiency;
 
   [[nodiscard]] core::FlopRate peak_for(Dtype d) const;   // throws UserError if absent

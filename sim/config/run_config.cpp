@@ -48,6 +48,15 @@ std::string recompute_label(const Parallel& p) {
   return to_string(p.recompute);
 }
 
+std::string to_string(Offload o) {
+  switch (o) {
+    case Offload::kNone: return "none";
+    case Offload::kOptimizer: return "optimizer";
+    case Offload::kParams: return "params";
+  }
+  return "?";
+}
+
 std::string to_string(Schedule s) {
   switch (s) {
     case Schedule::kGpipe: return "gpipe";
@@ -252,6 +261,8 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.keep_step_outputs = so == "last-stage" ? StepOutputs::kLastStage : so == "all-stages" ? StepOutputs::kAllStages : StepOutputs::kNone;
   p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
   p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
+  const auto off = r.get_choice("offload", {"none", "optimizer", "params"}, "none");
+  p.offload = off == "optimizer" ? Offload::kOptimizer : off == "params" ? Offload::kParams : Offload::kNone;
   r.finish();
 }
 
@@ -707,6 +718,21 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     } else if (m.moe.enabled() && (p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp)) % p.dp_replicate != 0) {
       issues.add("$.parallel.dp_replicate", "got " + n(p.dp_replicate) + "; must divide the expert-data-parallel group tp*dp*cp/(ep*etp) = " +
                                                 n(p.tp * p.dp * p.cp / std::max<int64_t>(1, p.ep * p.etp)) + " as well, which shards the routed experts");
+    }
+  }
+
+  // CPU offload: the offloaded state is each rank's ZeRO shard, on the host the profile describes.
+  if (p.offload != Offload::kNone) {
+    const std::string what = "got \"" + to_string(p.offload) + "\"; ";
+    if (p.offload == Offload::kOptimizer && p.effective_zero() == 0) {
+      issues.add("$.parallel.offload", what + "offloading the optimizer moves each rank's ZeRO shard of it to the host, so it needs zero_stage 1-3 or fsdp");
+    } else if (p.offload == Offload::kParams && p.effective_zero() < 3) {
+      issues.add("$.parallel.offload", what + "offloading parameters needs them sharded and gathered per layer: zero_stage 3 or fsdp (got zero_stage " +
+                                           n(p.effective_zero()) + "); \"optimizer\" offloads the optimizer state alone");
+    } else if (!rc.hardware.host.stated) {
+      issues.add("$.parallel.offload", what + "hardware '" + rc.hardware.name +
+                                           "' does not describe its host (hardware.host: memory, memory_bandwidth and link per GPU); give it, e.g. "
+                                           "{\"base\": \"" + rc.hardware.name + "\", \"host\": {\"memory\": \"2TiB\", \"memory_bandwidth\": \"614GB/s\", \"link\": \"44GB/s\"}}");
     }
   }
 

@@ -53,6 +53,14 @@ enum class StepOutputs { kNone, kLastStage, kAllStages };
 // first chunk, and a single bucket for every other chunk and stage (their reductions are off
 // the critical path), no small first bucket.
 enum class BucketLayout { kDdp, kMegatron };
+// CPU offload of model state (DeepSpeed ZeRO-Offload / offload_param, PyTorch FSDP CPUOffload):
+// optimizer: each rank's optimizer state (fp32 master and moments) and fp32 gradient shard live
+//   in host memory and the optimizer step runs on the CPU; gradients go to the host after the
+//   backward, the updated 16-bit weights come back beside the CPU step.
+// params: also the parameter shard (ZeRO-3 / FSDP); every gather first copies the shard up and
+//   every reduce-scatter copies its gradient shard down.
+enum class Offload { kNone, kOptimizer, kParams };
+std::string to_string(Offload o);
 // kFlex: DeepEP / HybridEP (Megatron-Core's flex dispatcher): a token crosses the network once
 // per destination node and is forwarded to its experts there over the node fabric.
 enum class MoeDispatcher { kAllToAll, kAllGather, kFlex };
@@ -264,6 +272,7 @@ struct Parallel {
   // Every TP rank sends the whole activation to the next stage (DeepSpeed's pipeline engine);
   // Megatron sends 1/tp of it and all-gathers on the receiver.
   bool pp_send_full_activation = false;
+  Offload offload = Offload::kNone;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
   // Ranks that shard the dense ZeRO state (dp * cp, divided over the replicas).

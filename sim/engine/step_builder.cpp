@@ -195,14 +195,33 @@ class RankBuilder {
   // One unit's ZeRO-3 / FSDP collective: its dense parameters over the ZeRO-3 group, then its
   // routed experts over the expert-data-parallel group (sharded there, as the ledger shards
   // them), one after the other on the stream. Returns the first and the last task.
+  // Offloaded parameters (parallel.offload params): the gather first copies the rank's shard up
+  // from the host, and the reduce-scatter copies its gradient shard down, on the same stream.
   std::pair<TaskId, TaskId> unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
     const double expert = sl.expert_params();
     const auto& pl = b_.wb_.placements();
-    const auto dense = dp_reduce(t, op, (sl.params - expert) * bytes_per_param, pl.zero3, pl.dp_replicate, name);
-    if (expert <= 0) return dense;
-    const auto experts = dp_reduce(t, op, expert * bytes_per_param, pl.edp, pl.edp_replicate, name);
-    g_.depend(dense.second, experts.first);
-    return {dense.first, experts.second};
+    const bool offload = p_.offload == config::Offload::kParams;
+    const bool up = op == Collective::kAllGather;
+    auto host_copy = [&] {
+      const double shard = (sl.params - expert) / static_cast<double>(pl.zero3.size) + expert / static_cast<double>(pl.edp.size);
+      Task h = t;
+      h.kind = TaskKind::kHostCopy;
+      h.name = up ? b_.names_.copy_up : b_.names_.copy_down;
+      h.duration = b_.ideal_ ? 0 : to_ticks(shard * (up ? b_.sb_.weights : b_.sb_.gradients) / b_.rc_.hardware.host.link.value());
+      return g_.add(h);  // added in stream order: before the gather, after the reduce-scatter
+    };
+    const TaskId copy_up = offload && up ? host_copy() : kNone;
+    auto [first, last] = dp_reduce(t, op, (sl.params - expert) * bytes_per_param, pl.zero3, pl.dp_replicate, name);
+    if (expert > 0) {
+      const auto experts = dp_reduce(t, op, expert * bytes_per_param, pl.edp, pl.edp_replicate, name);
+      g_.depend(last, experts.first);
+      last = experts.second;
+    }
+    if (!offload) return {first, last};
+    if (up) return {copy_up, last};
+    const TaskId copy_down = host_copy();
+    g_.depend(last, copy_down);
+    return {first, copy_down};
   }
 
   // A unit's collective issued in line: after `after` and the in-line collectives before it;
@@ -606,7 +625,9 @@ void StepBuilder::build() {
                  g.intern("optimizer"),
                  g.intern("host work"),
                  g.intern("barrier"),
-                 g.intern("issue param gathers")};
+                 g.intern("issue param gathers"),
+                 g.intern("copy params up"),
+                 g.intern("copy grads down")};
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));

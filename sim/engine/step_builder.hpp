@@ -117,7 +117,7 @@ class StepBuilder {
 
   struct Names {
     uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
-        optimizer, host, barrier, issue_gathers;
+        optimizer, host, barrier, issue_gathers, copy_up, copy_down;
   };
 
   void build_slots();

@@ -30,6 +30,7 @@ const char* to_string(TaskKind k) {
     case TaskKind::kDpComm: return "dp-comm";
     case TaskKind::kOptimizer: return "optimizer";
     case TaskKind::kHost: return "host";
+    case TaskKind::kHostCopy: return "host-copy";
     case TaskKind::kBarrier: return "barrier";
   }
   return "?";

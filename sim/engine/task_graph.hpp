@@ -43,6 +43,7 @@ enum class TaskKind : uint8_t {
   kDpComm,         // gradient reduction / parameter gather
   kOptimizer,
   kHost,           // host-side work (data loading, logging) before the step's barrier
+  kHostCopy,       // a copy between GPU and host memory (CPU offload), by DMA: no SMs taken
   kBarrier,
 };
 const char* to_string(TaskKind k);

@@ -156,6 +156,23 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   // separate master copy the weights are the master: read and written.
   const bool master = rc.training.master_weights && rc.training.precision != hw::Dtype::kFp32 &&
                       rc.training.param_dtype != hw::Dtype::kFp32;
+  if (p.offload != config::Offload::kNone) {
+    // CPU offload: the node's GPUs step their shards on the host CPUs at once, each reading
+    // master, moments and an fp32 gradient and writing them and the 16-bit weights; with the
+    // optimizer alone offloaded the gradient copies down and the weight copies up load the same
+    // host memory. The gradients go down after the backward; the weights go up tile by tile
+    // beside the CPU step. Offloaded parameters stay on the host (the gathers copy them up).
+    const auto& host = rc.hardware.host;
+    const double node = local * static_cast<double>(std::min<int64_t>(rc.cluster.num_gpus, rc.cluster.gpus_per_node));
+    const bool optimizer_only = p.offload == config::Offload::kOptimizer;
+    const double cpu_bytes = 2.0 * sb.optimizer + 4.0 + sb.weights * (master ? 1.0 : 2.0);
+    const double dma_bytes = optimizer_only ? sb.gradients + sb.weights : 0.0;
+    double cpu = node * (cpu_bytes + dma_bytes) / (host.memory_bandwidth.value() * host.memory_efficiency);
+    if (host.optimizer_rate > 0) cpu = std::max(cpu, node / host.optimizer_rate);
+    if (!optimizer_only) return cpu;
+    const double down = local * sb.gradients / host.link.value(), up = local * sb.weights / host.link.value();
+    return down + std::max(cpu, up);
+  }
   const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights * (master ? 1.0 : 2.0));
   const double rate = rc.hardware.efficiency.optimizer_rate;
   const double compute = rate > 0 ? local / rate : 0.0;
@@ -227,8 +244,13 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         }
         return t;
       };
-      const double ag = unit_time(Collective::kAllGather, gather_bytes);
-      const double rs = unit_time(Collective::kReduceScatter, reduce_bytes);
+      // Offloaded parameters: each gather first copies the rank's shard up from the host and
+      // each reduce-scatter copies its gradient shard down, on the same stream.
+      const double shard = layer_dense / static_cast<double>(places.zero3.size) + layer_expert / static_cast<double>(places.edp.size);
+      const double up = p.offload == config::Offload::kParams ? shard * sb.weights / hw.host.link.value() : 0.0;
+      const double down = p.offload == config::Offload::kParams ? shard * sb.gradients / hw.host.link.value() : 0.0;
+      const double ag = unit_time(Collective::kAllGather, gather_bytes) + up;
+      const double rs = unit_time(Collective::kReduceScatter, reduce_bytes) + down;
       // Each of a layer's collectives (dense, then experts) beside a pass waits for its kernel.
       const double units = layer_expert > 0 ? 2.0 : 1.0;
       const double wf = units * kernel_wait(sc.fwd_kernel, places.zero3);

@@ -454,17 +454,33 @@ int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
 }
 
 std::string recompute_hint(const config::RunConfig& rc) {
-  if (rc.parallel.recompute == Recompute::kFull && rc.parallel.recompute_layers == 0) return "";
-  config::RunConfig trial = rc;
-  trial.parallel.recompute = Recompute::kFull;
-  trial.parallel.recompute_layers = fewest_recompute_layers(trial);
-  const MemoryLedger l = compute_ledger(trial);
-  if (!l.fits()) return "";
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "it fits with parallel.recompute \"full\"%s (%.2f GiB free)",
-                trial.parallel.recompute_layers > 0 ? (" and parallel.recompute_layers " + std::to_string(trial.parallel.recompute_layers)).c_str() : "",
-                (l.capacity.value() - l.peak().value()) / 1073741824.0);
-  return buf;
+  char buf[240];
+  if (rc.parallel.recompute != Recompute::kFull || rc.parallel.recompute_layers != 0) {
+    config::RunConfig trial = rc;
+    trial.parallel.recompute = Recompute::kFull;
+    trial.parallel.recompute_layers = fewest_recompute_layers(trial);
+    const MemoryLedger l = compute_ledger(trial);
+    if (l.fits()) {
+      std::snprintf(buf, sizeof buf, "it fits with parallel.recompute \"full\"%s (%.2f GiB free)",
+                    trial.parallel.recompute_layers > 0 ? (" and parallel.recompute_layers " + std::to_string(trial.parallel.recompute_layers)).c_str() : "",
+                    (l.capacity.value() - l.peak().value()) / 1073741824.0);
+      return buf;
+    }
+  }
+  // Then CPU offload, where the state is sharded and the profile describes the host.
+  const int zero = rc.parallel.effective_zero();
+  if (rc.parallel.offload != config::Offload::kNone || !rc.hardware.host.stated || zero == 0) return "";
+  for (const config::Offload mode : {config::Offload::kOptimizer, config::Offload::kParams}) {
+    if (mode == config::Offload::kParams && zero < 3) break;
+    config::RunConfig trial = rc;
+    trial.parallel.offload = mode;
+    const MemoryLedger l = compute_ledger(trial);
+    if (!l.fits()) continue;
+    std::snprintf(buf, sizeof buf, "it fits with parallel.offload \"%s\" (%.2f GiB free; the optimizer step then runs on the host's CPUs)",
+                  config::to_string(mode).c_str(), (l.capacity.value() - l.peak().value()) / 1073741824.0);
+    return buf;
+  }
+  return "";
 }
 
 MemoryLedger compute_ledger(const config::RunConfig& rc) {
@@ -555,6 +571,20 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     shard(dense_params, n_dense, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     shard(expert_params, n_expert, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
     if (rc.training.lp_grads && zero < 3) st.gradients += Bytes((dense_params + expert_params) * e);
+    if (p.offload != config::Offload::kNone) {
+      // CPU offload: the optimizer shard and an fp32 gradient shard for the CPU step live in
+      // host memory; a reduced gradient shard (ZeRO-2/3) goes there instead of staying on the
+      // GPU, and offloaded parameters leave their shard on the host too.
+      const double local = dense_params / static_cast<double>(std::max<int64_t>(1, n_dense)) +
+                           expert_params / static_cast<double>(std::max<int64_t>(1, n_expert));
+      st.host = st.optimizer + Bytes(local * 4.0);
+      st.optimizer = Bytes(0);
+      if (zero >= 2) st.gradients = Bytes(0);
+      if (p.offload == config::Offload::kParams) {
+        st.host += st.weights;
+        st.weights = Bytes(0);
+      }
+    }
 
     // Activations.
     const double inflight = inflight_microbatches(rc, s);
@@ -673,6 +703,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.runtime = rc.hardware.runtime_reserved + st.nccl;
     ledger.stages.push_back(st);
   }
+  ledger.host_capacity = rc.hardware.host.memory;
+  const double node_gpus = static_cast<double>(std::min<int64_t>(rc.cluster.num_gpus, rc.cluster.gpus_per_node));
+  for (const auto& st : ledger.stages) ledger.host_per_node = std::max(ledger.host_per_node, st.host * node_gpus);
   ledger.peak_stage = 0;
   for (size_t i = 1; i < ledger.stages.size(); ++i) {
     if (ledger.stages[i].total() > ledger.stages[static_cast<size_t>(ledger.peak_stage)].total()) {

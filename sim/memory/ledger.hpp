@@ -64,6 +64,7 @@ struct StageMemory {
   core::Bytes logits;         // last stage: logits of one micro-batch
   core::Bytes kept_outputs;   // stage outputs kept until the step ends (keep_step_outputs), all m
   core::Bytes buffers;        // communication buckets, ZeRO-3 gather buffers
+  core::Bytes host;           // host memory this rank's offloaded state takes (parallel.offload)
   core::Bytes runtime;        // CUDA context and NCCL communicators (from the hardware profile)
   core::Bytes nccl;           // of which NCCL communicator buffers
   int64_t communicators = 0;  // NCCL communicators this rank joins (groups of 3+ ranks)
@@ -86,7 +87,11 @@ struct MemoryLedger {
   core::Bytes capacity;
   int64_t peak_stage = 0;
   [[nodiscard]] core::Bytes peak() const { return stages[static_cast<size_t>(peak_stage)].total(); }
-  [[nodiscard]] bool fits() const { return peak() <= capacity; }
+  // Host memory of one node the offloaded state takes (its GPUs' shares of the largest stage's)
+  // against what a node has (hardware.host.memory); 0 without offload.
+  core::Bytes host_per_node, host_capacity;
+  [[nodiscard]] bool host_fits() const { return host_per_node <= host_capacity; }
+  [[nodiscard]] bool fits() const { return peak() <= capacity && host_fits(); }
 };
 
 // Bytes per parameter of each state under the run's precision and optimizer (unsharded).
@@ -174,8 +179,8 @@ inline constexpr double kAllocatorReserve = 0.10;
 
 // For a layout that does not fit: the lightest full recomputation that makes it fit, as the
 // run-file settings to write and the memory it leaves free ("it fits with parallel.recompute
-// "full" and parallel.recompute_layers 12 (3.10 GiB free)"); empty when recomputing every layer
-// already is the setting or does not fit either.
+// "full" and parallel.recompute_layers 12 (3.10 GiB free)"), else the lighter CPU offload that
+// does (sharded state and a profile with a host); empty when neither makes it fit.
 std::string recompute_hint(const config::RunConfig& rc);
 
 }  // namespace stepcast::memory

@@ -44,6 +44,7 @@ struct Sharding {
   int zero;
   bool fsdp;
   int64_t replicate = 1;  // parallel.dp_replicate
+  config::Offload offload = config::Offload::kNone;
 };
 
 using core::fmt;
@@ -188,6 +189,7 @@ std::string layout_text(const Parallel& p) {
   if (p.vpp > 1) o << " vpp " << p.vpp;
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage));
   if (p.dp_replicate > 1) o << " dp_replicate " << p.dp_replicate;
+  if (p.offload != config::Offload::kNone) o << " offload " << config::to_string(p.offload);
   o << " rc " << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
   const std::string split = split_text(p);
@@ -391,16 +393,38 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   // within the node and replicating across nodes (HSDP), which keeps the per-layer gathers on
   // the node fabric at the cost of a full copy of the sharded state per node and an all-reduce
   // of each gradient shard over the network.
+  // CPU offload: as the run file sets it, on the shardings it applies to; with
+  // PlanOptions::offload also the optimizer's (and, under FSDP, the parameters') offload of
+  // every sharded layout.
+  auto offloads = [&](const Sharding& sh) {
+    const int zero = sh.fsdp ? 3 : sh.zero;
+    std::vector<config::Offload> out;
+    if (fixed("offload")) {
+      const bool applies = bp.offload == config::Offload::kNone || (zero >= 1 && (bp.offload != config::Offload::kParams || zero >= 3));
+      if (applies) out.push_back(bp.offload);
+      return out;
+    }
+    out.push_back(config::Offload::kNone);
+    if (opt.offload && zero >= 1) out.push_back(config::Offload::kOptimizer);
+    if (opt.offload && zero >= 3) out.push_back(config::Offload::kParams);
+    return out;
+  };
   auto shardings = [&](int64_t tp, int64_t cp, int64_t dp, int64_t ep_etp) {
     std::vector<Sharding> out;
+    auto add = [&](Sharding sh) {
+      for (const config::Offload o : offloads(sh)) {
+        sh.offload = o;
+        out.push_back(sh);
+      }
+    };
     for (Sharding sh : shards) {
       if (fixed("dp_replicate")) sh.replicate = bp.dp_replicate;
-      out.push_back(sh);
+      add(sh);
       if (fixed("dp_replicate") || !sh.fsdp || gpn % (tp * cp) != 0) continue;
       const int64_t in_node = gpn / (tp * cp);
       if (dp % in_node != 0 || dp / in_node <= 1 || (tp * dp * cp / ep_etp) % (dp / in_node) != 0) continue;
       sh.replicate = dp / in_node;
-      out.push_back(sh);
+      add(sh);
     }
     return out;
   };
@@ -486,6 +510,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
                         p.zero_stage = sh.zero;
                         p.fsdp = sh.fsdp;
                         p.dp_replicate = sh.replicate;
+                        p.offload = sh.offload;
                         p.recompute = rcm.mode;
                         p.recompute_modules = rcm.modules;
                         p.schedule = sc;
@@ -513,7 +538,12 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   // Under full recomputation the planner recomputes only the layers memory needs, unless the
   // run file or --fix sets the recompute mode or the layer count.
   const bool search_recompute_layers = !par.contains("recompute") && !par.contains("recompute_layers");
+  if (opt.offload && !base.hardware.host.stated) {
+    throw core::UserError(source_name + ": --offload: hardware '" + base.hardware.name +
+                          "' does not describe its host (hardware.host: memory, memory_bandwidth, link), so offload cannot be costed");
+  }
   PlanResult res;
+  res.offload_untried = !opt.offload && base.hardware.host.stated && !par.contains("offload");
   const std::vector<Parallel> cands = enumerate_layouts(base, par, opt, res);
 
   // Validate, check memory and estimate, in parallel; results land by index (deterministic).
@@ -698,6 +728,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (p.cp > 1) par["cp_comm"] = config::to_string(p.cp_comm);
     if (c.rc.model.moe.enabled()) par["etp"] = p.etp;
     if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
+    if (p.offload != config::Offload::kNone) par["offload"] = config::to_string(p.offload);
     if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
       par["recompute_modules"] = report::recompute_modules_json(p);
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;

@@ -34,6 +34,10 @@ struct PlanOptions {
   // and anything else the ledger does not hold): a layout fits when its ledger peak is at most
   // (1 - memory_headroom) x capacity. 0 keeps the ledger's own verdict.
   double memory_headroom = 0;
+  // Also try CPU offload on the sharded layouts: the optimizer's (ZeRO 1-3) and the parameters'
+  // (ZeRO-3 / FSDP), on profiles that describe their host. A run file's parallel.offload is
+  // kept as it is either way.
+  bool offload = false;
   // Ranked layouts returned in full (PlanResult::ranked), best first; every fitting layout is
   // still estimated and counted in PlanResult::fit. 0 keeps them all; otherwise at least
   // 3 * top_k (what the re-simulation may reach) and 64 (for the explanation's runner-up).
@@ -77,6 +81,8 @@ struct PlanResult {
   int64_t enumerated = 0;
   int64_t fit = 0;
   std::string explanation;                   // why the winner beats the runner-up
+  // CPU offload was not searched (no --offload) though the profile describes its host.
+  bool offload_untried = false;
 };
 
 // A step's time by category (compute, recomputation, host-side expert work, pipeline bubble,

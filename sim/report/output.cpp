@@ -41,6 +41,7 @@ Json ledger_json(const memory::MemoryLedger& l) {
                       {"logits_bytes", s.logits.value()},
                       {"kept_outputs_bytes", s.kept_outputs.value()},
                       {"buffers_bytes", s.buffers.value()},
+                      {"host_bytes", s.host.value()},
                       {"runtime_bytes", s.runtime.value()},
                       {"nccl_bytes", s.nccl.value()},
                       {"nccl_communicators", s.communicators + s.pair_communicators},
@@ -51,6 +52,8 @@ Json ledger_json(const memory::MemoryLedger& l) {
           {"capacity_bytes", l.capacity.value()},
           {"peak_stage", l.peak_stage},
           {"peak_bytes", l.peak().value()},
+          {"host_per_node_bytes", l.host_per_node.value()},
+          {"host_capacity_bytes", l.host_capacity.value()},
           {"fits", l.fits()}};
 }
 
@@ -67,7 +70,7 @@ Json layout_json(const config::RunConfig& rc) {
           {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
           {"fsdp", p.fsdp}, {"dp_replicate", p.dp_replicate}, {"recompute", config::to_string(p.recompute)},
           {"recompute_layers", p.recompute_layers}, {"recompute_modules", recompute_modules_json(p)},
-          {"schedule", config::to_string(p.schedule)}};
+          {"schedule", config::to_string(p.schedule)}, {"offload", config::to_string(p.offload)}};
 }
 
 Json run_summary_json(const config::RunConfig& rc) {
@@ -152,6 +155,13 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
       << gib(pk.nccl) << " GiB (" << pk.communicators + pk.pair_communicators << " communicators";
     if (pk.alltoall_peers > 0) o << ", all-to-all buffers for " << pk.alltoall_peers << " peers";
     o << ")\n";
+  }
+  if (rc.parallel.offload != config::Offload::kNone) {
+    // The offloaded state: per GPU on each stage, and a node's GPUs together against its host.
+    o << "host memory (parallel.offload \"" << config::to_string(rc.parallel.offload) << "\"), GiB per GPU:";
+    for (const auto& s : l.stages) o << " stage " << s.stage << " " << gib(s.host);
+    o << "; per node " << gib(l.host_per_node) << " of " << gib(l.host_capacity) << ": "
+      << (l.host_fits() ? "fits" : "DOES NOT FIT") << "\n";
   }
   const double over = l.peak().value() - l.capacity.value();
   o << "peak " << gib(l.peak()) << " GiB on stage " << l.peak_stage << " of " << gib(l.capacity) << " GiB: ";
