@@ -7,8 +7,9 @@
 // step is bound by it alone, 0 when it is hidden or unused. Resources: tensor-core compute
 // (every dtype's peak), HBM bandwidth, the node fabric (every tier's bandwidths), the scale-out
 // network (NIC line rate; runs spanning nodes), communication latency (every tier's and the
-// network's; for a measured size curve, its shortfall from the plateau), kernel launch overhead, and for MoE runs the per-expert host time
-// (parallel.moe.expert_overhead, a framework property rather than the hardware's).
+// network's; for a measured size curve, its shortfall from the plateau), kernel launch overhead, for MoE runs the per-expert host time
+// (parallel.moe.expert_overhead, a framework property rather than the hardware's), and for
+// CPU-offloaded runs the host (its memory bandwidth, CPU optimizer rate and GPU-host link).
 
 #include <string>
 #include <vector>

@@ -521,8 +521,8 @@ TEST(Ledger, FewestRecomputeLayersThatFit) {
   EXPECT_EQ(fewest_recompute_layers(rc, 0.5), 0);
 }
 
-// A layout that does not fit names the lightest full recomputation that does; none when it
-// already recomputes every layer or nothing fits.
+// A layout that does not fit names the lightest full recomputation that does, else the CPU
+// offload that does; none when nothing fits.
 TEST(Ledger, RecomputeHintNamesTheSettingsThatFit) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},
@@ -538,7 +538,11 @@ TEST(Ledger, RecomputeHintNamesTheSettingsThatFit) {
   const std::string hint = recompute_hint(rc);
   EXPECT_NE(hint.find("parallel.recompute \"full\""), std::string::npos) << hint;
   EXPECT_NE(hint.find("parallel.recompute_layers " + std::to_string(n) + " "), std::string::npos) << hint;
-  EXPECT_EQ(recompute_hint(full), "");  // already recomputing every layer
+  // Already recomputing every layer: CPU offload of the sharded optimizer state is next, on a
+  // profile that describes its host, and nothing without one.
+  EXPECT_NE(recompute_hint(full).find("parallel.offload \"optimizer\""), std::string::npos) << recompute_hint(full);
+  full.hardware.host.stated = false;
+  EXPECT_EQ(recompute_hint(full), "");
   j["model"] = "llama3.1-405b";
   EXPECT_EQ(recompute_hint(config::parse_run(j, "<ledger-test>", "")), "");  // nothing fits
 }

@@ -63,7 +63,7 @@ TEST(Sensitivity, OneGpuIsBoundByTheGpuAlone) {
   const Sensitivity s = sensitivity(rc, "one-gpu", 1.1, true);
   EXPECT_EQ(row(s, "network"), nullptr);
   EXPECT_EQ(row(s, "node_fabric"), nullptr);
-  EXPECT_EQ(s.skipped.size(), 3u);  // network, node fabric, host expert work
+  EXPECT_EQ(s.skipped.size(), 4u);  // network, node fabric, host expert work, host (no offload)
   ASSERT_NE(row(s, "compute"), nullptr);
   EXPECT_GT(row(s, "compute")->elasticity, 0.6);
   double sum = 0;
