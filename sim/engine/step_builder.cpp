@@ -62,7 +62,8 @@ class RankBuilder {
         my_dp_(static_cast<size_t>(b.dp_group(r))),
         my_rep_(static_cast<size_t>(b.replicate_group(r))),
         bad_(b.full_ ? sc_.degraded_rank : -1),
-        fsdp_(b.p_.effective_zero() >= 3 && has_sync()),
+        // Offloaded parameters are copied up per layer even without a group to gather over.
+        fsdp_(b.p_.effective_zero() >= 3 && (has_sync() || (b.p_.offload == config::Offload::kParams && !b.ideal_))),
         gather_inline_(fsdp_ && !b.p_.param_gather_overlap),
         reduce_inline_(fsdp_ && !b.p_.grad_reduce_overlap),
         split_w_(b.p_.schedule == Schedule::kZbH1),

@@ -230,7 +230,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
 
     // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters on their own
     // streams, one layer ahead of the compute that uses them.
-    if (zero >= 3 && p.dp * p.cp > 1 && st.layers > 0) {
+    // (Offloaded parameters are copied up per layer even without a group to gather over.)
+    if (zero >= 3 && (p.dp * p.cp > 1 || p.offload == config::Offload::kParams) && st.layers > 0) {
       const double L = static_cast<double>(st.layers);
       // A layer's dense parameters go over the ZeRO-3 group, its routed experts over the
       // expert-data-parallel group they are sharded on, one collective after the other.

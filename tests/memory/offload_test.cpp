@@ -174,6 +174,27 @@ TEST(Offload, ParameterCopiesRideTheGatherStreams) {
   EXPECT_GT(estimate::estimate_step(real).step_time_s, ep.step_time_s);
 }
 
+// One GPU (FSDP over a group of one, as single-GPU fine-tuning runs it): nothing is gathered,
+// but offloaded parameters still come up layer by layer, in the estimate and the timeline.
+TEST(Offload, OneGpuStillCopiesItsParametersUp) {
+  auto one = [](const std::string& link) {
+    Json j = Json::parse(R"({"model": "llama3.1-8b", "cluster": {"num_gpus": 1, "gpus_per_node": 8},
+      "training": {"seq_len": 4096, "global_batch_size": 4, "precision": "bf16"},
+      "parallel": {"fsdp": true, "micro_batch_size": 1, "recompute": "full", "offload": "params"}})");
+    j["hardware"] = Json::parse(R"({"base": "h100-sxm", "host": {}})");
+    j["hardware"]["host"]["link"] = link;
+    return config::parse_run(j, "<offload-test>", "");
+  };
+  engine::SimOptions keep;
+  keep.keep_timeline = true;
+  const auto slow = engine::simulate_step(one("44GB/s"), keep), fast = engine::simulate_step(one("1000TB/s"));
+  size_t up = 0;
+  for (size_t i = 0; i < slow.graph->size(); ++i) up += slow.graph->name(slow.graph->task(static_cast<engine::TaskId>(i)).name) == "copy params up";
+  EXPECT_GT(up, 0u);
+  EXPECT_GT(slow.step.step_time_s, fast.step.step_time_s);
+  EXPECT_GT(estimate::estimate_step(one("44GB/s")).step_time_s, estimate::estimate_step(one("1000TB/s")).step_time_s);
+}
+
 TEST(Offload, LedgerHintAndPlannerSearch) {
   Json j = fsdp70b();
   const RunConfig rc = config::parse_run(j, "<offload-test>", "");
