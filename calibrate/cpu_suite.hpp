@@ -103,6 +103,13 @@ struct SuiteResult {
   std::vector<std::string> not_measured;  // benchmarks skipped, each with the reason
   double copy_bandwidth = 0; // bytes/s moved (read + write)
   double optimizer_rate = 0; // parameters/s of the Adam kernel (0: not measured)
+  // A GPU node's host side (calibrate/host_side.hpp), written as the profile's `host` block
+  // when `link` was measured: physical memory, the node's memory bandwidth (bytes/s moved by
+  // every process's cores at once) and Adam rate (parameters/s, the same), and the GPU-host
+  // pinned copy rate per GPU while every GPU copies (the slower direction).
+  struct Host {
+    double memory_bytes = 0, memory_bandwidth = 0, optimizer_rate = 0, link = 0;
+  } host;
   // Per operation and group size (CollFit::ranks): groups of consecutive ranks, all groups of a
   // size measured at once; the CPU suite measures the whole world only.
   std::vector<CollFit> collectives;

@@ -12,6 +12,7 @@
 #include "calibrate/nccl_api.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <cmath>
 #include <stdexcept>
@@ -320,6 +321,34 @@ double copy_bandwidth(const MeasureOptions& mo) {
       },
       mo);
   return 2.0 * static_cast<double>(bytes) / m.median_s;
+}
+
+double host_copy_seconds(size_t bytes, bool to_device, const MeasureOptions& mo) {
+  DeviceArray<char> dev(bytes);
+  char* host = nullptr;
+  check(cudaMallocHost(reinterpret_cast<void**>(&host), bytes), "pinned host buffer");
+  std::memset(host, 0x5a, bytes);
+  Events ev;
+  Measurement m;
+  try {
+    m = measure(
+        [&]() {
+          check(cudaEventRecord(ev.a, g_stream), "record");
+          if (to_device) {
+            check(cudaMemcpyAsync(dev.p, host, bytes, cudaMemcpyHostToDevice, g_stream), "host-to-device copy");
+          } else {
+            check(cudaMemcpyAsync(host, dev.p, bytes, cudaMemcpyDeviceToHost, g_stream), "device-to-host copy");
+          }
+          check(cudaEventRecord(ev.b, g_stream), "record");
+          return ev.seconds();
+        },
+        mo);
+  } catch (...) {
+    cudaFreeHost(host);
+    throw;
+  }
+  check(cudaFreeHost(host), "free pinned host buffer");
+  return m.median_s;
 }
 
 void nccl_unique_id(char id[128]) {

@@ -36,6 +36,9 @@ Measurement time_gemm(const std::string& dtype, int m, int n, int k, const Measu
 Measurement time_elementwise(const std::string& kernel, int rows, int cols, const MeasureOptions& mo);
 // Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer.
 double copy_bandwidth(const MeasureOptions& mo);
+// Median seconds of one pinned-host copy of `bytes` to the device (to_device) or back, on the
+// measuring stream.
+double host_copy_seconds(size_t bytes, bool to_device, const MeasureOptions& mo);
 
 // Causal attention (head dimension 128) forward and backward with stepcast's own tiled kernels
 // (calibrate/cuda_attention.cu: FlashAttention-2's algorithm on WMMA tensor cores, not a tuned

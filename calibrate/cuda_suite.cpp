@@ -8,6 +8,7 @@
 #include "calibrate/cuda_device.hpp"
 #include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
+#include "calibrate/host_side.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "calibrate/profile.hpp"
 #include "sim/config/hardware.hpp"
@@ -108,6 +109,29 @@ SuiteResult run_cuda_suite(int rank, int size, const SuiteOptions& opt) {
     r.bytes_per_element = 2;
     r.copy_bandwidth = journal.measure("memory copy", [&] { return cuda::copy_bandwidth(mo); });
     say("HBM copy: " + fmt("%.0f", r.copy_bandwidth / 1e9) + " GB/s moved");
+    // --- the host side (CPU offload): every process at once, as a node's GPUs offload together ---
+    {
+      const int threads = host_threads(size);
+      const size_t bytes = size_t{256} << 20;
+      r.host.memory_bytes = host_memory_bytes();
+      r.host.memory_bandwidth = journal.measure("host memory copy", [&] {
+        world.barrier();
+        return world.sum(host_copy_bandwidth(threads, mo));
+      });
+      r.host.optimizer_rate = journal.measure("host optimizer adam", [&] {
+        world.barrier();
+        return world.sum(host_optimizer_rate(threads, mo));
+      });
+      const double slowest = journal.measure("host link", [&] {
+        world.barrier();
+        const double up = world.max(cuda::host_copy_seconds(bytes, true, mo));
+        world.barrier();
+        return std::max(up, world.max(cuda::host_copy_seconds(bytes, false, mo)));
+      });
+      r.host.link = static_cast<double>(bytes) / slowest;
+      say("host: memory copy " + fmt("%.0f", r.host.memory_bandwidth / 1e9) + " GB/s moved, Adam " + fmt("%.0f", r.host.optimizer_rate / 1e6) +
+          " M parameters/s, link " + fmt("%.1f", r.host.link / 1e9) + " GB/s per GPU");
+    }
     // --- memory-bound kernels ---
     for (const auto& c : cuda_elementwise_cases()) {
       try {

@@ -1,4 +1,4 @@
-// The MPI world of a stepcast process (rank, size, slowest-rank max, barrier, gather to rank 0),
+// The MPI world of a stepcast process (rank, size, slowest-rank max, sum, barrier, gather to rank 0),
 // for the code built into the tool that runs under mpirun (the CPU calibration suite and the
 // validate executor). Without MPI, or when MPI is not initialised, it is one rank.
 #pragma once
@@ -36,6 +36,16 @@ struct MpiWorld {
       double m = x;
       MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       return m;
+    }
+#endif
+    return x;
+  }
+  [[nodiscard]] double sum(double x) const {
+#ifdef STEPCAST_HAVE_MPI
+    if (size > 1) {
+      double s = x;
+      MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      return s;
     }
 #endif
     return x;

@@ -161,6 +161,11 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
     }
     if (!own && r.gemm_dtypes.empty()) add_measured(dt, r.gemm.rate, r.gemm_samples);
   }
+  if (r.host.link > 0) {
+    sources.push_back("host: memory = physical memory; memory_bandwidth = memcpy bytes moved per second by every calibration process's share of "
+                      "the cores at once (measured, so memory_efficiency 1); optimizer_rate = the Adam step the same way; link = a 256 MiB "
+                      "pinned copy per GPU, every GPU at once, the slower of host-to-device and device-to-host");
+  }
   const double attn = std::pow(d.attention_tile / (d.attention_tile + r.gemm.half_dim), 3.0);
   r.profile = {{"name", d.name},
                {"description", d.description},
@@ -185,6 +190,13 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                  {"kernel_overhead", fmt("%.3f", overhead_s * 1e6) + "us"}}},
                {"node", {{"gpus_per_node", r.ranks}, {"fabric", fabric_tiers(r, d.fabric_name)}}},
                {"network", d.network}};
+  if (r.host.link > 0) {
+    r.profile["host"] = {{"memory", fmt("%.0f", r.host.memory_bytes) + "B"},
+                         {"memory_bandwidth", fmt("%.6e", r.host.memory_bandwidth) + "B/s"},
+                         {"memory_efficiency", 1.0},
+                         {"link", fmt("%.6e", r.host.link) + "B/s"},
+                         {"optimizer_rate", r.host.optimizer_rate}};
+  }
 }
 
 void predict_held_out(SuiteResult& r, const std::vector<HeldGemm>& gemms, hw::Dtype dtype, const std::vector<HeldCollective>& collectives) {

@@ -33,6 +33,12 @@ std::string suite_markdown(const SuiteResult& r) {
     << fmt("%.1f", 100.0 * r.gemm.rms_rel_error) << "%\n";
   o << "- memory copy: " << fmt("%.2f", r.copy_bandwidth / 1e9) << " GB/s (read + write)\n";
   if (r.optimizer_rate > 0) o << "- optimizer (Adam, fp32): " << fmt("%.1f", r.optimizer_rate / 1e6) << " M parameters/s\n";
+  if (r.host.link > 0) {
+    o << "- host (CPU offload): " << fmt("%.0f", r.host.memory_bytes / 1073741824.0) << " GiB, memory copy "
+      << fmt("%.1f", r.host.memory_bandwidth / 1e9) << " GB/s (read + write, every process at once), Adam "
+      << fmt("%.0f", r.host.optimizer_rate / 1e6) << " M parameters/s, GPU-host link " << fmt("%.1f", r.host.link / 1e9)
+      << " GB/s per GPU (every GPU at once)\n";
+  }
   o << "- processes: " << r.ranks << "\n\n";
   if (!r.gemm_dtypes.empty()) {
     o << "GEMMs per dtype (one half-dimension, " << fmt("%.0f", r.gemm.half_dim) << ", shared by all; the rate is the profile's peak for the dtype):\n\n"

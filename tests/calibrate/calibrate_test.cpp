@@ -8,6 +8,7 @@
 #include "calibrate/coll_check.hpp"
 #include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
+#include "calibrate/host_side.hpp"
 #include "calibrate/measure.hpp"
 #include "calibrate/profile.hpp"
 #include "sim/cost/compute.hpp"
@@ -397,6 +398,51 @@ TEST(Profile, DtypesKernelsAndGroupTiers) {
   EXPECT_NE(md.find("| 320.0 | 40% |"), std::string::npos);
   EXPECT_NE(md.find("| all_reduce | 4 | 4096 |"), std::string::npos);
   EXPECT_NE(suite_html(r).find("fp8 roofline"), std::string::npos);
+}
+
+// The host side a GPU calibration measures becomes the profile's host block, which offload
+// then costs from; a suite without it (the CPU backend) writes none.
+TEST(Profile, MeasuredHostSideBecomesTheHostBlock) {
+  SuiteResult r;
+  r.ranks = 8;
+  r.gemm = {800e12, 300, 5e-6, 0.01};
+  r.copy_bandwidth = 4e12;
+  DeviceDescription d;
+  d.name = "measured-test";
+  d.device = "Test GPU";
+  d.dtypes = {"bf16"};
+  d.memory_bytes = 80e9;
+  d.fabric_name = "x";
+  d.network = {{"name", "none"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", 8}};
+  write_profile(r, d, 5e-6, "test");
+  EXPECT_FALSE(r.profile.contains("host"));
+  r.host = {2.2e12, 400e9, 5e9, 40e9};
+  write_profile(r, d, 5e-6, "test");
+  core::Issues issues;
+  const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  EXPECT_TRUE(hw.host.stated);
+  EXPECT_NEAR(hw.host.memory.value(), 2.2e12, 1.0);
+  EXPECT_NEAR(hw.host.memory_bandwidth.value(), 400e9, 1e3);
+  EXPECT_DOUBLE_EQ(hw.host.memory_efficiency, 1.0);  // measured: already what a streaming kernel reaches
+  EXPECT_NEAR(hw.host.link.value(), 40e9, 1e3);
+  EXPECT_DOUBLE_EQ(hw.host.optimizer_rate, 5e9);
+  EXPECT_NE(suite_markdown(r).find("GPU-host link 40.0 GB/s per GPU"), std::string::npos) << suite_markdown(r);
+}
+
+// The host benchmarks run and check their work (no rate is asserted: timing is the benchmark's
+// business, reports/ records it).
+TEST(HostSide, BenchmarksRunOnThisMachine) {
+  EXPECT_GE(host_threads(1), 1);
+  EXPECT_EQ(host_threads(1 << 20), 1);
+  EXPECT_GT(host_memory_bytes(), 64.0 * 1048576.0);
+  MeasureOptions mo;
+  mo.warmup = 0;
+  mo.min_reps = 1;
+  mo.max_reps = 2;
+  EXPECT_GT(host_copy_bandwidth(2, mo), 0.0);
+  EXPECT_GT(host_optimizer_rate(2, mo), 0.0);
+  EXPECT_THROW(host_copy_bandwidth(0, mo), core::InternalError);
 }
 
 // A one-dtype device for profile tests (the fields write_profile needs).
