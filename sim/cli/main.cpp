@@ -570,6 +570,11 @@ int run(int argc, char** argv) {
   scl->add_option("--tokens-per-param", scl_opt.tokens_per_param, "token budget as tokens per parameter")->check(finite_range(1e-6, 1e6));
   scl->add_option("--price", scl_opt.usd_per_gpu_hour, "price per GPU-hour (USD)")->check(finite_range(0.0, 1e6));
   scl->add_option("--threads", scl_opt.plan.threads, "worker threads for the search (default: all cores)")->check(count_range(0, 4096));
+  scl->add_option("--memory-headroom", scl_opt.plan.memory_headroom,
+                  "share of GPU memory a layout must leave free beyond the ledger (allocator fragmentation), e.g. 0.1")
+      ->check(finite_range(0.0, 0.9));
+  scl->add_flag("--offload", scl_opt.plan.offload,
+                "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   scl->add_flag("--json", scl_json, "print the points as JSON");
 
   // sensitivity
@@ -579,7 +584,7 @@ int run(int argc, char** argv) {
   bool sens_json = false, sens_estimate = false, sens_allow_oom = false;
   auto* sens = app.add_subcommand("sensitivity",
                                   "which hardware resource bounds a run's step: the step again with each resource (compute, HBM, node fabric, "
-                                  "network, latency, kernel overhead) better by a factor");
+                                  "network, latency, kernel overhead, the host under CPU offload) better by a factor");
   sens->add_option("run", sens_file, "run file (JSON)")->required();
   sens->add_option("--set", sens_sets, set_help)->allow_extra_args(false);
   sens->add_option("--factor", sens_factor, "how much better each resource is made: rates x F, latencies / F (default 1.1)")
