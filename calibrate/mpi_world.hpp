@@ -15,6 +15,19 @@ namespace stepcast::calibrate {
 
 struct MpiWorld {
   int rank = 0, size = 1;
+  enum Reduce { kMax, kSum };
+  // x reduced over every rank (x itself on one rank).
+  [[nodiscard]] double all_reduce(double x, Reduce op) const {
+#ifdef STEPCAST_HAVE_MPI
+    if (size > 1) {
+      double out = x;
+      MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, op == kMax ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
+      return out;
+    }
+#endif
+    (void)op;
+    return x;
+  }
   MpiWorld() {
 #ifdef STEPCAST_HAVE_MPI
     int on = 0;
@@ -30,26 +43,8 @@ struct MpiWorld {
     if (size > 1) MPI_Barrier(MPI_COMM_WORLD);
 #endif
   }
-  [[nodiscard]] double max(double x) const {
-#ifdef STEPCAST_HAVE_MPI
-    if (size > 1) {
-      double m = x;
-      MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      return m;
-    }
-#endif
-    return x;
-  }
-  [[nodiscard]] double sum(double x) const {
-#ifdef STEPCAST_HAVE_MPI
-    if (size > 1) {
-      double s = x;
-      MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      return s;
-    }
-#endif
-    return x;
-  }
+  [[nodiscard]] double max(double x) const { return all_reduce(x, kMax); }
+  [[nodiscard]] double sum(double x) const { return all_reduce(x, kSum); }
   // Rank 0's text, on every rank.
   [[nodiscard]] std::string broadcast(std::string text) const {
 #ifdef STEPCAST_HAVE_MPI

@@ -400,6 +400,18 @@ TEST(Profile, DtypesKernelsAndGroupTiers) {
   EXPECT_NE(suite_html(r).find("fp8 roofline"), std::string::npos);
 }
 
+// A one-dtype device for profile tests (the fields write_profile needs).
+DeviceDescription bf16_device() {
+  DeviceDescription d;
+  d.name = "measured-test";
+  d.device = "test device";
+  d.dtypes = {"bf16"};
+  d.memory_bytes = 80e9;
+  d.fabric_name = "x";
+  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
+  return d;
+}
+
 // The host side a GPU calibration measures becomes the profile's host block, which offload
 // then costs from; a suite without it (the CPU backend) writes none.
 TEST(Profile, MeasuredHostSideBecomesTheHostBlock) {
@@ -407,13 +419,7 @@ TEST(Profile, MeasuredHostSideBecomesTheHostBlock) {
   r.ranks = 8;
   r.gemm = {800e12, 300, 5e-6, 0.01};
   r.copy_bandwidth = 4e12;
-  DeviceDescription d;
-  d.name = "measured-test";
-  d.device = "Test GPU";
-  d.dtypes = {"bf16"};
-  d.memory_bytes = 80e9;
-  d.fabric_name = "x";
-  d.network = {{"name", "none"}, {"nic_bandwidth", "400Gb/s"}, {"nics_per_node", 8}};
+  const DeviceDescription d = bf16_device();
   write_profile(r, d, 5e-6, "test");
   EXPECT_FALSE(r.profile.contains("host"));
   r.host = {2.2e12, 400e9, 5e9, 40e9};
@@ -443,18 +449,6 @@ TEST(HostSide, BenchmarksRunOnThisMachine) {
   EXPECT_GT(host_copy_bandwidth(2, mo), 0.0);
   EXPECT_GT(host_optimizer_rate(2, mo), 0.0);
   EXPECT_THROW(host_copy_bandwidth(0, mo), core::InternalError);
-}
-
-// A one-dtype device for profile tests (the fields write_profile needs).
-DeviceDescription bf16_device() {
-  DeviceDescription d;
-  d.name = "measured-test";
-  d.device = "test device";
-  d.dtypes = {"bf16"};
-  d.memory_bytes = 80e9;
-  d.fabric_name = "x";
-  d.network = {{"name", "none"}, {"nic_bandwidth", "100Gb/s"}, {"nics_per_node", 1}};
-  return d;
 }
 
 // A profile carries its provenance (command, date, the stepcast revision and compiler) and
