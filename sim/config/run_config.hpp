@@ -55,10 +55,9 @@ enum class StepOutputs { kNone, kLastStage, kAllStages };
 enum class BucketLayout { kDdp, kMegatron };
 // CPU offload of model state (DeepSpeed ZeRO-Offload / offload_param, PyTorch FSDP CPUOffload):
 // optimizer: each rank's optimizer state (fp32 master and moments) and fp32 gradient shard live
-//   in host memory and the optimizer step runs on the CPU; gradients go to the host after the
-//   backward, the updated 16-bit weights come back beside the CPU step.
-// params: also the parameter shard (ZeRO-3 / FSDP); every gather first copies the shard up and
-//   every reduce-scatter copies its gradient shard down.
+//   in host memory and the optimizer step runs on the CPU; each reduced gradient shard goes to
+//   the host after its reduction, the updated 16-bit weights come back beside the CPU step.
+// params: also the parameter shard (ZeRO-3 / FSDP); every gather first copies the shard up.
 enum class Offload { kNone, kOptimizer, kParams };
 std::string to_string(Offload o);
 // kFlex: DeepEP / HybridEP (Megatron-Core's flex dispatcher): a token crosses the network once

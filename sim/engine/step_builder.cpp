@@ -62,8 +62,8 @@ class RankBuilder {
         my_dp_(static_cast<size_t>(b.dp_group(r))),
         my_rep_(static_cast<size_t>(b.replicate_group(r))),
         bad_(b.full_ ? sc_.degraded_rank : -1),
-        // Offloaded parameters are copied up per layer even without a group to gather over.
-        fsdp_(b.p_.effective_zero() >= 3 && (has_sync() || (b.p_.offload == config::Offload::kParams && !b.ideal_))),
+        // Offloaded state is copied per layer even without a group to gather over.
+        fsdp_(b.p_.effective_zero() >= 3 && (has_sync() || (b.p_.offload != config::Offload::kNone && !b.ideal_))),
         gather_inline_(fsdp_ && !b.p_.param_gather_overlap),
         reduce_inline_(fsdp_ && !b.p_.grad_reduce_overlap),
         split_w_(b.p_.schedule == Schedule::kZbH1),
@@ -196,33 +196,36 @@ class RankBuilder {
   // One unit's ZeRO-3 / FSDP collective: its dense parameters over the ZeRO-3 group, then its
   // routed experts over the expert-data-parallel group (sharded there, as the ledger shards
   // them), one after the other on the stream. Returns the first and the last task.
-  // Offloaded parameters (parallel.offload params): the gather first copies the rank's shard up
-  // from the host, and the reduce-scatter copies its gradient shard down, on the same stream.
+  // CPU offload: under parameter offload the gather first copies the rank's shard up from the
+  // host; under either offload the reduce-scatter copies its gradient shard down after it, on
+  // the same stream.
   std::pair<TaskId, TaskId> unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
     const double expert = sl.expert_params();
     const auto& pl = b_.wb_.placements();
-    const bool offload = p_.offload == config::Offload::kParams;
     const bool up = op == Collective::kAllGather;
-    auto host_copy = [&] {
-      const double shard = (sl.params - expert) / static_cast<double>(pl.zero3.size) + expert / static_cast<double>(pl.edp.size);
-      Task h = t;
-      h.kind = TaskKind::kHostCopy;
-      h.name = up ? b_.names_.copy_up : b_.names_.copy_down;
-      h.duration = b_.ideal_ ? 0 : to_ticks(shard * (up ? b_.sb_.weights : b_.sb_.gradients) / b_.rc_.hardware.host.link.value());
-      return g_.add(h);  // added in stream order: before the gather, after the reduce-scatter
-    };
-    const TaskId copy_up = offload && up ? host_copy() : kNone;
+    const bool copies = up ? p_.offload == config::Offload::kParams : p_.offload != config::Offload::kNone;
+    const double shard = (sl.params - expert) / static_cast<double>(pl.zero3.size) + expert / static_cast<double>(pl.edp.size);
+    const TaskId copy_up = copies && up ? host_copy(t, shard * b_.sb_.weights, true) : kNone;
     auto [first, last] = dp_reduce(t, op, (sl.params - expert) * bytes_per_param, pl.zero3, pl.dp_replicate, name);
     if (expert > 0) {
       const auto experts = dp_reduce(t, op, expert * bytes_per_param, pl.edp, pl.edp_replicate, name);
       g_.depend(last, experts.first);
       last = experts.second;
     }
-    if (!offload) return {first, last};
+    if (!copies) return {first, last};
     if (up) return {copy_up, last};
-    const TaskId copy_down = host_copy();
+    const TaskId copy_down = host_copy(t, shard * b_.sb_.gradients, false);
     g_.depend(last, copy_down);
     return {first, copy_down};
+  }
+
+  // A copy of `bytes` between this rank's GPU and host memory on t's stream (DMA: no SMs), added
+  // in stream order: before the gather it feeds, after the reduction it drains.
+  TaskId host_copy(Task t, double bytes, bool up) {
+    t.kind = TaskKind::kHostCopy;
+    t.name = up ? b_.names_.copy_up : b_.names_.copy_down;
+    t.duration = b_.ideal_ ? 0 : to_ticks(bytes / b_.rc_.hardware.host.link.value());
+    return g_.add(t);
   }
 
   // A unit's collective issued in line: after `after` and the in-line collectives before it;
@@ -507,8 +510,14 @@ class RankBuilder {
       const auto [first, last] = dp_reduce(c, op, bk.bytes, bk.expert ? pl.edp : pl.dp_cp, bk.expert ? pl.edp_replicate : pl.dp_replicate,
                                            zero >= 1 ? b_.names_.reduce_scatter : b_.names_.all_reduce);
       g_.depend(p_.grad_reduce_overlap ? ready_of_slot[bk.ready_slot] : last_pipeline_, first);
-      reductions_.push_back(last);
-      if (!p_.no_sync) g_.depend(last, finalize_gate_[static_cast<size_t>(mb)]);
+      TaskId done = last;
+      if (p_.offload != config::Offload::kNone) {
+        // ZeRO-Offload: the reduced shard goes down to the host's fp32 gradient buffer.
+        done = host_copy(c, bk.bytes / static_cast<double>((bk.expert ? pl.edp : pl.dp_cp).size), false);
+        g_.depend(last, done);
+      }
+      reductions_.push_back(done);
+      if (!p_.no_sync) g_.depend(done, finalize_gate_[static_cast<size_t>(mb)]);
     }
   }
 

@@ -159,19 +159,21 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   if (p.offload != config::Offload::kNone) {
     // CPU offload: the node's GPUs step their shards on the host CPUs at once, each reading
     // master, moments and an fp32 gradient and writing them and the 16-bit weights; with the
-    // optimizer alone offloaded the gradient copies down and the weight copies up load the same
-    // host memory. The gradients go down after the backward; the weights go up tile by tile
-    // beside the CPU step. Offloaded parameters stay on the host (the gathers copy them up).
+    // optimizer alone offloaded the updated weights go up tile by tile beside the CPU step,
+    // loading the same host memory. (The gradient shards went down during the backward, after
+    // their reductions.) Offloaded parameters stay on the host: the gathers copy them up.
     const auto& host = rc.hardware.host;
     const double node = local * static_cast<double>(std::min<int64_t>(rc.cluster.num_gpus, rc.cluster.gpus_per_node));
     const bool optimizer_only = p.offload == config::Offload::kOptimizer;
     const double cpu_bytes = 2.0 * sb.optimizer + 4.0 + sb.weights * (master ? 1.0 : 2.0);
-    const double dma_bytes = optimizer_only ? sb.gradients + sb.weights : 0.0;
+    const double dma_bytes = optimizer_only ? sb.weights : 0.0;
     double cpu = node * (cpu_bytes + dma_bytes) / (host.memory_bandwidth.value() * host.memory_efficiency);
     if (host.optimizer_rate > 0) cpu = std::max(cpu, node / host.optimizer_rate);
     if (!optimizer_only) return cpu;
-    const double down = local * sb.gradients / host.link.value(), up = local * sb.weights / host.link.value();
-    return down + std::max(cpu, up);
+    // ZeRO-1/2 with nothing to reduce (one data-parallel rank): the gradients go down after the
+    // backward, before the CPU step.
+    const double down = zero < 3 && p.dp * p.cp == 1 ? local * sb.gradients / host.link.value() : 0.0;
+    return down + std::max(cpu, local * sb.weights / host.link.value());
   }
   const double bytes = local * (2.0 * sb.optimizer + sb.gradients + sb.weights * (master ? 1.0 : 2.0));
   const double rate = rc.hardware.efficiency.optimizer_rate;
@@ -230,8 +232,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
 
     // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters on their own
     // streams, one layer ahead of the compute that uses them.
-    // (Offloaded parameters are copied up per layer even without a group to gather over.)
-    if (zero >= 3 && (p.dp * p.cp > 1 || p.offload == config::Offload::kParams) && st.layers > 0) {
+    // (Offloaded state is copied per layer even without a group to gather over.)
+    if (zero >= 3 && (p.dp * p.cp > 1 || p.offload != config::Offload::kNone) && st.layers > 0) {
       const double L = static_cast<double>(st.layers);
       // A layer's dense parameters go over the ZeRO-3 group, its routed experts over the
       // expert-data-parallel group they are sharded on, one collective after the other.
@@ -245,11 +247,12 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         }
         return t;
       };
-      // Offloaded parameters: each gather first copies the rank's shard up from the host and
-      // each reduce-scatter copies its gradient shard down, on the same stream.
+      // CPU offload: each reduce-scatter copies its gradient shard down to the host after it,
+      // and with offloaded parameters each gather first copies the rank's shard up, on the
+      // same stream.
       const double shard = layer_dense / static_cast<double>(places.zero3.size) + layer_expert / static_cast<double>(places.edp.size);
       const double up = p.offload == config::Offload::kParams ? shard * sb.weights / hw.host.link.value() : 0.0;
-      const double down = p.offload == config::Offload::kParams ? shard * sb.gradients / hw.host.link.value() : 0.0;
+      const double down = p.offload != config::Offload::kNone ? shard * sb.gradients / hw.host.link.value() : 0.0;
       const double ag = unit_time(Collective::kAllGather, gather_bytes) + up;
       const double rs = unit_time(Collective::kReduceScatter, reduce_bytes) + down;
       // Each of a layer's collectives (dense, then experts) beside a pass waits for its kernel.
@@ -469,11 +472,19 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
                                        ? std::max(p.bucket_mb * 1e6, st.expert_params / static_cast<double>(st.layers) * sb.gradients)
                                        : p.bucket_mb * 1e6;
       BucketPlan expert = stage_buckets(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, places.edp_replicate, hw, p, s);
-      const double last = std::max(dense.last, expert.last).value();
+      double last = std::max(dense.last, expert.last).value();
+      double total = (dense.total + expert.total).value();
+      if (p.offload != config::Offload::kNone) {
+        // ZeRO-Offload: each reduced shard goes down to the host after its bucket, on the same
+        // stream: the stage's whole gradient shard, the last bucket's share after the backward.
+        const double link = hw.host.link.value();
+        total += (st.dense_params / static_cast<double>(places.dp_cp.size) + st.expert_params / static_cast<double>(places.edp.size)) *
+                 sb.gradients / link;
+        last += std::min(bucket, st.dense_params * sb.gradients) / static_cast<double>(places.dp_cp.size) / link;
+      }
       // The buckets that run beside the backward wait for its kernels (not the last, after it).
       const double waits = std::max(0.0, dense.count - 1.0) * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.dp_cp) +
                            expert.count * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.edp);
-      const double total = (dense.total + expert.total).value();
       // The gradients become final during the last micro-batch's backward; under ZB-H1 during
       // its weight-gradient pass W, which the held-back W of the cool-down run just before.
       const bool zb = p.schedule == config::Schedule::kZbH1;
