@@ -607,6 +607,15 @@ std::string render_html(const ReportData& d) {
                                                                    {"runtime", s.value("runtime_bytes", 0.0)}});
     }
     o << "<h2>Memory ledger of the best layout (per GPU, by pipeline stage)</h2>\n" << stacked_svg("ledger", mem, "GiB", kGiB) << "\n";
+    // CPU offload: what the layout keeps in host memory instead.
+    if (d.ledger.value("host_per_node_bytes", 0.0) > 0) {
+      std::ostringstream host;
+      host << "<p class=\"small\">Offloaded to host memory (CPU offload), GiB per GPU:";
+      for (const auto& s : d.ledger["stages"]) host << " stage " << s["stage"].dump() << " " << num(s.value("host_bytes", 0.0) / kGiB, "%.2f") << ";";
+      host << " per node " << num(d.ledger.value("host_per_node_bytes", 0.0) / kGiB, "%.1f") << " of "
+           << num(d.ledger.value("host_capacity_bytes", 0.0) / kGiB, "%.1f") << ".</p>\n";
+      o << host.str();
+    }
   }
   if (d.timeline.is_array() && !d.timeline.empty()) {
     o << "<h2>Timeline excerpt of the best layout</h2>\n" << timeline_svg(d.timeline) << "\n";

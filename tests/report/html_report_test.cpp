@@ -50,6 +50,17 @@ TEST(Report, PlanPageHasEveryPlotAndNoExternalFetch) {
   EXPECT_EQ(html.find("href=\"http"), std::string::npos);
   // Front: A (fastest) and B (less memory than every faster layout); C is dominated by B.
   EXPECT_EQ(count(html, "class=\"front-point\""), 2u);
+  EXPECT_EQ(html.find("Offloaded to host memory"), std::string::npos);  // nothing offloaded
+}
+
+// A layout with CPU offload says what it keeps in host memory, per GPU and per node.
+TEST(Report, PlanPageNamesTheOffloadedHostMemory) {
+  Json j = plan_json();
+  j["detail"]["ledger"]["stages"][0]["host_bytes"] = 16.0 * 1073741824.0;
+  j["detail"]["ledger"]["host_per_node_bytes"] = 128.0 * 1073741824.0;
+  j["detail"]["ledger"]["host_capacity_bytes"] = 2048.0 * 1073741824.0;
+  const std::string html = render_html(load_report_data(j.dump(), "plan.json"));
+  EXPECT_NE(html.find("GiB per GPU: stage 0 16.00; per node 128.0 of 2048.0."), std::string::npos) << html;
 }
 
 TEST(Report, SweepLinesLoadSortedAndSkipFailures) {
