@@ -1,0 +1,379 @@
+#include "sim/config/megatron_import.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "sim/config/hardware.hpp"
+#include "sim/core/error.hpp"
+
+namespace stepcast::config {
+
+using core::Json;
+
+std::vector<std::string> split_command_line(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        cur += c;
+      }
+      continue;
+    }
+    if (c == '\\' && i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == '\r')) {
+      while (i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == '\r')) ++i;  // a continued line
+      continue;
+    }
+    if (c == '#' && !in_word) {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // a comment to the line's end
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      if (in_word) out.push_back(cur);
+      cur.clear();
+      in_word = false;
+      continue;
+    }
+    cur += c;
+    in_word = true;
+  }
+  if (quote != 0) throw core::UserError("the command line has an unclosed " + std::string(1, quote) + " quote");
+  if (in_word) out.push_back(cur);
+  return out;
+}
+
+namespace {
+
+// Switches: Megatron arguments that take no value (the others take the next word).
+const std::set<std::string> kSwitches = {
+    "swiglu", "group-query-attention", "untie-embeddings-and-output-weights", "sequence-parallel", "use-distributed-optimizer",
+    "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "bf16", "fp16", "disable-bias-linear", "add-bias-linear",
+    "qk-layernorm", "multi-latent-attention", "use-torch-fsdp2", "use-megatron-fsdp", "use-custom-fsdp",
+    "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "use-flash-attn",
+    "use-mcore-models", "use-legacy-models", "transformer-impl", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
+    "no-gradient-accumulation-fusion", "no-async-tensor-model-parallel-allreduce", "use-rotary-position-embeddings", "distributed-timeout-minutes",
+    "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng"};
+// Arguments that take a list of words (argparse nargs='*').
+const std::set<std::string> kLists = {"recompute-modules", "data-path", "train-data-path", "valid-data-path", "test-data-path"};
+
+struct Parsed {
+  std::map<std::string, std::vector<std::string>> values;  // argument (dashes) -> its words
+};
+
+Parsed parse(const std::vector<std::string>& args) {
+  Parsed p;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& tok = args[i];
+    if (tok.size() < 3 || tok.compare(0, 2, "--") != 0) continue;  // the launcher, the script, a stray word
+    std::string name = tok.substr(2);
+    std::vector<std::string> words;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      words.push_back(name.substr(eq + 1));
+      name = name.substr(0, eq);
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    auto is_flag = [&](size_t j) { return j < args.size() && args[j].size() >= 2 && args[j].compare(0, 2, "--") == 0; };
+    if (words.empty() && !kSwitches.count(name)) {
+      if (kLists.count(name)) {
+        while (i + 1 < args.size() && !is_flag(i + 1)) words.push_back(args[++i]);
+      } else if (i + 1 < args.size() && !is_flag(i + 1)) {
+        words.push_back(args[++i]);
+      }
+    }
+    p.values[name] = words;
+  }
+  return p;
+}
+
+class Reader {
+ public:
+  explicit Reader(Parsed p) : p_(std::move(p)) {}
+
+  bool has(const std::string& name) {
+    used_.insert(name);
+    return p_.values.count(name) != 0;
+  }
+  std::string word(const std::string& name, const std::string& def = "") {
+    if (!has(name)) return def;
+    const auto& w = p_.values.at(name);
+    if (w.size() != 1) throw core::UserError("--" + name + ": expected one value");
+    return w.front();
+  }
+  std::vector<std::string> words(const std::string& name) {
+    if (!has(name)) return {};
+    return p_.values.at(name);
+  }
+  int64_t integer(const std::string& name, int64_t lo, int64_t hi, int64_t def) {
+    if (!has(name)) return def;
+    return parse_int(name, word(name), lo, hi);
+  }
+  int64_t required(const std::string& name, int64_t lo, int64_t hi, const std::string& why) {
+    if (!has(name)) throw core::UserError("--" + name + ": required (" + why + ")");
+    return integer(name, lo, hi, 0);
+  }
+  static int64_t parse_int(const std::string& name, const std::string& v, int64_t lo, int64_t hi) {
+    errno = 0;
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || end == nullptr || *end != '\0' || errno != 0 || x < lo || x > hi) {
+      throw core::UserError("--" + name + ": got '" + v + "'; expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    }
+    return x;
+  }
+  // Arguments present that nothing read.
+  [[nodiscard]] std::vector<std::string> unused() const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : p_.values) {
+      if (!used_.count(k)) out.push_back("--" + k);
+    }
+    return out;
+  }
+
+ private:
+  Parsed p_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+Json import_megatron(const std::vector<std::string>& args, const MegatronImport& opt) {
+  Reader a(parse(args));
+  std::vector<std::string> assumptions;
+  constexpr int64_t kBig = int64_t{1} << 40;
+
+  // --- cluster: --gpus, else torchrun's nodes x processes per node ---
+  auto torchrun = [&](const std::string& name) -> int64_t {
+    if (!a.has(name)) return 0;
+    std::string v = a.word(name);
+    if (const size_t colon = v.find(':'); colon != std::string::npos) v = v.substr(colon + 1);  // elastic "min:max"
+    return Reader::parse_int(name, v, 1, 1 << 20);
+  };
+  const int64_t nproc = torchrun("nproc-per-node"), nnodes = torchrun("nnodes");
+  int64_t gpus = opt.gpus;
+  if (gpus <= 0) gpus = nproc > 0 ? nproc * std::max<int64_t>(1, nnodes) : 0;
+  if (gpus <= 0) throw core::UserError("the GPU count: give --gpus, or torchrun's --nnodes and --nproc-per-node among the arguments");
+  Json cluster = {{"num_gpus", gpus}};
+  const int64_t per_node = opt.gpus_per_node > 0 ? opt.gpus_per_node : nproc;
+  if (per_node > 0) cluster["gpus_per_node"] = per_node;
+
+  // --- training ---
+  const int64_t seq = a.required("seq-length", 1, kBig, "the sequence length");
+  const int64_t mbs = a.integer("micro-batch-size", 1, kBig, 1);
+  if (!a.has("micro-batch-size")) assumptions.push_back("training: micro-batch size 1 (Megatron's default)");
+  Json training = {{"seq_len", seq}};
+  std::string precision = "fp32";
+  if (a.has("fp8-format")) {
+    precision = "fp8";
+    assumptions.push_back("training: fp8 GEMMs (--fp8-format " + a.word("fp8-format") + ") with bf16 elsewhere");
+  } else if (a.has("bf16")) {
+    precision = "bf16";
+  } else if (a.has("fp16")) {
+    precision = "fp16";
+  } else {
+    assumptions.push_back("training: fp32 (neither --bf16 nor --fp16 is given)");
+  }
+  training["precision"] = precision;
+  if (precision != "fp32") {
+    training["grad_dtype"] = "fp32";
+    assumptions.push_back("training: fp32 main gradients, reduced in fp32 (Megatron's mixed-precision default)");
+  }
+  const std::string optimizer = a.word("optimizer", "adam");
+  if (optimizer != "adam" && optimizer != "sgd") throw core::UserError("--optimizer: got '" + optimizer + "'; stepcast models adam and sgd");
+  training["optimizer"] = optimizer;
+  const std::string attention = a.word("attention-backend", "auto");
+  if (attention == "unfused" || attention == "local") {
+    training["attention"] = "unfused";
+  } else {
+    assumptions.push_back("training: fused attention (Transformer Engine's flash / cuDNN kernels, --attention-backend " + attention + ")");
+  }
+  if (const int64_t mtp = a.integer("mtp-num-layers", 0, 64, 0); mtp > 0) training["mtp_layers"] = mtp;
+
+  // --- model ---
+  Json model;
+  const int64_t layers_arg = a.integer("num-layers", 1, 1 << 20, 0);
+  if (!opt.model.empty()) {
+    model = opt.model;
+  } else {
+    const int64_t L = a.required("num-layers", 1, 1 << 20, "the model's layers, or give --model");
+    const int64_t h = a.required("hidden-size", 1, kBig, "the model's width, or give --model");
+    const int64_t heads = a.required("num-attention-heads", 1, 1 << 20, "or give --model");
+    const int64_t vocab = a.required("vocab-size", 1, kBig, "Megatron takes the vocabulary from the tokenizer, which the arguments do not show; or give --model");
+    const bool swiglu = a.has("swiglu");
+    int64_t ffn = a.integer("ffn-hidden-size", 1, kBig, 0);
+    if (ffn == 0) {
+      ffn = swiglu ? (4 * h * 2 / 3) / 64 * 64 : 4 * h;
+      assumptions.push_back("model: MLP width " + std::to_string(ffn) + (swiglu ? " (Megatron's default with --swiglu: int(8h/3 / 64) x 64)" : " (Megatron's default 4h)"));
+    }
+    model = {{"name", "Megatron arguments: " + std::to_string(L) + " layers, hidden " + std::to_string(h)},
+             {"num_hidden_layers", L}, {"hidden_size", h}, {"num_attention_heads", heads}, {"intermediate_size", ffn}, {"vocab_size", vocab},
+             {"hidden_act", swiglu ? "silu" : "gelu"}};
+    model["num_key_value_heads"] = a.has("group-query-attention") ? a.integer("num-query-groups", 1, heads, 1) : heads;
+    if (a.has("kv-channels")) model["head_dim"] = a.integer("kv-channels", 1, kBig, 0);
+    const bool untied = a.has("untie-embeddings-and-output-weights");
+    model["tie_word_embeddings"] = !untied;
+    if (!untied) assumptions.push_back("model: input and output embeddings tied (Megatron's default; --untie-embeddings-and-output-weights unties them)");
+    const std::string pos = a.word("position-embedding-type", "learned_absolute");
+    if (pos == "learned_absolute") {
+      model["position_embedding"] = "learned";
+      model["max_position_embeddings"] = a.integer("max-position-embeddings", 1, kBig, seq);
+      if (!a.has("position-embedding-type")) assumptions.push_back("model: learned absolute positions (Megatron's default)");
+    } else if (pos == "rope" || pos == "mrope" || pos == "yarn" || pos == "none") {
+      model["position_embedding"] = "rotary";  // no parameters
+    } else {
+      throw core::UserError("--position-embedding-type: got '" + pos + "'; expected learned_absolute, rope, mrope, yarn or none");
+    }
+    (void)a.has("max-position-embeddings");
+    const std::string norm = a.word("normalization", "LayerNorm");
+    if (norm != "LayerNorm" && norm != "RMSNorm") throw core::UserError("--normalization: got '" + norm + "'; expected LayerNorm or RMSNorm");
+    model["norm"] = norm == "RMSNorm" ? "rmsnorm" : "layernorm";
+    model["linear_bias"] = !a.has("disable-bias-linear");
+    if (!a.has("disable-bias-linear")) assumptions.push_back("model: biases on the linear layers (Megatron's default; --disable-bias-linear drops them)");
+    (void)a.has("add-bias-linear");
+    if (a.has("qk-layernorm")) model["qk_norm"] = true;
+    if (const int64_t experts = a.integer("num-experts", 0, 1 << 20, 0); experts > 0) {
+      model["num_local_experts"] = experts;
+      model["num_experts_per_tok"] = a.integer("moe-router-topk", 1, experts, 2);
+      model["moe_intermediate_size"] = a.integer("moe-ffn-hidden-size", 1, kBig, ffn);
+      if (const int64_t shared = a.integer("moe-shared-expert-intermediate-size", 0, kBig, 0); shared > 0) {
+        model["shared_expert_intermediate_size"] = shared;
+        model["n_shared_experts"] = 1;
+      }
+      if (a.has("moe-layer-freq")) {
+        const std::string f = a.word("moe-layer-freq");
+        std::smatch m;
+        if (std::regex_match(f, m, std::regex(R"(\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\s*\)?)"))) {
+          model["first_k_dense_replace"] = std::stoll(m[1]);
+          if (std::stoll(m[1]) + std::stoll(m[2]) != L) {
+            throw core::UserError("--moe-layer-freq: " + f + " describes " + std::to_string(std::stoll(m[1]) + std::stoll(m[2])) + " layers; --num-layers is " + std::to_string(L));
+          }
+        } else {
+          model["moe_layer_freq"] = Reader::parse_int("moe-layer-freq", f, 1, L);
+        }
+      }
+    }
+    if (a.has("multi-latent-attention")) {
+      if (a.has("q-lora-rank")) model["q_lora_rank"] = a.integer("q-lora-rank", 1, kBig, 0);
+      model["kv_lora_rank"] = a.required("kv-lora-rank", 1, kBig, "multi-latent attention's compressed K/V width");
+      model["qk_nope_head_dim"] = a.integer("qk-head-dim", 1, kBig, 128);
+      model["qk_rope_head_dim"] = a.integer("qk-pos-emb-head-dim", 1, kBig, 64);
+      model["v_head_dim"] = a.integer("v-head-dim", 1, kBig, 128);
+    }
+  }
+
+  // --- layout ---
+  const int64_t tp = a.integer("tensor-model-parallel-size", 1, 1 << 20, 1);
+  const int64_t pp = a.integer("pipeline-model-parallel-size", 1, 1 << 20, 1);
+  const int64_t cp = a.integer("context-parallel-size", 1, 1 << 20, 1);
+  const int64_t ep = a.integer("expert-model-parallel-size", 1, 1 << 20, 1);
+  if (gpus % (tp * pp * cp) != 0) {
+    throw core::UserError("--tensor-model-parallel-size x --pipeline-model-parallel-size x --context-parallel-size = " + std::to_string(tp * pp * cp) +
+                          " does not divide the " + std::to_string(gpus) + " GPUs");
+  }
+  const int64_t dp = gpus / (tp * pp * cp);
+  Json parallel = {{"tp", tp}, {"pp", pp}, {"cp", cp}, {"dp", dp}, {"micro_batch_size", mbs}};
+  training["global_batch_size"] = a.integer("global-batch-size", 1, kBig, mbs * dp);
+  if (!a.has("global-batch-size")) assumptions.push_back("training: global batch = micro-batch x dp (Megatron's default: no accumulation)");
+  if (ep > 1) parallel["ep"] = ep;
+  if (a.has("expert-tensor-parallel-size")) parallel["etp"] = a.integer("expert-tensor-parallel-size", 1, 1 << 20, 1);
+  if (a.has("virtual-pipeline-model-parallel-size")) parallel["vpp"] = a.integer("virtual-pipeline-model-parallel-size", 1, 1 << 20, 1);
+  if (a.has("num-layers-per-virtual-pipeline-stage")) {
+    const int64_t per = a.integer("num-layers-per-virtual-pipeline-stage", 1, 1 << 20, 1);
+    const int64_t L = layers_arg > 0 ? layers_arg : 0;
+    if (L == 0 || L % (pp * per) != 0) {
+      throw core::UserError("--num-layers-per-virtual-pipeline-stage: " + std::to_string(per) + " x pp " + std::to_string(pp) + " must divide --num-layers");
+    }
+    parallel["vpp"] = L / (pp * per);
+  }
+  if (a.has("sequence-parallel")) parallel["sp"] = true;
+  if (a.has("cp-comm-type")) parallel["cp_comm"] = a.word("cp-comm-type");
+  if (a.has("decoder-first-pipeline-num-layers")) parallel["first_stage_layers"] = a.integer("decoder-first-pipeline-num-layers", 0, 1 << 20, 0);
+  if (a.has("decoder-last-pipeline-num-layers")) parallel["last_stage_layers"] = a.integer("decoder-last-pipeline-num-layers", 0, 1 << 20, 0);
+  if (a.has("account-for-embedding-in-pipeline-split")) parallel["account_for_embedding_in_pipeline_split"] = true;
+  if (a.has("account-for-loss-in-pipeline-split")) parallel["account_for_loss_in_pipeline_split"] = true;
+  if (a.has("pipeline-model-parallel-layout")) parallel["pipeline_layout"] = a.word("pipeline-model-parallel-layout");
+  const bool fsdp = a.has("use-torch-fsdp2") || a.has("use-megatron-fsdp") || a.has("use-custom-fsdp");
+  if (fsdp) {
+    parallel["fsdp"] = true;
+  } else if (a.has("use-distributed-optimizer")) {
+    parallel["zero_stage"] = 1;
+  }
+  if (a.has("num-distributed-optimizer-instances")) parallel["dp_replicate"] = a.integer("num-distributed-optimizer-instances", 1, 1 << 20, 1);
+  // Recomputation.
+  const std::string gran = a.word("recompute-granularity", "");
+  if (gran == "full") {
+    parallel["recompute"] = "full";
+    const std::string method = a.word("recompute-method", "uniform");
+    const int64_t n = a.integer("recompute-num-layers", 1, 1 << 20, 1);
+    if (method == "block") {
+      parallel["recompute_layers"] = n;
+    } else if (method == "uniform") {
+      assumptions.push_back("parallel: recompute full, uniform method: every layer is recomputed (checkpointed in groups of " + std::to_string(n) + ")");
+    } else {
+      throw core::UserError("--recompute-method: got '" + method + "'; expected uniform or block");
+    }
+  } else if (gran == "selective") {
+    parallel["recompute"] = "selective";
+    const auto mods = a.words("recompute-modules");
+    if (!mods.empty()) parallel["recompute_modules"] = mods;
+  } else if (!gran.empty()) {
+    throw core::UserError("--recompute-granularity: got '" + gran + "'; expected full or selective");
+  }
+  // Communication overlap and Megatron-Core DDP buckets.
+  const bool overlap_grad = a.has("overlap-grad-reduce");
+  parallel["grad_reduce_overlap"] = overlap_grad;
+  parallel["param_gather_overlap"] = a.has("overlap-param-gather");
+  if (a.has("tp-comm-overlap")) parallel["tp_comm_overlap"] = true;
+  if (dp * cp > 1 && !fsdp) {
+    parallel["bucket_layout"] = "megatron";
+    const double grad_bytes = precision == "fp32" || training.contains("grad_dtype") ? 4.0 : 2.0;
+    if (overlap_grad) {
+      const int64_t params = a.has("ddp-bucket-size") ? a.integer("ddp-bucket-size", 1, kBig, 0) : std::max<int64_t>(40'000'000, 1'000'000 * dp * cp);
+      parallel["bucket_mb"] = static_cast<double>(params) * grad_bytes / 1e6;
+      assumptions.push_back("parallel: gradient buckets of " + std::to_string(params) + " parameters" +
+                            (a.has("ddp-bucket-size") ? "" : " (Megatron-Core's default max(40 M, 1 M x dp))") +
+                            " on the first stage's first chunk, one bucket per chunk elsewhere (Megatron-Core DDP)");
+    } else {
+      parallel["bucket_mb"] = 1e6;
+      assumptions.push_back("parallel: gradients reduced in one piece after the backward (no --overlap-grad-reduce)");
+    }
+  }
+  if (const std::string d = a.word("moe-token-dispatcher-type", ""); !d.empty()) {
+    if (d != "alltoall" && d != "allgather" && d != "flex") throw core::UserError("--moe-token-dispatcher-type: got '" + d + "'; expected alltoall, allgather or flex");
+    parallel["moe"] = {{"dispatcher", d}};
+  }
+
+  // Everything else: arguments with no modelled cost.
+  for (const char* k : {"num-layers", "hidden-size", "num-attention-heads", "vocab-size", "ffn-hidden-size", "swiglu", "group-query-attention",
+                        "num-query-groups", "kv-channels", "untie-embeddings-and-output-weights", "position-embedding-type", "normalization",
+                        "disable-bias-linear", "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+                        "moe-shared-expert-intermediate-size", "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank",
+                        "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "recompute-method", "recompute-num-layers", "recompute-modules",
+                        "ddp-bucket-size"}) {
+    (void)a.has(k);  // read above, or ignored with --model / outside their mode
+  }
+  Json run = {{"name", "imported from Megatron-LM arguments"}, {"model", model}, {"hardware", opt.hardware}, {"cluster", cluster},
+              {"training", training}, {"parallel", parallel}, {"assumptions", assumptions}};
+  if (const auto ignored = a.unused(); !ignored.empty()) {
+    std::string list;
+    for (const auto& k : ignored) list += (list.empty() ? "" : " ") + k;
+    run["notes"] = "ignored (no modelled cost): " + list;
+  }
+  if (!opt.model.empty()) run["assumptions"].push_back("model: the zoo's " + opt.model + "; the architecture arguments are not read");
+  return run;
+}
+
+}  // namespace stepcast::config

@@ -1,0 +1,148 @@
+// `stepcast import megatron`: Megatron-LM launch arguments as a run file. The architecture
+// arguments of a published model rebuild its zoo entry exactly; the layout, Megatron's defaults
+// (stated as assumptions) and the arguments with no modelled cost (listed as ignored) are
+// checked, and every malformed input names the argument.
+#include "sim/config/megatron_import.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/model_spec.hpp"
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+
+namespace stepcast::config {
+namespace {
+
+using core::Json;
+
+const char* kLlama8b = R"(#!/bin/bash
+# Llama 3 8B on 8 nodes
+torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py \
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \
+    --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 \
+    --swiglu --normalization RMSNorm --position-embedding-type rope \
+    --untie-embeddings-and-output-weights --disable-bias-linear \
+    --vocab-size 128256 --seq-length 8192 --max-position-embeddings 8192 \
+    --micro-batch-size 1 --global-batch-size 128 \
+    --tensor-model-parallel-size 2 --context-parallel-size 2 \
+    --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+    --recompute-granularity full --recompute-method block --recompute-num-layers 4 \
+    --bf16 --lr 3e-4 --data-path "/data/my text_document" --log-interval 10
+)";
+
+std::string error_of(const std::vector<std::string>& args, MegatronImport opt = {}) {
+  try {
+    (void)import_megatron(args, opt);
+  } catch (const core::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MegatronImport, SplitsALaunchScript) {
+  const auto w = split_command_line(kLlama8b);
+  ASSERT_GE(w.size(), 4u);
+  EXPECT_EQ(w[0], "torchrun");
+  EXPECT_EQ(w[1], "--nproc_per_node");
+  EXPECT_NE(std::find(w.begin(), w.end(), "/data/my text_document"), w.end());  // quoted, one word
+  EXPECT_EQ(std::find(w.begin(), w.end(), "#"), w.end());                       // comments dropped
+  EXPECT_EQ(std::find(w.begin(), w.end(), "\\"), w.end());                      // continuations joined
+  EXPECT_THROW(split_command_line("--a 'unclosed"), core::UserError);
+}
+
+TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
+  const Json run = import_megatron(split_command_line(kLlama8b), {});
+  const RunConfig rc = parse_run(run, "<import>", "");
+  const auto zoo = model::zoo_model("llama3.1-8b");
+  EXPECT_DOUBLE_EQ(rc.model.total_params(), zoo.total_params());
+  EXPECT_EQ(rc.cluster.num_gpus, 64);  // torchrun: 8 nodes x 8
+  EXPECT_EQ(rc.cluster.gpus_per_node, 8);
+  EXPECT_EQ(rc.parallel.tp, 2);
+  EXPECT_EQ(rc.parallel.cp, 2);
+  EXPECT_EQ(rc.parallel.dp, 16);
+  EXPECT_TRUE(rc.parallel.sp);
+  EXPECT_EQ(rc.parallel.zero_stage, 1);
+  EXPECT_EQ(rc.parallel.recompute, Recompute::kFull);
+  EXPECT_EQ(rc.parallel.recompute_layers, 4);
+  EXPECT_EQ(rc.parallel.bucket_layout, BucketLayout::kMegatron);
+  EXPECT_DOUBLE_EQ(rc.parallel.bucket_mb, 40e6 * 4 / 1e6);  // max(40 M, 1 M x dp x cp) fp32 main grads
+  EXPECT_EQ(rc.training.global_batch_size, 128);
+  EXPECT_EQ(rc.training.seq_len, 8192);
+  EXPECT_EQ(run["notes"].get<std::string>(), "ignored (no modelled cost): --data-path --log-interval --lr");
+  // A zoo name instead of the architecture: the same model, and the run says so.
+  MegatronImport z;
+  z.model = "llama3.1-8b";
+  const Json zr = import_megatron(split_command_line(kLlama8b), z);
+  EXPECT_EQ(zr["model"], "llama3.1-8b");
+  EXPECT_DOUBLE_EQ(parse_run(zr, "<import>", "").model.total_params(), zoo.total_params());
+}
+
+// Megatron's own defaults where arguments are omitted, each written down.
+TEST(MegatronImport, DefaultsAreStated) {
+  const Json run = import_megatron({"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--vocab-size", "50304",
+                                    "--seq-length", "2048", "--swiglu", "--fp16"},
+                                   [] {
+                                     MegatronImport o;
+                                     o.gpus = 8;
+                                     return o;
+                                   }());
+  EXPECT_EQ(run["model"]["intermediate_size"], 5440);  // int(8 x 2048 / 3 / 64) x 64
+  EXPECT_EQ(run["model"]["tie_word_embeddings"], true);
+  EXPECT_EQ(run["model"]["linear_bias"], true);
+  EXPECT_EQ(run["model"]["position_embedding"], "learned");
+  EXPECT_EQ(run["training"]["global_batch_size"], 8);  // micro-batch 1 x dp 8
+  EXPECT_EQ(run["parallel"]["grad_reduce_overlap"], false);
+  std::string all;
+  for (const auto& a : run["assumptions"]) all += a.get<std::string>() + "\n";
+  for (const char* what : {"MLP width 5440", "tied", "biases", "learned absolute", "one piece", "micro-batch x dp"}) {
+    EXPECT_NE(all.find(what), std::string::npos) << what << " in\n" << all;
+  }
+  EXPECT_NO_THROW(parse_run(run, "<import>", ""));
+}
+
+TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
+  MegatronImport o;
+  o.gpus = 64;
+  const Json mixtral = import_megatron({"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention",
+                                        "--num-query-groups", "8", "--ffn-hidden-size", "14336", "--swiglu", "--normalization", "RMSNorm",
+                                        "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                                        "--vocab-size", "32000", "--seq-length", "4096", "--num-experts", "8", "--moe-router-topk", "2",
+                                        "--expert-model-parallel-size", "8", "--moe-token-dispatcher-type", "alltoall", "--bf16"},
+                                       o);
+  const RunConfig rc = parse_run(mixtral, "<import>", "");
+  EXPECT_NEAR(rc.model.total_params(), model::zoo_model("mixtral-8x7b").total_params(), 1.0);
+  EXPECT_EQ(rc.parallel.ep, 8);
+  const Json dense_first = import_megatron({"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "1000",
+                                            "--seq-length", "1024", "--num-experts", "4", "--moe-layer-freq", "([0]*3+[1]*5)"},
+                                           o);
+  EXPECT_EQ(dense_first["model"]["first_k_dense_replace"], 3);
+  EXPECT_NE(error_of({"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "1000", "--seq-length", "1024",
+                      "--num-experts", "4", "--moe-layer-freq", "([0]*3+[1]*4)"},
+                     o)
+                .find("--moe-layer-freq"),
+            std::string::npos);
+}
+
+TEST(MegatronImport, BadArgumentsAreNamed) {
+  MegatronImport o;
+  o.gpus = 8;
+  const std::vector<std::string> base = {"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096"};
+  EXPECT_NE(error_of(base, o).find("--vocab-size: required"), std::string::npos) << error_of(base, o);
+  auto with = [&](std::vector<std::string> more) {
+    auto v = base;
+    v.push_back("--vocab-size");
+    v.push_back("32000");
+    v.insert(v.end(), more.begin(), more.end());
+    return error_of(v, o);
+  };
+  EXPECT_NE(with({"--num-layers=abc"}).find("--num-layers: got 'abc'"), std::string::npos) << with({"--num-layers=abc"});
+  EXPECT_NE(with({"--tensor-model-parallel-size", "3"}).find("does not divide the 8 GPUs"), std::string::npos);
+  EXPECT_NE(with({"--recompute-granularity", "most"}).find("--recompute-granularity"), std::string::npos);
+  EXPECT_NE(with({"--normalization", "BatchNorm"}).find("--normalization"), std::string::npos);
+  EXPECT_NE(error_of({"--num-layers", "2"}).find("GPU count"), std::string::npos);  // no --gpus, no torchrun
+}
+
+}  // namespace
+}  // namespace stepcast::config
