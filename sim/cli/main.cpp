@@ -25,7 +25,7 @@
 #include "models/model_spec.hpp"
 #include "sim/accuracy/published.hpp"
 #include "sim/config/hardware.hpp"
-#include "sim/config/megatron_import.hpp"
+#include "sim/config/framework_import.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/journal.hpp"
@@ -598,9 +598,15 @@ int run(int argc, char** argv) {
   // import
   std::string imp_framework, imp_args_file, imp_out;
   std::vector<std::string> imp_args;
-  stepcast::config::MegatronImport imp_opt;
-  auto* imp = app.add_subcommand("import", "a training framework's launch arguments as a run file (megatron: Megatron-LM / Megatron-Core)");
-  imp->add_option("framework", imp_framework, "megatron")->required()->check(CLI::IsMember({"megatron"}));
+  stepcast::config::ImportOptions imp_opt;
+  std::string imp_config;
+  auto* imp = app.add_subcommand("import", "a training framework's configuration as a run file (megatron: Megatron-LM / Megatron-Core launch "
+                                           "arguments; deepspeed: a DeepSpeed config JSON)");
+  imp->add_option("framework", imp_framework, "megatron or deepspeed")->required()->check(CLI::IsMember({"megatron", "deepspeed"}));
+  imp->add_option("--config", imp_config, "deepspeed: the DeepSpeed config JSON")->check(CLI::ExistingFile);
+  imp->add_option("--seq", imp_opt.seq_len, "deepspeed: sequence length")->check(count_range(1, kMaxCount));
+  imp->add_option("--recompute", imp_opt.recompute, "deepspeed: the model code's activation checkpointing")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   imp->add_option("args", imp_args, "the framework's arguments, after -- (e.g. -- --num-layers 32 --hidden-size 4096 ...)");
   imp->add_option("--args-file", imp_args_file, "a launch script or text file holding the arguments (continuation lines and quotes honoured)")
       ->check(CLI::ExistingFile);
@@ -609,7 +615,7 @@ int run(int argc, char** argv) {
   imp->add_option("--gpus-per-node", imp_opt.gpus_per_node, "GPUs per node (default: torchrun's --nproc-per-node, else the profile's)")
       ->check(count_range(1, 1024));
   imp->add_option("--hardware", imp_opt.hardware, "hardware profile the run file names (default h100-sxm)");
-  imp->add_option("--model", imp_opt.model, "a zoo model to use instead of the architecture arguments");
+  imp->add_option("--model", imp_opt.model, "a zoo model or a model config file (megatron: instead of the architecture arguments; deepspeed: required)");
   imp->add_option("--out", imp_out, "write the run file here (default: print it)")->check(kOutputFile);
 
   // models / hardware
@@ -1223,16 +1229,22 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (imp->parsed()) {
-    std::vector<std::string> words = imp_args;
-    if (!imp_args_file.empty()) {
-      std::ifstream in(imp_args_file);
-      std::stringstream text;
-      text << in.rdbuf();
-      const auto more = stepcast::config::split_command_line(text.str());
-      words.insert(words.begin(), more.begin(), more.end());
+    Json run;
+    if (imp_framework == "deepspeed") {
+      if (imp_config.empty()) throw stepcast::core::UserError("import deepspeed: --config: required (the DeepSpeed config JSON)");
+      run = stepcast::config::import_deepspeed(stepcast::core::load_json_file(imp_config), imp_config, imp_opt);
+    } else {
+      std::vector<std::string> words = imp_args;
+      if (!imp_args_file.empty()) {
+        std::ifstream in(imp_args_file);
+        std::stringstream text;
+        text << in.rdbuf();
+        const auto more = stepcast::config::split_command_line(text.str());
+        words.insert(words.begin(), more.begin(), more.end());
+      }
+      if (words.empty()) throw stepcast::core::UserError("import: no arguments: give them after -- or with --args-file");
+      run = stepcast::config::import_megatron(words, imp_opt);
     }
-    if (words.empty()) throw stepcast::core::UserError("import: no arguments: give them after -- or with --args-file");
-    Json run = stepcast::config::import_megatron(words, imp_opt);
     // The file must load as it is written: the validator's verdict, naming the run file's field.
     (void)stepcast::config::parse_run(run, "the imported run", "");
     const std::string text = run.dump(2) + "\n";

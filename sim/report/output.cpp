@@ -131,6 +131,7 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
     << " (tp " << rc.parallel.tp << ", pp " << rc.parallel.pp << ", dp " << rc.parallel.dp << ", cp " << rc.parallel.cp
     << ", zero " << rc.parallel.effective_zero()
     << (rc.parallel.dp_replicate > 1 ? " in " + std::to_string(rc.parallel.dp_replicate) + " replicas" : std::string())
+    << (rc.parallel.offload != config::Offload::kNone ? ", offload " + config::to_string(rc.parallel.offload) : std::string())
     << ", recompute " << config::recompute_label(rc.parallel) << ")\n";
   // The kept-outputs column appears only for runtimes that keep stage outputs until the step ends.
   const bool kept = std::any_of(l.stages.begin(), l.stages.end(), [](const auto& s) { return s.kept_outputs.value() > 0; });
@@ -287,13 +288,14 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
   char line[256];
   o << "analytical estimate: " << rc.model.name << " on " << rc.cluster.num_gpus << "x " << rc.hardware.name << "\n";
   std::snprintf(line, sizeof line,
-                "  layout       tp %lld  pp %lld  dp %lld  cp %lld  ep %lld  vpp %lld  mbs %lld  m %lld  %s  zero %d%s  recompute %s\n",
+                "  layout       tp %lld  pp %lld  dp %lld  cp %lld  ep %lld  vpp %lld  mbs %lld  m %lld  %s  zero %d%s%s  recompute %s\n",
                 static_cast<long long>(rc.parallel.tp), static_cast<long long>(rc.parallel.pp),
                 static_cast<long long>(rc.parallel.dp), static_cast<long long>(rc.parallel.cp),
                 static_cast<long long>(rc.parallel.ep), static_cast<long long>(rc.parallel.vpp),
                 static_cast<long long>(rc.parallel.micro_batch_size), static_cast<long long>(rc.num_microbatches),
                 config::to_string(rc.parallel.schedule).c_str(), rc.parallel.effective_zero(),
                 rc.parallel.dp_replicate > 1 ? (" in " + std::to_string(rc.parallel.dp_replicate) + " replicas").c_str() : "",
+                rc.parallel.offload != config::Offload::kNone ? ("  offload " + config::to_string(rc.parallel.offload)).c_str() : "",
                 config::recompute_label(rc.parallel).c_str());
   o << line;
   // An uneven pipeline split: the transformer layers of every virtual stage.

@@ -1,6 +1,7 @@
-// `stepcast import megatron`: a Megatron-LM / Megatron-Core launch command line (pretrain_gpt.py
-// arguments, and torchrun's node and process counts when present) as a stepcast run file.
+// `stepcast import`: a training framework's own configuration as a stepcast run file.
 //
+// megatron: a Megatron-LM / Megatron-Core launch command line (pretrain_gpt.py arguments, and
+// torchrun's node and process counts when present).
 // The model comes from the architecture arguments (--num-layers, --hidden-size, ...; Megatron's
 // defaults where one is omitted: a 4h MLP, or int(8h/3 / 64) * 64 with --swiglu; tied
 // embeddings; bias on linear layers), or from a zoo name given instead. The layout and the
@@ -11,6 +12,15 @@
 // `assumptions`; arguments with no modelled cost (data, logging, checkpoints, learning rate, ...)
 // are listed in its `notes` as ignored. A malformed value, or an argument the run needs and
 // Megatron cannot derive without the tokenizer (--vocab-size), is an error naming the argument.
+//
+// deepspeed: a DeepSpeed config JSON (batch sizes, precision, ZeRO stage and its offload,
+// bucket sizes, overlap) with the model, sequence length and GPU count it does not hold. The
+// layout is data parallel over every GPU under the ZeRO stage; DeepSpeed's behaviour follows its
+// defaults: ZeRO-1/2 gather the updated partitions inside the optimizer step; bf16 under ZeRO-1
+// without offload runs the BF16 optimizer (bf16 gradients beside an fp32 accumulation buffer);
+// ZeRO-3 releases parameters after each module's forward, so a recomputed forward gathers them
+// again. Keys with no modelled cost are listed as ignored; "auto" (which the Hugging Face
+// Trainer fills in) and unknown ZeRO offload devices are errors naming the key.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +31,13 @@
 
 namespace stepcast::config {
 
-struct MegatronImport {
+struct ImportOptions {
   std::string hardware = "h100-sxm";  // profile name for the run file
-  std::string model;                  // a zoo name, used instead of the architecture arguments
+  // A zoo name or a model config file (megatron: instead of the architecture arguments;
+  // deepspeed: required).
+  std::string model;
+  int64_t seq_len = 0;                // deepspeed: required (the config does not hold it)
+  std::string recompute;              // deepspeed: the model code's activation checkpointing (none, selective, full)
   int64_t gpus = 0;                   // 0: torchrun's --nnodes x --nproc-per-node from the arguments
   int64_t gpus_per_node = 0;          // 0: --nproc-per-node, else the profile's
 };
@@ -34,6 +48,9 @@ std::vector<std::string> split_command_line(const std::string& text);
 
 // The run file for `args` (which may include the launcher, the script name and torchrun's own
 // options). Throws core::UserError naming the argument at fault.
-core::Json import_megatron(const std::vector<std::string>& args, const MegatronImport& opt);
+core::Json import_megatron(const std::vector<std::string>& args, const ImportOptions& opt);
+
+// The run file for a DeepSpeed config (`config_path` names it in messages).
+core::Json import_deepspeed(const core::Json& config, const std::string& config_path, const ImportOptions& opt);
 
 }  // namespace stepcast::config

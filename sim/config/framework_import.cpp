@@ -1,8 +1,9 @@
-#include "sim/config/megatron_import.hpp"
+#include "sim/config/framework_import.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -150,7 +151,7 @@ class Reader {
 
 }  // namespace
 
-Json import_megatron(const std::vector<std::string>& args, const MegatronImport& opt) {
+Json import_megatron(const std::vector<std::string>& args, const ImportOptions& opt) {
   Reader a(parse(args));
   std::vector<std::string> assumptions;
   constexpr int64_t kBig = int64_t{1} << 40;
@@ -373,6 +374,167 @@ Json import_megatron(const std::vector<std::string>& args, const MegatronImport&
     run["notes"] = "ignored (no modelled cost): " + list;
   }
   if (!opt.model.empty()) run["assumptions"].push_back("model: the zoo's " + opt.model + "; the architecture arguments are not read");
+  return run;
+}
+
+namespace {
+
+// A DeepSpeed config value: a number (DeepSpeed also takes numbers written as strings), never
+// "auto", which only the Hugging Face Trainer fills in.
+double ds_number(const Json& j, const std::string& path, double lo, double hi) {
+  double v = 0;
+  if (j.is_number()) {
+    v = j.get<double>();
+  } else if (j.is_string() && j.get<std::string>() == "auto") {
+    throw core::UserError(path + ": \"auto\" is filled in by the Hugging Face Trainer; give the number");
+  } else if (j.is_string()) {
+    char* end = nullptr;
+    v = std::strtod(j.get<std::string>().c_str(), &end);
+    if (end == nullptr || *end != '\0' || j.get<std::string>().empty()) throw core::UserError(path + ": got " + j.dump() + "; expected a number");
+  } else {
+    throw core::UserError(path + ": got " + j.dump() + "; expected a number");
+  }
+  if (!(v >= lo && v <= hi)) throw core::UserError(path + ": got " + j.dump() + "; expected " + core::fmt("%g", lo) + " to " + core::fmt("%g", hi));
+  return v;
+}
+
+bool ds_enabled(const Json& c, const char* key) {
+  if (!c.contains(key) || !c[key].is_object() || !c[key].contains("enabled")) return false;
+  const Json& e = c[key]["enabled"];
+  if (e.is_boolean()) return e.get<bool>();
+  throw core::UserError(std::string(key) + ".enabled: got " + e.dump() + "; expected true or false");
+}
+
+// An offload block's device: none (or absent), cpu; nvme is not modelled.
+bool ds_offloaded(const Json& zero, const char* key) {
+  if (!zero.contains(key) || zero[key].is_null()) return false;
+  const std::string path = std::string("zero_optimization.") + key;
+  if (!zero[key].is_object()) throw core::UserError(path + ": got " + zero[key].dump() + "; expected an object with a device");
+  const std::string dev = zero[key].value("device", std::string("none"));
+  if (dev == "none") return false;
+  if (dev == "cpu") return true;
+  if (dev == "nvme") throw core::UserError(path + ".device: \"nvme\" (ZeRO-Infinity) is not modelled; stepcast models \"cpu\" offload");
+  throw core::UserError(path + ".device: got \"" + dev + "\"; expected none, cpu or nvme");
+}
+
+}  // namespace
+
+Json import_deepspeed(const Json& c, const std::string& config_path, const ImportOptions& opt) {
+  if (!c.is_object()) throw core::UserError(config_path + ": expected a DeepSpeed config object");
+  if (opt.model.empty()) throw core::UserError("--model: required (a DeepSpeed config does not describe the model): a zoo name or a model config file");
+  if (opt.seq_len <= 0) throw core::UserError("--seq: required (a DeepSpeed config does not hold the sequence length)");
+  if (opt.gpus <= 0) throw core::UserError("--gpus: required (the DeepSpeed config does not say how many GPUs run it)");
+  std::vector<std::string> assumptions, ignored;
+  std::set<std::string> read;
+  auto get = [&](const char* key) -> const Json* {
+    read.insert(key);
+    return c.contains(key) && !c[key].is_null() ? &c[key] : nullptr;
+  };
+  const int64_t dp = opt.gpus;
+  // Batch: any two of the three determine the third (train = micro x accumulation x dp).
+  const Json* tb = get("train_batch_size");
+  const Json* mb = get("train_micro_batch_size_per_gpu");
+  const Json* ga = get("gradient_accumulation_steps");
+  int64_t mbs = mb ? static_cast<int64_t>(ds_number(*mb, "train_micro_batch_size_per_gpu", 1, 1e9)) : 0;
+  int64_t gas = ga ? static_cast<int64_t>(ds_number(*ga, "gradient_accumulation_steps", 1, 1e9)) : 0;
+  int64_t gbs = tb ? static_cast<int64_t>(ds_number(*tb, "train_batch_size", 1, 1e12)) : 0;
+  if (gbs == 0 && mbs > 0) gbs = mbs * std::max<int64_t>(1, gas) * dp;
+  if (mbs == 0 && gbs > 0) mbs = gbs / (std::max<int64_t>(1, gas) * dp);
+  if (gbs == 0 || mbs == 0) throw core::UserError(config_path + ": train_batch_size or train_micro_batch_size_per_gpu: give at least one");
+  if (gas == 0) gas = gbs / (mbs * dp);
+  if (mbs * gas * dp != gbs) {
+    throw core::UserError("train_batch_size: " + std::to_string(gbs) + " is not train_micro_batch_size_per_gpu x gradient_accumulation_steps x GPUs = " +
+                          std::to_string(mbs) + " x " + std::to_string(gas) + " x " + std::to_string(dp));
+  }
+  // Precision.
+  read.insert("bf16");
+  read.insert("fp16");
+  const bool bf16 = ds_enabled(c, "bf16"), fp16 = ds_enabled(c, "fp16");
+  if (bf16 && fp16) throw core::UserError("bf16.enabled and fp16.enabled: both true; DeepSpeed takes one");
+  const std::string precision = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
+  if (!bf16 && !fp16) assumptions.push_back("training: fp32 (neither bf16 nor fp16 is enabled)");
+  Json training = {{"seq_len", opt.seq_len}, {"global_batch_size", gbs}, {"precision", precision}};
+  std::string optimizer = "adam";
+  if (const Json* o = get("optimizer"); o != nullptr && o->is_object() && o->contains("type")) {
+    std::string t = (*o)["type"].is_string() ? (*o)["type"].get<std::string>() : "";
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    if (t == "sgd") {
+      optimizer = "sgd";
+    } else if (t.find("adam") == std::string::npos && t.find("lamb") == std::string::npos) {
+      throw core::UserError("optimizer.type: got " + (*o)["type"].dump() + "; stepcast models Adam-like (Adam, AdamW, OneBitAdam, Lamb) and SGD optimizers");
+    }
+  }
+  training["optimizer"] = optimizer;
+  // ZeRO.
+  Json parallel = {{"dp", dp}, {"micro_batch_size", mbs}};
+  const Json* zp = get("zero_optimization");
+  const Json zero = zp != nullptr ? *zp : Json::object();
+  if (!zero.is_object()) throw core::UserError("zero_optimization: got " + zero.dump() + "; expected an object");
+  const int stage = zero.contains("stage") ? static_cast<int>(ds_number(zero["stage"], "zero_optimization.stage", 0, 3)) : 0;
+  parallel["zero_stage"] = stage;
+  const bool off_opt = ds_offloaded(zero, "offload_optimizer"), off_param = ds_offloaded(zero, "offload_param");
+  if (off_param && stage < 3) throw core::UserError("zero_optimization.offload_param: needs stage 3 (got stage " + std::to_string(stage) + ")");
+  if (off_param) {
+    parallel["offload"] = "params";
+  } else if (off_opt) {
+    parallel["offload"] = "optimizer";
+  }
+  if (zero.contains("overlap_comm") && !zero["overlap_comm"].is_boolean()) {
+    throw core::UserError("zero_optimization.overlap_comm: got " + zero["overlap_comm"].dump() + "; expected true or false");
+  }
+  const bool overlap = zero.contains("overlap_comm") ? zero["overlap_comm"].get<bool>() : stage == 3;
+  parallel["grad_reduce_overlap"] = overlap;
+  if (!zero.contains("overlap_comm")) {
+    assumptions.push_back(std::string("parallel: gradient reduction ") + (overlap ? "overlapped with the backward" : "after the backward") +
+                          " (DeepSpeed's overlap_comm default for stage " + std::to_string(stage) + ")");
+  }
+  const double grad_bytes = precision == "fp32" ? 4.0 : 2.0;
+  const bool bf16_optimizer = bf16 && stage == 1 && !off_opt;
+  if (bf16_optimizer) {
+    training["grad_dtype"] = "fp32";
+    training["lp_grads"] = true;
+    assumptions.push_back("training: DeepSpeed's BF16 optimizer (bf16, ZeRO-1, no offload): bf16 gradients kept beside the fp32 accumulation buffer");
+  } else if (precision != "fp32") {
+    training["grad_dtype"] = precision;
+    assumptions.push_back("training: gradients kept and reduced in " + precision + " (DeepSpeed's communication_data_type follows the model dtype)");
+  }
+  if (stage >= 1 && stage <= 2) {
+    parallel["param_gather_overlap"] = false;
+    assumptions.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step");
+  }
+  if (stage <= 2 && dp > 1) {
+    const double elements = zero.contains("reduce_bucket_size") ? ds_number(zero["reduce_bucket_size"], "zero_optimization.reduce_bucket_size", 1, 1e13) : 5e8;
+    parallel["bucket_mb"] = std::min(1e6, elements * (bf16_optimizer ? 4.0 : grad_bytes) / 1e6);
+    if (!zero.contains("reduce_bucket_size")) assumptions.push_back("parallel: gradient buckets of 5e8 elements (DeepSpeed's reduce_bucket_size default)");
+  }
+  std::string recompute = opt.recompute.empty() ? "none" : opt.recompute;
+  parallel["recompute"] = recompute;
+  if (opt.recompute.empty()) assumptions.push_back("parallel: no activation checkpointing (the model code decides it; --recompute sets it)");
+  if (stage == 3 && recompute == "full") {
+    parallel["zero3_recompute_regather"] = true;
+    assumptions.push_back("parallel: ZeRO-3 releases parameters after each module's forward, so the recomputed forward gathers them again");
+  }
+  for (const auto& [k, v] : zero.items()) {
+    static const std::set<std::string> modelled = {"stage", "offload_optimizer", "offload_param", "overlap_comm", "reduce_bucket_size"};
+    if (!modelled.count(k)) ignored.push_back("zero_optimization." + k);
+  }
+  for (const auto& [k, v] : c.items()) {
+    if (!read.count(k)) ignored.push_back(k);
+  }
+  // The model: a zoo name, or a config file.
+  Json model = opt.model;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(opt.model, ec)) model = {{"path", std::filesystem::absolute(opt.model).string()}};
+  Json cluster = {{"num_gpus", opt.gpus}};
+  if (opt.gpus_per_node > 0) cluster["gpus_per_node"] = opt.gpus_per_node;
+  Json run = {{"name", "imported from DeepSpeed config " + std::filesystem::path(config_path).filename().string()},
+              {"model", model}, {"hardware", opt.hardware}, {"cluster", cluster}, {"training", training}, {"parallel", parallel},
+              {"assumptions", assumptions}};
+  if (!ignored.empty()) {
+    std::string list;
+    for (const auto& k : ignored) list += (list.empty() ? "" : " ") + k;
+    run["notes"] = "ignored (no modelled cost): " + list;
+  }
   return run;
 }
 

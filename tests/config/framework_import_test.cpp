@@ -1,8 +1,8 @@
-// `stepcast import megatron`: Megatron-LM launch arguments as a run file. The architecture
-// arguments of a published model rebuild its zoo entry exactly; the layout, Megatron's defaults
-// (stated as assumptions) and the arguments with no modelled cost (listed as ignored) are
-// checked, and every malformed input names the argument.
-#include "sim/config/megatron_import.hpp"
+// `stepcast import`: Megatron-LM launch arguments and DeepSpeed configs as run files. The
+// architecture arguments of a published model rebuild its zoo entry exactly; the layout, each
+// framework's defaults (stated as assumptions) and the settings with no modelled cost (listed as
+// ignored) are checked, and every malformed input names the argument or key.
+#include "sim/config/framework_import.hpp"
 
 #include <gtest/gtest.h>
 
@@ -32,7 +32,7 @@ torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py \
     --bf16 --lr 3e-4 --data-path "/data/my text_document" --log-interval 10
 )";
 
-std::string error_of(const std::vector<std::string>& args, MegatronImport opt = {}) {
+std::string error_of(const std::vector<std::string>& args, ImportOptions opt = {}) {
   try {
     (void)import_megatron(args, opt);
   } catch (const core::UserError& e) {
@@ -72,7 +72,7 @@ TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
   EXPECT_EQ(rc.training.seq_len, 8192);
   EXPECT_EQ(run["notes"].get<std::string>(), "ignored (no modelled cost): --data-path --log-interval --lr");
   // A zoo name instead of the architecture: the same model, and the run says so.
-  MegatronImport z;
+  ImportOptions z;
   z.model = "llama3.1-8b";
   const Json zr = import_megatron(split_command_line(kLlama8b), z);
   EXPECT_EQ(zr["model"], "llama3.1-8b");
@@ -84,7 +84,7 @@ TEST(MegatronImport, DefaultsAreStated) {
   const Json run = import_megatron({"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--vocab-size", "50304",
                                     "--seq-length", "2048", "--swiglu", "--fp16"},
                                    [] {
-                                     MegatronImport o;
+                                     ImportOptions o;
                                      o.gpus = 8;
                                      return o;
                                    }());
@@ -103,7 +103,7 @@ TEST(MegatronImport, DefaultsAreStated) {
 }
 
 TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
-  MegatronImport o;
+  ImportOptions o;
   o.gpus = 64;
   const Json mixtral = import_megatron({"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention",
                                         "--num-query-groups", "8", "--ffn-hidden-size", "14336", "--swiglu", "--normalization", "RMSNorm",
@@ -126,7 +126,7 @@ TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
 }
 
 TEST(MegatronImport, BadArgumentsAreNamed) {
-  MegatronImport o;
+  ImportOptions o;
   o.gpus = 8;
   const std::vector<std::string> base = {"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096"};
   EXPECT_NE(error_of(base, o).find("--vocab-size: required"), std::string::npos) << error_of(base, o);
@@ -142,6 +142,74 @@ TEST(MegatronImport, BadArgumentsAreNamed) {
   EXPECT_NE(with({"--recompute-granularity", "most"}).find("--recompute-granularity"), std::string::npos);
   EXPECT_NE(with({"--normalization", "BatchNorm"}).find("--normalization"), std::string::npos);
   EXPECT_NE(error_of({"--num-layers", "2"}).find("GPU count"), std::string::npos);  // no --gpus, no torchrun
+}
+
+// DeepSpeed: ZeRO-Infinity's CPU offload of parameters and optimizer, the batch arithmetic and
+// DeepSpeed's behaviour written down.
+TEST(DeepSpeedImport, ZeroThreeOffloadAndTheBatch) {
+  const Json cfg = Json::parse(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW"}, "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"},
+                          "stage3_prefetch_bucket_size": 5e8}})");
+  ImportOptions o;
+  o.model = "llama3.1-70b";
+  o.seq_len = 4096;
+  o.gpus = 8;
+  o.recompute = "full";
+  const Json run = import_deepspeed(cfg, "ds.json", o);
+  const RunConfig rc = parse_run(run, "<import>", "");
+  EXPECT_EQ(rc.training.global_batch_size, 64);  // 2 x 4 x 8
+  EXPECT_EQ(rc.parallel.effective_zero(), 3);
+  EXPECT_EQ(rc.parallel.offload, Offload::kParams);
+  EXPECT_TRUE(rc.parallel.grad_reduce_overlap);  // stage 3's overlap_comm default
+  EXPECT_TRUE(rc.parallel.zero3_recompute_regather);
+  EXPECT_EQ(run["notes"].get<std::string>(), "ignored (no modelled cost): zero_optimization.stage3_prefetch_bucket_size gradient_clipping");
+}
+
+TEST(DeepSpeedImport, BfSixteenZeroOneRunsTheBf16Optimizer) {
+  ImportOptions o;
+  o.model = "llama3.1-8b";
+  o.seq_len = 2048;
+  o.gpus = 16;
+  const Json run = import_deepspeed(Json::parse(R"({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 1, "reduce_bucket_size": 2e8}})"),
+                                    "ds.json", o);
+  const RunConfig rc = parse_run(run, "<import>", "");
+  EXPECT_EQ(rc.num_microbatches, 4);  // 256 / (4 x 16)
+  EXPECT_TRUE(rc.training.lp_grads);
+  EXPECT_EQ(rc.training.grad_dtype, hw::Dtype::kFp32);
+  EXPECT_FALSE(rc.parallel.param_gather_overlap);  // gathered inside the optimizer step
+  EXPECT_FALSE(rc.parallel.grad_reduce_overlap);   // overlap_comm off by default below stage 3
+  EXPECT_DOUBLE_EQ(rc.parallel.bucket_mb, 2e8 * 4 / 1e6);
+}
+
+TEST(DeepSpeedImport, BadConfigsAreNamed) {
+  ImportOptions o;
+  o.model = "llama3.1-8b";
+  o.seq_len = 2048;
+  o.gpus = 8;
+  auto err = [&](const char* text, ImportOptions opt) {
+    try {
+      (void)import_deepspeed(Json::parse(text), "ds.json", opt);
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err(R"({"train_micro_batch_size_per_gpu": "auto"})", o).find("train_micro_batch_size_per_gpu: \"auto\""), std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", o).find("train_batch_size: 100"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 64, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})", o).find("offload_param: needs stage 3"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 64, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})", o).find("nvme"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 64, "zero_optimization": {"stage": 5}})", o).find("zero_optimization.stage"), std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 64, "zero_optimization": {"overlap_comm": "yes"}})", o).find("overlap_comm"), std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 64, "bf16": {"enabled": true}, "fp16": {"enabled": true}})", o).find("both true"), std::string::npos);
+  EXPECT_NE(err(R"({"train_batch_size": 64, "optimizer": {"type": "Adafactor"}})", o).find("optimizer.type"), std::string::npos);
+  ImportOptions no_seq = o;
+  no_seq.seq_len = 0;
+  EXPECT_NE(err(R"({"train_batch_size": 64})", no_seq).find("--seq"), std::string::npos);
 }
 
 }  // namespace
