@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "models/model_spec.hpp"
@@ -17,20 +19,13 @@ namespace {
 
 using core::Json;
 
-const char* kLlama8b = R"(#!/bin/bash
-# Llama 3 8B on 8 nodes
-torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py \
-    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \
-    --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 \
-    --swiglu --normalization RMSNorm --position-embedding-type rope \
-    --untie-embeddings-and-output-weights --disable-bias-linear \
-    --vocab-size 128256 --seq-length 8192 --max-position-embeddings 8192 \
-    --micro-batch-size 1 --global-batch-size 128 \
-    --tensor-model-parallel-size 2 --context-parallel-size 2 \
-    --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
-    --recompute-granularity full --recompute-method block --recompute-num-layers 4 \
-    --bf16 --lr 3e-4 --data-path "/data/my text_document" --log-interval 10
-)";
+// The launch script under configs/launch (a README and WORKFLOW example).
+std::string llama8b_script() {
+  std::ifstream in(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/megatron-llama3-8b.sh");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 std::string error_of(const std::vector<std::string>& args, ImportOptions opt = {}) {
   try {
@@ -42,7 +37,8 @@ std::string error_of(const std::vector<std::string>& args, ImportOptions opt = {
 }
 
 TEST(MegatronImport, SplitsALaunchScript) {
-  const auto w = split_command_line(kLlama8b);
+  const auto w = split_command_line(llama8b_script());
+  ASSERT_FALSE(w.empty()) << "configs/launch/megatron-llama3-8b.sh";
   ASSERT_GE(w.size(), 4u);
   EXPECT_EQ(w[0], "torchrun");
   EXPECT_EQ(w[1], "--nproc_per_node");
@@ -53,7 +49,7 @@ TEST(MegatronImport, SplitsALaunchScript) {
 }
 
 TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
-  const Json run = import_megatron(split_command_line(kLlama8b), {});
+  const Json run = import_megatron(split_command_line(llama8b_script()), {});
   const RunConfig rc = parse_run(run, "<import>", "");
   const auto zoo = model::zoo_model("llama3.1-8b");
   EXPECT_DOUBLE_EQ(rc.model.total_params(), zoo.total_params());
@@ -74,7 +70,7 @@ TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
   // A zoo name instead of the architecture: the same model, and the run says so.
   ImportOptions z;
   z.model = "llama3.1-8b";
-  const Json zr = import_megatron(split_command_line(kLlama8b), z);
+  const Json zr = import_megatron(split_command_line(llama8b_script()), z);
   EXPECT_EQ(zr["model"], "llama3.1-8b");
   EXPECT_DOUBLE_EQ(parse_run(zr, "<import>", "").model.total_params(), zoo.total_params());
 }
