@@ -24,6 +24,7 @@
 
 #include "models/model_spec.hpp"
 #include "sim/accuracy/published.hpp"
+#include "sim/accuracy/titan_import.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/config/framework_import.hpp"
 #include "sim/config/run_config.hpp"
@@ -601,9 +602,9 @@ int run(int argc, char** argv) {
   stepcast::config::ImportOptions imp_opt;
   std::string imp_config;
   auto* imp = app.add_subcommand("import", "a training framework's configuration as a run file (megatron: Megatron-LM / Megatron-Core launch "
-                                           "arguments; deepspeed: a DeepSpeed config JSON)");
-  imp->add_option("framework", imp_framework, "megatron or deepspeed")->required()->check(CLI::IsMember({"megatron", "deepspeed"}));
-  imp->add_option("--config", imp_config, "deepspeed: the DeepSpeed config JSON")->check(CLI::ExistingFile);
+                                           "arguments; deepspeed: a DeepSpeed config JSON; torchtitan: a job config TOML)");
+  imp->add_option("framework", imp_framework, "megatron, deepspeed or torchtitan")->required()->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan"}));
+  imp->add_option("--config", imp_config, "deepspeed: the DeepSpeed config JSON; torchtitan: the job config TOML")->check(CLI::ExistingFile);
   imp->add_option("--seq", imp_opt.seq_len, "deepspeed: sequence length")->check(count_range(1, kMaxCount));
   imp->add_option("--recompute", imp_opt.recompute, "deepspeed: the model code's activation checkpointing")
       ->check(CLI::IsMember({"none", "selective", "full"}));
@@ -1230,9 +1231,17 @@ int run(int argc, char** argv) {
   }
   if (imp->parsed()) {
     Json run;
+    if (imp_framework != "megatron" && imp_config.empty()) {
+      throw stepcast::core::UserError("import " + imp_framework + ": --config: required (the " +
+                                      (imp_framework == "deepspeed" ? "DeepSpeed config JSON)" : "torchtitan job config TOML)"));
+    }
     if (imp_framework == "deepspeed") {
-      if (imp_config.empty()) throw stepcast::core::UserError("import deepspeed: --config: required (the DeepSpeed config JSON)");
       run = stepcast::config::import_deepspeed(stepcast::core::load_json_file(imp_config), imp_config, imp_opt);
+    } else if (imp_framework == "torchtitan") {
+      std::ifstream in(imp_config);
+      std::stringstream text;
+      text << in.rdbuf();
+      run = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(text.str(), imp_config), imp_config, imp_opt);
     } else {
       std::vector<std::string> words = imp_args;
       if (!imp_args_file.empty()) {

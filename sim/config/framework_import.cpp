@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
@@ -375,6 +376,152 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   }
   if (!opt.model.empty()) run["assumptions"].push_back("model: the zoo's " + opt.model + "; the architecture arguments are not read");
   return run;
+}
+
+namespace {
+
+// One TOML value from `v` (trimmed, comment removed): string, boolean, number or array.
+Json toml_value(std::string v, const std::string& where) {
+  auto trim = [](std::string x) {
+    const size_t a = x.find_first_not_of(" \t"), b = x.find_last_not_of(" \t");
+    return a == std::string::npos ? std::string() : x.substr(a, b - a + 1);
+  };
+  v = trim(v);
+  if (v.empty()) throw core::UserError(where + ": a key without a value");
+  if (v.front() == '"' || v.front() == '\'') {
+    if (v.size() < 2 || v.back() != v.front()) throw core::UserError(where + ": unclosed string " + v);
+    return v.substr(1, v.size() - 2);
+  }
+  if (v == "true" || v == "false") return v == "true";
+  if (v.front() == '[') {
+    if (v.back() != ']') throw core::UserError(where + ": unclosed array " + v);
+    Json arr = Json::array();
+    std::string inner = v.substr(1, v.size() - 2), cur;
+    char quote = 0;
+    int depth = 0;
+    for (char c : inner) {
+      if (quote != 0) {
+        cur += c;
+        if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+        cur += c;
+      } else if (c == '[') {
+        ++depth;
+        cur += c;
+      } else if (c == ']') {
+        --depth;
+        cur += c;
+      } else if (c == ',' && depth == 0) {
+        if (!trim(cur).empty()) arr.push_back(toml_value(cur, where));
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    if (!trim(cur).empty()) arr.push_back(toml_value(cur, where));
+    return arr;
+  }
+  std::string num;
+  for (char c : v) {
+    if (c != '_') num += c;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(num.c_str(), &end, 10);
+  if (end != nullptr && *end == '\0' && errno == 0) return static_cast<int64_t>(i);
+  const double d = std::strtod(num.c_str(), &end);
+  if (end != nullptr && *end == '\0') return d;
+  throw core::UserError(where + ": got " + v + "; expected a string, a number, true, false or an array");
+}
+
+}  // namespace
+
+Json parse_toml(const std::string& text, const std::string& path) {
+  Json doc = Json::object();
+  Json* table = &doc;
+  std::string pending, pending_key;
+  int line_no = 0, pending_line = 0;
+  auto strip_comment = [](const std::string& line) {
+    char quote = 0;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quote != 0) {
+        if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '#') {
+        return line.substr(0, i);
+      }
+    }
+    return line;
+  };
+  auto balance = [](const std::string& v) {
+    int depth = 0;
+    char quote = 0;
+    for (char c : v) {
+      if (quote != 0) {
+        if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '[') {
+        ++depth;
+      } else if (c == ']') {
+        --depth;
+      }
+    }
+    return depth;
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = strip_comment(text.substr(start, nl - start));
+    start = nl + 1;
+    ++line_no;
+    const std::string where = path + ":" + std::to_string(pending.empty() ? line_no : pending_line);
+    if (!pending.empty()) {  // an array spanning lines
+      pending += " " + line;
+      if (balance(pending) > 0) continue;
+      (*table)[pending_key] = toml_value(pending, where);
+      pending.clear();
+      continue;
+    }
+    const size_t a = line.find_first_not_of(" \t\r");
+    if (a == std::string::npos) continue;
+    line = line.substr(a);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.pop_back();
+    if (line.front() == '[') {
+      if (line.rfind("[[", 0) == 0 || line.back() != ']') throw core::UserError(where + ": " + line + ": expected a [table] header");
+      table = &doc;
+      std::string name = line.substr(1, line.size() - 2), part;
+      std::stringstream parts(name);
+      while (std::getline(parts, part, '.')) {
+        const size_t b = part.find_first_not_of(' '), e = part.find_last_not_of(' ');
+        if (b == std::string::npos) throw core::UserError(where + ": " + line + ": an empty table name");
+        Json& next = (*table)[part.substr(b, e - b + 1)];
+        if (next.is_null()) next = Json::object();
+        if (!next.is_object()) throw core::UserError(where + ": " + line + ": names a value, not a table");
+        table = &next;
+      }
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) throw core::UserError(where + ": " + line + ": expected key = value");
+    std::string key = line.substr(0, eq);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    if (key.size() >= 2 && (key.front() == '"' || key.front() == '\'')) key = key.substr(1, key.size() - 2);
+    const std::string value = line.substr(eq + 1);
+    if (balance(value) > 0) {
+      pending = value;
+      pending_key = key;
+      pending_line = line_no;
+      continue;
+    }
+    (*table)[key] = toml_value(value, where);
+  }
+  if (!pending.empty()) throw core::UserError(path + ":" + std::to_string(pending_line) + ": an array is not closed");
+  return doc;
 }
 
 namespace {

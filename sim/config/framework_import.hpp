@@ -13,6 +13,9 @@
 // are listed in its `notes` as ignored. A malformed value, or an argument the run needs and
 // Megatron cannot derive without the tokenizer (--vocab-size), is an error naming the argument.
 //
+// torchtitan: a job config TOML (sim/accuracy/titan_import.hpp: it goes through the accuracy
+// harness's torchtitan mapping).
+//
 // deepspeed: a DeepSpeed config JSON (batch sizes, precision, ZeRO stage and its offload,
 // bucket sizes, overlap) with the model, sequence length and GPU count it does not hold. The
 // layout is data parallel over every GPU under the ZeRO stage; DeepSpeed's behaviour follows its
@@ -52,5 +55,11 @@ core::Json import_megatron(const std::vector<std::string>& args, const ImportOpt
 
 // The run file for a DeepSpeed config (`config_path` names it in messages).
 core::Json import_deepspeed(const core::Json& config, const std::string& config_path, const ImportOptions& opt);
+
+// A TOML document as JSON (tables as objects): the subset training configs use (tables and
+// dotted table names, key = value with strings, integers, floats, booleans and arrays, which may
+// span lines; comments). Anything else is an error naming `path` and the line.
+core::Json parse_toml(const std::string& text, const std::string& path);
+
 
 }  // namespace stepcast::config

@@ -1,0 +1,20 @@
+// `stepcast import torchtitan`: a torchtitan job config (TOML) as a run file. The config is
+// described as a published torchtitan run and converted with the accuracy harness's torchtitan
+// mapping (row_to_run), the one reports/accuracy.md validates against the PyTorch team's and
+// Trainy's measurements: FSDP2 mixed precision with fp32 master parameters and reductions, SDPA
+// attention, eager or compiled loss, op-level selective AC, async TP, the pipeline runtime's
+// buffers. The model comes from [model] name and flavor (llama3: 8B, 70B, 405B; deepseek_v3:
+// 671B) or --model (a zoo name or a model config file); the GPU count and hardware, which the
+// TOML does not hold, from the options. Keys with no modelled cost are listed as ignored.
+#pragma once
+
+#include <string>
+
+#include "sim/config/framework_import.hpp"
+#include "sim/core/json_reader.hpp"
+
+namespace stepcast::accuracy {
+
+core::Json import_torchtitan(const core::Json& toml, const std::string& config_path, const config::ImportOptions& opt);
+
+}  // namespace stepcast::accuracy
