@@ -608,6 +608,10 @@ int run(int argc, char** argv) {
   imp->add_option("--seq", imp_opt.seq_len, "deepspeed: sequence length")->check(count_range(1, kMaxCount));
   imp->add_option("--recompute", imp_opt.recompute, "deepspeed: the model code's activation checkpointing")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  imp->add_option("--micro-batch", imp_opt.micro_batch, "deepspeed: fills train_micro_batch_size_per_gpu \"auto\" (the Trainer's per-device batch)")
+      ->check(count_range(1, kMaxCount));
+  imp->add_option("--grad-accum", imp_opt.grad_accum, "deepspeed: fills gradient_accumulation_steps \"auto\" (default 1)")->check(count_range(1, kMaxCount));
+  imp->add_option("--precision", imp_opt.precision, "deepspeed: fills bf16 / fp16 enabled \"auto\"")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   imp->add_option("args", imp_args, "the framework's arguments, after -- (e.g. -- --num-layers 32 --hidden-size 4096 ...)");
   imp->add_option("--args-file", imp_args_file, "a launch script or text file holding the arguments (continuation lines and quotes honoured)")
       ->check(CLI::ExistingFile);

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "models/model_spec.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
 
@@ -526,14 +527,20 @@ Json parse_toml(const std::string& text, const std::string& path) {
 
 namespace {
 
-// A DeepSpeed config value: a number (DeepSpeed also takes numbers written as strings), never
-// "auto", which only the Hugging Face Trainer fills in.
-double ds_number(const Json& j, const std::string& path, double lo, double hi) {
+bool is_auto(const Json& j) { return j.is_string() && j.get<std::string>() == "auto"; }
+
+// A DeepSpeed config value: a number (DeepSpeed also takes numbers written as strings), or
+// "auto", which the Hugging Face Trainer fills in: `fill` when the caller has it (0: not).
+double ds_number(const Json& j, const std::string& path, double lo, double hi, double fill = 0, const char* option = nullptr) {
   double v = 0;
   if (j.is_number()) {
     v = j.get<double>();
-  } else if (j.is_string() && j.get<std::string>() == "auto") {
-    throw core::UserError(path + ": \"auto\" is filled in by the Hugging Face Trainer; give the number");
+  } else if (is_auto(j)) {
+    if (fill <= 0) {
+      throw core::UserError(path + ": \"auto\" is filled in by the Hugging Face Trainer; give the number" +
+                            (option != nullptr ? std::string(" or ") + option : std::string()));
+    }
+    v = fill;
   } else if (j.is_string()) {
     char* end = nullptr;
     v = std::strtod(j.get<std::string>().c_str(), &end);
@@ -545,10 +552,15 @@ double ds_number(const Json& j, const std::string& path, double lo, double hi) {
   return v;
 }
 
-bool ds_enabled(const Json& c, const char* key) {
+// bf16.enabled / fp16.enabled; "auto" follows --precision, as the Trainer follows its flags.
+bool ds_enabled(const Json& c, const char* key, const std::string& precision) {
   if (!c.contains(key) || !c[key].is_object() || !c[key].contains("enabled")) return false;
   const Json& e = c[key]["enabled"];
   if (e.is_boolean()) return e.get<bool>();
+  if (is_auto(e)) {
+    if (precision.empty()) throw core::UserError(std::string(key) + ".enabled: \"auto\" is filled in by the Hugging Face Trainer; give true / false or --precision");
+    return precision == key;
+  }
   throw core::UserError(std::string(key) + ".enabled: got " + e.dump() + "; expected true or false");
 }
 
@@ -578,13 +590,21 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
     return c.contains(key) && !c[key].is_null() ? &c[key] : nullptr;
   };
   const int64_t dp = opt.gpus;
+  // The model: a zoo name, or a config file.
+  Json model = opt.model;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(opt.model, ec)) model = {{"path", std::filesystem::absolute(opt.model).string()}};
   // Batch: any two of the three determine the third (train = micro x accumulation x dp).
   const Json* tb = get("train_batch_size");
   const Json* mb = get("train_micro_batch_size_per_gpu");
   const Json* ga = get("gradient_accumulation_steps");
-  int64_t mbs = mb ? static_cast<int64_t>(ds_number(*mb, "train_micro_batch_size_per_gpu", 1, 1e9)) : 0;
-  int64_t gas = ga ? static_cast<int64_t>(ds_number(*ga, "gradient_accumulation_steps", 1, 1e9)) : 0;
-  int64_t gbs = tb ? static_cast<int64_t>(ds_number(*tb, "train_batch_size", 1, 1e12)) : 0;
+  if (ga != nullptr && is_auto(*ga) && opt.grad_accum <= 0) {
+    assumptions.push_back("training: gradient_accumulation_steps \"auto\" = 1 (the Hugging Face Trainer's default; --grad-accum sets it)");
+  }
+  int64_t mbs = mb ? static_cast<int64_t>(ds_number(*mb, "train_micro_batch_size_per_gpu", 1, 1e9, static_cast<double>(opt.micro_batch), "--micro-batch")) : 0;
+  int64_t gas = ga ? static_cast<int64_t>(ds_number(*ga, "gradient_accumulation_steps", 1, 1e9, opt.grad_accum > 0 ? static_cast<double>(opt.grad_accum) : 1.0)) : 0;
+  // "auto" here is micro-batch x accumulation x GPUs: derived below.
+  int64_t gbs = tb && !is_auto(*tb) ? static_cast<int64_t>(ds_number(*tb, "train_batch_size", 1, 1e12)) : 0;
   if (gbs == 0 && mbs > 0) gbs = mbs * std::max<int64_t>(1, gas) * dp;
   if (mbs == 0 && gbs > 0) mbs = gbs / (std::max<int64_t>(1, gas) * dp);
   if (gbs == 0 || mbs == 0) throw core::UserError(config_path + ": train_batch_size or train_micro_batch_size_per_gpu: give at least one");
@@ -596,7 +616,7 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   // Precision.
   read.insert("bf16");
   read.insert("fp16");
-  const bool bf16 = ds_enabled(c, "bf16"), fp16 = ds_enabled(c, "fp16");
+  const bool bf16 = ds_enabled(c, "bf16", opt.precision), fp16 = ds_enabled(c, "fp16", opt.precision);
   if (bf16 && fp16) throw core::UserError("bf16.enabled and fp16.enabled: both true; DeepSpeed takes one");
   const std::string precision = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
   if (!bf16 && !fp16) assumptions.push_back("training: fp32 (neither bf16 nor fp16 is enabled)");
@@ -650,7 +670,17 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
     assumptions.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step");
   }
   if (stage <= 2 && dp > 1) {
-    const double elements = zero.contains("reduce_bucket_size") ? ds_number(zero["reduce_bucket_size"], "zero_optimization.reduce_bucket_size", 1, 1e13) : 5e8;
+    double elements = 5e8;
+    if (zero.contains("reduce_bucket_size") && is_auto(zero["reduce_bucket_size"])) {
+      // The Trainer's fill: hidden_size x hidden_size.
+      core::Issues issues;
+      const auto m = model::parse_model(model, "--model", issues, "");
+      issues.throw_if_any();
+      elements = static_cast<double>(m.hidden) * static_cast<double>(m.hidden);
+      assumptions.push_back("parallel: reduce_bucket_size \"auto\" = hidden^2 = " + core::fmt("%.0f", elements) + " elements (the Hugging Face Trainer's fill)");
+    } else if (zero.contains("reduce_bucket_size")) {
+      elements = ds_number(zero["reduce_bucket_size"], "zero_optimization.reduce_bucket_size", 1, 1e13);
+    }
     parallel["bucket_mb"] = std::min(1e6, elements * (bf16_optimizer ? 4.0 : grad_bytes) / 1e6);
     if (!zero.contains("reduce_bucket_size")) assumptions.push_back("parallel: gradient buckets of 5e8 elements (DeepSpeed's reduce_bucket_size default)");
   }
@@ -668,10 +698,6 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   for (const auto& [k, v] : c.items()) {
     if (!read.count(k)) ignored.push_back(k);
   }
-  // The model: a zoo name, or a config file.
-  Json model = opt.model;
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(opt.model, ec)) model = {{"path", std::filesystem::absolute(opt.model).string()}};
   Json cluster = {{"num_gpus", opt.gpus}};
   if (opt.gpus_per_node > 0) cluster["gpus_per_node"] = opt.gpus_per_node;
   Json run = {{"name", "imported from DeepSpeed config " + std::filesystem::path(config_path).filename().string()},

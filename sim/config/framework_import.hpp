@@ -22,8 +22,10 @@
 // defaults: ZeRO-1/2 gather the updated partitions inside the optimizer step; bf16 under ZeRO-1
 // without offload runs the BF16 optimizer (bf16 gradients beside an fp32 accumulation buffer);
 // ZeRO-3 releases parameters after each module's forward, so a recomputed forward gathers them
-// again. Keys with no modelled cost are listed as ignored; "auto" (which the Hugging Face
-// Trainer fills in) and unknown ZeRO offload devices are errors naming the key.
+// again. Keys with no modelled cost are listed as ignored. "auto" values, which the Hugging Face
+// Trainer fills in, take what the options give as the Trainer would (micro-batch, accumulation,
+// precision; reduce_bucket_size becomes hidden^2); one the options do not give, or an unknown
+// ZeRO offload device, is an error naming the key.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,9 @@ struct ImportOptions {
   std::string model;
   int64_t seq_len = 0;                // deepspeed: required (the config does not hold it)
   std::string recompute;              // deepspeed: the model code's activation checkpointing (none, selective, full)
+  // deepspeed: what the Hugging Face Trainer fills into "auto" values (0 / empty: not given).
+  int64_t micro_batch = 0, grad_accum = 0;
+  std::string precision;
   int64_t gpus = 0;                   // 0: torchrun's --nnodes x --nproc-per-node from the arguments
   int64_t gpus_per_node = 0;          // 0: --nproc-per-node, else the profile's
 };

@@ -179,6 +179,29 @@ TEST(DeepSpeedImport, BfSixteenZeroOneRunsTheBf16Optimizer) {
   EXPECT_DOUBLE_EQ(rc.parallel.bucket_mb, 2e8 * 4 / 1e6);
 }
 
+// A Hugging Face Trainer config: "auto" values take what the options give, as the Trainer
+// fills them from its arguments.
+TEST(DeepSpeedImport, TrainerAutoValuesComeFromTheOptions) {
+  ImportOptions o;
+  o.model = "llama3.1-8b";
+  o.seq_len = 4096;
+  o.gpus = 8;
+  o.micro_batch = 2;
+  o.precision = "bf16";
+  const Json run = import_deepspeed(Json::parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": true}})"),
+                                    "ds.json", o);
+  const RunConfig rc = parse_run(run, "<import>", "");
+  EXPECT_EQ(rc.training.global_batch_size, 16);  // 2 x accumulation 1 x 8
+  EXPECT_EQ(rc.training.precision, hw::Dtype::kBf16);
+  EXPECT_DOUBLE_EQ(rc.parallel.bucket_mb, 4096.0 * 4096.0 * 2 / 1e6);  // hidden^2 bf16 gradients
+  std::string all;
+  for (const auto& a : run["assumptions"]) all += a.get<std::string>() + "\n";
+  EXPECT_NE(all.find("gradient_accumulation_steps \"auto\" = 1"), std::string::npos) << all;
+  EXPECT_NE(all.find("hidden^2"), std::string::npos) << all;
+}
+
 TEST(DeepSpeedImport, BadConfigsAreNamed) {
   ImportOptions o;
   o.model = "llama3.1-8b";
@@ -193,6 +216,7 @@ TEST(DeepSpeedImport, BadConfigsAreNamed) {
     return std::string();
   };
   EXPECT_NE(err(R"({"train_micro_batch_size_per_gpu": "auto"})", o).find("train_micro_batch_size_per_gpu: \"auto\""), std::string::npos);
+  EXPECT_NE(err(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": "auto"}})", o).find("--precision"), std::string::npos);
   EXPECT_NE(err(R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", o).find("train_batch_size: 100"),
             std::string::npos);
   EXPECT_NE(err(R"({"train_batch_size": 64, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})", o).find("offload_param: needs stage 3"),
