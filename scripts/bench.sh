@@ -30,6 +30,8 @@ version_ms=$(start_ms $version_cmd)
 memory_ms=$(start_ms $memory_cmd)
 plan70_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 1024 --seq 8192 --batch 1024"
 plan405_cmd="./build/stepcast plan --model llama3.1-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch 2048"
+# The same 70B search with CPU offload tried on the sharded layouts (about twice the layouts).
+planoff_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 1024 --seq 8192 --batch 1024 --offload"
 # An MoE search (expert parallelism multiplies the space) with the process's peak memory.
 planmoe_cmd="./build/stepcast plan --model qwen3-30b-a3b --hardware h100-sxm --gpus 256 --seq 4096 --batch 1024"
 peak_rss_gib() {
@@ -39,6 +41,8 @@ print("%.2f GiB" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 104
 }
 plan70=$(plan_time $plan70_cmd)
 plan405=$(plan_time $plan405_cmd)
+planoff=$(plan_time $planoff_cmd)
+planoff_head=$($planoff_cmd | sed -n 1p)
 plan70_head=$($plan70_cmd | sed -n 1p)  # sed reads to the end: no SIGPIPE under pipefail
 plan405_head=$($plan405_cmd | sed -n 1p)
 planmoe=$(plan_time $planmoe_cmd)
@@ -75,6 +79,7 @@ planmoe_head=$($planmoe_cmd | sed -n 1p)
   echo
   echo "- \`$plan70_cmd\`: $plan70 ($plan70_head)"
   echo "- \`$plan405_cmd\`: $plan405 ($plan405_head)"
+  echo "- \`$planoff_cmd\`: $planoff ($planoff_head)"
   echo "- \`$planmoe_cmd\`: $planmoe, peak RSS $planmoe_rss ($planmoe_head)"
   echo
   for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
@@ -101,6 +106,7 @@ planmoe_head=$($planmoe_cmd | sed -n 1p)
   echo "| deepseek-v3 step on 2,048 h800 (pp 16, ep 64, dp 128), symmetric | ${ds_ms} | < 2 s (issue 4) |"
   echo "| plan llama3.1-70b on 1,024 GPUs (enumerate, estimate, simulate the top 5 and up to 10 more) | ${plan70} | < 5 s (issue 5) |"
   echo "| plan llama3.1-405b on 16,384 GPUs (full space) | ${plan405} | < 10 s (issue 5) |"
+  echo "| plan llama3.1-70b on 1,024 GPUs with --offload | ${planoff} | - |"
   echo "| plan qwen3-30b-a3b on 256 GPUs (MoE: ep, etp and selective recompute searched too) | ${planmoe}, ${planmoe_rss} peak RSS | - |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
