@@ -42,7 +42,9 @@ std::vector<int64_t> feasible_counts(const config::RunConfig& base, int64_t max_
 struct Rejections {
   std::map<std::string, int64_t> count;
   std::map<std::string, std::string> example;
+  bool offload_untried = false;  // CPU offload not searched, though the profile could price it
   void add(const PlanResult& pr) {
+    offload_untried = offload_untried || pr.offload_untried;
     for (const auto& [reason, n] : pr.rejected) {
       count[reason] += n;
       const auto ex = pr.rejected_example.find(reason);
@@ -54,7 +56,9 @@ struct Rejections {
     if (count.empty()) return "";
     const auto top = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     const auto ex = example.find(top->first);
-    return " (most layouts tried fail with: " + (ex != example.end() ? ex->second : top->first) + ")";
+    const bool memory = top->first == "does not fit in memory";
+    return " (most layouts tried fail with: " + (ex != example.end() ? ex->second : top->first) +
+           (memory && offload_untried ? "; --offload also tries CPU offload" : "") + ")";
   }
 };
 
