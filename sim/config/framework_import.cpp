@@ -69,7 +69,9 @@ const std::set<std::string> kSwitches = {
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "use-flash-attn",
     "use-mcore-models", "use-legacy-models", "transformer-impl", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
     "no-gradient-accumulation-fusion", "no-async-tensor-model-parallel-allreduce", "use-rotary-position-embeddings", "distributed-timeout-minutes",
-    "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng"};
+    "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng",
+    "squared-relu", "no-position-embedding", "apply-layernorm-1p", "no-bias-dropout-fusion", "no-rope-fusion", "use-checkpoint-args",
+    "no-save-optim", "no-save-rng", "exit-on-missing-checkpoint", "eval-only", "use-cpu-initialization", "overlap-p2p-communication"};
 // Arguments that take a list of words (argparse nargs='*').
 const std::set<std::string> kLists = {"recompute-modules", "data-path", "train-data-path", "valid-data-path", "test-data-path"};
 
@@ -223,17 +225,17 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     }
     model = {{"name", "Megatron arguments: " + std::to_string(L) + " layers, hidden " + std::to_string(h)},
              {"num_hidden_layers", L}, {"hidden_size", h}, {"num_attention_heads", heads}, {"intermediate_size", ffn}, {"vocab_size", vocab},
-             {"hidden_act", swiglu ? "silu" : "gelu"}};
+             {"hidden_act", swiglu ? "silu" : a.has("squared-relu") ? "relu2" : "gelu"}};
     model["num_key_value_heads"] = a.has("group-query-attention") ? a.integer("num-query-groups", 1, heads, 1) : heads;
     if (a.has("kv-channels")) model["head_dim"] = a.integer("kv-channels", 1, kBig, 0);
     const bool untied = a.has("untie-embeddings-and-output-weights");
     model["tie_word_embeddings"] = !untied;
     if (!untied) assumptions.push_back("model: input and output embeddings tied (Megatron's default; --untie-embeddings-and-output-weights unties them)");
-    const std::string pos = a.word("position-embedding-type", "learned_absolute");
+    const std::string pos = a.has("no-position-embedding") ? "none" : a.word("position-embedding-type", "learned_absolute");
     if (pos == "learned_absolute") {
       model["position_embedding"] = "learned";
       model["max_position_embeddings"] = a.integer("max-position-embeddings", 1, kBig, seq);
-      if (!a.has("position-embedding-type")) assumptions.push_back("model: learned absolute positions (Megatron's default)");
+      if (!a.has("position-embedding-type")) assumptions.push_back("model: learned absolute positions (Megatron's default; --no-position-embedding drops them)");
     } else if (pos == "rope" || pos == "mrope" || pos == "yarn" || pos == "none") {
       model["position_embedding"] = "rotary";  // no parameters
     } else {

@@ -96,6 +96,17 @@ TEST(MegatronImport, DefaultsAreStated) {
     EXPECT_NE(all.find(what), std::string::npos) << what << " in\n" << all;
   }
   EXPECT_NO_THROW(parse_run(run, "<import>", ""));
+  // Nemotron-style: squared ReLU (a 2-matrix MLP) and no position embedding.
+  const Json nemotron = import_megatron({"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "256000",
+                                         "--seq-length", "4096", "--squared-relu", "--no-position-embedding", "--bf16"},
+                                        [] {
+                                          ImportOptions o;
+                                          o.gpus = 8;
+                                          return o;
+                                        }());
+  EXPECT_EQ(nemotron["model"]["hidden_act"], "relu2");
+  EXPECT_EQ(nemotron["model"]["position_embedding"], "rotary");  // no parameters
+  EXPECT_FALSE(nemotron.contains("notes"));
 }
 
 TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
