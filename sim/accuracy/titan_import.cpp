@@ -93,9 +93,7 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     }
     zoo = it->second;
   }
-  Json model_json = zoo;
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(zoo, ec)) model_json = {{"path", std::filesystem::absolute(zoo).string()}};
+  const Json model_json = config::model_reference(zoo);
   core::Issues issues;
   const model::ModelSpec m = model::parse_model(model_json, "--model", issues, "");
   issues.throw_if_any();
@@ -202,15 +200,8 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   }
   run["assumptions"] = kept;
   if (optimizer == "sgd") run["training"]["optimizer"] = "sgd";
-  std::vector<std::string> ignored;
-  for (const auto& k : t.unread()) ignored.push_back(k);
-  if (!ignored.empty()) {
-    std::string list;
-    for (const auto& k : ignored) list += (list.empty() ? "" : " ") + k;
-    run["notes"] = "ignored (no modelled cost): " + list;
-  } else {
-    run.erase("notes");
-  }
+  run.erase("notes");  // the harness's
+  config::note_ignored(run, t.unread());
   return run;
 }
 

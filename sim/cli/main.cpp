@@ -602,15 +602,20 @@ int run(int argc, char** argv) {
   stepcast::config::ImportOptions imp_opt;
   std::string imp_config;
   auto* imp = app.add_subcommand("import", "a training framework's configuration as a run file (megatron: Megatron-LM / Megatron-Core launch "
-                                           "arguments; deepspeed: a DeepSpeed config JSON; torchtitan: a job config TOML)");
-  imp->add_option("framework", imp_framework, "megatron, deepspeed or torchtitan")->required()->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan"}));
-  imp->add_option("--config", imp_config, "deepspeed: the DeepSpeed config JSON; torchtitan: the job config TOML")->check(CLI::ExistingFile);
-  imp->add_option("--seq", imp_opt.seq_len, "deepspeed: sequence length")->check(count_range(1, kMaxCount));
-  imp->add_option("--recompute", imp_opt.recompute, "deepspeed: the model code's activation checkpointing")
+                                           "arguments; deepspeed: a DeepSpeed config JSON; torchtitan: a job config TOML; accelerate: a Hugging Face "
+                                           "Accelerate config YAML)");
+  imp->add_option("framework", imp_framework, "megatron, deepspeed, torchtitan or accelerate")
+      ->required()
+      ->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan", "accelerate"}));
+  imp->add_option("--config", imp_config, "deepspeed: the DeepSpeed config JSON; torchtitan: the job config TOML; accelerate: the Accelerate config YAML")
+      ->check(CLI::ExistingFile);
+  imp->add_option("--seq", imp_opt.seq_len, "deepspeed, accelerate: sequence length")->check(count_range(1, kMaxCount));
+  imp->add_option("--recompute", imp_opt.recompute, "deepspeed, accelerate: the model code's activation checkpointing")
       ->check(CLI::IsMember({"none", "selective", "full"}));
-  imp->add_option("--micro-batch", imp_opt.micro_batch, "deepspeed: fills train_micro_batch_size_per_gpu \"auto\" (the Trainer's per-device batch)")
+  imp->add_option("--micro-batch", imp_opt.micro_batch,
+                  "accelerate: the per-device batch (required); deepspeed: fills train_micro_batch_size_per_gpu \"auto\"")
       ->check(count_range(1, kMaxCount));
-  imp->add_option("--grad-accum", imp_opt.grad_accum, "deepspeed: fills gradient_accumulation_steps \"auto\" (default 1)")->check(count_range(1, kMaxCount));
+  imp->add_option("--grad-accum", imp_opt.grad_accum, "accelerate, deepspeed (\"auto\"): gradient accumulation steps (default 1)")->check(count_range(1, kMaxCount));
   imp->add_option("--precision", imp_opt.precision, "deepspeed: fills bf16 / fp16 enabled \"auto\"")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   imp->add_option("args", imp_args, "the framework's arguments, after -- (e.g. -- --num-layers 32 --hidden-size 4096 ...)");
   imp->add_option("--args-file", imp_args_file, "a launch script or text file holding the arguments (continuation lines and quotes honoured)")
@@ -1235,17 +1240,19 @@ int run(int argc, char** argv) {
   }
   if (imp->parsed()) {
     Json run;
-    if (imp_framework != "megatron" && imp_config.empty()) {
-      throw stepcast::core::UserError("import " + imp_framework + ": --config: required (the " +
-                                      (imp_framework == "deepspeed" ? "DeepSpeed config JSON)" : "torchtitan job config TOML)"));
-    }
-    if (imp_framework == "deepspeed") {
-      run = stepcast::config::import_deepspeed(stepcast::core::load_json_file(imp_config), imp_config, imp_opt);
-    } else if (imp_framework == "torchtitan") {
+    if (imp_framework != "megatron" && imp_config.empty()) throw stepcast::core::UserError("import " + imp_framework + ": --config: required");
+    auto config_text = [&] {
       std::ifstream in(imp_config);
       std::stringstream text;
       text << in.rdbuf();
-      run = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(text.str(), imp_config), imp_config, imp_opt);
+      return text.str();
+    };
+    if (imp_framework == "deepspeed") {
+      run = stepcast::config::import_deepspeed(stepcast::core::load_json_file(imp_config), imp_config, imp_opt);
+    } else if (imp_framework == "torchtitan") {
+      run = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(config_text(), imp_config), imp_config, imp_opt);
+    } else if (imp_framework == "accelerate") {
+      run = stepcast::config::import_accelerate(stepcast::config::parse_yaml(config_text(), imp_config), imp_config, imp_opt);
     } else {
       std::vector<std::string> words = imp_args;
       if (!imp_args_file.empty()) {

@@ -17,6 +17,19 @@ namespace stepcast::config {
 
 using core::Json;
 
+Json model_reference(const std::string& model) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(model, ec)) return {{"path", std::filesystem::absolute(model).string()}};
+  return model;
+}
+
+void note_ignored(Json& run, const std::vector<std::string>& ignored) {
+  if (ignored.empty()) return;
+  std::string list;
+  for (const auto& k : ignored) list += (list.empty() ? "" : " ") + k;
+  run["notes"] = "ignored (no modelled cost): " + list;
+}
+
 std::vector<std::string> split_command_line(const std::string& text) {
   std::vector<std::string> out;
   std::string cur;
@@ -593,9 +606,7 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   };
   const int64_t dp = opt.gpus;
   // The model: a zoo name, or a config file.
-  Json model = opt.model;
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(opt.model, ec)) model = {{"path", std::filesystem::absolute(opt.model).string()}};
+  const Json model = model_reference(opt.model);
   // Batch: any two of the three determine the third (train = micro x accumulation x dp).
   const Json* tb = get("train_batch_size");
   const Json* mb = get("train_micro_batch_size_per_gpu");
@@ -705,11 +716,7 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   Json run = {{"name", "imported from DeepSpeed config " + std::filesystem::path(config_path).filename().string()},
               {"model", model}, {"hardware", opt.hardware}, {"cluster", cluster}, {"training", training}, {"parallel", parallel},
               {"assumptions", assumptions}};
-  if (!ignored.empty()) {
-    std::string list;
-    for (const auto& k : ignored) list += (list.empty() ? "" : " ") + k;
-    run["notes"] = "ignored (no modelled cost): " + list;
-  }
+  note_ignored(run, ignored);
   return run;
 }
 

@@ -16,6 +16,8 @@
 // torchtitan: a job config TOML (sim/accuracy/titan_import.hpp: it goes through the accuracy
 // harness's torchtitan mapping).
 //
+// accelerate: a Hugging Face Accelerate config YAML (sim/config/accelerate_import.cpp).
+//
 // deepspeed: a DeepSpeed config JSON (batch sizes, precision, ZeRO stage and its offload,
 // bucket sizes, overlap) with the model, sequence length and GPU count it does not hold. The
 // layout is data parallel over every GPU under the ZeRO stage; DeepSpeed's behaviour follows its
@@ -50,6 +52,11 @@ struct ImportOptions {
   int64_t gpus_per_node = 0;          // 0: --nproc-per-node, else the profile's
 };
 
+// Shared by the importers: a --model value as a run file's model (a zoo name, or {"path": ...}
+// for a model config file), and the settings an importer did not read, as the run's notes.
+core::Json model_reference(const std::string& model);
+void note_ignored(core::Json& run, const std::vector<std::string>& ignored);
+
 // Splits a launch script into arguments: backslash-newline continuations joined, comments
 // dropped, single and double quotes honoured (no variable expansion).
 std::vector<std::string> split_command_line(const std::string& text);
@@ -57,6 +64,18 @@ std::vector<std::string> split_command_line(const std::string& text);
 // The run file for `args` (which may include the launcher, the script name and torchrun's own
 // options). Throws core::UserError naming the argument at fault.
 core::Json import_megatron(const std::vector<std::string>& args, const ImportOptions& opt);
+
+// accelerate: a Hugging Face Accelerate config YAML (distributed_type FSDP, MULTI_GPU or
+// DEEPSPEED; num_processes, num_machines, mixed_precision; fsdp_config's sharding strategy,
+// parameter offload, activation checkpointing, reshard; deepspeed_config's ZeRO stage, offload
+// devices and accumulation) with the model, sequence length and micro-batch it does not hold.
+core::Json import_accelerate(const core::Json& config, const std::string& config_path, const ImportOptions& opt);
+
+// A YAML document as JSON: the block subset tool configs use (nested mappings by indentation,
+// "- " lists and one-line [a, b] lists of scalars, {}, scalars as strings, numbers, booleans and
+// null, comments). Anything
+// else is an error naming `path` and the line.
+core::Json parse_yaml(const std::string& text, const std::string& path);
 
 // The run file for a DeepSpeed config (`config_path` names it in messages).
 core::Json import_deepspeed(const core::Json& config, const std::string& config_path, const ImportOptions& opt);

@@ -19,13 +19,15 @@ namespace {
 
 using core::Json;
 
-// The launch script under configs/launch (a README and WORKFLOW example).
-std::string llama8b_script() {
-  std::ifstream in(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/megatron-llama3-8b.sh");
+// A config under configs/launch (the README's and WORKFLOW's examples).
+std::string launch_text(const std::string& name) {
+  std::ifstream in(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/" + name);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
 }
+
+std::string llama8b_script() { return launch_text("megatron-llama3-8b.sh"); }
 
 std::string error_of(const std::vector<std::string>& args, ImportOptions opt = {}) {
   try {
@@ -241,6 +243,105 @@ TEST(DeepSpeedImport, BadConfigsAreNamed) {
   ImportOptions no_seq = o;
   no_seq.seq_len = 0;
   EXPECT_NE(err(R"({"train_batch_size": 64})", no_seq).find("--seq"), std::string::npos);
+}
+
+TEST(Yaml, TheSubsetToolConfigsUse) {
+  const Json d = parse_yaml(R"(---
+# an Accelerate-style config
+distributed_type: FSDP
+downcast_bf16: 'no'
+num_processes: 8
+ratio: 0.5
+empty:
+tpu_env: []
+names: [a, b]
+fsdp_config:
+  fsdp_offload_params: true   # a comment
+  nested:
+    deep: "x # y"
+  list:
+    - 1
+    - two
+after: yes
+)",
+                            "a.yaml");
+  EXPECT_EQ(d["distributed_type"], "FSDP");
+  EXPECT_EQ(d["downcast_bf16"], "no");  // quoted: a string
+  EXPECT_EQ(d["num_processes"], 8);
+  EXPECT_DOUBLE_EQ(d["ratio"].get<double>(), 0.5);
+  EXPECT_TRUE(d["empty"].is_null());
+  EXPECT_EQ(d["tpu_env"], Json::array());
+  EXPECT_EQ(d["names"], Json::array({"a", "b"}));
+  EXPECT_EQ(d["fsdp_config"]["fsdp_offload_params"], true);
+  EXPECT_EQ(d["fsdp_config"]["nested"]["deep"], "x # y");
+  EXPECT_EQ(d["fsdp_config"]["list"], Json::array({1, "two"}));
+  EXPECT_EQ(d["after"], true);
+  for (const char* bad : {"a: 1\n   b: 2", "a:\n  - x: 1", "key value", "a: {b: 1}", "a: |\n  text", "a:\n  b: 1\n c: 2"}) {
+    try {
+      (void)parse_yaml(bad, "bad.yaml");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.yaml:"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(AccelerateImport, FsdpWithParameterOffload) {
+  ImportOptions o;
+  o.model = "llama3.1-70b";
+  o.seq_len = 4096;
+  o.micro_batch = 1;
+  o.grad_accum = 4;
+  const Json run = import_accelerate(parse_yaml(launch_text("accelerate-fsdp-offload.yaml"), "a.yaml"), "a.yaml", o);
+  const RunConfig rc = parse_run(run, "<import>", "");
+  EXPECT_EQ(rc.cluster.num_gpus, 8);  // num_processes
+  EXPECT_TRUE(rc.parallel.fsdp);
+  EXPECT_EQ(rc.parallel.offload, Offload::kParams);
+  EXPECT_EQ(rc.parallel.recompute, Recompute::kFull);  // fsdp_activation_checkpointing
+  EXPECT_EQ(rc.training.global_batch_size, 32);        // 1 x 4 x 8
+  EXPECT_NE(run["notes"].get<std::string>().find("fsdp_config.fsdp_state_dict_type"), std::string::npos);
+  EXPECT_EQ(run["notes"].get<std::string>().find("fsdp_offload_params"), std::string::npos);
+}
+
+TEST(AccelerateImport, StrategiesDeepSpeedAndErrors) {
+  ImportOptions o;
+  o.model = "llama3.1-8b";
+  o.seq_len = 2048;
+  o.micro_batch = 2;
+  auto yaml = [](const std::string& fsdp) {
+    return parse_yaml("distributed_type: FSDP\nnum_processes: 16\nnum_machines: 2\nmixed_precision: bf16\nfsdp_config:\n  " + fsdp + "\n", "a.yaml");
+  };
+  const RunConfig grad_op = parse_run(import_accelerate(yaml("fsdp_sharding_strategy: SHARD_GRAD_OP"), "a.yaml", o), "<import>", "");
+  EXPECT_FALSE(grad_op.parallel.reshard_after_forward);
+  const RunConfig hybrid = parse_run(import_accelerate(yaml("fsdp_sharding_strategy: HYBRID_SHARD"), "a.yaml", o), "<import>", "");
+  EXPECT_EQ(hybrid.parallel.dp_replicate, 2);  // one replica per machine
+  EXPECT_EQ(hybrid.cluster.gpus_per_node, 8);
+  const RunConfig ddp = parse_run(import_accelerate(yaml("fsdp_sharding_strategy: NO_SHARD"), "a.yaml", o), "<import>", "");
+  EXPECT_EQ(ddp.parallel.effective_zero(), 0);
+  const Json ds = parse_yaml("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 2\n"
+                             "  offload_optimizer_device: cpu\n  gradient_accumulation_steps: 2\n  zero3_init_flag: false\n",
+                             "a.yaml");
+  const Json dsrun = import_accelerate(ds, "a.yaml", o);
+  const RunConfig dsrc = parse_run(dsrun, "<import>", "");
+  EXPECT_EQ(dsrc.parallel.zero_stage, 2);
+  EXPECT_EQ(dsrc.parallel.offload, Offload::kOptimizer);
+  EXPECT_EQ(dsrc.training.global_batch_size, 32);  // 2 x 2 x 8
+  EXPECT_NE(dsrun["notes"].get<std::string>().find("deepspeed_config.zero3_init_flag"), std::string::npos);
+  auto err = [&](const Json& cfg, ImportOptions opt) {
+    try {
+      (void)import_accelerate(cfg, "a.yaml", opt);
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err(yaml("fsdp_sharding_strategy: HALF_SHARD"), o).find("fsdp_sharding_strategy"), std::string::npos);
+  EXPECT_NE(err(parse_yaml("distributed_type: TPU\nnum_processes: 8\n", "a.yaml"), o).find("distributed_type"), std::string::npos);
+  EXPECT_NE(err(parse_yaml("distributed_type: FSDP\nmixed_precision: int4\nnum_processes: 8\n", "a.yaml"), o).find("mixed_precision"),
+            std::string::npos);
+  ImportOptions no_mbs = o;
+  no_mbs.micro_batch = 0;
+  EXPECT_NE(err(yaml("fsdp_offload_params: true"), no_mbs).find("--micro-batch"), std::string::npos);
 }
 
 }  // namespace
