@@ -184,7 +184,7 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
   std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.2f GiB per GPU, the GPU has %.2f GiB (over by %.2f GiB)",
                 static_cast<long long>(l.peak_stage), l.peak().value() / 1073741824.0, l.capacity.value() / 1073741824.0,
                 (l.peak().value() - l.capacity.value()) / 1073741824.0);
-  const std::string hint = stepcast::memory::recompute_hint(rc);
+  const std::string hint = stepcast::memory::fit_hint(rc);
   return hint.empty() ? std::string(buf) : std::string(buf) + "; " + hint;
 }
 
@@ -860,10 +860,7 @@ int run(int argc, char** argv) {
   if (rep->parsed()) {
     std::error_code ec;
     if (std::filesystem::is_directory(rep_in, ec)) throw stepcast::core::UserError(rep_in + ": is a directory; give the plan JSON or sweep JSONL file");
-    std::ifstream in(rep_in, std::ios::binary);
-    if (!in) throw stepcast::core::UserError(rep_in + ": cannot read");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto data = stepcast::report::load_report_data(text, rep_in);
+    const auto data = stepcast::report::load_report_data(stepcast::core::load_text_file(rep_in), rep_in);
     if (rep_html.empty() && rep_md.empty() && rep_csv.empty()) {
       std::cout << stepcast::report::render_markdown(data);
       return 0;
@@ -1241,25 +1238,16 @@ int run(int argc, char** argv) {
   if (imp->parsed()) {
     Json run;
     if (imp_framework != "megatron" && imp_config.empty()) throw stepcast::core::UserError("import " + imp_framework + ": --config: required");
-    auto config_text = [&] {
-      std::ifstream in(imp_config);
-      std::stringstream text;
-      text << in.rdbuf();
-      return text.str();
-    };
     if (imp_framework == "deepspeed") {
       run = stepcast::config::import_deepspeed(stepcast::core::load_json_file(imp_config), imp_config, imp_opt);
     } else if (imp_framework == "torchtitan") {
-      run = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(config_text(), imp_config), imp_config, imp_opt);
+      run = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(stepcast::core::load_text_file(imp_config), imp_config), imp_config, imp_opt);
     } else if (imp_framework == "accelerate") {
-      run = stepcast::config::import_accelerate(stepcast::config::parse_yaml(config_text(), imp_config), imp_config, imp_opt);
+      run = stepcast::config::import_accelerate(stepcast::config::parse_yaml(stepcast::core::load_text_file(imp_config), imp_config), imp_config, imp_opt);
     } else {
       std::vector<std::string> words = imp_args;
       if (!imp_args_file.empty()) {
-        std::ifstream in(imp_args_file);
-        std::stringstream text;
-        text << in.rdbuf();
-        const auto more = stepcast::config::split_command_line(text.str());
+        const auto more = stepcast::config::split_command_line(stepcast::core::load_text_file(imp_args_file));
         words.insert(words.begin(), more.begin(), more.end());
       }
       if (words.empty()) throw stepcast::core::UserError("import: no arguments: give them after -- or with --args-file");

@@ -1,12 +1,10 @@
-// `stepcast import accelerate`: a Hugging Face Accelerate config YAML as a run file, and the
-// YAML subset such configs use (sim/config/framework_import.hpp).
+// `stepcast import accelerate`: a Hugging Face Accelerate config YAML (read by parse_yaml,
+// sim/config/framework_import.cpp) as a run file.
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "sim/config/framework_import.hpp"
 #include "sim/core/error.hpp"
@@ -14,123 +12,6 @@
 namespace stepcast::config {
 
 using core::Json;
-
-namespace {
-
-Json yaml_scalar(std::string v) {
-  const size_t a = v.find_first_not_of(" \t"), b = v.find_last_not_of(" \t\r");
-  v = a == std::string::npos ? std::string() : v.substr(a, b - a + 1);
-  if (v.empty() || v == "null" || v == "~") return nullptr;
-  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) return v.substr(1, v.size() - 2);
-  std::string l = v;
-  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  if (l == "true" || l == "yes") return true;
-  if (l == "false" || l == "no") return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long i = std::strtoll(v.c_str(), &end, 10);
-  if (end != nullptr && *end == '\0' && errno == 0) return static_cast<int64_t>(i);
-  const double d = std::strtod(v.c_str(), &end);
-  if (end != nullptr && *end == '\0') return d;
-  return v;
-}
-
-// The line without its comment: from a '#' at the start or after a blank, outside quotes.
-std::string without_comment(const std::string& raw) {
-  std::string line;
-  char quote = 0;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const char c = raw[i];
-    if (quote != 0) {
-      if (c == quote) quote = 0;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '#' && (i == 0 || raw[i - 1] == ' ' || raw[i - 1] == '\t')) {
-      break;
-    }
-    line += c;
-  }
-  return line;
-}
-
-}  // namespace
-
-Json parse_yaml(const std::string& text, const std::string& path) {
-  struct Level {
-    int indent;
-    Json* node;
-  };
-  Json doc = Json::object();
-  std::vector<Level> stack{{0, &doc}};
-  std::stringstream in(text);
-  std::string raw;
-  int line_no = 0;
-  Json* pending = nullptr;  // a "key:" whose mapping or list follows on deeper lines
-  int pending_indent = 0;
-  while (std::getline(in, raw)) {
-    ++line_no;
-    const std::string where = path + ":" + std::to_string(line_no);
-    const std::string line = without_comment(raw);
-    const size_t first = line.find_first_not_of(' ');
-    if (first == std::string::npos || line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (line[first] == '\t') throw core::UserError(where + ": YAML indents with spaces, not tabs");
-    if (line_no == 1 && line.compare(first, 3, "---") == 0) continue;
-    const int indent = static_cast<int>(first);
-    std::string body = line.substr(first);
-    while (!body.empty() && (body.back() == ' ' || body.back() == '\r')) body.pop_back();
-    if (pending != nullptr) {
-      if (indent > pending_indent) {
-        *pending = body.rfind("- ", 0) == 0 || body == "-" ? Json::array() : Json::object();
-        stack.push_back({indent, pending});
-      }
-      pending = nullptr;
-    }
-    while (stack.size() > 1 && indent < stack.back().indent) stack.pop_back();
-    if (indent != stack.back().indent) throw core::UserError(where + ": the indentation does not match an enclosing block");
-    Json& node = *stack.back().node;
-    if (body.rfind("- ", 0) == 0 || body == "-") {
-      if (!node.is_array()) throw core::UserError(where + ": a list item where a mapping entry was expected");
-      const std::string item = body.size() > 2 ? body.substr(2) : "";
-      if (item.find(": ") != std::string::npos) throw core::UserError(where + ": lists of mappings are not read; give scalars");
-      node.push_back(yaml_scalar(item));
-      continue;
-    }
-    if (node.is_array()) throw core::UserError(where + ": a mapping entry inside a list");
-    const size_t colon = body.find(':');
-    if (colon == std::string::npos || (colon + 1 < body.size() && body[colon + 1] != ' ')) {
-      throw core::UserError(where + ": " + body + ": expected key: value");
-    }
-    std::string key = body.substr(0, colon);
-    if (key.size() >= 2 && (key.front() == '"' || key.front() == '\'') && key.back() == key.front()) key = key.substr(1, key.size() - 2);
-    const std::string value = colon + 2 <= body.size() ? body.substr(std::min(body.size(), colon + 2)) : "";
-    if (value.find_first_not_of(' ') == std::string::npos) {
-      node[key] = nullptr;  // stays null unless a deeper block follows
-      pending = &node[key];
-      pending_indent = indent;
-      continue;
-    }
-    if (value.front() == '[' && value.back() == ']' && value.find_first_of("[]{}", 1) == value.size() - 1) {
-      // A one-line list of scalars ("[]", "[a, b]").
-      Json list = Json::array();
-      std::stringstream items(value.substr(1, value.size() - 2));
-      std::string item;
-      while (std::getline(items, item, ',')) {
-        if (item.find_first_not_of(' ') != std::string::npos) list.push_back(yaml_scalar(item));
-      }
-      node[key] = list;
-      continue;
-    }
-    if (value == "{}") {
-      node[key] = Json::object();
-      continue;
-    }
-    if (value.front() == '{' || value.front() == '[' || value.front() == '&' || value.front() == '*' || value.front() == '|' || value.front() == '>') {
-      throw core::UserError(where + ": " + key + ": nested flow collections, anchors and block scalars are not read");
-    }
-    node[key] = yaml_scalar(value);
-  }
-  return doc;
-}
 
 Json import_accelerate(const Json& c, const std::string& config_path, const ImportOptions& opt) {
   if (!c.is_object()) throw core::UserError(config_path + ": expected an Accelerate config mapping");

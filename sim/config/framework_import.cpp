@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -375,13 +376,17 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   }
 
   // Everything else: arguments with no modelled cost.
-  for (const char* k : {"num-layers", "hidden-size", "num-attention-heads", "vocab-size", "ffn-hidden-size", "swiglu", "group-query-attention",
-                        "num-query-groups", "kv-channels", "untie-embeddings-and-output-weights", "position-embedding-type", "normalization",
-                        "disable-bias-linear", "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
-                        "moe-shared-expert-intermediate-size", "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank",
-                        "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "recompute-method", "recompute-num-layers", "recompute-modules",
-                        "ddp-bucket-size"}) {
-    (void)a.has(k);  // read above, or ignored with --model / outside their mode
+  // With a zoo model the architecture arguments are not read; the run says so (assumptions)
+  // rather than listing them as ignored. Anything else unread is listed.
+  if (!opt.model.empty()) {
+    for (const char* k : {"hidden-size", "num-attention-heads", "vocab-size", "ffn-hidden-size", "swiglu", "squared-relu", "group-query-attention",
+                          "num-query-groups", "kv-channels", "untie-embeddings-and-output-weights", "position-embedding-type",
+                          "no-position-embedding", "max-position-embeddings", "normalization", "disable-bias-linear", "add-bias-linear",
+                          "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+                          "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
+                          "v-head-dim"}) {
+      (void)a.has(k);
+    }
   }
   Json run = {{"name", "imported from Megatron-LM arguments"}, {"model", model}, {"hardware", opt.hardware}, {"cluster", cluster},
               {"training", training}, {"parallel", parallel}, {"assumptions", assumptions}};
@@ -396,12 +401,41 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
 
 namespace {
 
-// One TOML value from `v` (trimmed, comment removed): string, boolean, number or array.
+// Shared by the TOML and YAML readers.
+std::string trim(const std::string& x) {
+  const size_t a = x.find_first_not_of(" \t\r"), b = x.find_last_not_of(" \t\r");
+  return a == std::string::npos ? std::string() : x.substr(a, b - a + 1);
+}
+
+// The line up to its comment: a '#' outside quotes (in YAML only at the start or after a blank).
+std::string without_comment(const std::string& line, bool after_blank) {
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (!after_blank || i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t')) {
+      return line.substr(0, i);
+    }
+  }
+  return line;
+}
+
+// `v` as an integer, else a float; nullopt when it is neither.
+std::optional<Json> as_number(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(v.c_str(), &end, 10);
+  if (!v.empty() && end != nullptr && *end == '\0' && errno == 0) return Json(static_cast<int64_t>(i));
+  const double d = std::strtod(v.c_str(), &end);
+  if (!v.empty() && end != nullptr && *end == '\0') return Json(d);
+  return std::nullopt;
+}
+
+// One TOML value from `v` (comment removed): string, boolean, number or array.
 Json toml_value(std::string v, const std::string& where) {
-  auto trim = [](std::string x) {
-    const size_t a = x.find_first_not_of(" \t"), b = x.find_last_not_of(" \t");
-    return a == std::string::npos ? std::string() : x.substr(a, b - a + 1);
-  };
   v = trim(v);
   if (v.empty()) throw core::UserError(where + ": a key without a value");
   if (v.front() == '"' || v.front() == '\'') {
@@ -442,13 +476,21 @@ Json toml_value(std::string v, const std::string& where) {
   for (char c : v) {
     if (c != '_') num += c;
   }
-  char* end = nullptr;
-  errno = 0;
-  const long long i = std::strtoll(num.c_str(), &end, 10);
-  if (end != nullptr && *end == '\0' && errno == 0) return static_cast<int64_t>(i);
-  const double d = std::strtod(num.c_str(), &end);
-  if (end != nullptr && *end == '\0') return d;
+  if (auto n = as_number(num)) return *n;
   throw core::UserError(where + ": got " + v + "; expected a string, a number, true, false or an array");
+}
+
+// One YAML scalar: null, a quoted string, a boolean, a number or a plain string.
+Json yaml_scalar(std::string v) {
+  v = trim(v);
+  if (v.empty() || v == "null" || v == "~") return nullptr;
+  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) return v.substr(1, v.size() - 2);
+  std::string l = v;
+  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (l == "true" || l == "yes") return true;
+  if (l == "false" || l == "no") return false;
+  if (auto n = as_number(v)) return *n;
+  return v;
 }
 
 }  // namespace
@@ -458,20 +500,6 @@ Json parse_toml(const std::string& text, const std::string& path) {
   Json* table = &doc;
   std::string pending, pending_key;
   int line_no = 0, pending_line = 0;
-  auto strip_comment = [](const std::string& line) {
-    char quote = 0;
-    for (size_t i = 0; i < line.size(); ++i) {
-      const char c = line[i];
-      if (quote != 0) {
-        if (c == quote) quote = 0;
-      } else if (c == '"' || c == '\'') {
-        quote = c;
-      } else if (c == '#') {
-        return line.substr(0, i);
-      }
-    }
-    return line;
-  };
   auto balance = [](const std::string& v) {
     int depth = 0;
     char quote = 0;
@@ -492,7 +520,7 @@ Json parse_toml(const std::string& text, const std::string& path) {
   while (start <= text.size()) {
     size_t nl = text.find('\n', start);
     if (nl == std::string::npos) nl = text.size();
-    std::string line = strip_comment(text.substr(start, nl - start));
+    std::string line = without_comment(text.substr(start, nl - start), false);
     start = nl + 1;
     ++line_no;
     const std::string where = path + ":" + std::to_string(pending.empty() ? line_no : pending_line);
@@ -537,6 +565,83 @@ Json parse_toml(const std::string& text, const std::string& path) {
     (*table)[key] = toml_value(value, where);
   }
   if (!pending.empty()) throw core::UserError(path + ":" + std::to_string(pending_line) + ": an array is not closed");
+  return doc;
+}
+
+Json parse_yaml(const std::string& text, const std::string& path) {
+  struct Level {
+    int indent;
+    Json* node;
+  };
+  Json doc = Json::object();
+  std::vector<Level> stack{{0, &doc}};
+  std::stringstream in(text);
+  std::string raw;
+  int line_no = 0;
+  Json* pending = nullptr;  // a "key:" whose mapping or list follows on deeper lines
+  int pending_indent = 0;
+  while (std::getline(in, raw)) {
+    ++line_no;
+    const std::string where = path + ":" + std::to_string(line_no);
+    const std::string line = without_comment(raw, true);
+    const size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line[first] == '\t') throw core::UserError(where + ": YAML indents with spaces, not tabs");
+    if (line_no == 1 && line.compare(first, 3, "---") == 0) continue;
+    const int indent = static_cast<int>(first);
+    std::string body = line.substr(first);
+    while (!body.empty() && (body.back() == ' ' || body.back() == '\r')) body.pop_back();
+    if (pending != nullptr) {
+      if (indent > pending_indent) {
+        *pending = body.rfind("- ", 0) == 0 || body == "-" ? Json::array() : Json::object();
+        stack.push_back({indent, pending});
+      }
+      pending = nullptr;
+    }
+    while (stack.size() > 1 && indent < stack.back().indent) stack.pop_back();
+    if (indent != stack.back().indent) throw core::UserError(where + ": the indentation does not match an enclosing block");
+    Json& node = *stack.back().node;
+    if (body.rfind("- ", 0) == 0 || body == "-") {
+      if (!node.is_array()) throw core::UserError(where + ": a list item where a mapping entry was expected");
+      const std::string item = body.size() > 2 ? body.substr(2) : "";
+      if (item.find(": ") != std::string::npos) throw core::UserError(where + ": lists of mappings are not read; give scalars");
+      node.push_back(yaml_scalar(item));
+      continue;
+    }
+    if (node.is_array()) throw core::UserError(where + ": a mapping entry inside a list");
+    const size_t colon = body.find(':');
+    if (colon == std::string::npos || (colon + 1 < body.size() && body[colon + 1] != ' ')) {
+      throw core::UserError(where + ": " + body + ": expected key: value");
+    }
+    std::string key = body.substr(0, colon);
+    if (key.size() >= 2 && (key.front() == '"' || key.front() == '\'') && key.back() == key.front()) key = key.substr(1, key.size() - 2);
+    const std::string value = colon + 2 <= body.size() ? body.substr(std::min(body.size(), colon + 2)) : "";
+    if (value.find_first_not_of(' ') == std::string::npos) {
+      node[key] = nullptr;  // stays null unless a deeper block follows
+      pending = &node[key];
+      pending_indent = indent;
+      continue;
+    }
+    if (value.front() == '[' && value.back() == ']' && value.find_first_of("[]{}", 1) == value.size() - 1) {
+      // A one-line list of scalars ("[]", "[a, b]").
+      Json list = Json::array();
+      std::stringstream items(value.substr(1, value.size() - 2));
+      std::string item;
+      while (std::getline(items, item, ',')) {
+        if (item.find_first_not_of(' ') != std::string::npos) list.push_back(yaml_scalar(item));
+      }
+      node[key] = list;
+      continue;
+    }
+    if (value == "{}") {
+      node[key] = Json::object();
+      continue;
+    }
+    if (value.front() == '{' || value.front() == '[' || value.front() == '&' || value.front() == '*' || value.front() == '|' || value.front() == '>') {
+      throw core::UserError(where + ": " + key + ": nested flow collections, anchors and block scalars are not read");
+    }
+    node[key] = yaml_scalar(value);
+  }
   return doc;
 }
 

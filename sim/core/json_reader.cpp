@@ -108,9 +108,9 @@ Json parse_json_text(const std::string& text, const std::string& source_name) {
   return out;
 }
 
-Json load_json_file(const std::string& path) {
+std::string load_text_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, not a JSON file");
+  if (std::filesystem::is_directory(path, ec)) throw UserError(path + ": is a directory, not an input file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path + ": cannot open file");
   // Read in chunks up to a bound: a device or pipe (/dev/zero) never ends, and no input a
@@ -120,10 +120,12 @@ Json load_json_file(const std::string& path) {
   char buf[1 << 16];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxInput) throw UserError(path + ": larger than 64 MiB; not a stepcast input (a run file, profile or sweep is a few KB)");
+    if (text.size() > kMaxInput) throw UserError(path + ": larger than 64 MiB; not a stepcast input (a run file, profile, sweep or config is a few KB)");
   }
-  return parse_json_text(text, path);
+  return text;
 }
+
+Json load_json_file(const std::string& path) { return parse_json_text(load_text_file(path), path); }
 
 Json setting_value(const std::string& text) {
   const Json parsed = Json::parse(text, nullptr, false);

@@ -36,6 +36,9 @@ std::string other_keys(const Json& obj, const std::string& except);
 Json parse_json_text(const std::string& text, const std::string& source_name);
 // Reads and parses a file; throws UserError when it cannot be read or parsed.
 Json load_json_file(const std::string& path);
+// A text input file whole (run files, configs, launch scripts), refused when it is a directory,
+// cannot be opened or grows past 64 MiB (a device or pipe that never ends, /dev/zero).
+std::string load_text_file(const std::string& path);
 
 // Sets the value at a dotted path ("parallel.tp"), creating missing objects on the way. An
 // intermediate value that is not an object is replaced by one when `replace` is true; otherwise

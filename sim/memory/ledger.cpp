@@ -453,7 +453,7 @@ int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
   return hi < most ? hi : 0;
 }
 
-std::string recompute_hint(const config::RunConfig& rc) {
+std::string fit_hint(const config::RunConfig& rc) {
   char buf[240];
   if (rc.parallel.recompute != Recompute::kFull || rc.parallel.recompute_layers != 0) {
     config::RunConfig trial = rc;

@@ -181,6 +181,6 @@ inline constexpr double kAllocatorReserve = 0.10;
 // run-file settings to write and the memory it leaves free ("it fits with parallel.recompute
 // "full" and parallel.recompute_layers 12 (3.10 GiB free)"), else the lighter CPU offload that
 // does (sharded state and a profile with a host); empty when neither makes it fit.
-std::string recompute_hint(const config::RunConfig& rc);
+std::string fit_hint(const config::RunConfig& rc);
 
 }  // namespace stepcast::memory

@@ -175,7 +175,7 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
     }
   } else {
     o << "DOES NOT FIT, over by " << gib(core::Bytes(over)) << " GiB\n";
-    if (const std::string hint = memory::recompute_hint(rc); !hint.empty()) o << hint << "\n";
+    if (const std::string hint = memory::fit_hint(rc); !hint.empty()) o << hint << "\n";
   }
   return o.str();
 }

@@ -4,12 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
 
 namespace stepcast::accuracy {
 namespace {
@@ -17,10 +16,7 @@ namespace {
 using core::Json;
 
 std::string launch_file(const std::string& name) {
-  std::ifstream in(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/" + name);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return core::load_text_file(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/" + name);
 }
 
 TEST(Toml, TheSubsetTrainingConfigsUse) {

@@ -6,13 +6,12 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "models/model_spec.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
 
 namespace stepcast::config {
 namespace {
@@ -21,10 +20,7 @@ using core::Json;
 
 // A config under configs/launch (the README's and WORKFLOW's examples).
 std::string launch_text(const std::string& name) {
-  std::ifstream in(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/" + name);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return core::load_text_file(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/launch/" + name);
 }
 
 std::string llama8b_script() { return launch_text("megatron-llama3-8b.sh"); }

@@ -523,7 +523,7 @@ TEST(Ledger, FewestRecomputeLayersThatFit) {
 
 // A layout that does not fit names the lightest full recomputation that does, else the CPU
 // offload that does; none when nothing fits.
-TEST(Ledger, RecomputeHintNamesTheSettingsThatFit) {
+TEST(Ledger, FitHintNamesTheSettingsThatFit) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},
             {"cluster", {{"num_gpus", 16}}},
@@ -535,16 +535,16 @@ TEST(Ledger, RecomputeHintNamesTheSettingsThatFit) {
   full.parallel.recompute = config::Recompute::kFull;
   const int64_t n = fewest_recompute_layers(full);
   ASSERT_GT(n, 0);
-  const std::string hint = recompute_hint(rc);
+  const std::string hint = fit_hint(rc);
   EXPECT_NE(hint.find("parallel.recompute \"full\""), std::string::npos) << hint;
   EXPECT_NE(hint.find("parallel.recompute_layers " + std::to_string(n) + " "), std::string::npos) << hint;
   // Already recomputing every layer: CPU offload of the sharded optimizer state is next, on a
   // profile that describes its host, and nothing without one.
-  EXPECT_NE(recompute_hint(full).find("parallel.offload \"optimizer\""), std::string::npos) << recompute_hint(full);
+  EXPECT_NE(fit_hint(full).find("parallel.offload \"optimizer\""), std::string::npos) << fit_hint(full);
   full.hardware.host.stated = false;
-  EXPECT_EQ(recompute_hint(full), "");
+  EXPECT_EQ(fit_hint(full), "");
   j["model"] = "llama3.1-405b";
-  EXPECT_EQ(recompute_hint(config::parse_run(j, "<ledger-test>", "")), "");  // nothing fits
+  EXPECT_EQ(fit_hint(config::parse_run(j, "<ledger-test>", "")), "");  // nothing fits
 }
 
 // A context-parallel attention backward holds more than the rank's own layer: with PyTorch's

@@ -241,7 +241,7 @@ TEST(Offload, LedgerHintAndPlannerSearch) {
   Json j = fsdp70b();
   const RunConfig rc = config::parse_run(j, "<offload-test>", "");
   EXPECT_FALSE(memory::compute_ledger(rc).fits());
-  EXPECT_NE(memory::recompute_hint(rc).find("parallel.offload \"optimizer\""), std::string::npos) << memory::recompute_hint(rc);
+  EXPECT_NE(memory::fit_hint(rc).find("parallel.offload \"optimizer\""), std::string::npos) << memory::fit_hint(rc);
 
   Json run = fsdp70b();
   run.erase("parallel");
