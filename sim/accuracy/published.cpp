@@ -117,7 +117,7 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   // superchips): no profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
   // description of the node's fabric is not.
   static const std::regex nvl_board(R"(\bnvl\b)");
-  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board) || contains(gl, "gh200") || contains(gl, "gb300")) {
+  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board) || contains(gl, "gh200")) {
     reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
     return false;
   }
@@ -145,10 +145,11 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     notes.push_back("hardware: 500 W power cap: sustained clock 0.86 x (500/700)^(1/3) = 0.77 of boost (dynamic power ~ f V^2 with V ~ f)");
     return true;
   }
-  // The first name the description contains (GB200 before B200, H200 and H800 before H100).
+  // The first name the description contains (GB200 before B200, GB300 before B300, H200 and
+  // H800 before H100).
   static const std::pair<const char*, const char*> kProfiles[] = {
       {"V100", "v100-sxm-32gb"}, {"A800", "a800-sxm-80gb"}, {"A100", "a100-sxm-80gb"}, {"GB200", "gb200-nvl72"}, {"MI300X", "mi300x"}, {"MI325X", "mi325x"},
-      {"MI355X", "mi355x"},      {"B300", "b300"},           {"H200", "h200"},         {"H800", "h800"},     {"H100", "h100-sxm"},
+      {"MI355X", "mi355x"},      {"GB300", "gb300-nvl72"},    {"B300", "b300"},           {"H200", "h200"},         {"H800", "h800"},     {"H100", "h100-sxm"},
       {"B200", "b200"}};
   for (const auto& [part, profile] : kProfiles) {
     if (!contains(g, part)) continue;
@@ -159,17 +160,19 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   return false;
 }
 
-// GPUs per node as the simulator means it (one NVLink or PCIe domain). A GB200 NVL72 row
-// counts the 4 GPUs of a tray, but all 72 of a rack share NVLink: the job's GPUs per domain is
-// the largest divisor of its GPU count up to 72 (64 for 128 or 256 GPUs, 72 for 144).
+// GPUs per node as the simulator means it (one NVLink or PCIe domain). A GB200 or GB300 NVL72
+// row counts the 4 GPUs of a tray, but all 72 of a rack share NVLink: the job's GPUs per
+// domain is the largest divisor of its GPU count up to 72 (64 for 128 or 256 GPUs, 72 for 144).
 int64_t gpus_per_nvlink_domain(const Json& r, const Json& hw, int64_t gpus, std::vector<std::string>& notes) {
   const int64_t stated = inum(r, "gpus_per_node", 8);
-  if (!(hw.is_string() && hw.get<std::string>() == "gb200-nvl72")) return stated;
+  const std::string profile = hw.is_string() ? hw.get<std::string>() : "";
+  if (profile != "gb200-nvl72" && profile != "gb300-nvl72") return stated;
   int64_t best = 1;
   for (int64_t d = 1; d <= std::min<int64_t>(72, gpus); ++d) {
     if (gpus % d == 0) best = d;
   }
-  notes.push_back("cluster: GB200 NVL72 racks share NVLink across 72 GPUs; the job's " + std::to_string(gpus) + " GPUs taken as domains of " +
+  notes.push_back("cluster: " + std::string(profile == "gb300-nvl72" ? "GB300" : "GB200") +
+                  " NVL72 racks share NVLink across 72 GPUs; the job's " + std::to_string(gpus) + " GPUs taken as domains of " +
                   std::to_string(best) + " (the row's " + std::to_string(stated) + " per node is a tray)");
   return best;
 }
