@@ -436,6 +436,11 @@ TEST(PublishedRows, HardwareByBoard) {
   const Json run = converted(r);
   EXPECT_EQ(run["hardware"], "gb200-nvl72");
   EXPECT_EQ(run["cluster"]["gpus_per_node"], 64);
+  // GB300 NVL72 (not its B300 die's HGX profile), with the same NVLink-domain rule: 144 = 2 x 72.
+  r.update(Json{{"gpu_type", "GB300 NVL72"}, {"num_gpus", 144}, {"global_batch_seqs", 144}});
+  const Json gb300 = converted(r);
+  EXPECT_EQ(gb300["hardware"], "gb300-nvl72");
+  EXPECT_EQ(gb300["cluster"]["gpus_per_node"], 72);
 }
 
 // The measured step from whole-job throughput, or from MFU with the row's peak.
