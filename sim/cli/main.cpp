@@ -176,8 +176,8 @@ std::string command_line(int argc, char** argv) {
 std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l) {
   char buf[256];
   if (l.peak() <= l.capacity && !l.host_fits()) {
-    std::snprintf(buf, sizeof buf, "does not fit: the offloaded state (parallel.offload \"%s\") takes %.1f GiB of host memory per node, a node has %.1f GiB",
-                  stepcast::config::to_string(rc.parallel.offload).c_str(), l.host_per_node.value() / 1073741824.0,
+    std::snprintf(buf, sizeof buf, "does not fit: the offloaded state (offload %s) takes %.1f GiB of host memory per node, a node has %.1f GiB",
+                  stepcast::config::offload_label(rc.parallel).c_str(), l.host_per_node.value() / 1073741824.0,
                   l.host_capacity.value() / 1073741824.0);
     return buf;
   }

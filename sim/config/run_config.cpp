@@ -48,6 +48,12 @@ std::string recompute_label(const Parallel& p) {
   return to_string(p.recompute);
 }
 
+std::string offload_label(const Parallel& p) {
+  std::string s = p.offload != Offload::kNone ? to_string(p.offload) : "";
+  if (p.activation_offload_layers > 0) s += (s.empty() ? "" : "+") + ("activations(" + std::to_string(p.activation_offload_layers) + ")");
+  return s;
+}
+
 std::string to_string(Offload o) {
   switch (o) {
     case Offload::kNone: return "none";
@@ -263,6 +269,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
   const auto off = r.get_choice("offload", {"none", "optimizer", "params"}, "none");
   p.offload = off == "optimizer" ? Offload::kOptimizer : off == "params" ? Offload::kParams : Offload::kNone;
+  p.activation_offload_layers = r.get_int("activation_offload_layers", 0, 1 << 20, 0);
   r.finish();
 }
 
@@ -677,6 +684,18 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
                                                     " layers (recompute_layers counts the layers of each virtual stage that recompute)");
     }
   }
+  if (split_ok && p.activation_offload_layers > 0) {
+    const int64_t fewest = *std::min_element(vs.begin(), vs.end());
+    const std::string what = "got " + n(p.activation_offload_layers) + "; ";
+    if (p.vpp > 1) {
+      issues.add("$.parallel.activation_offload_layers", what + "activation offload counts the first layers of a stage, so it needs vpp 1 (got vpp " + n(p.vpp) + ")");
+    } else if (p.schedule == Schedule::kZbH1) {
+      issues.add("$.parallel.activation_offload_layers", what + "a split backward (zb-h1) keeps layer inputs for its weight-gradient pass after the reload; use gpipe or 1f1b");
+    } else if (p.activation_offload_layers >= fewest) {
+      issues.add("$.parallel.activation_offload_layers", what + "must be less than the layers of every stage (the fewest is " + n(fewest) +
+                                                             "): the stage's last layer starts its backward at once, so it keeps its activations");
+    }
+  }
   rc.vstage_layers = vs;
   rc.vstage_first_layer.assign(static_cast<size_t>(vstages), 0);
   for (size_t i = 1; i < vs.size(); ++i) rc.vstage_first_layer[i] = rc.vstage_first_layer[i - 1] + vs[i - 1];
@@ -733,6 +752,17 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
       issues.add("$.parallel.offload", what + "hardware '" + rc.hardware.name +
                                            "' does not describe its host (hardware.host: memory, memory_bandwidth and link per GPU); give it, e.g. "
                                            "{\"base\": \"" + rc.hardware.name + "\", \"host\": {\"memory\": \"2TiB\", \"memory_bandwidth\": \"614GB/s\", \"link\": \"44GB/s\"}}");
+    }
+  }
+
+  if (p.activation_offload_layers > 0) {
+    const std::string what = "got " + n(p.activation_offload_layers) + "; ";
+    if (p.recompute != Recompute::kNone) {
+      issues.add("$.parallel.activation_offload_layers", what + "offloaded layers keep their activations on the host instead of recomputing them, so it needs recompute \"none\" (got \"" +
+                                                             recompute_label(p) + "\"; Megatron-Core refuses the combination too)");
+    } else if (!rc.hardware.host.stated) {
+      issues.add("$.parallel.activation_offload_layers", what + "hardware '" + rc.hardware.name +
+                                                             "' does not describe its host (hardware.host: memory, memory_bandwidth and link per GPU), which holds the offloaded activations");
     }
   }
 
@@ -995,6 +1025,13 @@ bool RunConfig::full_recompute_layer(int64_t layer) const {
   const auto it = std::upper_bound(vstage_first_layer.begin(), vstage_first_layer.end(), layer);
   const int64_t first = it == vstage_first_layer.begin() ? 0 : *(it - 1);
   return layer - first < parallel.recompute_layers;
+}
+
+bool RunConfig::activation_offloaded(int64_t layer) const {
+  if (parallel.activation_offload_layers <= 0 || layer < 0 || layer >= model.num_layers) return false;
+  const auto it = std::upper_bound(vstage_first_layer.begin(), vstage_first_layer.end(), layer);
+  const int64_t first = it == vstage_first_layer.begin() ? 0 : *(it - 1);
+  return layer - first < parallel.activation_offload_layers;
 }
 
 bool RunConfig::partial_recompute() const {

@@ -101,6 +101,9 @@ struct Parallel;
 // The recompute mode as printed: "full(N)" when full recomputation covers the first N layers
 // of each virtual stage.
 std::string recompute_label(const Parallel& p);
+// What a layout keeps in host memory: "optimizer", "params", "activations(N)" or both joined
+// by "+"; empty without offload.
+std::string offload_label(const Parallel& p);
 // The modules recompute selective rebuilds, in flag order (empty unless selective).
 std::vector<std::string> recompute_module_list(const Parallel& p);
 std::string to_string(Schedule s);
@@ -272,6 +275,10 @@ struct Parallel {
   // Megatron sends 1/tp of it and all-gathers on the receiver.
   bool pp_send_full_activation = false;
   Offload offload = Offload::kNone;
+  // CPU activation offload (Megatron-Core cpu_offloading with cpu_offloading_num_layers): the
+  // first N transformer layers of each stage copy the tensors they save for backward to host
+  // memory after their forward and back before their backward, double-buffered. 0: none.
+  int64_t activation_offload_layers = 0;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
   // Ranks that shard the dense ZeRO state (dp * cp, divided over the replicas).
@@ -341,6 +348,9 @@ struct RunConfig {
   [[nodiscard]] bool full_recompute_layer(int64_t layer) const;
   // Recompute full covers some layers of a virtual stage but not all.
   [[nodiscard]] bool partial_recompute() const;
+  // Whether a transformer layer's saved activations go to host memory between its forward and
+  // backward (the first parallel.activation_offload_layers of its stage).
+  [[nodiscard]] bool activation_offloaded(int64_t layer) const;
   // Data-parallel collectives issued beside compute wait for the compute kernel in flight:
   // they run on SMs (efficiency.collective_sms) and their streams do not outrank compute.
   [[nodiscard]] bool comm_waits_for_kernels() const {

@@ -5,10 +5,12 @@
 #include <limits>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "sim/cost/collectives.hpp"
 #include "sim/engine/schedule.hpp"
 #include "sim/estimate/estimate.hpp"
+#include "sim/memory/ledger.hpp"
 
 namespace stepcast::engine {
 
@@ -81,6 +83,7 @@ class RankBuilder {
     final_bwd_.assign(b.slots_[static_cast<size_t>(s_)].size() * static_cast<size_t>(b.v_), kNone);
     if (!p_.no_sync) per_mb_bwd_.assign(mbs, std::vector<TaskId>(final_bwd_.size(), kNone));
     finalize_gate_.assign(mbs, kNone);
+    if (p_.activation_offload_layers > 0 && !b.ideal_) act_down_.assign(mbs, std::vector<TaskId>(b.slots_[static_cast<size_t>(s_)].size(), kNone));
   }
 
   void build() {
@@ -221,9 +224,9 @@ class RankBuilder {
 
   // A copy of `bytes` between this rank's GPU and host memory on t's stream (DMA: no SMs), added
   // in stream order: before the gather it feeds, after the reduction it drains.
-  TaskId host_copy(Task t, double bytes, bool up) {
+  TaskId host_copy(Task t, double bytes, bool up, uint32_t name = kNone) {
     t.kind = TaskKind::kHostCopy;
-    t.name = up ? b_.names_.copy_up : b_.names_.copy_down;
+    t.name = name != kNone ? name : up ? b_.names_.copy_up : b_.names_.copy_down;
     t.duration = b_.ideal_ ? 0 : to_ticks(bytes / b_.rc_.hardware.host.link.value());
     return g_.add(t);
   }
@@ -387,12 +390,16 @@ class RankBuilder {
           for (TaskId ag : first_use_gathers_[slot_index]) gate_on_dp(ag, cid, true);
         }
         tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
+        offload_forward(seq, si, a, lf, ids.last, cid);
       } else if (a.phase == Phase::kB) {
         t.kind = TaskKind::kBackward;
+        const TaskId next_reload = reload_ahead(seq, si, a, lf);
         const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
         cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd,
                           sl->bwd_kernel);
         gate_compute(gates[si], cid);
+        if (reload_ != kNone) gate_on_offload(reload_, cid);
+        reload_ = next_reload;
         tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, n.tp_bwd, t);
       } else {
         t.kind = TaskKind::kBackwardWeight;
@@ -444,6 +451,58 @@ class RankBuilder {
     // Without no_sync, DDP finishes every backward by waiting for its gradient reductions, so
     // the compute after micro-batch k's last backward waits for k's buckets.
     if ((a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW) finalize_pending_ = a.mb;
+  }
+
+  // Activation offload (double-buffered, as Megatron-Core's CPU offload handler): once an
+  // offloaded layer's forward (with its exposed exchanges) is done, its saved tensors go to the
+  // host on the copy-out engine; the compute after the next layer waits for that copy, which
+  // frees the buffer. `done`: the layer's last task; `cid`: the compute just added.
+  void offload_forward(const std::vector<const Slot*>& seq, size_t si, const Action& a, double lf, TaskId done, TaskId cid) {
+    if (act_down_.empty()) return;
+    const size_t mb = static_cast<size_t>(a.mb);
+    const auto& slots = b_.slots_[static_cast<size_t>(s_)];
+    // The copy two layers back gates this layer's compute.
+    if (si >= 2) {
+      const TaskId before = act_down_[mb][static_cast<size_t>(seq[si - 2] - slots.data())];
+      if (before != kNone) gate_on_offload(before, cid);
+    }
+    const Slot& sl = *seq[si];
+    if (!b_.rc_.activation_offloaded(sl.layer)) return;
+    Task c = base_;
+    c.stream = Stream::kOffload;
+    c.layer = sl.layer;
+    c.microbatch = a.mb;
+    const TaskId id = host_copy(c, act_bytes(sl) * lf, false, b_.names_.offload_act);
+    g_.depend(done, id);
+    act_down_[mb][static_cast<size_t>(&sl - slots.data())] = id;
+  }
+
+  // In backward the next offloaded layer's activations come back (copy-in engine) while this
+  // layer's backward runs: issued when it can start, after the copy out has finished; the
+  // next layer's backward waits for it (reload_). Returns the reload, or kNone.
+  TaskId reload_ahead(const std::vector<const Slot*>& seq, size_t si, const Action& a, double lf) {
+    if (act_down_.empty() || si + 1 >= seq.size()) return kNone;
+    const Slot& next = *seq[si + 1];
+    const TaskId down = act_down_[static_cast<size_t>(a.mb)][static_cast<size_t>(&next - b_.slots_[static_cast<size_t>(s_)].data())];
+    if (down == kNone) return kNone;
+    Task c = base_;
+    c.stream = Stream::kReload;
+    c.layer = next.layer;
+    c.microbatch = a.mb;
+    const TaskId id = host_copy(c, act_bytes(next) * lf, true, b_.names_.reload_act);
+    g_.depend(down, id);
+    if (last_on_compute_ != kNone) g_.depend(last_on_compute_, id);
+    return id;
+  }
+
+  // The tensors a layer saves for backward (the ledger's per-layer activations).
+  [[nodiscard]] double act_bytes(const Slot& sl) const {
+    return memory::layer_activation_bytes(b_.rc_, b_.rc_.model.is_moe_layer(sl.layer)).value();
+  }
+
+  void gate_on_offload(TaskId copy, TaskId compute) {
+    g_.depend(copy, compute);
+    b_.dp_gates_.push_back({compute, copy, false, true});
   }
 
   // Pipeline transfer to the neighbouring virtual stage: blocking on the compute stream, or on
@@ -563,6 +622,8 @@ class RankBuilder {
   TaskId start_barrier_ = kNone, last_pipeline_ = kNone;
   std::vector<TaskId> compute_uses_;      // FSDP: compute tasks that used gathered weights
   std::vector<TaskId> final_bwd_;         // per slot: the task that makes its gradient final
+  std::vector<std::vector<TaskId>> act_down_;  // per micro-batch and slot: its activations' copy to the host
+  TaskId reload_ = kNone;                      // the reload the next backward compute waits for
   std::vector<std::vector<TaskId>> per_mb_bwd_;  // without no_sync: [mb][slot]
   std::vector<TaskId> finalize_gate_;     // without no_sync: first task after mb's backward
   int32_t finalize_pending_ = -1;
@@ -637,7 +698,9 @@ void StepBuilder::build() {
                  g.intern("barrier"),
                  g.intern("issue param gathers"),
                  g.intern("copy params up"),
-                 g.intern("copy grads down")};
+                 g.intern("copy grads down"),
+                 g.intern("offload activations"),
+                 g.intern("reload activations")};
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));

@@ -108,6 +108,7 @@ class StepBuilder {
   struct DpGate {
     TaskId compute = kNone, dp = kNone;
     bool from_idle = false;  // the whole idle time up to the collective's end counts
+    bool offload = false;    // an activation copy (booked as offload, not data-parallel, time)
     bool operator<(const DpGate& o) const { return compute != o.compute ? compute < o.compute : dp < o.dp; }
   };
   [[nodiscard]] const std::vector<DpGate>& dp_gates() const { return dp_gates_; }  // sorted by compute task
@@ -117,7 +118,7 @@ class StepBuilder {
 
   struct Names {
     uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
-        optimizer, host, barrier, issue_gathers, copy_up, copy_down;
+        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act;
   };
 
   void build_slots();

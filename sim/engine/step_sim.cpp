@@ -34,6 +34,7 @@ class StepObserver : public Observer {
     peak_act_.assign(n, 0);
     wait_.assign(n, 0);
     dp_in_.assign(n, 0);
+    off_in_.assign(n, 0);
     if (!gates_.empty()) {
       dp_finish_.assign(b.graph()->size(), 0);
       dp_start_.assign(b.graph()->size(), 0);
@@ -57,7 +58,7 @@ class StepObserver : public Observer {
     const Task& t = g.task(id);
     const auto r = static_cast<size_t>(t.rank);
     wait_[r] += start - ready;
-    if (!dp_start_.empty() && t.kind == TaskKind::kDpComm) dp_start_[id] = start;
+    if (!dp_start_.empty() && (t.kind == TaskKind::kDpComm || t.kind == TaskKind::kHostCopy)) dp_start_[id] = start;
     if (t.stream != Stream::kCompute) return;
     running_since_[r] = start;
     if (gates_.empty()) return;
@@ -66,6 +67,7 @@ class StepObserver : public Observer {
     // data-parallel communication; idle time when none of them ran (a pipeline receive an
     // in-line gather waited for) stays bubble.
     spans_.clear();
+    off_spans_.clear();
     // Only the idle time after the task's other inputs (a pipeline receive, the work before it
     // on the stream) were ready can be the collectives' doing.
     const Tick others = std::max(pipe_end_[r], other_ready_[id]);
@@ -73,21 +75,21 @@ class StepObserver : public Observer {
          it != gates_.end() && it->compute == id; ++it) {
       const Tick a = it->from_idle ? others : std::max(others, dp_start_[it->dp]);
       const Tick b = std::min(start, dp_finish_[it->dp]);
-      if (b > a) spans_.emplace_back(a, b);
+      if (b > a) (it->offload ? off_spans_ : spans_).emplace_back(a, b);
     }
-    std::sort(spans_.begin(), spans_.end());
-    Tick covered_to = 0;
-    for (const auto& [a, b] : spans_) {
-      const Tick from = std::max(a, covered_to);
-      if (b > from) dp_in_[r] += b - from;
-      covered_to = std::max(covered_to, b);
+    // Idle time under both kinds of wait is the collectives'; activation copies take the rest.
+    const Tick dp = union_length(spans_);
+    dp_in_[r] += dp;
+    if (!off_spans_.empty()) {
+      spans_.insert(spans_.end(), off_spans_.begin(), off_spans_.end());
+      off_in_[r] += union_length(spans_) - dp;
     }
   }
   void on_finish(const TaskGraph& g, TaskId id, Tick finish) override {
     const Task& t = g.task(id);
     const auto r = static_cast<size_t>(t.rank);
     if (!dp_finish_.empty()) {
-      if (t.kind == TaskKind::kDpComm) dp_finish_[id] = finish;
+      if (t.kind == TaskKind::kDpComm || t.kind == TaskKind::kHostCopy) dp_finish_[id] = finish;
       // A gated compute task's inputs other than its gating collectives.
       const auto& off = g.succ_offsets();
       const auto& succ = g.successors();
@@ -141,7 +143,8 @@ class StepObserver : public Observer {
   }
 
   std::vector<Tick> busy_, compute_, tp_, pp_, slowed_, stretched_, running_since_, pipe_end_, wait_;
-  std::vector<Tick> dp_in_;  // compute-stream time waiting for ZeRO-3 / FSDP collectives
+  std::vector<Tick> dp_in_;   // compute-stream time waiting for ZeRO-3 / FSDP collectives
+  std::vector<Tick> off_in_;  // compute-stream time waiting for activation copies (offload)
   std::vector<int64_t> inflight_, max_inflight_;
   std::vector<double> act_, peak_act_;
 
@@ -157,6 +160,19 @@ class StepObserver : public Observer {
   std::vector<Tick> other_ready_;                  // per gated task: when its other inputs were ready
   std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task (gated runs)
   std::vector<std::pair<Tick, Tick>> spans_;       // scratch: a task's gating collectives inside its idle time
+  std::vector<std::pair<Tick, Tick>> off_spans_;   // scratch: its gating activation copies
+
+  // Total length of a set of intervals (sorted in place), overlaps counted once.
+  static Tick union_length(std::vector<std::pair<Tick, Tick>>& spans) {
+    std::sort(spans.begin(), spans.end());
+    Tick covered_to = 0, total = 0;
+    for (const auto& [a, b] : spans) {
+      const Tick from = std::max(a, covered_to);
+      if (b > from) total += b - from;
+      covered_to = std::max(covered_to, b);
+    }
+    return total;
+  }
 };
 
 }  // namespace
@@ -247,6 +263,7 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
       st.slowed_s = to_seconds(obs.slowed_[ri]);
       st.comm_stretch_s = to_seconds(obs.stretched_[ri]);
       st.dp_wait_s = to_seconds(obs.dp_in_[ri]);
+      st.offload_wait_s = to_seconds(obs.off_in_[ri]);
     }
     st.busy_s = std::max(st.busy_s, to_seconds(obs.busy_[ri]));
     st.pipeline_end_s = std::max(st.pipeline_end_s, to_seconds(obs.pipe_end_[ri]));
@@ -276,8 +293,9 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
     if (out.stages[s].busy_s > out.stages[crit].busy_s) crit = s;
   }
   e.pipeline_time_s = span;
-  // Idle time inside the pipeline that is not the ZeRO-3 / FSDP wait is the bubble.
-  const double bubble = std::max(0.0, span - out.stages[crit].busy_s - out.stages[crit].dp_wait_s);
+  // Idle time inside the pipeline that is not the ZeRO-3 / FSDP or activation-copy wait is the
+  // bubble.
+  const double bubble = std::max(0.0, span - out.stages[crit].busy_s - out.stages[crit].dp_wait_s - out.stages[crit].offload_wait_s);
   e.bubble_fraction = span > 0 ? bubble / span : 0.0;
   const double tokens = static_cast<double>(rc.tokens_per_step());
   const double gpus = static_cast<double>(rc.cluster.num_gpus);
@@ -312,6 +330,7 @@ SimResult simulate_step_checked(const config::RunConfig& rc, const SimOptions& o
   br.exposed_comm["cp"] = share(cp, sc.cp_nic);
   br.exposed_comm["ep"] = share(ep, sc.ep_nic);
   br.exposed_comm["pp"] = cs.pp_comm_s;
+  br.exposed_comm["offload"] = cs.offload_wait_s;
   br.bubble = bubble;
   br.optimizer = estimate::optimizer_time_s(rc, ls);
   // DP: the tail after the pipeline, the compute its traffic (and overlapped sends) slowed, and

@@ -58,6 +58,7 @@ struct StageStats {
   double pp_comm_s = 0;          // of which blocking pipeline sends
   double slowed_s = 0;           // of which compute lost to communication running beside it
   double dp_wait_s = 0;          // compute-stream idle time waiting for ZeRO-3 / FSDP collectives
+  double offload_wait_s = 0;     // compute-stream idle time waiting for activation copies
   double pipeline_end_s = 0;     // last pipeline task on this stage
   int64_t max_inflight = 0;      // micro-batch chunks forwarded and not yet backwarded
   double peak_activation_bytes = 0;

@@ -15,6 +15,8 @@ const char* to_string(Stream s) {
     case Stream::kDpReduce: return "dp-reduce";
     case Stream::kPpSend: return "pp-send";
     case Stream::kHost: return "host";
+    case Stream::kOffload: return "offload d2h";
+    case Stream::kReload: return "offload h2d";
     case Stream::kCount: break;
   }
   return "?";

@@ -31,7 +31,8 @@ inline constexpr double kMaxTaskSeconds = 9.2e5;
 Tick to_ticks(double seconds);
 inline double to_seconds(Tick t) { return static_cast<double>(t) / static_cast<double>(kTicksPerSecond); }
 
-enum class Stream : uint8_t { kCompute = 0, kTp, kDp, kDpReduce, kPpSend, kHost, kCount };
+// kOffload / kReload: copy engines that move offloaded activations to and from host memory.
+enum class Stream : uint8_t { kCompute = 0, kTp, kDp, kDpReduce, kPpSend, kHost, kOffload, kReload, kCount };
 const char* to_string(Stream s);
 
 enum class TaskKind : uint8_t {

@@ -205,7 +205,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   // reductions cause (they delay no other stage, so the fill and drain do not pay it).
   std::vector<double> reduce_only(static_cast<size_t>(pp), 0.0);
   std::vector<double> tp_stage(static_cast<size_t>(pp)), cp_stage(static_cast<size_t>(pp)),
-      ep_stage(static_cast<size_t>(pp)), fsdp_stage(static_cast<size_t>(pp));
+      ep_stage(static_cast<size_t>(pp)), fsdp_stage(static_cast<size_t>(pp)), offload_stage(static_cast<size_t>(pp));
   out.stage_fwd_s.assign(static_cast<size_t>(pp), 0);
   out.stage_bwd_s.assign(static_cast<size_t>(pp), 0);
   double hardware_flops_mb = 0;
@@ -229,6 +229,23 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     model_flops_mb += sc.model_flops;
     fwd_kernel[static_cast<size_t>(s)] = sc.fwd_kernel;
     bwd_kernel[static_cast<size_t>(s)] = sc.bwd_kernel;
+    if (p.activation_offload_layers > 0 && st.layers > 0) {
+      // Activation offload: an offloaded layer's copy to the host runs beside the next layer's
+      // forward, its copy back beside the next layer's backward (double-buffered); what a copy
+      // outlasts that layer by holds the compute stream.
+      double n_off = 0, bytes = 0;
+      for (const int64_t l : rc.stage_layer_ids(s)) {
+        if (!rc.activation_offloaded(l)) continue;
+        n_off += 1.0;
+        bytes += memory::layer_activation_bytes(rc, rc.model.is_moe_layer(l)).value();
+      }
+      const double copy = n_off > 0 ? bytes / n_off / hw.host.link.value() : 0.0;
+      const double L = static_cast<double>(st.layers);
+      const double off_f = n_off * std::max(0.0, copy - f / L), off_b = n_off * std::max(0.0, copy - b / L);
+      f += off_f;
+      b += off_b;
+      offload_stage[static_cast<size_t>(s)] = off_f + off_b;
+    }
 
     // ZeRO-3 / FSDP: per-layer parameter gathers and gradient reduce-scatters on their own
     // streams, one layer ahead of the compute that uses them.
@@ -572,6 +589,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   br.exposed_comm["cp"] = m * cp_stage[slowest];
   br.exposed_comm["ep"] = m * ep_stage[slowest];
   br.exposed_comm["pp"] = p2p;
+  br.exposed_comm["offload"] = m * offload_stage[slowest];
   br.exposed_comm["dp"] = dp_exposed + param_gather + m * fsdp_stage[slowest] + once;
   br.bubble = bubble;
   br.optimizer = opt;

@@ -32,7 +32,7 @@ struct Breakdown {
   double compute = 0;         // seconds of compute on the critical path (incl. recompute)
   double recompute = 0;       // part of compute spent recomputing forward work
   double host = 0;            // part of compute the GPU waits for host-side work (MoE per-expert)
-  std::map<std::string, double> exposed_comm;  // tp, cp, ep, pp, dp
+  std::map<std::string, double> exposed_comm;  // tp, cp, ep, pp, dp, offload (activation copies)
   double bubble = 0;
   double optimizer = 0;
 };

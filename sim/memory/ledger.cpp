@@ -374,6 +374,7 @@ Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, i
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
   for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) {
+    if (rc.activation_offloaded(l)) continue;  // on the host between its forward and backward
     const bool recomputed = !rc.partial_recompute() || rc.full_recompute_layer(l);
     out += rc.model.is_moe_layer(l) ? (recomputed ? moe : moe_kept) : (recomputed ? dense : dense_kept);
   }
@@ -451,6 +452,26 @@ int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
     (within(mid) ? hi : lo) = mid;
   }
   return hi < most ? hi : 0;
+}
+
+int64_t fewest_offload_layers(const config::RunConfig& rc, double usable) {
+  const auto& p = rc.parallel;
+  if (p.recompute != Recompute::kNone || p.vpp > 1 || p.schedule == Schedule::kZbH1 || !rc.hardware.host.stated) return 0;
+  const int64_t most = *std::min_element(rc.vstage_layers.begin(), rc.vstage_layers.end()) - 1;
+  if (most < 2) return 0;  // one offloaded layer keeps its own buffer: nothing saved
+  config::RunConfig trial = rc;  // one copy, its layer count changed per try
+  auto within = [&](int64_t n) {
+    trial.parallel.activation_offload_layers = n;
+    const MemoryLedger l = compute_ledger(trial);
+    return l.peak().value() <= usable * l.capacity.value() && l.host_fits();
+  };
+  if (!within(most)) return 0;
+  int64_t lo = 1, hi = most;  // hi fits; lo = 1 saves nothing
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (within(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 std::string fit_hint(const config::RunConfig& rc) {
@@ -593,6 +614,21 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const Bytes moe_act = m.moe.enabled() ? layer_activation_bytes(rc, true) : dense_act;
     st.activation_per_layer = moe_layers > 0 ? moe_act : dense_act;
     st.activations = stage_layer_activation_bytes(rc, s);
+    if (p.activation_offload_layers > 0) {
+      // Activation offload: each offloaded layer's saved tensors wait on the host for every
+      // micro-batch in flight; the GPU holds two of those layers at once (the one being copied
+      // down while the next runs, and in backward the one prefetched while its successor runs).
+      double offloaded = 0, buffered = 0;
+      int64_t k = 0;
+      for (const int64_t l : rc.stage_layer_ids(s)) {
+        if (!rc.activation_offloaded(l)) continue;
+        const double bytes = layer_activation_bytes(rc, m.is_moe_layer(l)).value();
+        offloaded += bytes;
+        if (k++ < 2) buffered += bytes;
+      }
+      st.host += Bytes(offloaded * std::ceil(inflight));
+      st.activations += Bytes(buffered);
+    }
     // Backward working set: one layer's activation gradients; under full recompute also the
     // layer being rebuilt.
     const Bytes full_layer = layer_activation_bytes_as(rc, moe_layers > 0, Recompute::kNone);

@@ -171,6 +171,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc);
 // ledger peak stays within `usable` of the GPU's memory, by bisection (memory falls as the
 // count grows). 0 means every layer: all of them are needed, or even that does not fit.
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable = 1.0);
+// The fewest layers per stage whose activations, offloaded to the host
+// (parallel.activation_offload_layers), bring the ledger's peak within `usable` of the GPU's
+// memory with the host's memory holding them; 0 when none does (or offload cannot apply: a
+// run that recomputes, vpp > 1, zb-h1, or a profile without a host).
+int64_t fewest_offload_layers(const config::RunConfig& rc, double usable = 1.0);
 
 // The share of memory measured runs reserve beyond the ledger's live tensors: PyTorch's caching
 // allocator keeps freed blocks and fragments (torchtitan's reserved peaks, BLOOM's nvidia-smi

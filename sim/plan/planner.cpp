@@ -102,6 +102,10 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
     d.push_back("recompute " + config::recompute_label(a) + " vs " + config::recompute_label(b));
   }
   if (a.schedule != b.schedule) d.push_back(config::to_string(a.schedule) + " vs " + config::to_string(b.schedule));
+  if (config::offload_label(a) != config::offload_label(b)) {
+    auto or_none = [](const std::string& t) { return t.empty() ? std::string("none") : t; };
+    d.push_back("offload " + or_none(config::offload_label(a)) + " vs " + or_none(config::offload_label(b)));
+  }
   // The pipeline split, when the stage counts agree (otherwise pp already says it), written as
   // the layout column writes it.
   if (a.pp == b.pp && a.vpp == b.vpp && split_text(a) != split_text(b)) {
@@ -189,7 +193,7 @@ std::string layout_text(const Parallel& p) {
   if (p.vpp > 1) o << " vpp " << p.vpp;
   o << " mbs " << p.micro_batch_size << (p.fsdp ? " fsdp" : " zero " + std::to_string(p.zero_stage));
   if (p.dp_replicate > 1) o << " dp_replicate " << p.dp_replicate;
-  if (p.offload != config::Offload::kNone) o << " offload " << config::to_string(p.offload);
+  if (const std::string off = config::offload_label(p); !off.empty()) o << " offload " << off;
   o << " rc " << config::recompute_label(p);
   if (p.pp > 1) o << " " << config::to_string(p.schedule);
   const std::string split = split_text(p);
@@ -208,7 +212,14 @@ struct Evaluated {
   Candidate c;
 };
 
-Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, bool search_recompute_layers) {
+// What evaluate() may size to the memory: the layers full recomputation covers, and (with
+// --offload) the layers whose activations a layout without recomputation offloads.
+struct MemorySearch {
+  bool recompute_layers = false;
+  bool offload_layers = false;
+};
+
+Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, MemorySearch search) {
   Evaluated ev;
   RunConfig rc = base;
   rc.parallel = cand;
@@ -221,6 +232,14 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     return ev;
   }
   auto ledger = memory::compute_ledger(rc);
+  if (search.offload_layers && rc.parallel.recompute == Recompute::kNone &&
+      ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
+    // Offload the activations of as few layers as the memory needs instead of recomputing.
+    if (const int64_t n = memory::fewest_offload_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
+      rc.parallel.activation_offload_layers = n;
+      ledger = memory::compute_ledger(rc);
+    }
+  }
   if (!ledger.fits()) {
     ev.reason = "does not fit in memory";
     ev.peak_bytes = ledger.peak().value();
@@ -231,7 +250,7 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     ev.reason = "fits, but not within the memory headroom";
     return ev;
   }
-  if (search_recompute_layers && rc.parallel.recompute == Recompute::kFull) {
+  if (search.recompute_layers && rc.parallel.recompute == Recompute::kFull) {
     // Recompute only as many layers of each virtual stage as the memory needs (Megatron's
     // block method). When nothing needs recomputing the no-recompute candidate covers the
     // layout.
@@ -537,7 +556,9 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   const RunConfig base = config::parse_run(run, source_name, base_dir, false);
   // Under full recomputation the planner recomputes only the layers memory needs, unless the
   // run file or --fix sets the recompute mode or the layer count.
-  const bool search_recompute_layers = !par.contains("recompute") && !par.contains("recompute_layers");
+  MemorySearch search;
+  search.recompute_layers = !par.contains("recompute") && !par.contains("recompute_layers");
+  search.offload_layers = opt.offload && !par.contains("activation_offload_layers");
   if (opt.offload && !base.hardware.host.stated) {
     throw core::UserError(source_name + ": --offload: hardware '" + base.hardware.name +
                           "' does not describe its host (hardware.host: memory, memory_bandwidth, link), so offload cannot be costed");
@@ -556,6 +577,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     double peak_bytes = 0, capacity_bytes = 0;
     double est_step_s = 0;
     int64_t recompute_layers = 0;  // what the memory search chose (full recomputation)
+    int64_t offload_layers = 0;    // and (with --offload) the activations it offloads
   };
   std::vector<Scored> scored(cands.size());
   const size_t total = cands.size();
@@ -567,7 +589,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   auto work = [&](size_t worker, size_t lo, size_t hi) {
     try {
       for (size_t i = lo; i < hi; ++i) {
-        Evaluated ev = evaluate(base, cands[i], opt, search_recompute_layers);
+        Evaluated ev = evaluate(base, cands[i], opt, search);
         Scored& s = scored[i];
         s.ok = ev.ok;
         s.reason = std::move(ev.reason);
@@ -577,6 +599,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         if (ev.ok) {
           s.est_step_s = ev.c.est.step_time_s;
           s.recompute_layers = ev.c.rc.parallel.recompute_layers;
+          s.offload_layers = ev.c.rc.parallel.activation_offload_layers;
         }
         const size_t n = done.fetch_add(1, std::memory_order_relaxed) + 1;
         // The first worker reports for all (the callback need not be thread-safe).
@@ -618,6 +641,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   auto text_of = [&](size_t i) {
     Parallel p = cands[i];
     p.recompute_layers = scored[i].recompute_layers;
+    p.activation_offload_layers = scored[i].offload_layers;
     return layout_text(p);
   };
   auto by_estimate = [&](size_t a, size_t b) {
@@ -633,7 +657,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   std::vector<Candidate> ok;
   ok.reserve(keep);
   for (size_t j = 0; j < keep; ++j) {
-    Evaluated ev = evaluate(base, cands[fits[j]], opt, search_recompute_layers);
+    Evaluated ev = evaluate(base, cands[fits[j]], opt, search);
     if (!ev.ok || ev.c.est.step_time_s != scored[fits[j]].est_step_s) {
       throw std::logic_error("planner: a layout evaluated twice gave two results (" + layout_text(cands[fits[j]]) + ")");
     }
@@ -729,6 +753,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (c.rc.model.moe.enabled()) par["etp"] = p.etp;
     if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
     if (p.offload != config::Offload::kNone) par["offload"] = config::to_string(p.offload);
+    if (p.activation_offload_layers > 0) par["activation_offload_layers"] = p.activation_offload_layers;
     if (p.recompute == Recompute::kSelective && p.recompute_modules != config::kRecomputeCoreAttn)
       par["recompute_modules"] = report::recompute_modules_json(p);
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;

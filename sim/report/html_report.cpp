@@ -80,7 +80,7 @@ std::vector<std::pair<std::string, double>> segments(const Json& b) {
   s.emplace_back("bubble", get("bubble"));
   const Json* comm = b.contains("exposed_comm_s") ? &b["exposed_comm_s"] : b.contains("exposed_comm") ? &b["exposed_comm"] : nullptr;
   if (comm != nullptr && comm->is_object()) {
-    for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) s.emplace_back(std::string("comm ") + k, comm->value(k, 0.0));
+    for (const char* k : {"tp", "cp", "ep", "pp", "dp", "offload"}) s.emplace_back(std::string("comm ") + k, comm->value(k, 0.0));
   }
   s.emplace_back("optimizer", get("optimizer"));
   return s;
@@ -89,7 +89,7 @@ std::vector<std::pair<std::string, double>> segments(const Json& b) {
 const std::map<std::string, std::string>& palette() {
   static const std::map<std::string, std::string> p = {
       {"compute", "#4e79a7"},   {"recompute", "#a0cbe8"}, {"host", "#d4a6c8"}, {"bubble", "#e15759"},    {"comm tp", "#f28e2b"},
-      {"comm cp", "#ffbe7d"},   {"comm ep", "#b07aa1"},   {"comm pp", "#59a14f"},   {"comm dp", "#8cd17d"},
+      {"comm cp", "#ffbe7d"},   {"comm ep", "#b07aa1"},   {"comm pp", "#59a14f"},   {"comm dp", "#8cd17d"},   {"comm offload", "#76b7b2"},
       {"optimizer", "#79706e"}, {"weights", "#4e79a7"},   {"gradients", "#f28e2b"}, {"optimizer state", "#59a14f"},
       {"activations", "#e15759"}, {"transient", "#b07aa1"}, {"logits", "#edc948"},  {"kept outputs", "#ff9da7"}, {"buffers", "#9c755f"},
       {"runtime", "#bab0ac"},   {"forward", "#4e79a7"},   {"backward", "#f28e2b"},  {"weight grad", "#ffbe7d"},

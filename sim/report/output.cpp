@@ -70,7 +70,8 @@ Json layout_json(const config::RunConfig& rc) {
           {"num_microbatches", rc.num_microbatches}, {"zero_stage", p.effective_zero()},
           {"fsdp", p.fsdp}, {"dp_replicate", p.dp_replicate}, {"recompute", config::to_string(p.recompute)},
           {"recompute_layers", p.recompute_layers}, {"recompute_modules", recompute_modules_json(p)},
-          {"schedule", config::to_string(p.schedule)}, {"offload", config::to_string(p.offload)}};
+          {"schedule", config::to_string(p.schedule)}, {"offload", config::to_string(p.offload)},
+          {"activation_offload_layers", p.activation_offload_layers}};
 }
 
 Json run_summary_json(const config::RunConfig& rc) {
@@ -131,7 +132,7 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
     << " (tp " << rc.parallel.tp << ", pp " << rc.parallel.pp << ", dp " << rc.parallel.dp << ", cp " << rc.parallel.cp
     << ", zero " << rc.parallel.effective_zero()
     << (rc.parallel.dp_replicate > 1 ? " in " + std::to_string(rc.parallel.dp_replicate) + " replicas" : std::string())
-    << (rc.parallel.offload != config::Offload::kNone ? ", offload " + config::to_string(rc.parallel.offload) : std::string())
+    << (config::offload_label(rc.parallel).empty() ? std::string() : ", offload " + config::offload_label(rc.parallel))
     << ", recompute " << config::recompute_label(rc.parallel) << ")\n";
   // The kept-outputs column appears only for runtimes that keep stage outputs until the step ends.
   const bool kept = std::any_of(l.stages.begin(), l.stages.end(), [](const auto& s) { return s.kept_outputs.value() > 0; });
@@ -157,9 +158,9 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
     if (pk.alltoall_peers > 0) o << ", all-to-all buffers for " << pk.alltoall_peers << " peers";
     o << ")\n";
   }
-  if (rc.parallel.offload != config::Offload::kNone) {
+  if (!config::offload_label(rc.parallel).empty()) {
     // The offloaded state: per GPU on each stage, and a node's GPUs together against its host.
-    o << "host memory (parallel.offload \"" << config::to_string(rc.parallel.offload) << "\"), GiB per GPU:";
+    o << "host memory (offload " << config::offload_label(rc.parallel) << "), GiB per GPU:";
     for (const auto& s : l.stages) o << " stage " << s.stage << " " << gib(s.host);
     o << "; per node " << gib(l.host_per_node) << " of " << gib(l.host_capacity) << ": "
       << (l.host_fits() ? "fits" : "DOES NOT FIT") << "\n";
@@ -295,7 +296,7 @@ std::string estimate_table(const config::RunConfig& rc, const estimate::StepEsti
                 static_cast<long long>(rc.parallel.micro_batch_size), static_cast<long long>(rc.num_microbatches),
                 config::to_string(rc.parallel.schedule).c_str(), rc.parallel.effective_zero(),
                 rc.parallel.dp_replicate > 1 ? (" in " + std::to_string(rc.parallel.dp_replicate) + " replicas").c_str() : "",
-                rc.parallel.offload != config::Offload::kNone ? ("  offload " + config::to_string(rc.parallel.offload)).c_str() : "",
+                config::offload_label(rc.parallel).empty() ? "" : ("  offload " + config::offload_label(rc.parallel)).c_str(),
                 config::recompute_label(rc.parallel).c_str());
   o << line;
   // An uneven pipeline split: the transformer layers of every virtual stage.
