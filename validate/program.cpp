@@ -64,6 +64,7 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   if (p.keep_step_outputs != config::StepOutputs::kNone) refuse("parallel.keep_step_outputs (stage outputs are released once sent)");
   if (p.recv_buffer_per_microbatch) refuse("parallel.recv_buffer_per_microbatch (one receive buffer is reused)");
   if (p.offload != config::Offload::kNone) refuse("parallel.offload (model state stays in device memory and the optimizer runs there)");
+  if (p.activation_offload_layers > 0) refuse("parallel.activation_offload_layers (activations stay in device memory)");
 }
 
 config::RunConfig executed_run(config::RunConfig rc, const std::string& backend) {

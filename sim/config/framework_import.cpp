@@ -351,6 +351,13 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   } else if (!gran.empty()) {
     throw core::UserError("--recompute-granularity: got '" + gran + "'; expected full or selective");
   }
+  // CPU activation offload (Megatron-Core's cpu_offloading: the first N layers' activations).
+  if (a.has("cpu-offloading")) {
+    const int64_t n = a.integer("cpu-offloading-num-layers", 0, 1 << 20, 0);
+    if (n > 0) parallel["activation_offload_layers"] = n;
+    if (n == 0) assumptions.push_back("parallel: --cpu-offloading with --cpu-offloading-num-layers 0 (Megatron's default) offloads nothing");
+    if (a.has("cpu-offloading-weights")) assumptions.push_back("parallel: weight offload (--cpu-offloading-weights) is not modelled: the weights stay in device memory");
+  }
   // Communication overlap and Megatron-Core DDP buckets.
   const bool overlap_grad = a.has("overlap-grad-reduce");
   parallel["grad_reduce_overlap"] = overlap_grad;
@@ -390,11 +397,7 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   }
   Json run = {{"name", "imported from Megatron-LM arguments"}, {"model", model}, {"hardware", opt.hardware}, {"cluster", cluster},
               {"training", training}, {"parallel", parallel}, {"assumptions", assumptions}};
-  if (const auto ignored = a.unused(); !ignored.empty()) {
-    std::string list;
-    for (const auto& k : ignored) list += (list.empty() ? "" : " ") + k;
-    run["notes"] = "ignored (no modelled cost): " + list;
-  }
+  note_ignored(run, a.unused());
   if (!opt.model.empty()) run["assumptions"].push_back("model: the zoo's " + opt.model + "; the architecture arguments are not read");
   return run;
 }

@@ -28,7 +28,7 @@ constexpr Resource kResources[] = {
     {"latency", "communication latency: each tier's and the network's (a measured curve's shortfall from its plateau)"},
     {"kernel_overhead", "per-kernel launch and tail cost"},
     {"host_expert_work", "per-expert host time of MoE layers (parallel.moe.expert_overhead)"},
-    {"host", "host memory bandwidth, CPU optimizer rate and GPU-host link (CPU offload)"},
+    {"host", "host memory bandwidth, CPU optimizer rate and GPU-host link (CPU offload of state or activations)"},
 };
 
 core::Bandwidth faster(core::Bandwidth b, double f) { return core::Bandwidth(b.value() * f); }
@@ -41,7 +41,7 @@ std::string unused(const config::RunConfig& rc, const std::string& r) {
   if (r == "host_expert_work" && (!rc.model.moe.enabled() || rc.parallel.moe.expert_overhead <= 0)) {
     return rc.model.moe.enabled() ? "parallel.moe.expert_overhead is 0" : "dense model: no expert layers";
   }
-  if (r == "host" && rc.parallel.offload == config::Offload::kNone) return "no CPU offload (parallel.offload)";
+  if (r == "host" && config::offload_label(rc.parallel).empty()) return "no CPU offload (parallel.offload, parallel.activation_offload_layers)";
   return "";
 }
 

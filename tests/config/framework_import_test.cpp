@@ -107,6 +107,28 @@ TEST(MegatronImport, DefaultsAreStated) {
   EXPECT_FALSE(nemotron.contains("notes"));
 }
 
+// Megatron-Core's CPU activation offload of the first N layers becomes the run file's key.
+TEST(MegatronImport, CpuOffloadingOfActivations) {
+  ImportOptions o;
+  o.gpus = 8;
+  o.hardware = "h100-sxm";
+  const std::vector<std::string> base = {"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "32000",
+                                         "--seq-length", "4096", "--bf16"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return import_megatron(args, o);
+  };
+  const Json run = with({"--cpu-offloading", "--cpu-offloading-num-layers", "3"});
+  EXPECT_EQ(run["parallel"]["activation_offload_layers"], 3);
+  EXPECT_FALSE(run.contains("notes")) << run["notes"];
+  EXPECT_EQ(parse_run(run, "<import>", "").parallel.activation_offload_layers, 3);
+  // Megatron's default of 0 layers offloads nothing, and says so.
+  const Json none = with({"--cpu-offloading"});
+  EXPECT_FALSE(none["parallel"].contains("activation_offload_layers"));
+  EXPECT_NE(none["assumptions"].dump().find("offloads nothing"), std::string::npos);
+}
+
 TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
   ImportOptions o;
   o.gpus = 64;

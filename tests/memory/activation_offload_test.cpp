@@ -12,6 +12,7 @@
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/memory/ledger.hpp"
+#include "sim/plan/planner.hpp"
 
 namespace stepcast {
 namespace {
@@ -148,6 +149,38 @@ TEST(ActivationOffload, FastLinkHidesTheCopies) {
   EXPECT_NEAR(b.step.step_time_s, a.step.step_time_s, 1e-3 * a.step.step_time_s);
   EXPECT_LT(b.step.breakdown.exposed_comm.at("offload"), 1e-3);
   EXPECT_NEAR(estimate::estimate_step(off).step_time_s, estimate::estimate_step(none).step_time_s, 1e-9);
+}
+
+// The planner's --offload sizes the activations offloaded as it sizes full recomputation: the
+// fewest layers that fit, which the ledger confirms (one fewer does not fit).
+TEST(ActivationOffload, PlannerOffloadsTheFewestLayersThatFit) {
+  Json run = base8b();
+  run["training"]["global_batch_size"] = 64;
+  run["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 2, "zero_stage": 1, "recompute": "none"})");
+  plan::PlanOptions po;
+  po.top_k = 1;
+  po.threads = 1;
+  const auto without = plan::plan(run, "<activation-offload-test>", "", po);
+  EXPECT_EQ(without.fit, 0);  // mbs 2 without recomputation: 122 GiB per GPU
+  po.offload = true;
+  const auto with = plan::plan(run, "<activation-offload-test>", "", po);
+  ASSERT_FALSE(with.ranked.empty());
+  bool saw_activations = false;
+  for (const auto& c : with.ranked) {
+    const int64_t n = c.rc.parallel.activation_offload_layers;
+    if (n == 0) continue;
+    saw_activations = true;
+    EXPECT_TRUE(memory::compute_ledger(c.rc).fits());
+    RunConfig fewer = c.rc;
+    fewer.parallel.activation_offload_layers = n - 1;
+    EXPECT_FALSE(memory::compute_ledger(fewer).fits()) << n;
+  }
+  EXPECT_TRUE(saw_activations);
+  // A count the run file gives stays as given.
+  run["parallel"]["activation_offload_layers"] = 30;
+  const auto fixed = plan::plan(run, "<activation-offload-test>", "", po);
+  ASSERT_FALSE(fixed.ranked.empty());
+  for (const auto& c : fixed.ranked) EXPECT_EQ(c.rc.parallel.activation_offload_layers, 30);
 }
 
 }  // namespace
