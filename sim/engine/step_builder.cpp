@@ -468,11 +468,7 @@ class RankBuilder {
     }
     const Slot& sl = *seq[si];
     if (!b_.rc_.activation_offloaded(sl.layer)) return;
-    Task c = base_;
-    c.stream = Stream::kOffload;
-    c.layer = sl.layer;
-    c.microbatch = a.mb;
-    const TaskId id = host_copy(c, act_bytes(sl) * lf, false, b_.names_.offload_act);
+    const TaskId id = activation_copy(sl, a, lf, false);
     g_.depend(done, id);
     act_down_[mb][static_cast<size_t>(&sl - slots.data())] = id;
   }
@@ -485,19 +481,21 @@ class RankBuilder {
     const Slot& next = *seq[si + 1];
     const TaskId down = act_down_[static_cast<size_t>(a.mb)][static_cast<size_t>(&next - b_.slots_[static_cast<size_t>(s_)].data())];
     if (down == kNone) return kNone;
-    Task c = base_;
-    c.stream = Stream::kReload;
-    c.layer = next.layer;
-    c.microbatch = a.mb;
-    const TaskId id = host_copy(c, act_bytes(next) * lf, true, b_.names_.reload_act);
+    const TaskId id = activation_copy(next, a, lf, true);
     g_.depend(down, id);
     if (last_on_compute_ != kNone) g_.depend(last_on_compute_, id);
     return id;
   }
 
-  // The tensors a layer saves for backward (the ledger's per-layer activations).
-  [[nodiscard]] double act_bytes(const Slot& sl) const {
-    return memory::layer_activation_bytes(b_.rc_, b_.rc_.model.is_moe_layer(sl.layer)).value();
+  // One layer's saved tensors (the ledger's per-layer activations, scaled with the
+  // micro-batch's tokens) to the host on the copy-out engine, or back on the copy-in engine.
+  TaskId activation_copy(const Slot& sl, const Action& a, double lf, bool up) {
+    Task c = base_;
+    c.stream = up ? Stream::kReload : Stream::kOffload;
+    c.layer = sl.layer;
+    c.microbatch = a.mb;
+    const double bytes = memory::layer_activation_bytes(b_.rc_, b_.rc_.model.is_moe_layer(sl.layer)).value() * lf;
+    return host_copy(c, bytes, up, up ? b_.names_.reload_act : b_.names_.offload_act);
   }
 
   void gate_on_offload(TaskId copy, TaskId compute) {

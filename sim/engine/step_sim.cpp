@@ -158,7 +158,7 @@ class StepObserver : public Observer {
   const std::vector<StepBuilder::DpGate>& gates_;  // sorted by compute task
   std::vector<uint8_t> gated_;                     // per task: has gating collectives
   std::vector<Tick> other_ready_;                  // per gated task: when its other inputs were ready
-  std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task (gated runs)
+  std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task or host copy (gated runs)
   std::vector<std::pair<Tick, Tick>> spans_;       // scratch: a task's gating collectives inside its idle time
   std::vector<std::pair<Tick, Tick>> off_spans_;   // scratch: its gating activation copies
 
