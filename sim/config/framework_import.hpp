@@ -42,12 +42,12 @@ struct ImportOptions {
   std::string hardware = "h100-sxm";  // profile name for the run file
   // A zoo name or a model config file (megatron: instead of the architecture arguments;
   // deepspeed: required).
-  std::string model;
+  std::string model{};
   int64_t seq_len = 0;                // deepspeed: required (the config does not hold it)
-  std::string recompute;              // deepspeed: the model code's activation checkpointing (none, selective, full)
+  std::string recompute{};            // deepspeed: the model code's activation checkpointing (none, selective, full)
   // deepspeed: what the Hugging Face Trainer fills into "auto" values (0 / empty: not given).
   int64_t micro_batch = 0, grad_accum = 0;
-  std::string precision;
+  std::string precision{};
   int64_t gpus = 0;                   // 0: torchrun's --nnodes x --nproc-per-node from the arguments
   int64_t gpus_per_node = 0;          // 0: --nproc-per-node, else the profile's
 };

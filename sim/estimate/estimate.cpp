@@ -233,13 +233,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // Activation offload: an offloaded layer's copy to the host runs beside the next layer's
       // forward, its copy back beside the next layer's backward (double-buffered); what a copy
       // outlasts that layer by holds the compute stream.
-      double n_off = 0, bytes = 0;
-      for (const int64_t l : rc.stage_layer_ids(s)) {
-        if (!rc.activation_offloaded(l)) continue;
-        n_off += 1.0;
-        bytes += memory::layer_activation_bytes(rc, rc.model.is_moe_layer(l)).value();
-      }
-      const double copy = n_off > 0 ? bytes / n_off / hw.host.link.value() : 0.0;
+      const memory::OffloadedActivations off = memory::offloaded_activations(rc, s);
+      const double n_off = static_cast<double>(off.layers);
+      const double copy = off.layers > 0 ? off.bytes.value() / n_off / hw.host.link.value() : 0.0;
       const double L = static_cast<double>(st.layers);
       const double off_f = n_off * std::max(0.0, copy - f / L), off_b = n_off * std::max(0.0, copy - b / L);
       f += off_f;

@@ -436,6 +436,31 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   return Bytes(peak);
 }
 
+namespace {
+// The smallest n in (lo, hi] for which within(n) holds, given within(hi) does and within is
+// monotone (more layers recomputed or offloaded never need more memory).
+template <class Within>
+int64_t fewest_within(int64_t lo, int64_t hi, Within within) {
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (within(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+}  // namespace
+
+OffloadedActivations offloaded_activations(const config::RunConfig& rc, int64_t stage) {
+  OffloadedActivations o;
+  if (rc.parallel.activation_offload_layers <= 0) return o;
+  for (const int64_t l : rc.stage_layer_ids(stage)) {
+    if (!rc.activation_offloaded(l)) continue;
+    const Bytes bytes = layer_activation_bytes(rc, rc.model.is_moe_layer(l));
+    o.bytes += bytes;
+    if (o.layers++ < 2) o.buffers += bytes;
+  }
+  return o;
+}
+
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
   const int64_t most = *std::max_element(rc.vstage_layers.begin(), rc.vstage_layers.end());
   config::RunConfig trial = rc;  // one copy, its layer count changed per try
@@ -446,12 +471,8 @@ int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
     return l.peak().value() <= usable * l.capacity.value();
   };
   if (!within(most)) return 0;
-  int64_t lo = 0, hi = most;  // hi fits; lo = 0 stands for recomputing nothing
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    (within(mid) ? hi : lo) = mid;
-  }
-  return hi < most ? hi : 0;
+  const int64_t n = fewest_within(0, most, within);  // 0 stands for recomputing nothing
+  return n < most ? n : 0;
 }
 
 int64_t fewest_offload_layers(const config::RunConfig& rc, double usable) {
@@ -466,12 +487,7 @@ int64_t fewest_offload_layers(const config::RunConfig& rc, double usable) {
     return l.peak().value() <= usable * l.capacity.value() && l.host_fits();
   };
   if (!within(most)) return 0;
-  int64_t lo = 1, hi = most;  // hi fits; lo = 1 saves nothing
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    (within(mid) ? hi : lo) = mid;
-  }
-  return hi;
+  return fewest_within(1, most, within);  // one offloaded layer saves nothing
 }
 
 std::string fit_hint(const config::RunConfig& rc) {
@@ -614,21 +630,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const Bytes moe_act = m.moe.enabled() ? layer_activation_bytes(rc, true) : dense_act;
     st.activation_per_layer = moe_layers > 0 ? moe_act : dense_act;
     st.activations = stage_layer_activation_bytes(rc, s);
-    if (p.activation_offload_layers > 0) {
-      // Activation offload: each offloaded layer's saved tensors wait on the host for every
-      // micro-batch in flight; the GPU holds two of those layers at once (the one being copied
-      // down while the next runs, and in backward the one prefetched while its successor runs).
-      double offloaded = 0, buffered = 0;
-      int64_t k = 0;
-      for (const int64_t l : rc.stage_layer_ids(s)) {
-        if (!rc.activation_offloaded(l)) continue;
-        const double bytes = layer_activation_bytes(rc, m.is_moe_layer(l)).value();
-        offloaded += bytes;
-        if (k++ < 2) buffered += bytes;
-      }
-      st.host += Bytes(offloaded * std::ceil(inflight));
-      st.activations += Bytes(buffered);
-    }
+    // Activation offload: the offloaded layers' saved tensors wait on the host for every
+    // micro-batch in flight; the GPU keeps two of those layers as copy buffers.
+    const OffloadedActivations off = offloaded_activations(rc, s);
+    st.host += off.bytes * std::ceil(inflight);
+    st.activations += off.buffers;
     // Backward working set: one layer's activation gradients; under full recompute also the
     // layer being rebuilt.
     const Bytes full_layer = layer_activation_bytes_as(rc, moe_layers > 0, Recompute::kNone);

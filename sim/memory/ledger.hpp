@@ -171,6 +171,15 @@ MemoryLedger compute_ledger(const config::RunConfig& rc);
 // ledger peak stays within `usable` of the GPU's memory, by bisection (memory falls as the
 // count grows). 0 means every layer: all of them are needed, or even that does not fit.
 int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable = 1.0);
+// A stage's layers under activation offload (parallel.activation_offload_layers): how many,
+// the saved tensors of one micro-batch they send to the host, and the two layers' worth the
+// GPU keeps as copy buffers (the one going down while the next runs; in backward the one
+// prefetched while its successor runs).
+struct OffloadedActivations {
+  int64_t layers = 0;
+  core::Bytes bytes{0}, buffers{0};
+};
+OffloadedActivations offloaded_activations(const config::RunConfig& rc, int64_t stage);
 // The fewest layers per stage whose activations, offloaded to the host
 // (parallel.activation_offload_layers), bring the ledger's peak within `usable` of the GPU's
 // memory with the host's memory holding them; 0 when none does (or offload cannot apply: a

@@ -59,8 +59,7 @@ deep = false
 }
 
 TEST(TorchtitanImport, Llama8bThroughTheHarnessMapping) {
-  config::ImportOptions o;
-  o.gpus = 8;
+  config::ImportOptions o{.gpus = 8};
   const Json run = import_torchtitan(config::parse_toml(launch_file("torchtitan-llama3-8b.toml"), "t.toml"), "t.toml", o);
   const config::RunConfig rc = config::parse_run(run, "<import>", "");
   EXPECT_EQ(run["model"], "llama3.1-8b");
@@ -77,8 +76,7 @@ TEST(TorchtitanImport, Llama8bThroughTheHarnessMapping) {
 }
 
 TEST(TorchtitanImport, PipelineTensorParallelAndBadValues) {
-  config::ImportOptions o;
-  o.gpus = 64;
+  config::ImportOptions o{.gpus = 64};
   const Json cfg = config::parse_toml(R"([model]
 name = "llama3"
 flavor = "70B"

@@ -66,8 +66,7 @@ TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
   EXPECT_EQ(rc.training.seq_len, 8192);
   EXPECT_EQ(run["notes"].get<std::string>(), "ignored (no modelled cost): --data-path --log-interval --lr");
   // A zoo name instead of the architecture: the same model, and the run says so.
-  ImportOptions z;
-  z.model = "llama3.1-8b";
+  ImportOptions z{.model = "llama3.1-8b"};
   const Json zr = import_megatron(split_command_line(llama8b_script()), z);
   EXPECT_EQ(zr["model"], "llama3.1-8b");
   EXPECT_DOUBLE_EQ(parse_run(zr, "<import>", "").model.total_params(), zoo.total_params());
@@ -77,11 +76,7 @@ TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
 TEST(MegatronImport, DefaultsAreStated) {
   const Json run = import_megatron({"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--vocab-size", "50304",
                                     "--seq-length", "2048", "--swiglu", "--fp16"},
-                                   [] {
-                                     ImportOptions o;
-                                     o.gpus = 8;
-                                     return o;
-                                   }());
+                                   ImportOptions{.gpus = 8});
   EXPECT_EQ(run["model"]["intermediate_size"], 5440);  // int(8 x 2048 / 3 / 64) x 64
   EXPECT_EQ(run["model"]["tie_word_embeddings"], true);
   EXPECT_EQ(run["model"]["linear_bias"], true);
@@ -97,11 +92,7 @@ TEST(MegatronImport, DefaultsAreStated) {
   // Nemotron-style: squared ReLU (a 2-matrix MLP) and no position embedding.
   const Json nemotron = import_megatron({"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "256000",
                                          "--seq-length", "4096", "--squared-relu", "--no-position-embedding", "--bf16"},
-                                        [] {
-                                          ImportOptions o;
-                                          o.gpus = 8;
-                                          return o;
-                                        }());
+                                        ImportOptions{.gpus = 8});
   EXPECT_EQ(nemotron["model"]["hidden_act"], "relu2");
   EXPECT_EQ(nemotron["model"]["position_embedding"], "rotary");  // no parameters
   EXPECT_FALSE(nemotron.contains("notes"));
@@ -109,9 +100,7 @@ TEST(MegatronImport, DefaultsAreStated) {
 
 // Megatron-Core's CPU activation offload of the first N layers becomes the run file's key.
 TEST(MegatronImport, CpuOffloadingOfActivations) {
-  ImportOptions o;
-  o.gpus = 8;
-  o.hardware = "h100-sxm";
+  ImportOptions o{.hardware = "h100-sxm", .gpus = 8};
   const std::vector<std::string> base = {"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "32000",
                                          "--seq-length", "4096", "--bf16"};
   auto with = [&](std::vector<std::string> extra) {
@@ -130,8 +119,7 @@ TEST(MegatronImport, CpuOffloadingOfActivations) {
 }
 
 TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
-  ImportOptions o;
-  o.gpus = 64;
+  ImportOptions o{.gpus = 64};
   const Json mixtral = import_megatron({"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention",
                                         "--num-query-groups", "8", "--ffn-hidden-size", "14336", "--swiglu", "--normalization", "RMSNorm",
                                         "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
@@ -153,8 +141,7 @@ TEST(MegatronImport, MixtureOfExpertsAndDenseFirstLayers) {
 }
 
 TEST(MegatronImport, BadArgumentsAreNamed) {
-  ImportOptions o;
-  o.gpus = 8;
+  ImportOptions o{.gpus = 8};
   const std::vector<std::string> base = {"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "4096"};
   EXPECT_NE(error_of(base, o).find("--vocab-size: required"), std::string::npos) << error_of(base, o);
   auto with = [&](std::vector<std::string> more) {
@@ -178,11 +165,7 @@ TEST(DeepSpeedImport, ZeroThreeOffloadAndTheBatch) {
     "optimizer": {"type": "AdamW"}, "gradient_clipping": 1.0,
     "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"},
                           "stage3_prefetch_bucket_size": 5e8}})");
-  ImportOptions o;
-  o.model = "llama3.1-70b";
-  o.seq_len = 4096;
-  o.gpus = 8;
-  o.recompute = "full";
+  ImportOptions o{.model = "llama3.1-70b", .seq_len = 4096, .recompute = "full", .gpus = 8};
   const Json run = import_deepspeed(cfg, "ds.json", o);
   const RunConfig rc = parse_run(run, "<import>", "");
   EXPECT_EQ(rc.training.global_batch_size, 64);  // 2 x 4 x 8
@@ -194,10 +177,7 @@ TEST(DeepSpeedImport, ZeroThreeOffloadAndTheBatch) {
 }
 
 TEST(DeepSpeedImport, BfSixteenZeroOneRunsTheBf16Optimizer) {
-  ImportOptions o;
-  o.model = "llama3.1-8b";
-  o.seq_len = 2048;
-  o.gpus = 16;
+  ImportOptions o{.model = "llama3.1-8b", .seq_len = 2048, .gpus = 16};
   const Json run = import_deepspeed(Json::parse(R"({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
     "zero_optimization": {"stage": 1, "reduce_bucket_size": 2e8}})"),
                                     "ds.json", o);
@@ -213,12 +193,7 @@ TEST(DeepSpeedImport, BfSixteenZeroOneRunsTheBf16Optimizer) {
 // A Hugging Face Trainer config: "auto" values take what the options give, as the Trainer
 // fills them from its arguments.
 TEST(DeepSpeedImport, TrainerAutoValuesComeFromTheOptions) {
-  ImportOptions o;
-  o.model = "llama3.1-8b";
-  o.seq_len = 4096;
-  o.gpus = 8;
-  o.micro_batch = 2;
-  o.precision = "bf16";
+  ImportOptions o{.model = "llama3.1-8b", .seq_len = 4096, .micro_batch = 2, .precision = "bf16", .gpus = 8};
   const Json run = import_deepspeed(Json::parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
     "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
     "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", "overlap_comm": true}})"),
@@ -234,10 +209,7 @@ TEST(DeepSpeedImport, TrainerAutoValuesComeFromTheOptions) {
 }
 
 TEST(DeepSpeedImport, BadConfigsAreNamed) {
-  ImportOptions o;
-  o.model = "llama3.1-8b";
-  o.seq_len = 2048;
-  o.gpus = 8;
+  ImportOptions o{.model = "llama3.1-8b", .seq_len = 2048, .gpus = 8};
   auto err = [&](const char* text, ImportOptions opt) {
     try {
       (void)import_deepspeed(Json::parse(text), "ds.json", opt);
@@ -305,11 +277,7 @@ after: yes
 }
 
 TEST(AccelerateImport, FsdpWithParameterOffload) {
-  ImportOptions o;
-  o.model = "llama3.1-70b";
-  o.seq_len = 4096;
-  o.micro_batch = 1;
-  o.grad_accum = 4;
+  ImportOptions o{.model = "llama3.1-70b", .seq_len = 4096, .micro_batch = 1, .grad_accum = 4};
   const Json run = import_accelerate(parse_yaml(launch_text("accelerate-fsdp-offload.yaml"), "a.yaml"), "a.yaml", o);
   const RunConfig rc = parse_run(run, "<import>", "");
   EXPECT_EQ(rc.cluster.num_gpus, 8);  // num_processes
@@ -322,10 +290,7 @@ TEST(AccelerateImport, FsdpWithParameterOffload) {
 }
 
 TEST(AccelerateImport, StrategiesDeepSpeedAndErrors) {
-  ImportOptions o;
-  o.model = "llama3.1-8b";
-  o.seq_len = 2048;
-  o.micro_batch = 2;
+  ImportOptions o{.model = "llama3.1-8b", .seq_len = 2048, .micro_batch = 2};
   auto yaml = [](const std::string& fsdp) {
     return parse_yaml("distributed_type: FSDP\nnum_processes: 16\nnum_machines: 2\nmixed_precision: bf16\nfsdp_config:\n  " + fsdp + "\n", "a.yaml");
   };
