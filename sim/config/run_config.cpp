@@ -69,6 +69,7 @@ std::string to_string(Schedule s) {
     case Schedule::kOneFOneB: return "1f1b";
     case Schedule::kInterleaved: return "interleaved";
     case Schedule::kZbH1: return "zb-h1";
+    case Schedule::kZbV: return "zbv";
   }
   return "?";
 }
@@ -218,10 +219,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     }
   }
   const bool has_schedule = r.has("schedule");
-  const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1"}, "1f1b");
+  const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"}, "1f1b");
   p.schedule = sch == "gpipe" ? Schedule::kGpipe
                : sch == "interleaved" ? Schedule::kInterleaved
                : sch == "zb-h1" ? Schedule::kZbH1
+               : sch == "zbv" ? Schedule::kZbV
                                 : Schedule::kOneFOneB;
   if (!has_schedule && p.vpp > 1) p.schedule = Schedule::kInterleaved;
   p.bucket_mb = r.get_number("bucket_mb", 0.001, 1e6, 25.0);
@@ -579,7 +581,7 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   }
 
   // Pipeline split: the layers of every virtual stage (chunk c of stage s is virtual stage
-  // c * pp + s), then each stage's total.
+  // p.vstage(s, c)), then each stage's total.
   const int64_t L = m.num_layers;
   const int64_t vstages = p.pp * p.vpp;
   std::vector<int64_t> vs(static_cast<size_t>(vstages), 0);
@@ -665,7 +667,7 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
                          " chunks; give the layers of every virtual stage in stage_layers instead");
           split_ok = false;
         }
-        for (int64_t c = 0; c < p.vpp; ++c) vs[static_cast<size_t>(c * p.pp + s)] = k / p.vpp;
+        for (int64_t c = 0; c < p.vpp; ++c) vs[static_cast<size_t>(p.vstage(s, c))] = k / p.vpp;
       }
     }
   } else if (L % vstages != 0) {
@@ -689,8 +691,9 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     const std::string what = "got " + n(p.activation_offload_layers) + "; ";
     if (p.vpp > 1) {
       issues.add("$.parallel.activation_offload_layers", what + "activation offload counts the first layers of a stage, so it needs vpp 1 (got vpp " + n(p.vpp) + ")");
-    } else if (p.schedule == Schedule::kZbH1) {
-      issues.add("$.parallel.activation_offload_layers", what + "a split backward (zb-h1) keeps layer inputs for its weight-gradient pass after the reload; use gpipe or 1f1b");
+    } else if (p.split_backward()) {
+      issues.add("$.parallel.activation_offload_layers", what + "a split backward (" + to_string(p.schedule) +
+                                                             ") keeps layer inputs for its weight-gradient pass after the reload; use gpipe or 1f1b");
     } else if (p.activation_offload_layers >= fewest) {
       issues.add("$.parallel.activation_offload_layers", what + "must be less than the layers of every stage (the fewest is " + n(fewest) +
                                                              "): the stage's last layer starts its backward at once, so it keeps its activations");
@@ -701,17 +704,21 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   for (size_t i = 1; i < vs.size(); ++i) rc.vstage_first_layer[i] = rc.vstage_first_layer[i - 1] + vs[i - 1];
   rc.stage_layers.assign(static_cast<size_t>(p.pp), 0);
   for (int64_t c = 0; c < p.vpp; ++c) {
-    for (int64_t s = 0; s < p.pp; ++s) rc.stage_layers[static_cast<size_t>(s)] += vs[static_cast<size_t>(c * p.pp + s)];
+    for (int64_t s = 0; s < p.pp; ++s) rc.stage_layers[static_cast<size_t>(s)] += vs[static_cast<size_t>(p.vstage(s, c))];
   }
 
   // Schedules.
   if (p.schedule == Schedule::kInterleaved && p.vpp < 2) {
     issues.add("$.parallel.schedule", "interleaved needs vpp >= 2 (got vpp " + n(p.vpp) + ")");
   }
-  if (p.vpp > 1 && p.schedule != Schedule::kInterleaved) {
-    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; virtual stages need schedule \"interleaved\"");
+  if (p.schedule == Schedule::kZbV && p.vpp != 2) {
+    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; schedule \"zbv\" runs two chunks per stage in a V, so it needs vpp 2");
   }
-  if (p.vpp > 1 && p.pp < 2) issues.add("$.parallel.vpp", "virtual pipeline stages need pp > 1");
+  if (p.schedule == Schedule::kZbV && p.pp < 2) issues.add("$.parallel.schedule", "zbv needs pp > 1 (got pp " + n(p.pp) + ")");
+  if (p.vpp > 1 && p.schedule != Schedule::kInterleaved && p.schedule != Schedule::kZbV) {
+    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; virtual stages need schedule \"interleaved\" (or \"zbv\" with vpp 2)");
+  }
+  if (p.vpp > 1 && p.pp < 2 && p.schedule != Schedule::kZbV) issues.add("$.parallel.vpp", "virtual pipeline stages need pp > 1");
 
   // Batch arithmetic.
   const int64_t per_step = p.dp * p.micro_batch_size;

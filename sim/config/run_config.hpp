@@ -32,7 +32,10 @@ enum RecomputeModule : uint32_t {
 // Module names in run files and output, in flag order.
 const std::vector<std::string>& recompute_module_names();
 enum class LossImpl { kFused, kEager };
-enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1 };
+// kZbV: the zero-bubble V schedule (Qi et al. 2024, torch.distributed.pipelining's
+// ScheduleZBVZeroBubble): two chunks per stage placed in a V, backward split into input- and
+// weight-gradient work.
+enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1, kZbV };
 // kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
 // kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
 enum class AttentionImpl { kFlash, kFlash2, kUnfused };
@@ -209,8 +212,8 @@ struct Parallel {
   // split evenly over its vpp chunks). -1 = even split.
   int64_t first_stage_layers = -1;
   int64_t last_stage_layers = -1;
-  // Or the layers of every virtual stage in pipeline order (pp * vpp entries; virtual stage
-  // c * pp + s is chunk c of pipeline stage s), as split points give them (torchtitan).
+  // Or the layers of every virtual stage in pipeline order (pp * vpp entries; see vstage()
+  // for which stage runs each), as split points give them (torchtitan).
   // Empty = derived from the two fields above.
   std::vector<int64_t> stage_layer_list;
   // Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split:
@@ -281,6 +284,23 @@ struct Parallel {
   int64_t activation_offload_layers = 0;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
+  // Schedules that split the backward into input-gradient (B) and weight-gradient (W) passes.
+  [[nodiscard]] bool split_backward() const { return schedule == Schedule::kZbH1 || schedule == Schedule::kZbV; }
+  // Placement of virtual stages (pipeline order) on pipeline stages. Interleaving loops the
+  // chunks round the stages: chunk c of stage s is virtual stage c * pp + s. ZB-V folds its two
+  // chunks into a V: chunk 0 runs down the stages, chunk 1 back up (virtual stage
+  // 2 pp - 1 - s), so stage 0 holds both the first and the last virtual stage and the turn at
+  // stage pp - 1 stays on one rank.
+  [[nodiscard]] int64_t vstage(int64_t stage, int64_t chunk) const {
+    return schedule == Schedule::kZbV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+  }
+  [[nodiscard]] int64_t stage_of_vstage(int64_t vs) const {
+    return schedule == Schedule::kZbV && vs >= pp ? 2 * pp - 1 - vs : vs % pp;
+  }
+  [[nodiscard]] int64_t chunk_of_vstage(int64_t vs) const { return vs / pp; }
+  // The stage and chunk that run the output layer and the loss (the last virtual stage).
+  [[nodiscard]] bool holds_head(int64_t stage, int64_t chunk) const { return vstage(stage, chunk) == pp * vpp - 1; }
+  [[nodiscard]] int64_t head_stage() const { return stage_of_vstage(pp * vpp - 1); }
   // Ranks that shard the dense ZeRO state (dp * cp, divided over the replicas).
   [[nodiscard]] int64_t shard_group() const { return dp * cp / std::max<int64_t>(1, dp_replicate); }
   // Ranks that shard the routed experts' ZeRO state: the expert-data-parallel group
@@ -334,12 +354,12 @@ struct RunConfig {
   std::vector<int64_t> vstage_layers;         // ... on each virtual stage (pp * vpp, pipeline order)
   std::vector<int64_t> vstage_first_layer;    // global index of each virtual stage's first layer
 
-  // Chunk c of pipeline stage s is virtual stage c * pp + s.
+  // Chunk c of pipeline stage s is virtual stage parallel.vstage(s, c).
   [[nodiscard]] int64_t chunk_layers(int64_t stage, int64_t chunk) const {
-    return vstage_layers[static_cast<size_t>(chunk * parallel.pp + stage)];
+    return vstage_layers[static_cast<size_t>(parallel.vstage(stage, chunk))];
   }
   [[nodiscard]] int64_t chunk_first_layer(int64_t stage, int64_t chunk) const {
-    return vstage_first_layer[static_cast<size_t>(chunk * parallel.pp + stage)];
+    return vstage_first_layer[static_cast<size_t>(parallel.vstage(stage, chunk))];
   }
   // The global indices of a pipeline stage's layers, chunk by chunk.
   [[nodiscard]] std::vector<int64_t> stage_layer_ids(int64_t stage) const;

@@ -5,7 +5,8 @@
 // the stage's layers. Orders follow Megatron-LM (GPipe, 1F1B with p - s - 1 warm-up forwards,
 // interleaved 1F1B over v chunks with (p - s - 1) * 2 + (v - 1) * p warm-up forwards) and, for
 // ZB-H1, Qi et al. 2023's handcrafted schedule: 1F1B's order of F and B, with stage s holding
-// back its last s weight-gradient passes (W(i) right after B(i + s), the held ones at the end).
+// back its last s weight-gradient passes (W(i) right after B(i + s), the held ones at the end);
+// ZB-V after Qi et al. 2024 (below).
 #pragma once
 
 #include <algorithm>
@@ -23,6 +24,69 @@ struct Action {
   int32_t mb;
   int32_t chunk;
 };
+
+// ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"; the order of
+// torch.distributed.pipelining's ScheduleZBVZeroBubble). Chunk 0 of stage s is virtual stage s,
+// chunk 1 virtual stage 2p - 1 - s, so a micro-batch runs down the stages and back up, and
+// stage 0 computes the loss. Stage s:
+//   warm-up: 2(p - s) - 1 forwards of chunk 0; s pairs (F chunk 1, F chunk 0); p - s triples
+//     (F, B, W of chunk 1), which start the backward at the V's far end;
+//   steady: F, B, W of chunk 0, then F, B, W of chunk 1, per micro-batch;
+//   cool-down: s pairs of input-gradient passes (B chunk 0, B chunk 1) with their W held back,
+//     p - s pairs (B chunk 0, W chunk 0), then the held-back W of chunk 1, then of chunk 0.
+// Every stage holds about 2p chunk activations (p micro-batches of its layers), 1F1B's stage-0
+// peak, and with equal F, B and W per chunk the timeline has almost no bubble. Each pass is
+// emitted only once its local predecessor is (chunk 1's F after chunk 0's F of the micro-batch,
+// chunk 0's B after chunk 1's B, W after its B), so fewer than 2p - 1 micro-batches shorten
+// the phases instead of breaking the order.
+template <class F>
+void for_each_zbv_action(int32_t p, int32_t s, int32_t m, F&& f) {
+  int32_t f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0 = 0, w1 = 0;
+  auto fwd0 = [&] {
+    if (f0 < m) f(Action{Phase::kF, f0++, 0});
+  };
+  auto fwd1 = [&] {
+    if (f1 < f0) f(Action{Phase::kF, f1++, 1});
+  };
+  auto bwd1 = [&](bool with_w) {
+    if (b1 >= f1) return;
+    f(Action{Phase::kB, b1++, 1});
+    if (with_w) f(Action{Phase::kW, w1++, 1});
+  };
+  auto bwd0 = [&](bool with_w) {
+    if (b0 >= b1) return;
+    f(Action{Phase::kB, b0++, 0});
+    if (with_w) f(Action{Phase::kW, w0++, 0});
+  };
+  for (int32_t i = 0; i < 2 * (p - s) - 1; ++i) fwd0();
+  for (int32_t i = 0; i < s; ++i) {
+    fwd1();
+    fwd0();
+  }
+  for (int32_t i = 0; i < p - s; ++i) {
+    fwd1();
+    bwd1(true);
+  }
+  while (f1 < m) {
+    fwd0();
+    bwd0(true);
+    fwd1();
+    bwd1(true);
+  }
+  for (int32_t i = 0; i < s; ++i) {
+    bwd0(false);
+    bwd1(false);
+  }
+  for (int32_t i = 0; i < p - s; ++i) bwd0(true);
+  // What the phases above left (short runs): the remaining input-gradient passes in
+  // dependency order, then every held-back weight-gradient pass.
+  while (b1 < m || b0 < m) {
+    bwd1(false);
+    bwd0(false);
+  }
+  while (w1 < m) f(Action{Phase::kW, w1++, 1});
+  while (w0 < m) f(Action{Phase::kW, w0++, 0});
+}
 
 // Calls f(Action) for each action of stage s (0-based) of p, in order, with m micro-batches and
 // v chunks per stage, without building the list (the memory ledger walks long orders often).
@@ -45,6 +109,10 @@ void for_each_action(config::Schedule sched, int32_t p, int32_t s, int32_t m, in
       f(Action{Phase::kB, mb_of(i), bchunk(i)});
     }
     for (int32_t k = std::max(0, total - warm); k < total; ++k) f(Action{Phase::kB, mb_of(k), bchunk(k)});
+    return;
+  }
+  if (sched == config::Schedule::kZbV) {
+    for_each_zbv_action(p, s, m, f);
     return;
   }
   // 1F1B: p - s - 1 warm-up forwards, then one forward and one backward in turn, then the

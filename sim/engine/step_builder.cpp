@@ -68,7 +68,7 @@ class RankBuilder {
         fsdp_(b.p_.effective_zero() >= 3 && (has_sync() || (b.p_.offload != config::Offload::kNone && !b.ideal_))),
         gather_inline_(fsdp_ && !b.p_.param_gather_overlap),
         reduce_inline_(fsdp_ && !b.p_.grad_reduce_overlap),
-        split_w_(b.p_.schedule == Schedule::kZbH1),
+        split_w_(b.p_.split_backward()),
         op_index_(static_cast<uint64_t>(r) << 32),
         replica_(b.full_ ? (r % b.per_stage_) / (b.p_.tp * b.p_.cp) : 0),
         buckets_(has_sync() && b.p_.effective_zero() < 3
@@ -503,22 +503,27 @@ class RankBuilder {
     b_.dp_gates_.push_back({compute, copy, false, true});
   }
 
-  // Pipeline transfer to the neighbouring virtual stage: blocking on the compute stream, or on
-  // the send stream when the schedule overlaps it (interleaved).
+  // Pipeline transfer to the neighbouring virtual stage.
   void emit_send(const Action& a, double lf, PassTasks& ids) {
     const int32_t pp = b_.pp_;
-    const int32_t vs = a.chunk * pp + s_;
+    const auto vs = static_cast<int32_t>(p_.vstage(s_, a.chunk));
     const bool send = (a.phase == Phase::kF && vs < pp * b_.v_ - 1) || (a.phase == Phase::kB && vs > 0);
     if (!send || pp <= 1) return;
+    // The transfer's other end: the same position on the neighbouring virtual stage's rank.
+    // ZB-V's turn (virtual stages pp - 1 and pp) stays on this rank: nothing to send.
+    const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
+    const int64_t next_stage = p_.stage_of_vstage(vs_next);
+    if (next_stage == s_) return;
     Task t = base_;
     t.kind = TaskKind::kPpSend;
-    t.stream = p_.schedule == Schedule::kInterleaved ? Stream::kPpSend : Stream::kCompute;
+    // Blocking on the compute stream, or on the send stream where the runtime posts its
+    // transfers asynchronously (Megatron's interleaved schedule, torch.distributed.pipelining's
+    // ZB-V).
+    t.stream = p_.schedule == Schedule::kInterleaved || p_.schedule == Schedule::kZbV ? Stream::kPpSend : Stream::kCompute;
     t.microbatch = a.mb;
     t.chunk = a.chunk;
     t.duration = static_cast<Tick>(static_cast<double>(b_.p2p_) * lf);
-    // The transfer's other end: the same position on the neighbouring virtual stage's rank.
-    const int32_t vs_next = a.phase == Phase::kF ? vs + 1 : vs - 1;
-    const auto peer = static_cast<size_t>(static_cast<int64_t>(vs_next % pp) * b_.per_stage_ + (r_ % b_.per_stage_));
+    const auto peer = static_cast<size_t>(next_stage * b_.per_stage_ + (r_ % b_.per_stage_));
     const auto me = static_cast<size_t>(r_);
     t.name = a.phase == Phase::kF ? b_.names_.send_act : b_.names_.send_grad;
     const TaskId sid = g_.add(t);
@@ -662,7 +667,7 @@ double StepBuilder::chunk_activation_bytes(int32_t s, int32_t c) const {
 }
 
 double StepBuilder::chunk_weight_grad_bytes(int32_t s, int32_t c) const {
-  if (p_.schedule != Schedule::kZbH1) return 0.0;
+  if (!p_.split_backward()) return 0.0;
   return memory::chunk_layer_weight_grad_bytes(rc_, s, c).value();
 }
 
@@ -702,7 +707,7 @@ void StepBuilder::build() {
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
-  if (p_.schedule == Schedule::kZbH1) wgt_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
+  if (p_.split_backward()) wgt_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   tp_coll_.assign(static_cast<size_t>(full_ ? ranks_ / (p_.tp * p_.cp) : ranks_), {});
   dp_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp * p_.dp_replicate : ranks_), {});
   rep_coll_.assign(static_cast<size_t>(full_ ? pp_ * p_.tp * p_.cp * (p_.dp / p_.dp_replicate) : ranks_), {});
@@ -733,18 +738,18 @@ void StepBuilder::link_stages() {
     const int32_t s = stage_of(r);
     const int64_t w = r % per_stage_;
     for (int32_t c = 0; c < v_; ++c) {
-      const int32_t vs = c * pp_ + s;
+      const int64_t vs = p_.vstage(s, c);
       for (int32_t mb = 0; mb < m_; ++mb) {
         const size_t k = static_cast<size_t>(c) * mbs + static_cast<size_t>(mb);
         if (vs > 0) {
-          const int32_t ps = (vs - 1) % pp_, pc = (vs - 1) / pp_;
-          const int64_t pr = static_cast<int64_t>(ps) * per_stage_ + w;
+          const int64_t ps = p_.stage_of_vstage(vs - 1), pc = p_.chunk_of_vstage(vs - 1);
+          const int64_t pr = ps * per_stage_ + w;
           g.depend(fwd_[static_cast<size_t>(pr)][static_cast<size_t>(pc) * mbs + static_cast<size_t>(mb)].last,
                    fwd_[static_cast<size_t>(r)][k].entry);
         }
         if (vs < pp_ * v_ - 1) {
-          const int32_t ns = (vs + 1) % pp_, nc = (vs + 1) / pp_;
-          const int64_t nr = static_cast<int64_t>(ns) * per_stage_ + w;
+          const int64_t ns = p_.stage_of_vstage(vs + 1), nc = p_.chunk_of_vstage(vs + 1);
+          const int64_t nr = ns * per_stage_ + w;
           g.depend(bwd_[static_cast<size_t>(nr)][static_cast<size_t>(nc) * mbs + static_cast<size_t>(mb)].last,
                    bwd_[static_cast<size_t>(r)][k].entry);
         }
@@ -813,7 +818,7 @@ void StepBuilder::build_slots() {
     auto share = [this](Duration kernel, Duration compute) {
       return compute.value() > 0 ? graph_->kernel_share_index(kernel.value() / compute.value()) : uint16_t{0};
     };
-    const bool split_w = p_.schedule == Schedule::kZbH1;
+    const bool split_w = p_.split_backward();
     auto make = [&](const LayerCost* lc, int32_t layer, std::vector<double> tensors, std::vector<double> experts = {}) {
       Slot out{lc, layer, 0.0, std::move(tensors), std::move(experts)};
       for (double x : out.tensors) out.params += x;
@@ -831,7 +836,7 @@ void StepBuilder::build_slots() {
       sl.push_back(make(&wb_.embedding(), -1, tensors));
       cs[0].push_back(sl.size() - 1);
     }
-    // Chunk c of stage s is virtual stage c * pp + s, with its own run of layers.
+    // Chunk c of stage s is virtual stage p_.vstage(s, c), with its own run of layers.
     for (int32_t c = 0; c < v_; ++c) {
       const int64_t first = rc_.chunk_first_layer(s, c);
       for (int64_t layer = first; layer < first + rc_.chunk_layers(s, c); ++layer) {
@@ -842,7 +847,7 @@ void StepBuilder::build_slots() {
         cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
       }
     }
-    if (s == pp_ - 1 && !ideal_) {
+    if (s == p_.head_stage() && !ideal_) {
       std::vector<double> tensors{m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h)};
       if (!m.tied_embeddings || pp_ > 1) tensors.push_back(vh);
       std::vector<double> experts;

@@ -368,7 +368,7 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
   if (!r.graph) return out + "]}\n";
   std::unique_ptr<estimate::WorkloadBuilder> ops_wb;
   if (operators) ops_wb = std::make_unique<estimate::WorkloadBuilder>(rc);
-  const bool split_w = rc.parallel.schedule == Schedule::kZbH1;
+  const bool split_w = rc.parallel.split_backward();
   const TaskGraph& g = *r.graph;
   const int64_t per_stage = r.full ? rc.parallel.tp * rc.parallel.cp * rc.parallel.dp : 1;
   std::vector<char> keep(r.rank_ids.size(), only_ranks.empty() ? 1 : 0);

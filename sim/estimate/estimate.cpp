@@ -7,6 +7,7 @@
 #include "sim/core/error.hpp"
 #include "sim/cost/collectives.hpp"
 #include "sim/cost/compute.hpp"
+#include "sim/engine/schedule.hpp"
 #include "sim/estimate/workload.hpp"
 
 namespace stepcast::estimate {
@@ -109,6 +110,62 @@ BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const 
   return plan;
 }
 
+// ZB-V's pipeline, played out from the stages' own orders (engine::for_each_zbv_action): a
+// stage runs its passes one at a time; a forward waits for the previous virtual stage's forward
+// of its micro-batch, an input-gradient pass for the next virtual stage's (the last one's for
+// its own forward), a weight-gradient pass for its input-gradient pass. Each chunk takes half
+// of its stage's forward, input-gradient and weight-gradient time per micro-batch. The order
+// repeats once 4p micro-batches have started, so a longer run adds the slowest stage's whole
+// pass time per further micro-batch.
+double zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& bwd_input, const std::vector<double>& wgt,
+                    const std::vector<double>& stage_total, int64_t m) {
+  const auto p = static_cast<int32_t>(fwd.size());
+  const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * static_cast<int64_t>(p)));
+  const int32_t vstages = 2 * p;
+  auto vstage = [p](int32_t s, int32_t c) { return c == 0 ? s : 2 * p - 1 - s; };
+  std::vector<std::vector<engine::Action>> order(static_cast<size_t>(p));
+  for (int32_t s = 0; s < p; ++s) {
+    engine::for_each_zbv_action(p, s, mm, [&](const engine::Action& a) { order[static_cast<size_t>(s)].push_back(a); });
+  }
+  constexpr double kNotYet = -1.0;
+  const auto cells = static_cast<size_t>(vstages) * static_cast<size_t>(mm);
+  std::vector<double> f_done(cells, kNotYet), b_done(cells, kNotYet);
+  auto at = [mm](int32_t vs, int32_t mb) { return static_cast<size_t>(vs) * static_cast<size_t>(mm) + static_cast<size_t>(mb); };
+  std::vector<size_t> next(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0.0);
+  size_t left = 0;
+  for (const auto& o : order) left += o.size();
+  while (left > 0) {
+    size_t ran = 0;
+    for (int32_t s = 0; s < p; ++s) {
+      const auto su = static_cast<size_t>(s);
+      while (next[su] < order[su].size()) {
+        const engine::Action& a = order[su][next[su]];
+        const int32_t vs = vstage(s, a.chunk);
+        double ready = 0;
+        if (a.phase == engine::Phase::kF) {
+          ready = vs > 0 ? f_done[at(vs - 1, a.mb)] : 0.0;
+        } else if (a.phase == engine::Phase::kB) {
+          ready = vs < vstages - 1 ? b_done[at(vs + 1, a.mb)] : f_done[at(vs, a.mb)];
+        } else {
+          ready = b_done[at(vs, a.mb)];
+        }
+        if (ready < 0) break;
+        const double cost = 0.5 * (a.phase == engine::Phase::kF ? fwd[su] : a.phase == engine::Phase::kB ? bwd_input[su] : wgt[su]);
+        clock[su] = std::max(clock[su], ready) + cost;
+        if (a.phase == engine::Phase::kF) f_done[at(vs, a.mb)] = clock[su];
+        if (a.phase == engine::Phase::kB) b_done[at(vs, a.mb)] = clock[su];
+        ++next[su];
+        ++ran;
+      }
+    }
+    if (ran == 0) throw core::InternalError("the zbv pass orders wait on each other");
+    left -= ran;
+  }
+  const double slowest = *std::max_element(stage_total.begin(), stage_total.end());
+  return *std::max_element(clock.begin(), clock.end()) + static_cast<double>(m - mm) * slowest;
+}
+
 }  // namespace
 
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage) {
@@ -138,7 +195,7 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
   };
   for (const int64_t l : rc.stage_layer_ids(stage)) add(wb.layer(l), 1.0);
   if (stage == 0) add(wb.embedding(), 1.0);
-  if (stage == rc.parallel.pp - 1) add(wb.output_layer(), 1.0);
+  if (stage == rc.parallel.head_stage()) add(wb.output_layer(), 1.0);
   // Time-weighted: the kernel in flight at a random moment of the pass.
   c.fwd_kernel = fwd_compute > 0 ? c.fwd_kernel / fwd_compute : 0.0;
   c.bwd_kernel = bwd_compute > 0 ? c.bwd_kernel / bwd_compute : 0.0;
@@ -333,7 +390,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // Under ZB-H1 the reduce-scatters run in the W pass, which has no exchanges, and what
           // outlasts it spills into the next forward: the backward's share counts its gathers
           // over the input-gradient pass only, the forward's its gathers and that spill.
-          const bool zb_split = p.schedule == config::Schedule::kZbH1 && p.param_gather_overlap && p.grad_reduce_overlap;
+          const bool zb_split = p.split_backward() && p.param_gather_overlap && p.grad_reduce_overlap;
           double f_traffic = p.param_gather_overlap ? L * ag_link : 0.0;
           double b_traffic = L * ((p.param_gather_overlap ? ag_link * bwd_gathers : 0.0) + (p.grad_reduce_overlap ? rs_link : 0.0));
           double b_pass = b;
@@ -358,7 +415,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           exp_f = ag_in ? L * ag : beside_compute(L * ag, f_win, slow_here, L * wf) + ag / m;
           exp_b = (ag_in ? L * ag * bwd_gathers : beside_compute(L * ag * bwd_gathers, b_win, slow_here, L * wb * bwd_gathers)) +
                   (rs_in ? L * rs : beside_compute(L * rs, b_win, slow_here, L * wb) + rs / m);
-        } else if (p.schedule == config::Schedule::kZbH1) {
+        } else if (p.split_backward()) {
           // A split backward makes a layer's gradient final in its weight-gradient pass: the
           // gathers run beside the input-gradient pass, the reduce-scatters start in the W pass
           // and what outlasts it spills into the next forward, sharing the link with its gathers.
@@ -436,6 +493,14 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     scale = std::max(0.0, (t_max - 2.0 * w_stage[slowest]) / t_max);
   }
   double pipe_compute = m * t_max + (sum - t_max) * scale;
+  if (p.schedule == config::Schedule::kZbV) {
+    std::vector<double> fwd(t_stage.size()), bwd_input(t_stage.size());
+    for (size_t s = 0; s < t_stage.size(); ++s) {
+      fwd[s] = out.stage_fwd_s[s];
+      bwd_input[s] = t_stage[s] - fwd[s] - w_stage[s];
+    }
+    pipe_compute = zbv_pipeline(fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
+  }
   if (p.schedule == config::Schedule::kZbH1) {
     // With fewer micro-batches than stages the held-back weight-gradient work cannot fill the
     // cool-down: the step is the forward and input-gradient chain through every stage for the
@@ -452,7 +517,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   double p2p = 0;
   if (pp > 1) {
     const double tp2p = wb.p2p_time().value();
-    p2p = p.schedule == config::Schedule::kInterleaved
+    // Posted asynchronously (interleaved, ZB-V): only the fill's and the drain's chains of
+    // hops wait for transfers; blocking sends cost every micro-batch.
+    p2p = p.schedule == config::Schedule::kInterleaved || p.schedule == config::Schedule::kZbV
               ? 2.0 * tp2p * static_cast<double>(pp - 1) * static_cast<double>(p.vpp)
               : 2.0 * tp2p * (m + static_cast<double>(pp) - 2.0);
   }
@@ -500,7 +567,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
                            expert.count * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.edp);
       // The gradients become final during the last micro-batch's backward; under ZB-H1 during
       // its weight-gradient pass W, which the held-back W of the cool-down run just before.
-      const bool zb = p.schedule == config::Schedule::kZbH1;
+      const bool zb = p.split_backward();
       const double window = zb ? w_stage[static_cast<size_t>(s)] : out.stage_bwd_s[static_cast<size_t>(s)];
       // Overlapped: the last bucket follows the backward; the rest runs beside it (or, when the
       // traffic outlasts the backward, the backward runs slowed under it).
@@ -508,8 +575,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // How long before the pipeline's end stage s finishes: 1F1B drains stage by stage (the
       // earlier stages' backward); under ZB-H1 only the input-gradient chain drains, and the
       // min(s, m - 1) W that stage s held back fill that time.
+      // ZB-V's stages all end on their held-back W passes, none drains after another.
       double stage_drain = 0;
-      if (zb) {
+      if (p.schedule == config::Schedule::kZbV) {
+        stage_drain = 0;
+      } else if (zb) {
         double chain = 0;
         for (int64_t j = 0; j < s; ++j) chain += out.stage_bwd_s[static_cast<size_t>(j)] - w_stage[static_cast<size_t>(j)];
         stage_drain = std::max(0.0, chain - std::min(static_cast<double>(s), m - 1.0) * w_stage[static_cast<size_t>(s)]);

@@ -281,7 +281,9 @@ std::pair<int64_t, int64_t> nccl_communicators(const config::RunConfig& rc, int6
   if (p.pp > 1) group(p.tp * p.pp);
   if (stage > 0) ++pairs;
   if (stage < p.pp - 1) ++pairs;
-  if (p.pp > 1 && rc.model.tied_embeddings && (stage == 0 || stage == p.pp - 1)) ++pairs;
+  // A tied embedding's gradient is summed between the first stage and the head's (the same
+  // stage under ZB-V).
+  if (p.pp > 1 && rc.model.tied_embeddings && p.head_stage() != 0 && (stage == 0 || stage == p.head_stage())) ++pairs;
   return {multi, pairs};
 }
 
@@ -339,6 +341,18 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
       const double chunks = std::min(m * v, 2.0 * (pp - r - 1.0) + (v - 1.0) * pp + 1.0);
       return chunks / v;
     }
+    case Schedule::kZbV: {
+      // The most chunk forwards the stage's order holds before their input-gradient pass,
+      // in micro-batches of the stage's two chunks (about p on every stage). The order
+      // repeats after its warm-up of 2p - 1 forwards, so 4p micro-batches reach the peak.
+      const auto mm = static_cast<int32_t>(std::min<int64_t>(rc.num_microbatches, 4 * p.pp));
+      int64_t held = 0, most = 0;
+      engine::for_each_zbv_action(static_cast<int32_t>(p.pp), static_cast<int32_t>(stage), mm, [&](const engine::Action& a) {
+        held += a.phase == engine::Phase::kF ? 1 : a.phase == engine::Phase::kB ? -1 : 0;
+        most = std::max(most, held);
+      });
+      return static_cast<double>(most) / 2.0;
+    }
   }
   return m;
 }
@@ -350,7 +364,7 @@ Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_
   const double t = static_cast<double>(p.tp);
   const double tokens = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
                         static_cast<double>(p.cp);
-  const bool model_last = stage == p.pp - 1 && chunk == std::max<int64_t>(1, p.vpp) - 1;
+  const bool model_last = p.holds_head(stage, chunk);
   if (model_last) {
     // The model's output: this rank's vocabulary shard of the 16-bit logits.
     if (p.schedule == Schedule::kGpipe) return Bytes(0);
@@ -387,7 +401,7 @@ Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, 
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
   for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
-  if (stage == rc.parallel.pp - 1 && chunk == rc.parallel.vpp - 1) out += output_weight_grad_bytes(rc);
+  if (rc.parallel.holds_head(stage, chunk)) out += output_weight_grad_bytes(rc);
   return out;
 }
 
@@ -405,15 +419,15 @@ Bytes output_weight_grad_bytes(const config::RunConfig& rc) {
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t v = rc.parallel.vpp;
   const bool interleaved = rc.parallel.schedule == Schedule::kInterleaved && v > 1;
-  const bool split_w = rc.parallel.schedule == Schedule::kZbH1;
+  const bool split_w = rc.parallel.split_backward();
   if (!interleaved && !split_w) {
     Bytes per_mb(0);
     for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);
     return per_mb * inflight_microbatches(rc, stage);
   }
-  // Interleaved 1F1B and ZB-H1: walk the stage's own order and take the largest set held at
-  // once. A forward stores its chunk's activations until that chunk's backward (with unequal
-  // chunks the peak can come after the warm-up); a split backward (ZB-H1) keeps what its
+  // Interleaved 1F1B, ZB-H1 and ZB-V: walk the stage's own order and take the largest set held
+  // at once. A forward stores its chunk's activations until that chunk's backward (with unequal
+  // chunks the peak can come after the warm-up); a split backward (ZB-H1, ZB-V) keeps what its
   // held-back weight-gradient pass needs (each linear layer's input and output gradient) until
   // that W. After the warm-up ((pp - s - 1) * 2 + (v - 1) * pp forwards) the held set repeats
   // every pp * v actions and the cool-down only frees, so a run of pp * (v + 4) micro-batches
@@ -477,7 +491,7 @@ int64_t fewest_recompute_layers(const config::RunConfig& rc, double usable) {
 
 int64_t fewest_offload_layers(const config::RunConfig& rc, double usable) {
   const auto& p = rc.parallel;
-  if (p.recompute != Recompute::kNone || p.vpp > 1 || p.schedule == Schedule::kZbH1 || !rc.hardware.host.stated) return 0;
+  if (p.recompute != Recompute::kNone || p.vpp > 1 || p.split_backward() || !rc.hardware.host.stated) return 0;
   const int64_t most = *std::min_element(rc.vstage_layers.begin(), rc.vstage_layers.end()) - 1;
   if (most < 2) return 0;  // one offloaded layer keeps its own buffer: nothing saved
   config::RunConfig trial = rc;  // one copy, its layer count changed per try
@@ -565,7 +579,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     }
     const double vh = static_cast<double>(rc.padded_vocab) * h / t;
     // The last stage holds an output matrix of its own unless it is the first stage's tied one.
-    const bool holds_head = s == p.pp - 1 && (!m.tied_embeddings || p.pp > 1);
+    const bool holds_head = s == p.head_stage() && (!m.tied_embeddings || p.pp > 1);
     const bool holds_vocab = s == 0 || holds_head;
     // ZeRO-3 / FSDP gather the embedding and the output layer (with the final norm and any
     // MTP modules) as units of their own beside the layers.
@@ -578,7 +592,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     }
     largest_unit = std::max(largest_unit, dense_params + expert_params - before_embedding);
     const double before_head = dense_params + expert_params;
-    if (s == p.pp - 1) {
+    if (s == p.head_stage()) {
       // Final norm (h for RMSNorm, 2h for LayerNorm).
       dense_params += m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h);
       if (holds_head) dense_params += vh;
@@ -664,7 +678,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // in-flight activations are still at their peak.
       st.kept_outputs += chunk_kept_output_bytes(rc, s, c) * static_cast<double>(rc.num_microbatches);
     }
-    if (p.keep_stage_outputs && s < p.pp - 1 && !keep_all) {
+    if (p.keep_stage_outputs && s != p.head_stage() && !keep_all) {
       // The stage output of every in-flight micro-batch stays in the engine's pipe buffers.
       st.activations += Bytes(boundary * std::ceil(inflight));
     }
@@ -672,10 +686,12 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // One receive buffer per micro-batch for each local stage chunk's input (not the model's
       // first chunk) and output gradient (not its last), allocated once and kept.
       const double chunks = static_cast<double>(std::max<int64_t>(1, p.vpp));
-      const double inputs = chunks - (s == 0 ? 1.0 : 0.0), grads = chunks - (s == p.pp - 1 ? 1.0 : 0.0);
+      // ZB-V's turn passes chunk 0's output to chunk 1 on the same rank: no buffer either way.
+      const double turn = p.schedule == Schedule::kZbV && s == p.pp - 1 ? 1.0 : 0.0;
+      const double inputs = chunks - (s == 0 ? 1.0 : 0.0) - turn, grads = chunks - (s == p.head_stage() ? 1.0 : 0.0) - turn;
       st.buffers += Bytes(boundary * static_cast<double>(rc.num_microbatches) * (inputs + grads));
     }
-    if (s == p.pp - 1) {
+    if (s == p.head_stage()) {
       const double elems = tokens * static_cast<double>(rc.padded_vocab) / t;
       st.logits = Bytes(elems * loss_peak_bytes_per_logit(rc));
       // Multi-token prediction: each module's loss keeps what its backward needs (the fp32

@@ -464,11 +464,14 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
         if (fixed("dp") && dp != bp.dp) continue;
         for (int64_t vpp : vpps) {
           if (vpp > 1 && pp < 2) continue;
+          if (fixed("schedule") && bp.schedule == Schedule::kZbV && vpp != 2) continue;  // a V of two chunks
           std::vector<Schedule> scheds;
           if (fixed("schedule")) {
             scheds = {bp.schedule};
           } else if (pp == 1) {
             scheds = {Schedule::kOneFOneB};
+          } else if (vpp == 2) {
+            scheds = {Schedule::kInterleaved, Schedule::kZbV};
           } else if (vpp > 1) {
             scheds = {Schedule::kInterleaved};
           } else {
