@@ -219,7 +219,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   const double e = rc.training.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
   const double layer_input = e * static_cast<double>(rc.model.hidden) * sb.workload().tokens() /
                              (p.sp && p.tp > 1 ? static_cast<double>(p.tp) : 1.0);
-  const bool split_w = p.schedule == config::Schedule::kZbH1;
+  const bool split_w = p.split_backward();
   // Gradient buckets: launched on the asynchronous stream right after the pass that makes their
   // last gradient final (the last micro-batch's backward, or its weight-gradient pass under
   // ZB-H1), or all after the pipeline when reduction does not overlap.
@@ -255,6 +255,12 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     return static_cast<int32_t>(mesh.rank_of(co.tp, co.cp, co.dp, stage));
   };
   auto tag = [&](int32_t mb, int32_t vs_dest, bool fwd) { return (mb * total_vs + vs_dest) * 2 + (fwd ? 0 : 1); };
+  // The rank of a neighbouring virtual stage, or -1 where it runs on this rank (ZB-V's turn:
+  // the chunk's output is the next chunk's input as it stands).
+  auto peer_of_vstage = [&](int32_t other) {
+    const auto stage = static_cast<int32_t>(p.stage_of_vstage(other));
+    return stage == static_cast<int32_t>(s) ? -1 : peer_of_stage(stage);
+  };
   // ZeRO-3 / FSDP, in line as the simulation of executed_run() schedules it: a layer's
   // parameters are gathered (in training.gather_dtype) into a buffer of their own just before
   // it runs, forward and backward, and released after it; its gradient fills an unsharded
@@ -321,14 +327,14 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   std::map<std::pair<int64_t, size_t>, int32_t> held_for_w;
 
   for (const engine::Action& a : engine::stage_order(p.schedule, pp, s, m, v)) {
-    const int32_t vs = a.chunk * pp + s;
+    const auto vs = static_cast<int32_t>(p.vstage(s, a.chunk));
     const int64_t pass = static_cast<int64_t>(a.chunk) * m + a.mb;
     std::vector<size_t> seq = chunk_slots[static_cast<size_t>(a.chunk)];
     if (a.phase == engine::Phase::kF) {
-      if (vs > 0) {
+      if (vs > 0 && peer_of_vstage(vs - 1) >= 0) {
         Instr& in = em.add(Kind::kRecv, Category::kPpComm, "recv activation", a.mb, -2);
         in.bytes = p2p;
-        in.peer = peer_of_stage((vs - 1) % pp);
+        in.peer = peer_of_vstage(vs - 1);
         in.tag = tag(a.mb, vs, true);
       }
       const bool gather_f = fsdp && (reshard || a.mb == 0);
@@ -363,10 +369,10 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
           gathered = i + 1 < seq.size() ? fsdp_gather(slots[seq[i + 1]], a.mb, false) : -1;
         }
       }
-      if (vs < total_vs - 1) {
+      if (vs < total_vs - 1 && peer_of_vstage(vs + 1) >= 0) {
         Instr& in = em.add(Kind::kSend, Category::kPpComm, "send activation", a.mb, -2);
         in.bytes = p2p;
-        in.peer = peer_of_stage((vs + 1) % pp);
+        in.peer = peer_of_vstage(vs + 1);
         in.tag = tag(a.mb, vs + 1, true);
       }
       continue;
@@ -387,10 +393,10 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       }
       continue;
     }
-    if (vs < total_vs - 1) {
+    if (vs < total_vs - 1 && peer_of_vstage(vs + 1) >= 0) {
       Instr& in = em.add(Kind::kRecv, Category::kPpComm, "recv gradient", a.mb, -2);
       in.bytes = p2p;
-      in.peer = peer_of_stage((vs + 1) % pp);
+      in.peer = peer_of_vstage(vs + 1);
       in.tag = tag(a.mb, vs, false);
     }
     auto regathered = [&](const engine::Slot& sl) {
@@ -457,10 +463,10 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       if (!split_w) grad_end(k, a.mb, grad);
       if (!split_w && a.mb == m - 1) buckets_ready_after(k);
     }
-    if (vs > 0) {
+    if (vs > 0 && peer_of_vstage(vs - 1) >= 0) {
       Instr& in = em.add(Kind::kSend, Category::kPpComm, "send gradient", a.mb, -2);
       in.bytes = p2p;
-      in.peer = peer_of_stage((vs - 1) % pp);
+      in.peer = peer_of_vstage(vs - 1);
       in.tag = tag(a.mb, vs - 1, false);
     }
   }

@@ -148,7 +148,9 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
               {"micro_batch", pp > 1 ? t.integer("parallelism", "pipeline_parallel_microbatch_size", 1, 1, 1 << 20) : local},
               {"global_batch_seqs", global > 0 ? global : local * dp}};
   if (ep > 1) row["ep"] = ep;
-  if (pp > 1 && (schedule == "Interleaved1F1B" || schedule == "LoopedBFS" || schedule == "InterleavedZeroBubble")) row["vp"] = 2;
+  if (pp > 1 && (schedule == "Interleaved1F1B" || schedule == "LoopedBFS" || schedule == "InterleavedZeroBubble" || schedule == "ZBVZeroBubble")) {
+    row["vp"] = 2;
+  }
   if (shard > 1) row["fsdp"] = "FSDP2";
   if (replicate > 1 && shard > 1) {
     row["dp_replicate"] = replicate;
@@ -193,10 +195,14 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     kept.push_back("parallel: layer-based selective AC every " + std::to_string(n) + " layers, as full recomputation of that share of each stage's layers");
   }
   if (pp > 1 && schedule == "GPipe") run["parallel"]["schedule"] = "gpipe";
-  if (pp > 1 && (schedule == "ZBVZeroBubble" || schedule == "InterleavedZeroBubble")) {
+  if (pp > 1 && schedule == "ZBVZeroBubble") {
+    run["parallel"]["schedule"] = "zbv";
+    run["parallel"]["vpp"] = 2;
+  }
+  if (pp > 1 && schedule == "InterleavedZeroBubble") {
     run["parallel"]["schedule"] = "zb-h1";
     run["parallel"].erase("vpp");
-    kept.push_back("parallel: " + schedule + " as ZB-H1 (stepcast's zero-bubble schedule)");
+    kept.push_back("parallel: " + schedule + " as ZB-H1 (stepcast's zero-bubble schedules are ZB-H1 and ZB-V)");
   }
   run["assumptions"] = kept;
   if (optimizer == "sgd") run["training"]["optimizer"] = "sgd";

@@ -116,9 +116,17 @@ BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const 
 // its own forward), a weight-gradient pass for its input-gradient pass. Each chunk takes half
 // of its stage's forward, input-gradient and weight-gradient time per micro-batch. The order
 // repeats once 4p micro-batches have started, so a longer run adds the slowest stage's whole
-// pass time per further micro-batch.
-double zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& bwd_input, const std::vector<double>& wgt,
-                    const std::vector<double>& stage_total, int64_t m) {
+// pass time per further micro-batch. Also how long before the end each stage finishes (with few
+// micro-batches the later stages end early, the chunk-0 input gradients still to pass down),
+// and how much of each stage's work follows its last chunk-1 weight-gradient pass (the compute
+// that chunk 1's gradient reduction runs beside; chunk 0's gradients become final at the end).
+struct ZbvPipeline {
+  double time = 0;
+  std::vector<double> finished_early;
+  std::vector<double> after_chunk1;
+};
+ZbvPipeline zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& bwd_input, const std::vector<double>& wgt,
+                         const std::vector<double>& stage_total, int64_t m) {
   const auto p = static_cast<int32_t>(fwd.size());
   const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * static_cast<int64_t>(p)));
   const int32_t vstages = 2 * p;
@@ -132,7 +140,7 @@ double zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& b
   std::vector<double> f_done(cells, kNotYet), b_done(cells, kNotYet);
   auto at = [mm](int32_t vs, int32_t mb) { return static_cast<size_t>(vs) * static_cast<size_t>(mm) + static_cast<size_t>(mb); };
   std::vector<size_t> next(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0.0);
+  std::vector<double> clock(static_cast<size_t>(p), 0.0), chunk1_done(static_cast<size_t>(p), 0.0);
   size_t left = 0;
   for (const auto& o : order) left += o.size();
   while (left > 0) {
@@ -155,6 +163,7 @@ double zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& b
         clock[su] = std::max(clock[su], ready) + cost;
         if (a.phase == engine::Phase::kF) f_done[at(vs, a.mb)] = clock[su];
         if (a.phase == engine::Phase::kB) b_done[at(vs, a.mb)] = clock[su];
+        if (a.phase == engine::Phase::kW && a.chunk == 1) chunk1_done[su] = clock[su];
         ++next[su];
         ++ran;
       }
@@ -163,7 +172,13 @@ double zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& b
     left -= ran;
   }
   const double slowest = *std::max_element(stage_total.begin(), stage_total.end());
-  return *std::max_element(clock.begin(), clock.end()) + static_cast<double>(m - mm) * slowest;
+  const double end = *std::max_element(clock.begin(), clock.end());
+  ZbvPipeline out{end + static_cast<double>(m - mm) * slowest, {}, {}};
+  for (size_t s = 0; s < clock.size(); ++s) {
+    out.finished_early.push_back(end - clock[s]);
+    out.after_chunk1.push_back(clock[s] - chunk1_done[s]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -493,13 +508,17 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     scale = std::max(0.0, (t_max - 2.0 * w_stage[slowest]) / t_max);
   }
   double pipe_compute = m * t_max + (sum - t_max) * scale;
+  std::vector<double> zbv_early(t_stage.size(), 0.0), zbv_after_chunk1(t_stage.size(), 0.0);
   if (p.schedule == config::Schedule::kZbV) {
     std::vector<double> fwd(t_stage.size()), bwd_input(t_stage.size());
     for (size_t s = 0; s < t_stage.size(); ++s) {
       fwd[s] = out.stage_fwd_s[s];
       bwd_input[s] = t_stage[s] - fwd[s] - w_stage[s];
     }
-    pipe_compute = zbv_pipeline(fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
+    const ZbvPipeline zp = zbv_pipeline(fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
+    pipe_compute = zp.time;
+    zbv_early = zp.finished_early;
+    zbv_after_chunk1 = zp.after_chunk1;
   }
   if (p.schedule == config::Schedule::kZbH1) {
     // With fewer micro-batches than stages the held-back weight-gradient work cannot fill the
@@ -571,14 +590,23 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double window = zb ? w_stage[static_cast<size_t>(s)] : out.stage_bwd_s[static_cast<size_t>(s)];
       // Overlapped: the last bucket follows the backward; the rest runs beside it (or, when the
       // traffic outlasts the backward, the backward runs slowed under it).
-      const double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow, waits) : total;
+      double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow, waits) : total;
+      if (p.grad_reduce_overlap && p.schedule == config::Schedule::kZbV) {
+        // ZB-V: chunk 1's gradients (the later layers, reduced first) are final at its last W,
+        // and reduce beside the stage's work after it; chunk 0's in its last W pass, as ZB-H1's.
+        const auto layers = static_cast<double>(std::max<int64_t>(1, rc.stage_layers[static_cast<size_t>(s)]));
+        const double share1 = static_cast<double>(rc.chunk_layers(s, 1)) / layers;
+        const double rest = std::max(0.0, total * (1.0 - share1) - last);
+        exposed = last + beside_compute(rest, 0.5 * window, slow, waits * (1.0 - share1)) +
+                  beside_compute(total * share1, zbv_after_chunk1[static_cast<size_t>(s)], slow, waits * share1);
+      }
       // How long before the pipeline's end stage s finishes: 1F1B drains stage by stage (the
       // earlier stages' backward); under ZB-H1 only the input-gradient chain drains, and the
       // min(s, m - 1) W that stage s held back fill that time.
-      // ZB-V's stages all end on their held-back W passes, none drains after another.
+      // ZB-V: as its played-out orders end.
       double stage_drain = 0;
       if (p.schedule == config::Schedule::kZbV) {
-        stage_drain = 0;
+        stage_drain = zbv_early[static_cast<size_t>(s)];
       } else if (zb) {
         double chain = 0;
         for (int64_t j = 0; j < s; ++j) chain += out.stage_bwd_s[static_cast<size_t>(j)] - w_stage[static_cast<size_t>(j)];

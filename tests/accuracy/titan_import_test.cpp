@@ -103,6 +103,14 @@ enable = true
   EXPECT_EQ(rc.parallel.recompute, config::Recompute::kFull);
   EXPECT_EQ(rc.training.global_batch_size, 32);  // local 8 x dp 4
 
+  // torch.distributed.pipelining's ZB-V: two stages per rank in a V.
+  Json zbv_cfg = cfg;
+  zbv_cfg["parallelism"]["pipeline_parallel_schedule"] = "ZBVZeroBubble";
+  const config::RunConfig zbv = config::parse_run(import_torchtitan(zbv_cfg, "t.toml", o), "<import>", "");
+  EXPECT_EQ(zbv.parallel.schedule, config::Schedule::kZbV);
+  EXPECT_EQ(zbv.parallel.vpp, 2);
+  EXPECT_EQ(zbv.parallel.head_stage(), 0);
+
   auto err = [&](const std::string& text, config::ImportOptions opt) {
     try {
       (void)import_torchtitan(config::parse_toml(text, "t.toml"), "t.toml", opt);

@@ -121,6 +121,11 @@ const std::vector<BadCase> kCases = {
      {"$.parallel.recompute_modules[1]", "attn", "core_attn", "moe_act"}},
     {"InterleavedWithoutVpp", R"({"parallel": {"tp": 2, "pp": 2, "schedule": "interleaved"}})",
      {"$.parallel.schedule", "interleaved", "vpp"}},
+    // ZB-V folds exactly two chunks per stage into its V, over at least two stages.
+    {"ZbvWithoutTwoChunks", R"({"parallel": {"tp": 2, "pp": 2, "vpp": 4, "schedule": "zbv"}})",
+     {"$.parallel.vpp", "got 4", "zbv", "vpp 2"}},
+    {"ZbvWithoutPipeline", R"({"parallel": {"tp": 4, "pp": 1, "vpp": 2, "schedule": "zbv"}})",
+     {"$.parallel.schedule", "zbv needs pp > 1"}},
     // A100 has no FP8 tensor cores (no fp8 dense peak in its profile).
     {"Fp8OnA100", R"({"hardware": "a100-sxm-80gb", "training": {"precision": "fp8"}})",
      {"$.training.precision", "fp8", "a100-sxm-80gb"}},

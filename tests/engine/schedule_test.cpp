@@ -20,7 +20,7 @@ void check_valid(Schedule sched, int32_t p, int32_t s, int32_t m, int32_t v) {
     ASSERT_EQ(pos.count(key), 0u) << "duplicate pass";
     pos[key] = i;
   }
-  const bool zb = sched == Schedule::kZbH1;
+  const bool zb = sched == Schedule::kZbH1 || sched == Schedule::kZbV;
   ASSERT_EQ(order.size(), static_cast<size_t>(m * v * (zb ? 3 : 2)));
   for (int32_t mb = 0; mb < m; ++mb) {
     for (int32_t c = 0; c < v; ++c) {
@@ -41,6 +41,43 @@ TEST(Schedule, EveryPassOnceAndInOrder) {
   }
   for (auto [p, m, v] : {std::tuple<int32_t, int32_t, int32_t>{2, 4, 2}, {4, 8, 2}, {4, 8, 3}, {8, 16, 4}}) {
     for (int32_t s = 0; s < p; ++s) check_valid(Schedule::kInterleaved, p, s, m, v);
+  }
+  // ZB-V at every micro-batch count up to 3p, below its 2p - 1 warm-up forwards too.
+  for (int32_t p : {2, 3, 4, 8}) {
+    for (int32_t m = 1; m <= 3 * p; ++m) {
+      for (int32_t s = 0; s < p; ++s) check_valid(Schedule::kZbV, p, s, m, 2);
+    }
+  }
+}
+
+// ZB-V's local order follows the V: a micro-batch's chunk-1 forward comes after its chunk-0
+// forward, its chunk-0 input-gradient pass after the chunk-1 one (the gradient comes back down
+// the V). Warm-up: stage s starts with 2(p - s) - 1 chunk-0 forwards; stage 0 then runs p
+// (F, B, W) triples of chunk 1, which holds the loss.
+TEST(Schedule, ZeroBubbleVFollowsTheV) {
+  for (auto [p, m] : {std::pair<int32_t, int32_t>{4, 8}, {8, 16}, {4, 3}}) {
+    for (int32_t s = 0; s < p; ++s) {
+      const auto o = stage_order(Schedule::kZbV, p, s, m, 2);
+      std::map<std::tuple<int, int, int>, size_t> pos;
+      for (size_t i = 0; i < o.size(); ++i) pos[{static_cast<int>(o[i].phase), o[i].mb, o[i].chunk}] = i;
+      for (int32_t mb = 0; mb < m; ++mb) {
+        EXPECT_LT(pos.at({0, mb, 0}), pos.at({0, mb, 1})) << "p" << p << " s" << s << " mb" << mb;
+        EXPECT_LT(pos.at({1, mb, 1}), pos.at({1, mb, 0})) << "p" << p << " s" << s << " mb" << mb;
+      }
+      size_t lead = 0;
+      while (lead < o.size() && o[lead].phase == Phase::kF && o[lead].chunk == 0) ++lead;
+      EXPECT_EQ(lead, static_cast<size_t>(std::min(m, 2 * (p - s) - 1))) << "p" << p << " s" << s;
+    }
+    if (m >= 2 * p - 1) {
+      const auto o0 = stage_order(Schedule::kZbV, p, 0, m, 2);
+      for (int32_t i = 0; i < p; ++i) {
+        const auto k = static_cast<size_t>(2 * p - 1 + 3 * i);
+        EXPECT_EQ(o0[k].chunk, 1);
+        EXPECT_EQ(o0[k].phase, Phase::kF);
+        EXPECT_EQ(o0[k + 1].phase, Phase::kB);
+        EXPECT_EQ(o0[k + 2].phase, Phase::kW);
+      }
+    }
   }
 }
 

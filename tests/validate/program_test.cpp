@@ -109,6 +109,18 @@ TEST(ValidateProgram, PipelineTransfersPairUp) {
   }
   EXPECT_EQ(sends.size(), 16u);  // 8 activations forward, 8 gradients back
   EXPECT_EQ(sends, recvs);
+  // ZB-V over two stages: a micro-batch crosses from stage 0 to 1 (chunk 0), turns on stage 1
+  // without a transfer and crosses back (chunk 1): two activations and two gradients.
+  const auto v = tiny({{"pp", 2}, {"vpp", 2}, {"micro_batch_size", 1}, {"schedule", "zbv"}});
+  std::map<std::tuple<int64_t, int64_t, int32_t>, double> vsends, vrecvs;
+  for (int64_t r = 0; r < 2; ++r) {
+    for (const auto& in : build_program(v, r).step) {
+      if (in.kind == Kind::kSend) vsends[{r, in.peer, in.tag}] = in.bytes;
+      if (in.kind == Kind::kRecv) vrecvs[{in.peer, r, in.tag}] = in.bytes;
+    }
+  }
+  EXPECT_EQ(vsends.size(), 32u);
+  EXPECT_EQ(vsends, vrecvs);
 }
 
 // Buckets carry every gradient once (all-reduce), or reduce-scatter them and all-gather the
