@@ -159,6 +159,9 @@ const CLI::Validator kOutputDir(
 // The largest count a command-line flag takes (GPUs, sequence length, batch): the run file's
 // bound on every dimension, 2^24.
 constexpr int64_t kMaxCount = int64_t{1} << 24;
+constexpr const char* kSchedulesHelp =
+    "pipeline schedules to search, comma-separated (gpipe, 1f1b, interleaved, zb-h1, zbv; default all but gpipe), "
+    "e.g. 1f1b,interleaved for a framework without zero-bubble schedules";
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
@@ -578,6 +581,8 @@ int run(int argc, char** argv) {
       ->check(finite_range(0.0, 0.9));
   scl->add_flag("--offload", scl_opt.plan.offload,
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
+  std::string scl_schedules;
+  scl->add_option("--schedules", scl_schedules, kSchedulesHelp);
   scl->add_flag("--json", scl_json, "print the points as JSON");
 
   // sensitivity
@@ -677,6 +682,8 @@ int run(int argc, char** argv) {
       ->check(finite_range(0.0, 0.9));
   plan->add_flag("--offload", popt.offload,
                  "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
+  std::string plan_schedules;
+  plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
 
@@ -705,6 +712,8 @@ int run(int argc, char** argv) {
       ->check(finite_range(0.0, 0.9));
   cap->add_flag("--offload", sopt.plan.offload,
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
+  std::string cap_schedules;
+  cap->add_option("--schedules", cap_schedules, kSchedulesHelp);
   std::string cap_storage_bw, cap_restart, cap_checkpoint_time;
   cap->add_flag("--goodput", sopt.size_for_goodput,
                 "size for the expected wall clock with failures, checkpoints and restarts (always estimated and printed)");
@@ -924,6 +933,7 @@ int run(int argc, char** argv) {
   }
   if (cap->parsed()) {
     Json run = run_from_flags(cap_run, "capacity", false);
+    if (!cap_schedules.empty()) sopt.plan.schedules = stepcast::plan::parse_schedules(cap_schedules, "--schedules");
     if (sopt.tokens > 0 && sopt.tokens_per_param > 0) throw stepcast::core::UserError("capacity: give --tokens or --tokens-per-param, not both");
     // Checked by their validators when parsed.
     if (!cap_storage_bw.empty()) sopt.reliability.storage_bytes_per_s = stepcast::core::parse_bandwidth(cap_storage_bw).value();
@@ -1015,6 +1025,7 @@ int run(int argc, char** argv) {
       }
       run["parallel"][key] = v;
     }
+    if (!plan_schedules.empty()) popt.schedules = stepcast::plan::parse_schedules(plan_schedules, "--schedules");
     popt.keep = plan_rows;  // the rows printed (at least what the re-simulation and explanation use)
     // A terminal sees the search's progress on one line, erased when the search ends.
     const bool plan_tty = ::isatty(2) != 0;
@@ -1119,6 +1130,7 @@ int run(int argc, char** argv) {
   }
   if (scl->parsed()) {
     Json run = run_from_flags(scl_run, "scaling", false);
+    if (!scl_schedules.empty()) scl_opt.plan.schedules = stepcast::plan::parse_schedules(scl_schedules, "--schedules");
     if (scl_opt.tokens > 0 && scl_opt.tokens_per_param > 0) throw stepcast::core::UserError("scaling: give --tokens or --tokens-per-param, not both");
     std::vector<int64_t> counts;
     {

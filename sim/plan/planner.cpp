@@ -470,12 +470,16 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
             scheds = {bp.schedule};
           } else if (pp == 1) {
             scheds = {Schedule::kOneFOneB};
-          } else if (vpp == 2) {
-            scheds = {Schedule::kInterleaved, Schedule::kZbV};
-          } else if (vpp > 1) {
-            scheds = {Schedule::kInterleaved};
           } else {
-            scheds = {Schedule::kOneFOneB, Schedule::kZbH1};
+            if (vpp == 1) scheds = {Schedule::kOneFOneB, Schedule::kZbH1, Schedule::kGpipe};
+            if (vpp > 1) scheds = {Schedule::kInterleaved};
+            if (vpp == 2) scheds.push_back(Schedule::kZbV);
+            // GPipe (never faster than 1F1B, with more memory) only when asked for.
+            std::erase_if(scheds, [&](Schedule sc) {
+              return opt.schedules.empty() ? sc == Schedule::kGpipe
+                                           : std::find(opt.schedules.begin(), opt.schedules.end(), sc) == opt.schedules.end();
+            });
+            if (scheds.empty()) continue;
           }
           const Splits splits = pipeline_splits(base, par, pp, vpp);
           if (!splits.ok) {
@@ -553,6 +557,29 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
 }
 
 }  // namespace
+
+std::vector<config::Schedule> parse_schedules(const std::string& list, const std::string& option) {
+  const std::vector<std::pair<std::string, Schedule>> names{{"gpipe", Schedule::kGpipe},
+                                                            {"1f1b", Schedule::kOneFOneB},
+                                                            {"interleaved", Schedule::kInterleaved},
+                                                            {"zb-h1", Schedule::kZbH1},
+                                                            {"zbv", Schedule::kZbV}};
+  std::vector<Schedule> out;
+  std::stringstream in(list);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == name; });
+    if (it == names.end()) {
+      throw core::UserError(option + ": got \"" + name + "\"; expected a comma-separated list of gpipe, 1f1b, interleaved, zb-h1, zbv");
+    }
+    if (std::find(out.begin(), out.end(), it->second) != out.end()) {
+      throw core::UserError(option + ": \"" + name + "\" is listed twice");
+    }
+    out.push_back(it->second);
+  }
+  if (out.empty()) throw core::UserError(option + ": expected at least one schedule (gpipe, 1f1b, interleaved, zb-h1, zbv)");
+  return out;
+}
 
 PlanResult plan(const Json& run, const std::string& source_name, const std::string& base_dir, const PlanOptions& opt) {
   const Json par = run.contains("parallel") && run["parallel"].is_object() ? run["parallel"] : Json::object();

@@ -38,6 +38,10 @@ struct PlanOptions {
   // (ZeRO-3 / FSDP), on profiles that describe their host. A run file's parallel.offload is
   // kept as it is either way.
   bool offload = false;
+  // Pipeline schedules the search may use (empty: 1F1B and ZB-H1 without virtual stages,
+  // interleaved with them, ZB-V at vpp 2; GPipe only when listed). A framework without
+  // zero-bubble schedules lists what it runs, e.g. {1f1b, interleaved}.
+  std::vector<config::Schedule> schedules;
   // Ranked layouts returned in full (PlanResult::ranked), best first; every fitting layout is
   // still estimated and counted in PlanResult::fit. 0 keeps them all; otherwise at least
   // 3 * top_k (what the re-simulation may reach) and 64 (for the explanation's runner-up).
@@ -47,6 +51,10 @@ struct PlanOptions {
   // Called from one thread at a time.
   std::function<void(const char* phase, size_t done, size_t total)> progress;
 };
+
+// A comma-separated list of schedule names (gpipe, 1f1b, interleaved, zb-h1, zbv) for
+// PlanOptions::schedules; a bad or repeated name is a UserError naming `option`.
+std::vector<config::Schedule> parse_schedules(const std::string& list, const std::string& option);
 
 struct Candidate {
   config::RunConfig rc;

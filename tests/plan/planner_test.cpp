@@ -137,6 +137,32 @@ TEST(Planner, FixedSettingsAndConstraintsAreRespected) {
   }
 }
 
+// The search tries every schedule but GPipe by default (ZB-V at vpp 2); --schedules narrows it
+// to what a framework runs, and a bad list names the option.
+TEST(Planner, SchedulesSearchedFollowTheList) {
+  Json j = run_8b();
+  j["parallel"] = {{"pp", 2}, {"tp", 1}, {"recompute", "full"}};
+  auto seen = [&](const PlanOptions& o) {
+    std::set<config::Schedule> out;
+    for (const auto& c : plan(j, "<plan-test>", "", o).ranked) out.insert(c.rc.parallel.schedule);
+    return out;
+  };
+  const auto all = seen(small_options());
+  EXPECT_EQ(all, (std::set<config::Schedule>{config::Schedule::kOneFOneB, config::Schedule::kZbH1, config::Schedule::kInterleaved,
+                                             config::Schedule::kZbV}));
+  PlanOptions o = small_options();
+  o.schedules = parse_schedules("1f1b,interleaved,gpipe", "--schedules");
+  EXPECT_EQ(seen(o), (std::set<config::Schedule>{config::Schedule::kOneFOneB, config::Schedule::kInterleaved, config::Schedule::kGpipe}));
+  for (const char* bad : {"1f1b,zbx", "1f1b,1f1b", ""}) {
+    try {
+      (void)parse_schedules(bad, "--schedules");
+      ADD_FAILURE() << bad;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("--schedules"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A model far too large for the GPUs: every layout is rejected for memory, nothing ranks.
 TEST(Planner, LayoutsThatDoNotFitAreCounted) {
   Json j = run_8b(8);
