@@ -110,6 +110,16 @@ BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const 
   return plan;
 }
 
+// The W passes that end a split-backward stage's order back to back (its held-back ones).
+double trailing_weight_passes(config::Schedule sched, int64_t pp, int64_t stage, int64_t m, int64_t v) {
+  // The cool-down's length does not grow past a few rounds of pp micro-batches.
+  const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * pp));
+  const auto order = engine::stage_order(sched, static_cast<int32_t>(pp), static_cast<int32_t>(stage), mm, static_cast<int32_t>(v));
+  double n = 0;
+  for (auto it = order.rbegin(); it != order.rend() && it->phase == engine::Phase::kW; ++it) n += 1.0;
+  return n;
+}
+
 // ZB-V's pipeline, played out from the stages' own orders (engine::for_each_zbv_action): a
 // stage runs its passes one at a time; a forward waits for the previous virtual stage's forward
 // of its micro-batch, an input-gradient pass for the next virtual stage's (the last one's for
@@ -440,6 +450,19 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           exp_f = beside_compute(f_traffic, f_win, slow_here, std::max(0.0, L * (ag + wf) - f_traffic)) + ag / m;
           exp_b = beside_compute(L * ag * bwd_gathers, std::max(0.0, b_win - w), slow_here, L * wb * bwd_gathers) +
                   std::min(L * rs, w) * slow_here + rs / m;
+          // The reduction stream takes a micro-batch's reductions in turn, whatever links they
+          // cross (a hybrid-sharded replica all-reduce on the NIC follows each reduce-scatter):
+          // in the steady state a micro-batch's passes last at least that long.
+          const double behind = std::max(0.0, L * rs - (f + b + exp_f + exp_b));
+          exp_f += behind;
+          // The stage's order ends on back-to-back W passes with no forward to spill into:
+          // their spill trails the stage in full, less what each micro-batch's forward was
+          // already charged for it and what the stream-bound cycles already added.
+          const double f_alone = std::max(L * ag, L * ag_link);
+          const double charged = std::max(0.0, exp_f - (beside_compute(f_alone, f_win, slow_here, std::max(0.0, L * (ag + wf) - f_alone)) + ag / m));
+          const double passes = trailing_weight_passes(p.schedule, pp, s, static_cast<int64_t>(m), p.vpp);
+          const double per_pass = 1.0 / static_cast<double>(p.vpp);  // a chunk's share under ZB-V
+          once_drain[static_cast<size_t>(s)] = std::max(0.0, passes * per_pass * std::max(0.0, spill - charged) - m * behind);
         } else {
           exp_f = beside_compute(L * ag, f_win, slow_here, L * wf) + ag / m;
           const double bwd_traffic = std::max({L * ag * bwd_gathers, L * rs, L * (ag_link * bwd_gathers + rs_link), L * own_link});
@@ -545,7 +568,21 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   // Unsharded ZeRO-3 / FSDP parameters: each stage's one-time gathers lengthen its first
   // forward, which the pipeline's fill chains stage after stage; the reduce-scatters of the last
   // backward run on their own stream after it, so only the longest such tail extends the step.
-  double once = *std::max_element(once_drain.begin(), once_drain.end());
+  // Under a split backward the stages end at different times (ZB-V as its played-out orders
+  // end; ZB-H1 stage s after the input-gradient chain back to stage 0, less the s W passes it
+  // held back), and a stage's trailing reductions run on while the later-ending stages work.
+  std::vector<double> ends_early(t_stage.size(), 0.0);
+  if (p.schedule == config::Schedule::kZbV) {
+    ends_early = zbv_early;
+  } else if (p.schedule == config::Schedule::kZbH1) {
+    double chain = 0;
+    for (size_t s = 0; s < t_stage.size(); ++s) {
+      ends_early[s] = std::max(0.0, chain - std::min(static_cast<double>(s), m - 1.0) * w_stage[s]);
+      chain += out.stage_bwd_s[s] - w_stage[s];
+    }
+  }
+  double once = 0;
+  for (size_t s = 0; s < t_stage.size(); ++s) once = std::max(once, once_drain[s] - (p.split_backward() ? ends_early[s] : 0.0));
   for (double x : once_fill) once += x;
   const double bubble = pipe_compute - m * t_max;
   pipe_compute += once;
@@ -602,15 +639,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       }
       // How long before the pipeline's end stage s finishes: 1F1B drains stage by stage (the
       // earlier stages' backward); under ZB-H1 only the input-gradient chain drains, and the
-      // min(s, m - 1) W that stage s held back fill that time.
-      // ZB-V: as its played-out orders end.
+      // min(s, m - 1) W that stage s held back fill that time; ZB-V's stages end as its
+      // played-out orders do (ends_early above).
       double stage_drain = 0;
-      if (p.schedule == config::Schedule::kZbV) {
-        stage_drain = zbv_early[static_cast<size_t>(s)];
-      } else if (zb) {
-        double chain = 0;
-        for (int64_t j = 0; j < s; ++j) chain += out.stage_bwd_s[static_cast<size_t>(j)] - w_stage[static_cast<size_t>(j)];
-        stage_drain = std::max(0.0, chain - std::min(static_cast<double>(s), m - 1.0) * w_stage[static_cast<size_t>(s)]);
+      if (zb) {
+        stage_drain = ends_early[static_cast<size_t>(s)];
       } else {
         if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
         stage_drain = drain;
