@@ -135,12 +135,11 @@ struct ZbvPipeline {
   std::vector<double> finished_early;
   std::vector<double> after_chunk1;
 };
-ZbvPipeline zbv_pipeline(const std::vector<double>& fwd, const std::vector<double>& bwd_input, const std::vector<double>& wgt,
-                         const std::vector<double>& stage_total, int64_t m) {
-  const auto p = static_cast<int32_t>(fwd.size());
+ZbvPipeline zbv_pipeline(const config::Parallel& par, const std::vector<double>& fwd, const std::vector<double>& bwd_input,
+                         const std::vector<double>& wgt, const std::vector<double>& stage_total, int64_t m) {
+  const auto p = static_cast<int32_t>(par.pp);
   const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * static_cast<int64_t>(p)));
   const int32_t vstages = 2 * p;
-  auto vstage = [p](int32_t s, int32_t c) { return c == 0 ? s : 2 * p - 1 - s; };
   std::vector<std::vector<engine::Action>> order(static_cast<size_t>(p));
   for (int32_t s = 0; s < p; ++s) {
     engine::for_each_zbv_action(p, s, mm, [&](const engine::Action& a) { order[static_cast<size_t>(s)].push_back(a); });
@@ -159,7 +158,7 @@ ZbvPipeline zbv_pipeline(const std::vector<double>& fwd, const std::vector<doubl
       const auto su = static_cast<size_t>(s);
       while (next[su] < order[su].size()) {
         const engine::Action& a = order[su][next[su]];
-        const int32_t vs = vstage(s, a.chunk);
+        const auto vs = static_cast<int32_t>(par.vstage(s, a.chunk));
         double ready = 0;
         if (a.phase == engine::Phase::kF) {
           ready = vs > 0 ? f_done[at(vs - 1, a.mb)] : 0.0;
@@ -446,8 +445,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // and what outlasts it spills into the next forward, sharing the link with its gathers.
           const double spill = std::max(0.0, L * rs - w);
           const double spill_link = rs > 0 ? spill * rs_link / rs : 0.0;
-          const double f_traffic = std::max(L * ag, L * ag_link + spill_link);
-          exp_f = beside_compute(f_traffic, f_win, slow_here, std::max(0.0, L * (ag + wf) - f_traffic)) + ag / m;
+          auto forward_exposure = [&](double traffic) {
+            return beside_compute(traffic, f_win, slow_here, std::max(0.0, L * (ag + wf) - traffic)) + ag / m;
+          };
+          exp_f = forward_exposure(std::max(L * ag, L * ag_link + spill_link));
           exp_b = beside_compute(L * ag * bwd_gathers, std::max(0.0, b_win - w), slow_here, L * wb * bwd_gathers) +
                   std::min(L * rs, w) * slow_here + rs / m;
           // The reduction stream takes a micro-batch's reductions in turn, whatever links they
@@ -458,8 +459,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // The stage's order ends on back-to-back W passes with no forward to spill into:
           // their spill trails the stage in full, less what each micro-batch's forward was
           // already charged for it and what the stream-bound cycles already added.
-          const double f_alone = std::max(L * ag, L * ag_link);
-          const double charged = std::max(0.0, exp_f - (beside_compute(f_alone, f_win, slow_here, std::max(0.0, L * (ag + wf) - f_alone)) + ag / m));
+          const double charged = std::max(0.0, exp_f - forward_exposure(std::max(L * ag, L * ag_link)));
           const double passes = trailing_weight_passes(p.schedule, pp, s, static_cast<int64_t>(m), p.vpp);
           const double per_pass = 1.0 / static_cast<double>(p.vpp);  // a chunk's share under ZB-V
           once_drain[static_cast<size_t>(s)] = std::max(0.0, passes * per_pass * std::max(0.0, spill - charged) - m * behind);
@@ -538,7 +538,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       fwd[s] = out.stage_fwd_s[s];
       bwd_input[s] = t_stage[s] - fwd[s] - w_stage[s];
     }
-    const ZbvPipeline zp = zbv_pipeline(fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
+    const ZbvPipeline zp = zbv_pipeline(p, fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
     pipe_compute = zp.time;
     zbv_early = zp.finished_early;
     zbv_after_chunk1 = zp.after_chunk1;
