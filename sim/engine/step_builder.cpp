@@ -829,8 +829,9 @@ void StepBuilder::build_slots() {
       return out;
     };
     if (s == 0 && !ideal_) {
-      // Token embedding (tied to the LM head when the model ties them and pp == 1: its
-      // gradient is complete only after the embedding's backward, the last of the step).
+      // Token embedding (tied to the LM head when the model ties them and the head runs on
+      // stage 0, with pp 1 or under ZB-V: its gradient is complete only after the embedding's
+      // backward, the last of the step).
       std::vector<double> tensors{vh};
       if (m.position == model::PositionKind::kLearned) tensors.push_back(static_cast<double>(m.max_positions) * h);
       sl.push_back(make(&wb_.embedding(), -1, tensors));
@@ -849,16 +850,16 @@ void StepBuilder::build_slots() {
     }
     if (s == p_.head_stage() && !ideal_) {
       std::vector<double> tensors{m.output_params() - (m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab) * h)};
-      if (!m.tied_embeddings || pp_ > 1) tensors.push_back(vh);
+      if (!m.tied_embeddings || p_.head_stage() != 0) tensors.push_back(vh);
       std::vector<double> experts;
       for (int64_t d = 0; d < rc_.training.mtp_layers; ++d) {
-        // A multi-token-prediction module: its layer's tensors, projection and norms (and with
-        // pp > 1 an untied model's embedding copy, once).
+        // A multi-token-prediction module: its layer's tensors, projection and norms (and, off
+        // stage 0, an untied model's embedding copy, once).
         auto lt = estimate::layer_tensors(rc_, m.is_moe_layer(m.num_layers - 1));
         tensors.insert(tensors.end(), lt.dense.begin(), lt.dense.end());
         experts.insert(experts.end(), lt.expert.begin(), lt.expert.end());
         tensors.push_back(2.0 * h * h / t + 3.0 * m.norm_params());
-        if (d == 0 && pp_ > 1 && !m.tied_embeddings) tensors.push_back(vh);
+        if (d == 0 && p_.head_stage() != 0 && !m.tied_embeddings) tensors.push_back(vh);
       }
       sl.push_back(make(&wb_.output_layer(), static_cast<int32_t>(m.num_layers), tensors, experts));
       cs[static_cast<size_t>(v_ - 1)].push_back(sl.size() - 1);

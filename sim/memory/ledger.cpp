@@ -578,8 +578,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       largest_layer = std::max(largest_layer, layer_dense + layer_expert);
     }
     const double vh = static_cast<double>(rc.padded_vocab) * h / t;
-    // The last stage holds an output matrix of its own unless it is the first stage's tied one.
-    const bool holds_head = s == p.head_stage() && (!m.tied_embeddings || p.pp > 1);
+    // The head's stage holds an output matrix of its own unless it ties to the embedding on the
+    // same stage (pp 1, or ZB-V's V, whose last virtual stage is on stage 0).
+    const bool holds_head = s == p.head_stage() && (!m.tied_embeddings || p.head_stage() != 0);
     const bool holds_vocab = s == 0 || holds_head;
     // ZeRO-3 / FSDP gather the embedding and the output layer (with the final norm and any
     // MTP modules) as units of their own beside the layers.
@@ -598,13 +599,13 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       if (holds_head) dense_params += vh;
       if (rc.training.mtp_layers > 0) {
         // Multi-token prediction modules: a layer each (its routed experts sharded like the
-        // model's), the projection and norms; with pp > 1 an untied model's last stage also
-        // keeps a copy of the input embedding for their lookups.
+        // model's), the projection and norms; an untied model's head stage, when it is not
+        // stage 0, also keeps a copy of the input embedding for their lookups.
         const double d = static_cast<double>(rc.training.mtp_layers);
         const auto [layer_dense, layer_expert] = layer_split(m.num_layers - 1);
         dense_params += d * (layer_dense + 2.0 * h * h / t + 3.0 * m.norm_params());
         expert_params += d * layer_expert;
-        if (p.pp > 1 && !m.tied_embeddings) dense_params += vh;
+        if (p.head_stage() != 0 && !m.tied_embeddings) dense_params += vh;
       }
     }
     largest_unit = std::max(largest_unit, dense_params + expert_params - before_head);

@@ -163,6 +163,24 @@ TEST(Schedules, ZeroBubbleVPlacesTheHeadOnStageZero) {
   }
 }
 
+// A tied embedding under ZB-V: the head runs on stage 0 beside the embedding it ties to, so the
+// stage holds the vocabulary matrix once and no stage pairs up to sum the embedding's gradient;
+// under 1F1B the last stage keeps a copy.
+TEST(Schedules, ZeroBubbleVTiesTheHeadToTheEmbeddingOnStageZero) {
+  auto tied = [](const char* sched, int64_t vpp) {
+    Json j = run_json(4, 8, sched, vpp);
+    j["model"]["tie_word_embeddings"] = true;
+    return config::parse_run(j, "<step-sim-test>", "");
+  };
+  const auto v = memory::compute_ledger(tied("zbv", 2)), o = memory::compute_ledger(tied("1f1b", 1));
+  const double vocab = 51200.0 * 6144.0 / 8.0;  // the vocabulary matrix's tp shard
+  // Stage 0 under ZB-V: 1F1B's stage 0 plus its last stage's head without the copy (the final
+  // norm), the layers equal (12 each).
+  EXPECT_NEAR(v.stages[0].dense_params, o.stages[0].dense_params + (o.stages[3].dense_params - o.stages[1].dense_params) - vocab, 1.0);
+  EXPECT_EQ(memory::nccl_communicators(tied("zbv", 2), 0).second, 1);   // stage 1 only
+  EXPECT_EQ(memory::nccl_communicators(tied("1f1b", 1), 0).second, 2);  // stage 1 and the head's
+}
+
 // The analytical pass plays ZB-V's stage orders out with its per-stage pass times and follows
 // the simulated step within 5% (below, at and above the 2p - 1 warm-up forwards, with the DP
 // reduction behind the last W).
