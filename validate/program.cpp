@@ -393,6 +393,8 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       }
       continue;
     }
+    // A split backward leaves the weight gradients to a W pass (DualPipeV runs some whole).
+    const bool split = split_w && a.phase == engine::Phase::kB;
     if (vs < total_vs - 1 && peer_of_vstage(vs + 1) >= 0) {
       Instr& in = em.add(Kind::kRecv, Category::kPpComm, "recv gradient", a.mb, -2);
       in.bytes = p2p;
@@ -409,7 +411,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       const auto& sl = slots[k];
       const bool transformer = sl.layer >= 0 && sl.layer < num_layers;
       std::vector<int32_t> working;
-      const int32_t grad = split_w ? -1 : grad_begin(k, a.mb);
+      const int32_t grad = split ? -1 : grad_begin(k, a.mb);
       // The gradients of the layer's activations (one per saved tensor) are live through its
       // backward; recomputation rebuilds the dropped activations first.
       double saved = 0, scores = 0;
@@ -421,7 +423,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       }
       working.push_back(em.alloc(saved + scores, "activation gradients", a.mb, sl.layer));
       for (const Op& o : sl.cost->bwd) {
-        if (split_w && o.weight_grad) continue;
+        if (split && o.weight_grad) continue;
         if (is_cp_gather(o)) {
           // The gathered K/V; the all-gather variant also accumulates their full-length
           // gradients before its reduce-scatter, and the rotation keeps fp32 dK/dV and dQ
@@ -445,7 +447,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
       for (int32_t id : working) em.free(id, a.mb, sl.layer);
       for (int32_t id : kept[{pass, k}]) em.free(id, a.mb, sl.layer);
       kept.erase({pass, k});
-      if (split_w) {
+      if (split) {
         // The weight-gradient pass needs each linear layer's input and output gradient: kept
         // from here until it runs (as the memory ledger counts them).
         const double held = transformer ? memory::layer_weight_grad_bytes(rc, rc.model.is_moe_layer(sl.layer)).value()
@@ -460,8 +462,8 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
         // Kept since the first forward: released after the last backward.
         em.free(kept_params[k], a.mb, sl.layer);
       }
-      if (!split_w) grad_end(k, a.mb, grad);
-      if (!split_w && a.mb == m - 1) buckets_ready_after(k);
+      if (!split) grad_end(k, a.mb, grad);
+      if (!split && a.mb == m - 1) buckets_ready_after(k);
     }
     if (vs > 0 && peer_of_vstage(vs - 1) >= 0) {
       Instr& in = em.add(Kind::kSend, Category::kPpComm, "send gradient", a.mb, -2);

@@ -148,7 +148,8 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
               {"micro_batch", pp > 1 ? t.integer("parallelism", "pipeline_parallel_microbatch_size", 1, 1, 1 << 20) : local},
               {"global_batch_seqs", global > 0 ? global : local * dp}};
   if (ep > 1) row["ep"] = ep;
-  if (pp > 1 && (schedule == "Interleaved1F1B" || schedule == "LoopedBFS" || schedule == "InterleavedZeroBubble" || schedule == "ZBVZeroBubble")) {
+  if (pp > 1 && (schedule == "Interleaved1F1B" || schedule == "LoopedBFS" || schedule == "InterleavedZeroBubble" || schedule == "ZBVZeroBubble" ||
+                 schedule == "DualPipeV")) {
     row["vp"] = 2;
   }
   if (shard > 1) row["fsdp"] = "FSDP2";
@@ -195,8 +196,8 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     kept.push_back("parallel: layer-based selective AC every " + std::to_string(n) + " layers, as full recomputation of that share of each stage's layers");
   }
   if (pp > 1 && schedule == "GPipe") run["parallel"]["schedule"] = "gpipe";
-  if (pp > 1 && schedule == "ZBVZeroBubble") {
-    run["parallel"]["schedule"] = "zbv";
+  if (pp > 1 && (schedule == "ZBVZeroBubble" || schedule == "DualPipeV")) {
+    run["parallel"]["schedule"] = schedule == "DualPipeV" ? "dualpipev" : "zbv";
     run["parallel"]["vpp"] = 2;
   }
   if (pp > 1 && schedule == "InterleavedZeroBubble") {

@@ -160,7 +160,7 @@ const CLI::Validator kOutputDir(
 // bound on every dimension, 2^24.
 constexpr int64_t kMaxCount = int64_t{1} << 24;
 constexpr const char* kSchedulesHelp =
-    "pipeline schedules to search, comma-separated (gpipe, 1f1b, interleaved, zb-h1, zbv; default all but gpipe), "
+    "pipeline schedules to search, comma-separated (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev; default all but gpipe), "
     "e.g. 1f1b,interleaved for a framework without zero-bubble schedules";
 
 constexpr int kExitBadInput = 2;

@@ -70,6 +70,7 @@ std::string to_string(Schedule s) {
     case Schedule::kInterleaved: return "interleaved";
     case Schedule::kZbH1: return "zb-h1";
     case Schedule::kZbV: return "zbv";
+    case Schedule::kDualPipeV: return "dualpipev";
   }
   return "?";
 }
@@ -219,11 +220,12 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     }
   }
   const bool has_schedule = r.has("schedule");
-  const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"}, "1f1b");
+  const auto sch = r.get_choice("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}, "1f1b");
   p.schedule = sch == "gpipe" ? Schedule::kGpipe
                : sch == "interleaved" ? Schedule::kInterleaved
                : sch == "zb-h1" ? Schedule::kZbH1
                : sch == "zbv" ? Schedule::kZbV
+               : sch == "dualpipev" ? Schedule::kDualPipeV
                                 : Schedule::kOneFOneB;
   if (!has_schedule && p.vpp > 1) p.schedule = Schedule::kInterleaved;
   p.bucket_mb = r.get_number("bucket_mb", 0.001, 1e6, 25.0);
@@ -711,14 +713,15 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (p.schedule == Schedule::kInterleaved && p.vpp < 2) {
     issues.add("$.parallel.schedule", "interleaved needs vpp >= 2 (got vpp " + n(p.vpp) + ")");
   }
-  if (p.schedule == Schedule::kZbV && p.vpp != 2) {
-    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; schedule \"zbv\" runs two chunks per stage in a V, so it needs vpp 2");
+  const std::string sname = to_string(p.schedule);
+  if (p.v_shape() && p.vpp != 2) {
+    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; schedule \"" + sname + "\" runs two chunks per stage in a V, so it needs vpp 2");
   }
-  if (p.schedule == Schedule::kZbV && p.pp < 2) issues.add("$.parallel.schedule", "zbv needs pp > 1 (got pp " + n(p.pp) + ")");
-  if (p.vpp > 1 && p.schedule != Schedule::kInterleaved && p.schedule != Schedule::kZbV) {
-    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; virtual stages need schedule \"interleaved\" (or \"zbv\" with vpp 2)");
+  if (p.v_shape() && p.pp < 2) issues.add("$.parallel.schedule", sname + " needs pp > 1 (got pp " + n(p.pp) + ")");
+  if (p.vpp > 1 && p.schedule != Schedule::kInterleaved && !p.v_shape()) {
+    issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; virtual stages need schedule \"interleaved\" (or \"zbv\" or \"dualpipev\" with vpp 2)");
   }
-  if (p.vpp > 1 && p.pp < 2 && p.schedule != Schedule::kZbV) issues.add("$.parallel.vpp", "virtual pipeline stages need pp > 1");
+  if (p.vpp > 1 && p.pp < 2 && !p.v_shape()) issues.add("$.parallel.vpp", "virtual pipeline stages need pp > 1");
 
   // Batch arithmetic.
   const int64_t per_step = p.dp * p.micro_batch_size;
@@ -727,6 +730,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
                "got " + n(t.global_batch_size) + "; must be a multiple of dp*micro_batch_size = " + n(p.dp) + "*" + n(p.micro_batch_size) + " = " + n(per_step));
   } else {
     rc.num_microbatches = t.global_batch_size / per_step;
+    if (p.schedule == Schedule::kDualPipeV && rc.num_microbatches < 2 * p.pp) {
+      issues.add("$.training.global_batch_size", "dualpipev needs at least 2*pp = " + n(2 * p.pp) + " micro-batches per step (got " +
+                                                     n(rc.num_microbatches) + "), one per virtual stage");
+    }
     if (p.schedule == Schedule::kInterleaved && rc.num_microbatches % p.pp != 0) {
       issues.add("$.training.global_batch_size", "interleaved 1F1B needs micro-batches per step (" + n(rc.num_microbatches) + ") to be a multiple of pp (" + n(p.pp) + ")");
     }

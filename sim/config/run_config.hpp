@@ -34,8 +34,10 @@ const std::vector<std::string>& recompute_module_names();
 enum class LossImpl { kFused, kEager };
 // kZbV: the zero-bubble V schedule (Qi et al. 2024, torch.distributed.pipelining's
 // ScheduleZBVZeroBubble): two chunks per stage placed in a V, backward split into input- and
-// weight-gradient work.
-enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1, kZbV };
+// weight-gradient work. kDualPipeV: DeepSeek's DualPipe folded into the same V (DualPipeV, as
+// torch.distributed.pipelining's ScheduleDualPipeV orders it): mostly whole backwards paired
+// with another micro-batch's forward, split ones only where they fill the cool-down.
+enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1, kZbV, kDualPipeV };
 // kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
 // kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
 enum class AttentionImpl { kFlash, kFlash2, kUnfused };
@@ -285,17 +287,21 @@ struct Parallel {
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
   // Schedules that split the backward into input-gradient (B) and weight-gradient (W) passes.
-  [[nodiscard]] bool split_backward() const { return schedule == Schedule::kZbH1 || schedule == Schedule::kZbV; }
+  [[nodiscard]] bool split_backward() const {
+    return schedule == Schedule::kZbH1 || schedule == Schedule::kZbV || schedule == Schedule::kDualPipeV;
+  }
+  // Two chunks per stage folded into a V (ZB-V, DualPipeV).
+  [[nodiscard]] bool v_shape() const { return schedule == Schedule::kZbV || schedule == Schedule::kDualPipeV; }
   // Placement of virtual stages (pipeline order) on pipeline stages. Interleaving loops the
   // chunks round the stages: chunk c of stage s is virtual stage c * pp + s. ZB-V folds its two
   // chunks into a V: chunk 0 runs down the stages, chunk 1 back up (virtual stage
   // 2 pp - 1 - s), so stage 0 holds both the first and the last virtual stage and the turn at
   // stage pp - 1 stays on one rank.
   [[nodiscard]] int64_t vstage(int64_t stage, int64_t chunk) const {
-    return schedule == Schedule::kZbV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+    return v_shape() && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
   }
   [[nodiscard]] int64_t stage_of_vstage(int64_t vs) const {
-    return schedule == Schedule::kZbV && vs >= pp ? 2 * pp - 1 - vs : vs % pp;
+    return v_shape() && vs >= pp ? 2 * pp - 1 - vs : vs % pp;
   }
   [[nodiscard]] int64_t chunk_of_vstage(int64_t vs) const { return vs / pp; }
   // The stage and chunk that run the output layer and the loss (the last virtual stage).

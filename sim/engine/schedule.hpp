@@ -17,7 +17,9 @@
 
 namespace stepcast::engine {
 
-enum class Phase : uint8_t { kF, kB, kW };
+// kBW: a whole backward (input and weight gradients in one pass) in a schedule that otherwise
+// splits them (DualPipeV); under the other schedules kB is whole unless they split (ZB-H1, ZB-V).
+enum class Phase : uint8_t { kF, kB, kW, kBW };
 
 struct Action {
   Phase phase;
@@ -88,6 +90,65 @@ void for_each_zbv_action(int32_t p, int32_t s, int32_t m, F&& f) {
   while (w0 < m) f(Action{Phase::kW, w0++, 0});
 }
 
+// DualPipeV (DeepSeek's DualPipe on one V; the step order of torch.distributed.pipelining's
+// ScheduleDualPipeV), stage s of p with m >= 2p micro-batches, chunks placed as ZB-V's:
+//   1: 2(p - s - 1) chunk-0 forwards; 2: s + 1 (chunk-0, chunk-1) forward pairs;
+//   3: p - s - 1 times a split chunk-1 backward, the oldest held W, a chunk-1 forward;
+//   4: m - 2p + s + 1 times a chunk-0 forward with a whole chunk-1 backward, then a chunk-1
+//      forward with a whole chunk-0 backward (pairs the runtime overlaps; here one after the
+//      other, their expert exchanges hidden by moe.overlap "micro-batch");
+//   5: p - s - 1 times a whole chunk-1 backward, then a chunk-1 forward with a whole chunk-0
+//      backward; 6: s + 1 (chunk-1, chunk-0) backward pairs, split from the middle on;
+//   7: p - s - 1 times the oldest held W and a split chunk-0 backward; 8: the held W.
+template <class F>
+void for_each_dualpipev_action(int32_t p, int32_t s, int32_t m, F&& f) {
+  int32_t fc[2] = {0, 0}, bc[2] = {0, 0};
+  std::vector<Action> held;  // split backwards' W, oldest first
+  size_t next_w = 0;
+  auto fwd = [&](int32_t c) { f(Action{Phase::kF, fc[c]++, c}); };
+  auto bwd = [&](int32_t c, bool split) {
+    const Action a{split ? Phase::kB : Phase::kBW, bc[c]++, c};
+    f(a);
+    if (split) held.push_back(Action{Phase::kW, a.mb, c});
+  };
+  auto pop_w = [&] {
+    if (next_w < held.size()) f(held[next_w++]);
+  };
+  for (int32_t i = 0; i < 2 * (p - s - 1); ++i) fwd(0);
+  for (int32_t i = 0; i < s + 1; ++i) {
+    fwd(0);
+    fwd(1);
+  }
+  for (int32_t i = 0; i < p - s - 1; ++i) {
+    bwd(1, true);
+    pop_w();
+    fwd(1);
+  }
+  for (int32_t i = 0; i < m - 2 * p + s + 1; ++i) {
+    fwd(0);
+    bwd(1, false);
+    fwd(1);
+    bwd(0, false);
+  }
+  for (int32_t i = 0; i < p - s - 1; ++i) {
+    bwd(1, false);
+    fwd(1);
+    bwd(0, false);
+  }
+  bool split = false;
+  for (int32_t i = 0; i < s + 1; ++i) {
+    if (i == (s + 1) / 2 && s % 2 == 1) split = true;
+    bwd(1, split);
+    if (i == (s + 1) / 2 && s % 2 == 0) split = true;
+    bwd(0, split);
+  }
+  for (int32_t i = 0; i < p - s - 1; ++i) {
+    pop_w();
+    bwd(0, split);
+  }
+  while (next_w < held.size()) pop_w();
+}
+
 // Calls f(Action) for each action of stage s (0-based) of p, in order, with m micro-batches and
 // v chunks per stage, without building the list (the memory ledger walks long orders often).
 template <class F>
@@ -113,6 +174,10 @@ void for_each_action(config::Schedule sched, int32_t p, int32_t s, int32_t m, in
   }
   if (sched == config::Schedule::kZbV) {
     for_each_zbv_action(p, s, m, f);
+    return;
+  }
+  if (sched == config::Schedule::kDualPipeV) {
+    for_each_dualpipev_action(p, s, m, f);
     return;
   }
   // 1F1B: p - s - 1 warm-up forwards, then one forward and one backward in turn, then the

@@ -302,6 +302,10 @@ class RankBuilder {
     return dp_task(c, Collective::kAllGather, params * b_.sb_.weights, bk.expert ? pl.edp : pl.dp_cp, b_.names_.gather);
   }
 
+  // A backward pass that also computes the weight gradients (every backward unless the
+  // schedule splits them; DualPipeV's kBW).
+  [[nodiscard]] bool whole_backward(const Action& a) const { return a.phase == Phase::kBW || (a.phase == Phase::kB && !split_w_); }
+
   // One pass (forward, backward or weight-gradient of one micro-batch through one chunk):
   // its layers in order, their exposed communication, FSDP traffic, then the pipeline send.
   void emit_pass(const Action& a) {
@@ -339,7 +343,7 @@ class RankBuilder {
     // is queued, before its gradient reduce-scatter); gathers and reduce-scatters run on their
     // own streams and share the rank's DP link.
     const bool gather = fsdp_ && (fwd ? (p_.reshard_after_forward || b_.m_ == 1 || a.mb == 0)
-                                      : (a.phase == Phase::kB && p_.reshard_after_forward));
+                                      : ((a.phase == Phase::kB || a.phase == Phase::kBW) && p_.reshard_after_forward));
     std::vector<TaskId> gates(seq.size(), kNone);
     const bool regather = !fwd && p_.zero3_recompute_regather && p_.recompute == config::Recompute::kFull;
     auto regathered = [&](const Slot& sl) {
@@ -391,10 +395,10 @@ class RankBuilder {
         }
         tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
         offload_forward(seq, si, a, lf, ids.last, cid);
-      } else if (a.phase == Phase::kB) {
+      } else if (a.phase == Phase::kB || a.phase == Phase::kBW) {
         t.kind = TaskKind::kBackward;
         const TaskId next_reload = reload_ahead(seq, si, a, lf);
-        const double dur = split_w_ ? (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value() : sl->cost->bwd_compute.value();
+        const double dur = whole_backward(a) ? sl->cost->bwd_compute.value() : (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value();
         cid = add_compute(t, b_.scaled(by_length(dur, sl->cost->bwd_attention.value(), lf), r_, op_index_++), n.bwd,
                           sl->bwd_kernel);
         gate_compute(gates[si], cid);
@@ -411,7 +415,7 @@ class RankBuilder {
         compute_uses_.push_back(cid);
         if (si + 1 < seq.size()) gates[si + 1] = fsdp_gather(*seq[si + 1], regathered(*seq[si + 1])).second;
       }
-      const bool grads_done = (a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW;
+      const bool grads_done = whole_backward(a) || a.phase == Phase::kW;
       if (grads_done) {
         final_bwd_[slot_index] = ids.last;
         if (!p_.no_sync) per_mb_bwd_[static_cast<size_t>(a.mb)][slot_index] = ids.last;
@@ -433,12 +437,13 @@ class RankBuilder {
       }
     }
     ids.last_compute = ids.last;
+    ids.whole_backward = whole_backward(a);
     if (ids.entry == kNone) ids.entry = ids.first;
     emit_send(a, lf, ids);
     const size_t k = static_cast<size_t>(a.chunk) * static_cast<size_t>(b_.m_) + static_cast<size_t>(a.mb);
     if (a.phase == Phase::kF) {
       b_.fwd_[static_cast<size_t>(r_)][k] = ids;
-    } else if (a.phase == Phase::kB) {
+    } else if (a.phase == Phase::kB || a.phase == Phase::kBW) {
       b_.bwd_[static_cast<size_t>(r_)][k] = ids;
     } else {
       b_.wgt_[static_cast<size_t>(r_)][k] = ids;
@@ -450,7 +455,7 @@ class RankBuilder {
     }
     // Without no_sync, DDP finishes every backward by waiting for its gradient reductions, so
     // the compute after micro-batch k's last backward waits for k's buckets.
-    if ((a.phase == Phase::kB && !split_w_) || a.phase == Phase::kW) finalize_pending_ = a.mb;
+    if (whole_backward(a) || a.phase == Phase::kW) finalize_pending_ = a.mb;
   }
 
   // Activation offload (double-buffered, as Megatron-Core's CPU offload handler): once an
@@ -507,7 +512,7 @@ class RankBuilder {
   void emit_send(const Action& a, double lf, PassTasks& ids) {
     const int32_t pp = b_.pp_;
     const auto vs = static_cast<int32_t>(p_.vstage(s_, a.chunk));
-    const bool send = (a.phase == Phase::kF && vs < pp * b_.v_ - 1) || (a.phase == Phase::kB && vs > 0);
+    const bool send = (a.phase == Phase::kF && vs < pp * b_.v_ - 1) || ((a.phase == Phase::kB || a.phase == Phase::kBW) && vs > 0);
     if (!send || pp <= 1) return;
     // The transfer's other end: the same position on the neighbouring virtual stage's rank.
     // ZB-V's turn (virtual stages pp - 1 and pp) stays on this rank: nothing to send.
@@ -518,8 +523,8 @@ class RankBuilder {
     t.kind = TaskKind::kPpSend;
     // Blocking on the compute stream, or on the send stream where the runtime posts its
     // transfers asynchronously (Megatron's interleaved schedule, torch.distributed.pipelining's
-    // ZB-V).
-    t.stream = p_.schedule == Schedule::kInterleaved || p_.schedule == Schedule::kZbV ? Stream::kPpSend : Stream::kCompute;
+    // ZB-V and DualPipeV).
+    t.stream = p_.schedule == Schedule::kInterleaved || p_.v_shape() ? Stream::kPpSend : Stream::kCompute;
     t.microbatch = a.mb;
     t.chunk = a.chunk;
     t.duration = static_cast<Tick>(static_cast<double>(b_.p2p_) * lf);

@@ -64,6 +64,8 @@ struct PassTasks {
   // The task the previous (forward) or next (backward) virtual stage's send gates: the first
   // compute task, or an in-line ZeRO-3 gather issued before it (the receive comes first).
   TaskId entry = kNone;
+  // A backward that also computed the weight gradients (nothing kept for a W pass).
+  bool whole_backward = false;
 };
 
 class StepBuilder {

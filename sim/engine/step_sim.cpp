@@ -131,10 +131,12 @@ class StepObserver : public Observer {
     }
     if ((t.kind == TaskKind::kBackward || t.kind == TaskKind::kTpComm || t.kind == TaskKind::kPpSend) &&
         !b_.backward_passes()[r].empty() && b_.backward_passes()[r][k].last_compute == id) {
-      // A split backward (ZB-H1) keeps the weight-gradient inputs until its W pass.
+      // A split backward (ZB-H1, ZB-V, most of DualPipeV's cool-down) keeps the weight-gradient
+      // inputs until its W pass.
+      const auto& pass = b_.backward_passes()[r][k];
       const auto ci = static_cast<size_t>(b_.stage_of(t.rank) * v_ + t.chunk);
       --inflight_[r];
-      act_[r] += chunk_w_bytes_[ci] - chunk_bytes_[ci];
+      act_[r] += (pass.whole_backward ? 0.0 : chunk_w_bytes_[ci]) - chunk_bytes_[ci];
       peak_act_[r] = std::max(peak_act_[r], act_[r]);
     }
     if (t.kind == TaskKind::kBackwardWeight && !b_.weight_passes().empty() && b_.weight_passes()[r][k].last_compute == id) {

@@ -120,7 +120,7 @@ double trailing_weight_passes(config::Schedule sched, int64_t pp, int64_t stage,
   return n;
 }
 
-// ZB-V's pipeline, played out from the stages' own orders (engine::for_each_zbv_action): a
+// A V schedule's pipeline (ZB-V, DualPipeV), played out from the stages' own orders: a
 // stage runs its passes one at a time; a forward waits for the previous virtual stage's forward
 // of its micro-batch, an input-gradient pass for the next virtual stage's (the last one's for
 // its own forward), a weight-gradient pass for its input-gradient pass. Each chunk takes half
@@ -130,20 +130,18 @@ double trailing_weight_passes(config::Schedule sched, int64_t pp, int64_t stage,
 // micro-batches the later stages end early, the chunk-0 input gradients still to pass down),
 // and how much of each stage's work follows its last chunk-1 weight-gradient pass (the compute
 // that chunk 1's gradient reduction runs beside; chunk 0's gradients become final at the end).
-struct ZbvPipeline {
+struct VPipeline {
   double time = 0;
   std::vector<double> finished_early;
   std::vector<double> after_chunk1;
 };
-ZbvPipeline zbv_pipeline(const config::Parallel& par, const std::vector<double>& fwd, const std::vector<double>& bwd_input,
+VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd, const std::vector<double>& bwd_input,
                          const std::vector<double>& wgt, const std::vector<double>& stage_total, int64_t m) {
   const auto p = static_cast<int32_t>(par.pp);
   const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * static_cast<int64_t>(p)));
   const int32_t vstages = 2 * p;
   std::vector<std::vector<engine::Action>> order(static_cast<size_t>(p));
-  for (int32_t s = 0; s < p; ++s) {
-    engine::for_each_zbv_action(p, s, mm, [&](const engine::Action& a) { order[static_cast<size_t>(s)].push_back(a); });
-  }
+  for (int32_t s = 0; s < p; ++s) order[static_cast<size_t>(s)] = engine::stage_order(par.schedule, p, s, mm, 2);
   constexpr double kNotYet = -1.0;
   const auto cells = static_cast<size_t>(vstages) * static_cast<size_t>(mm);
   std::vector<double> f_done(cells, kNotYet), b_done(cells, kNotYet);
@@ -162,27 +160,30 @@ ZbvPipeline zbv_pipeline(const config::Parallel& par, const std::vector<double>&
         double ready = 0;
         if (a.phase == engine::Phase::kF) {
           ready = vs > 0 ? f_done[at(vs - 1, a.mb)] : 0.0;
-        } else if (a.phase == engine::Phase::kB) {
+        } else if (a.phase == engine::Phase::kB || a.phase == engine::Phase::kBW) {
           ready = vs < vstages - 1 ? b_done[at(vs + 1, a.mb)] : f_done[at(vs, a.mb)];
         } else {
           ready = b_done[at(vs, a.mb)];
         }
         if (ready < 0) break;
-        const double cost = 0.5 * (a.phase == engine::Phase::kF ? fwd[su] : a.phase == engine::Phase::kB ? bwd_input[su] : wgt[su]);
+        const double cost = 0.5 * (a.phase == engine::Phase::kF    ? fwd[su]
+                                   : a.phase == engine::Phase::kB  ? bwd_input[su]
+                                   : a.phase == engine::Phase::kBW ? bwd_input[su] + wgt[su]
+                                                                   : wgt[su]);
         clock[su] = std::max(clock[su], ready) + cost;
         if (a.phase == engine::Phase::kF) f_done[at(vs, a.mb)] = clock[su];
-        if (a.phase == engine::Phase::kB) b_done[at(vs, a.mb)] = clock[su];
-        if (a.phase == engine::Phase::kW && a.chunk == 1) chunk1_done[su] = clock[su];
+        if (a.phase == engine::Phase::kB || a.phase == engine::Phase::kBW) b_done[at(vs, a.mb)] = clock[su];
+        if ((a.phase == engine::Phase::kW || a.phase == engine::Phase::kBW) && a.chunk == 1) chunk1_done[su] = clock[su];
         ++next[su];
         ++ran;
       }
     }
-    if (ran == 0) throw core::InternalError("the zbv pass orders wait on each other");
+    if (ran == 0) throw core::InternalError("the V schedule's pass orders wait on each other");
     left -= ran;
   }
   const double slowest = *std::max_element(stage_total.begin(), stage_total.end());
   const double end = *std::max_element(clock.begin(), clock.end());
-  ZbvPipeline out{end + static_cast<double>(m - mm) * slowest, {}, {}};
+  VPipeline out{end + static_cast<double>(m - mm) * slowest, {}, {}};
   for (size_t s = 0; s < clock.size(); ++s) {
     out.finished_early.push_back(end - clock[s]);
     out.after_chunk1.push_back(clock[s] - chunk1_done[s]);
@@ -531,17 +532,17 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     scale = std::max(0.0, (t_max - 2.0 * w_stage[slowest]) / t_max);
   }
   double pipe_compute = m * t_max + (sum - t_max) * scale;
-  std::vector<double> zbv_early(t_stage.size(), 0.0), zbv_after_chunk1(t_stage.size(), 0.0);
-  if (p.schedule == config::Schedule::kZbV) {
+  std::vector<double> v_early(t_stage.size(), 0.0), v_after_chunk1(t_stage.size(), 0.0);
+  if (p.v_shape()) {
     std::vector<double> fwd(t_stage.size()), bwd_input(t_stage.size());
     for (size_t s = 0; s < t_stage.size(); ++s) {
       fwd[s] = out.stage_fwd_s[s];
       bwd_input[s] = t_stage[s] - fwd[s] - w_stage[s];
     }
-    const ZbvPipeline zp = zbv_pipeline(p, fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
+    const VPipeline zp = v_pipeline(p, fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
     pipe_compute = zp.time;
-    zbv_early = zp.finished_early;
-    zbv_after_chunk1 = zp.after_chunk1;
+    v_early = zp.finished_early;
+    v_after_chunk1 = zp.after_chunk1;
   }
   if (p.schedule == config::Schedule::kZbH1) {
     // With fewer micro-batches than stages the held-back weight-gradient work cannot fill the
@@ -561,7 +562,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     const double tp2p = wb.p2p_time().value();
     // Posted asynchronously (interleaved, ZB-V): only the fill's and the drain's chains of
     // hops wait for transfers; blocking sends cost every micro-batch.
-    p2p = p.schedule == config::Schedule::kInterleaved || p.schedule == config::Schedule::kZbV
+    p2p = p.schedule == config::Schedule::kInterleaved || p.v_shape()
               ? 2.0 * tp2p * static_cast<double>(pp - 1) * static_cast<double>(p.vpp)
               : 2.0 * tp2p * (m + static_cast<double>(pp) - 2.0);
   }
@@ -572,8 +573,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   // end; ZB-H1 stage s after the input-gradient chain back to stage 0, less the s W passes it
   // held back), and a stage's trailing reductions run on while the later-ending stages work.
   std::vector<double> ends_early(t_stage.size(), 0.0);
-  if (p.schedule == config::Schedule::kZbV) {
-    ends_early = zbv_early;
+  if (p.v_shape()) {
+    ends_early = v_early;
   } else if (p.schedule == config::Schedule::kZbH1) {
     double chain = 0;
     for (size_t s = 0; s < t_stage.size(); ++s) {
@@ -628,14 +629,14 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // Overlapped: the last bucket follows the backward; the rest runs beside it (or, when the
       // traffic outlasts the backward, the backward runs slowed under it).
       double exposed = p.grad_reduce_overlap ? last + beside_compute(total - last, window, slow, waits) : total;
-      if (p.grad_reduce_overlap && p.schedule == config::Schedule::kZbV) {
+      if (p.grad_reduce_overlap && p.v_shape()) {
         // ZB-V: chunk 1's gradients (the later layers, reduced first) are final at its last W,
         // and reduce beside the stage's work after it; chunk 0's in its last W pass, as ZB-H1's.
         const auto layers = static_cast<double>(std::max<int64_t>(1, rc.stage_layers[static_cast<size_t>(s)]));
         const double share1 = static_cast<double>(rc.chunk_layers(s, 1)) / layers;
         const double rest = std::max(0.0, total * (1.0 - share1) - last);
         exposed = last + beside_compute(rest, 0.5 * window, slow, waits * (1.0 - share1)) +
-                  beside_compute(total * share1, zbv_after_chunk1[static_cast<size_t>(s)], slow, waits * share1);
+                  beside_compute(total * share1, v_after_chunk1[static_cast<size_t>(s)], slow, waits * share1);
       }
       // How long before the pipeline's end stage s finishes: 1F1B drains stage by stage (the
       // earlier stages' backward); under ZB-H1 only the input-gradient chain drains, and the

@@ -341,14 +341,15 @@ double inflight_microbatches(const config::RunConfig& rc, int64_t stage) {
       const double chunks = std::min(m * v, 2.0 * (pp - r - 1.0) + (v - 1.0) * pp + 1.0);
       return chunks / v;
     }
-    case Schedule::kZbV: {
-      // The most chunk forwards the stage's order holds before their input-gradient pass,
-      // in micro-batches of the stage's two chunks (about p on every stage). The order
-      // repeats after its warm-up of 2p - 1 forwards, so 4p micro-batches reach the peak.
+    case Schedule::kZbV:
+    case Schedule::kDualPipeV: {
+      // The most chunk forwards the stage's order holds before their backward, in micro-batches
+      // of the stage's two chunks (about p on every stage under ZB-V). The orders repeat after
+      // their warm-up of under 2p forwards, so 4p micro-batches reach the peak.
       const auto mm = static_cast<int32_t>(std::min<int64_t>(rc.num_microbatches, 4 * p.pp));
       int64_t held = 0, most = 0;
-      engine::for_each_zbv_action(static_cast<int32_t>(p.pp), static_cast<int32_t>(stage), mm, [&](const engine::Action& a) {
-        held += a.phase == engine::Phase::kF ? 1 : a.phase == engine::Phase::kB ? -1 : 0;
+      engine::for_each_action(p.schedule, static_cast<int32_t>(p.pp), static_cast<int32_t>(stage), mm, 2, [&](const engine::Action& a) {
+        held += a.phase == engine::Phase::kF ? 1 : a.phase == engine::Phase::kW ? 0 : -1;
         most = std::max(most, held);
       });
       return static_cast<double>(most) / 2.0;
@@ -425,9 +426,9 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
     for (int64_t c = 0; c < v; ++c) per_mb += chunk_layer_activation_bytes(rc, stage, c);
     return per_mb * inflight_microbatches(rc, stage);
   }
-  // Interleaved 1F1B, ZB-H1 and ZB-V: walk the stage's own order and take the largest set held
+  // Interleaved 1F1B, ZB-H1, ZB-V and DualPipeV: walk the stage's own order and take the largest set held
   // at once. A forward stores its chunk's activations until that chunk's backward (with unequal
-  // chunks the peak can come after the warm-up); a split backward (ZB-H1, ZB-V) keeps what its
+  // chunks the peak can come after the warm-up); a split backward (ZB-H1, ZB-V, DualPipeV) keeps what its
   // held-back weight-gradient pass needs (each linear layer's input and output gradient) until
   // that W. After the warm-up ((pp - s - 1) * 2 + (v - 1) * pp forwards) the held set repeats
   // every pp * v actions and the cool-down only frees, so a run of pp * (v + 4) micro-batches
@@ -444,7 +445,10 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   engine::for_each_action(rc.parallel.schedule, static_cast<int32_t>(pp), static_cast<int32_t>(stage), static_cast<int32_t>(m),
                           static_cast<int32_t>(v), [&](const engine::Action& a) {
                             const auto c = static_cast<size_t>(a.chunk);
-                            held += a.phase == engine::Phase::kF ? full[c] : a.phase == engine::Phase::kB ? kept[c] - full[c] : -kept[c];
+                            held += a.phase == engine::Phase::kF    ? full[c]
+                                    : a.phase == engine::Phase::kB  ? kept[c] - full[c]
+                                    : a.phase == engine::Phase::kBW ? -full[c]
+                                                                    : -kept[c];
                             peak = std::max(peak, held);
                           });
   return Bytes(peak);
@@ -687,8 +691,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // One receive buffer per micro-batch for each local stage chunk's input (not the model's
       // first chunk) and output gradient (not its last), allocated once and kept.
       const double chunks = static_cast<double>(std::max<int64_t>(1, p.vpp));
-      // ZB-V's turn passes chunk 0's output to chunk 1 on the same rank: no buffer either way.
-      const double turn = p.schedule == Schedule::kZbV && s == p.pp - 1 ? 1.0 : 0.0;
+      // A V's turn passes chunk 0's output to chunk 1 on the same rank: no buffer either way.
+      const double turn = p.v_shape() && s == p.pp - 1 ? 1.0 : 0.0;
       const double inputs = chunks - (s == 0 ? 1.0 : 0.0) - turn, grads = chunks - (s == p.head_stage() ? 1.0 : 0.0) - turn;
       st.buffers += Bytes(boundary * static_cast<double>(rc.num_microbatches) * (inputs + grads));
     }

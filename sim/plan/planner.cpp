@@ -343,6 +343,14 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
             front.push_back(rest);
             add_alt(std::move(front));
           }
+          // Or the last virtual stage runs the MTP modules and the head alone (under a V it
+          // shares stage 0 with the embedding, so no stage carries the MTP work on top of
+          // its share of layers).
+          auto head_alone = config::balanced_stage_layers(L, pp * vpp - 1);
+          if (!head_alone.empty()) {
+            head_alone.push_back(0);
+            add_alt(std::move(head_alone));
+          }
         }
       } else {
         sp.stage_list = std::move(slotted);
@@ -464,7 +472,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
         if (fixed("dp") && dp != bp.dp) continue;
         for (int64_t vpp : vpps) {
           if (vpp > 1 && pp < 2) continue;
-          if (fixed("schedule") && bp.schedule == Schedule::kZbV && vpp != 2) continue;  // a V of two chunks
+          if (fixed("schedule") && bp.v_shape() && vpp != 2) continue;  // a V of two chunks
           std::vector<Schedule> scheds;
           if (fixed("schedule")) {
             scheds = {bp.schedule};
@@ -473,7 +481,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
           } else {
             if (vpp == 1) scheds = {Schedule::kOneFOneB, Schedule::kZbH1, Schedule::kGpipe};
             if (vpp > 1) scheds = {Schedule::kInterleaved};
-            if (vpp == 2) scheds.push_back(Schedule::kZbV);
+            if (vpp == 2) scheds.insert(scheds.end(), {Schedule::kZbV, Schedule::kDualPipeV});
             // GPipe (never faster than 1F1B, with more memory) only when asked for.
             std::erase_if(scheds, [&](Schedule sc) {
               return opt.schedules.empty() ? sc == Schedule::kGpipe
@@ -563,21 +571,22 @@ std::vector<config::Schedule> parse_schedules(const std::string& list, const std
                                                             {"1f1b", Schedule::kOneFOneB},
                                                             {"interleaved", Schedule::kInterleaved},
                                                             {"zb-h1", Schedule::kZbH1},
-                                                            {"zbv", Schedule::kZbV}};
+                                                            {"zbv", Schedule::kZbV},
+                                                            {"dualpipev", Schedule::kDualPipeV}};
   std::vector<Schedule> out;
   std::stringstream in(list);
   std::string name;
   while (std::getline(in, name, ',')) {
     const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == name; });
     if (it == names.end()) {
-      throw core::UserError(option + ": got \"" + name + "\"; expected a comma-separated list of gpipe, 1f1b, interleaved, zb-h1, zbv");
+      throw core::UserError(option + ": got \"" + name + "\"; expected a comma-separated list of gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev");
     }
     if (std::find(out.begin(), out.end(), it->second) != out.end()) {
       throw core::UserError(option + ": \"" + name + "\" is listed twice");
     }
     out.push_back(it->second);
   }
-  if (out.empty()) throw core::UserError(option + ": expected at least one schedule (gpipe, 1f1b, interleaved, zb-h1, zbv)");
+  if (out.empty()) throw core::UserError(option + ": expected at least one schedule (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev)");
   return out;
 }
 

@@ -39,7 +39,7 @@ struct PlanOptions {
   // kept as it is either way.
   bool offload = false;
   // Pipeline schedules the search may use (empty: 1F1B and ZB-H1 without virtual stages,
-  // interleaved with them, ZB-V at vpp 2; GPipe only when listed). A framework without
+  // interleaved with them, ZB-V and DualPipeV at vpp 2; GPipe only when listed). A framework without
   // zero-bubble schedules lists what it runs, e.g. {1f1b, interleaved}.
   std::vector<config::Schedule> schedules;
   // Ranked layouts returned in full (PlanResult::ranked), best first; every fitting layout is
@@ -52,7 +52,7 @@ struct PlanOptions {
   std::function<void(const char* phase, size_t done, size_t total)> progress;
 };
 
-// A comma-separated list of schedule names (gpipe, 1f1b, interleaved, zb-h1, zbv) for
+// A comma-separated list of schedule names (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev) for
 // PlanOptions::schedules; a bad or repeated name is a UserError naming `option`.
 std::vector<config::Schedule> parse_schedules(const std::string& list, const std::string& option);
 

@@ -110,6 +110,8 @@ enable = true
   EXPECT_EQ(zbv.parallel.schedule, config::Schedule::kZbV);
   EXPECT_EQ(zbv.parallel.vpp, 2);
   EXPECT_EQ(zbv.parallel.head_stage(), 0);
+  zbv_cfg["parallelism"]["pipeline_parallel_schedule"] = "DualPipeV";
+  EXPECT_EQ(config::parse_run(import_torchtitan(zbv_cfg, "t.toml", o), "<import>", "").parallel.schedule, config::Schedule::kDualPipeV);
 
   auto err = [&](const std::string& text, config::ImportOptions opt) {
     try {

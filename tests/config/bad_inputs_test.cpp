@@ -126,6 +126,9 @@ const std::vector<BadCase> kCases = {
      {"$.parallel.vpp", "got 4", "zbv", "vpp 2"}},
     {"ZbvWithoutPipeline", R"({"parallel": {"tp": 4, "pp": 1, "vpp": 2, "schedule": "zbv"}})",
      {"$.parallel.schedule", "zbv needs pp > 1"}},
+    // DualPipeV needs a micro-batch per virtual stage: 16 sequences in micro-batches of 4 are 4.
+    {"DualPipeVWithTooFewMicrobatches", R"({"parallel": {"tp": 2, "pp": 4, "vpp": 2, "micro_batch_size": 4, "schedule": "dualpipev"}})",
+     {"$.training.global_batch_size", "dualpipev", "2*pp = 8", "got 4"}},
     // A100 has no FP8 tensor cores (no fp8 dense peak in its profile).
     {"Fp8OnA100", R"({"hardware": "a100-sxm-80gb", "training": {"precision": "fp8"}})",
      {"$.training.precision", "fp8", "a100-sxm-80gb"}},

@@ -20,17 +20,23 @@ void check_valid(Schedule sched, int32_t p, int32_t s, int32_t m, int32_t v) {
     ASSERT_EQ(pos.count(key), 0u) << "duplicate pass";
     pos[key] = i;
   }
-  const bool zb = sched == Schedule::kZbH1 || sched == Schedule::kZbV;
-  ASSERT_EQ(order.size(), static_cast<size_t>(m * v * (zb ? 3 : 2)));
+  // Every pass once: a forward and a backward per micro-batch and chunk, and a W after each
+  // backward that leaves one (kB under a splitting schedule; DualPipeV's kBW computes its own).
+  const bool zb = sched == Schedule::kZbH1 || sched == Schedule::kZbV || sched == Schedule::kDualPipeV;
+  size_t split = 0;
   for (int32_t mb = 0; mb < m; ++mb) {
     for (int32_t c = 0; c < v; ++c) {
-      const auto f = pos.at({0, mb, c}), b = pos.at({1, mb, c});
+      const bool whole = pos.count({3, mb, c}) != 0;
+      const auto f = pos.at({0, mb, c}), b = pos.at({whole ? 3 : 1, mb, c});
       EXPECT_LT(f, b) << "mb " << mb << " chunk " << c;
-      if (zb) {
+      if (zb && !whole) {
         EXPECT_LT(b, pos.at({2, mb, c}));
+        ++split;
       }
+      EXPECT_EQ(pos.count({2, mb, c}), zb && !whole ? 1u : 0u);
     }
   }
+  ASSERT_EQ(order.size(), static_cast<size_t>(m * v * 2) + split);
 }
 
 TEST(Schedule, EveryPassOnceAndInOrder) {
@@ -42,10 +48,14 @@ TEST(Schedule, EveryPassOnceAndInOrder) {
   for (auto [p, m, v] : {std::tuple<int32_t, int32_t, int32_t>{2, 4, 2}, {4, 8, 2}, {4, 8, 3}, {8, 16, 4}}) {
     for (int32_t s = 0; s < p; ++s) check_valid(Schedule::kInterleaved, p, s, m, v);
   }
-  // ZB-V at every micro-batch count up to 3p, below its 2p - 1 warm-up forwards too.
+  // ZB-V at every micro-batch count up to 3p, below its 2p - 1 warm-up forwards too;
+  // DualPipeV from its 2p on.
   for (int32_t p : {2, 3, 4, 8}) {
     for (int32_t m = 1; m <= 3 * p; ++m) {
       for (int32_t s = 0; s < p; ++s) check_valid(Schedule::kZbV, p, s, m, 2);
+      if (m >= 2 * p) {
+        for (int32_t s = 0; s < p; ++s) check_valid(Schedule::kDualPipeV, p, s, m, 2);
+      }
     }
   }
 }

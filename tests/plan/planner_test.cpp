@@ -137,7 +137,7 @@ TEST(Planner, FixedSettingsAndConstraintsAreRespected) {
   }
 }
 
-// The search tries every schedule but GPipe by default (ZB-V at vpp 2); --schedules narrows it
+// The search tries every schedule but GPipe by default (ZB-V and DualPipeV at vpp 2); --schedules narrows it
 // to what a framework runs, and a bad list names the option.
 TEST(Planner, SchedulesSearchedFollowTheList) {
   Json j = run_8b();
@@ -149,7 +149,7 @@ TEST(Planner, SchedulesSearchedFollowTheList) {
   };
   const auto all = seen(small_options());
   EXPECT_EQ(all, (std::set<config::Schedule>{config::Schedule::kOneFOneB, config::Schedule::kZbH1, config::Schedule::kInterleaved,
-                                             config::Schedule::kZbV}));
+                                             config::Schedule::kZbV, config::Schedule::kDualPipeV}));
   PlanOptions o = small_options();
   o.schedules = parse_schedules("1f1b,interleaved,gpipe", "--schedules");
   EXPECT_EQ(seen(o), (std::set<config::Schedule>{config::Schedule::kOneFOneB, config::Schedule::kInterleaved, config::Schedule::kGpipe}));

@@ -121,6 +121,17 @@ TEST(ValidateProgram, PipelineTransfersPairUp) {
   }
   EXPECT_EQ(vsends.size(), 32u);
   EXPECT_EQ(vsends, vrecvs);
+  // DualPipeV moves the same transfers in another order.
+  const auto d = tiny({{"pp", 2}, {"vpp", 2}, {"micro_batch_size", 1}, {"schedule", "dualpipev"}});
+  std::map<std::tuple<int64_t, int64_t, int32_t>, double> dsends, drecvs;
+  for (int64_t r = 0; r < 2; ++r) {
+    for (const auto& in : build_program(d, r).step) {
+      if (in.kind == Kind::kSend) dsends[{r, in.peer, in.tag}] = in.bytes;
+      if (in.kind == Kind::kRecv) drecvs[{in.peer, r, in.tag}] = in.bytes;
+    }
+  }
+  EXPECT_EQ(dsends, vsends);
+  EXPECT_EQ(drecvs, vrecvs);
 }
 
 // Buckets carry every gradient once (all-reduce), or reduce-scatter them and all-gather the
