@@ -52,13 +52,13 @@ def end_split(L, pp, vpp):
 
 def layouts(name, rng):
     base, L, N, gbs, eps = BASES[name]
-    dims = list(itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16], ["1f1b", "gpipe", "zb-h1", "interleaved", "zbv"], [1, 2],
+    dims = list(itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16], ["1f1b", "gpipe", "zb-h1", "interleaved", "zbv", "dualpipev"], [1, 2],
                                   ["0", "1", "3", "fsdp", "hsdp"], ["none", "selective", "full"], [1, 2, 4], eps))
     rng.shuffle(dims)
     out = []
     for tp, pp, sched, mbs, zero, rc, cp, ep in dims:
-        vpp = 2 if sched in ("interleaved", "zbv") else 1
-        if pp == 1 and sched in ("interleaved", "zb-h1", "gpipe", "zbv"):
+        vpp = 2 if sched in ("interleaved", "zbv", "dualpipev") else 1
+        if pp == 1 and sched in ("interleaved", "zb-h1", "gpipe", "zbv", "dualpipev"):
             continue
         if N % (tp * pp * cp):
             continue
@@ -66,7 +66,7 @@ def layouts(name, rng):
         if gbs % (dp * mbs):
             continue
         m = gbs // (dp * mbs)
-        if sched == "interleaved" and m % pp:
+        if (sched == "interleaved" and m % pp) or (sched == "dualpipev" and m < 2 * pp):
             continue
         if ep is not None and (dp * cp) % ep:
             continue

@@ -16,7 +16,7 @@ plan="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 128 
   echo
   echo "| schedule | vpp | step s | bubble | MFU | peak GiB per stage (0..7) |"
   echo "|---|---:|---:|---:|---:|---|"
-  for s in "gpipe 1" "1f1b 1" "interleaved 2" "zb-h1 1" "zbv 2"; do
+  for s in "gpipe 1" "1f1b 1" "interleaved 2" "zb-h1 1" "zbv 2" "dualpipev 2"; do
     set -- $s
     ./build/stepcast simulate $ex --set parallel.schedule=$1 --set parallel.vpp=$2 --json --allow-oom | python3 -c "
 import json, sys
