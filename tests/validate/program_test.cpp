@@ -95,41 +95,34 @@ TEST(ValidateProgram, TensorParallelSplitsWorkAndAddsCollectives) {
   EXPECT_EQ(tp.tp_group, (std::vector<int64_t>{0, 1}));
 }
 
-// Every pipeline send has a receive on its peer with the same tag and size, in an order the
-// schedule makes deadlock-free (checked by the CPU test); 1F1B moves one activation and one
-// gradient per micro-batch.
-TEST(ValidateProgram, PipelineTransfersPairUp) {
-  const auto rc = tiny({{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "1f1b"}});
-  std::map<std::tuple<int64_t, int64_t, int32_t>, double> sends, recvs;
+// The pipeline transfers of both ranks of a two-stage run: sends keyed (from, to, tag) and
+// receives keyed the same way, each with its bytes.
+using Transfers = std::map<std::tuple<int64_t, int64_t, int32_t>, double>;
+std::pair<Transfers, Transfers> transfers(const config::RunConfig& rc) {
+  Transfers sends, recvs;
   for (int64_t r = 0; r < 2; ++r) {
     for (const auto& in : build_program(rc, r).step) {
       if (in.kind == Kind::kSend) sends[{r, in.peer, in.tag}] = in.bytes;
       if (in.kind == Kind::kRecv) recvs[{in.peer, r, in.tag}] = in.bytes;
     }
   }
+  return {sends, recvs};
+}
+
+// Every pipeline send has a receive on its peer with the same tag and size, in an order the
+// schedule makes deadlock-free (checked by the CPU test); 1F1B moves one activation and one
+// gradient per micro-batch.
+TEST(ValidateProgram, PipelineTransfersPairUp) {
+  const auto [sends, recvs] = transfers(tiny({{"pp", 2}, {"micro_batch_size", 1}, {"schedule", "1f1b"}}));
   EXPECT_EQ(sends.size(), 16u);  // 8 activations forward, 8 gradients back
   EXPECT_EQ(sends, recvs);
   // ZB-V over two stages: a micro-batch crosses from stage 0 to 1 (chunk 0), turns on stage 1
   // without a transfer and crosses back (chunk 1): two activations and two gradients.
-  const auto v = tiny({{"pp", 2}, {"vpp", 2}, {"micro_batch_size", 1}, {"schedule", "zbv"}});
-  std::map<std::tuple<int64_t, int64_t, int32_t>, double> vsends, vrecvs;
-  for (int64_t r = 0; r < 2; ++r) {
-    for (const auto& in : build_program(v, r).step) {
-      if (in.kind == Kind::kSend) vsends[{r, in.peer, in.tag}] = in.bytes;
-      if (in.kind == Kind::kRecv) vrecvs[{in.peer, r, in.tag}] = in.bytes;
-    }
-  }
+  const auto [vsends, vrecvs] = transfers(tiny({{"pp", 2}, {"vpp", 2}, {"micro_batch_size", 1}, {"schedule", "zbv"}}));
   EXPECT_EQ(vsends.size(), 32u);
   EXPECT_EQ(vsends, vrecvs);
   // DualPipeV moves the same transfers in another order.
-  const auto d = tiny({{"pp", 2}, {"vpp", 2}, {"micro_batch_size", 1}, {"schedule", "dualpipev"}});
-  std::map<std::tuple<int64_t, int64_t, int32_t>, double> dsends, drecvs;
-  for (int64_t r = 0; r < 2; ++r) {
-    for (const auto& in : build_program(d, r).step) {
-      if (in.kind == Kind::kSend) dsends[{r, in.peer, in.tag}] = in.bytes;
-      if (in.kind == Kind::kRecv) drecvs[{in.peer, r, in.tag}] = in.bytes;
-    }
-  }
+  const auto [dsends, drecvs] = transfers(tiny({{"pp", 2}, {"vpp", 2}, {"micro_batch_size", 1}, {"schedule", "dualpipev"}}));
   EXPECT_EQ(dsends, vsends);
   EXPECT_EQ(drecvs, vrecvs);
 }
