@@ -38,6 +38,10 @@ enum class LossImpl { kFused, kEager };
 // torch.distributed.pipelining's ScheduleDualPipeV orders it): mostly whole backwards paired
 // with another micro-batch's forward, split ones only where they fill the cool-down.
 enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1, kZbV, kDualPipeV };
+// Schedules that split the backward into input-gradient (B) and weight-gradient (W) passes.
+[[nodiscard]] inline bool splits_backward(Schedule s) {
+  return s == Schedule::kZbH1 || s == Schedule::kZbV || s == Schedule::kDualPipeV;
+}
 // kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
 // kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
 enum class AttentionImpl { kFlash, kFlash2, kUnfused };
@@ -286,10 +290,7 @@ struct Parallel {
   int64_t activation_offload_layers = 0;
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
-  // Schedules that split the backward into input-gradient (B) and weight-gradient (W) passes.
-  [[nodiscard]] bool split_backward() const {
-    return schedule == Schedule::kZbH1 || schedule == Schedule::kZbV || schedule == Schedule::kDualPipeV;
-  }
+  [[nodiscard]] bool split_backward() const { return splits_backward(schedule); }
   // Two chunks per stage folded into a V (ZB-V, DualPipeV).
   [[nodiscard]] bool v_shape() const { return schedule == Schedule::kZbV || schedule == Schedule::kDualPipeV; }
   // Placement of virtual stages (pipeline order) on pipeline stages. Interleaving loops the

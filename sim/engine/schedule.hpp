@@ -20,6 +20,8 @@ namespace stepcast::engine {
 // kBW: a whole backward (input and weight gradients in one pass) in a schedule that otherwise
 // splits them (DualPipeV); under the other schedules kB is whole unless they split (ZB-H1, ZB-V).
 enum class Phase : uint8_t { kF, kB, kW, kBW };
+// A backward pass: it carries the gradient to the previous virtual stage (kB or kBW).
+[[nodiscard]] inline bool is_backward(Phase p) { return p == Phase::kB || p == Phase::kBW; }
 
 struct Action {
   Phase phase;

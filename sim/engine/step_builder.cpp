@@ -343,7 +343,7 @@ class RankBuilder {
     // is queued, before its gradient reduce-scatter); gathers and reduce-scatters run on their
     // own streams and share the rank's DP link.
     const bool gather = fsdp_ && (fwd ? (p_.reshard_after_forward || b_.m_ == 1 || a.mb == 0)
-                                      : ((a.phase == Phase::kB || a.phase == Phase::kBW) && p_.reshard_after_forward));
+                                      : (is_backward(a.phase) && p_.reshard_after_forward));
     std::vector<TaskId> gates(seq.size(), kNone);
     const bool regather = !fwd && p_.zero3_recompute_regather && p_.recompute == config::Recompute::kFull;
     auto regathered = [&](const Slot& sl) {
@@ -395,7 +395,7 @@ class RankBuilder {
         }
         tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
         offload_forward(seq, si, a, lf, ids.last, cid);
-      } else if (a.phase == Phase::kB || a.phase == Phase::kBW) {
+      } else if (is_backward(a.phase)) {
         t.kind = TaskKind::kBackward;
         const TaskId next_reload = reload_ahead(seq, si, a, lf);
         const double dur = whole_backward(a) ? sl->cost->bwd_compute.value() : (sl->cost->bwd_compute - sl->cost->bwd_weight_compute).value();
@@ -443,7 +443,7 @@ class RankBuilder {
     const size_t k = static_cast<size_t>(a.chunk) * static_cast<size_t>(b_.m_) + static_cast<size_t>(a.mb);
     if (a.phase == Phase::kF) {
       b_.fwd_[static_cast<size_t>(r_)][k] = ids;
-    } else if (a.phase == Phase::kB || a.phase == Phase::kBW) {
+    } else if (is_backward(a.phase)) {
       b_.bwd_[static_cast<size_t>(r_)][k] = ids;
     } else {
       b_.wgt_[static_cast<size_t>(r_)][k] = ids;
@@ -512,7 +512,7 @@ class RankBuilder {
   void emit_send(const Action& a, double lf, PassTasks& ids) {
     const int32_t pp = b_.pp_;
     const auto vs = static_cast<int32_t>(p_.vstage(s_, a.chunk));
-    const bool send = (a.phase == Phase::kF && vs < pp * b_.v_ - 1) || ((a.phase == Phase::kB || a.phase == Phase::kBW) && vs > 0);
+    const bool send = (a.phase == Phase::kF && vs < pp * b_.v_ - 1) || (is_backward(a.phase) && vs > 0);
     if (!send || pp <= 1) return;
     // The transfer's other end: the same position on the neighbouring virtual stage's rank.
     // ZB-V's turn (virtual stages pp - 1 and pp) stays on this rank: nothing to send.

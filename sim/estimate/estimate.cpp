@@ -114,9 +114,9 @@ BucketPlan stage_buckets(Collective c, double bytes, double bucket_bytes, const 
 double trailing_weight_passes(config::Schedule sched, int64_t pp, int64_t stage, int64_t m, int64_t v) {
   // The cool-down's length does not grow past a few rounds of pp micro-batches.
   const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * pp));
-  const auto order = engine::stage_order(sched, static_cast<int32_t>(pp), static_cast<int32_t>(stage), mm, static_cast<int32_t>(v));
   double n = 0;
-  for (auto it = order.rbegin(); it != order.rend() && it->phase == engine::Phase::kW; ++it) n += 1.0;
+  engine::for_each_action(sched, static_cast<int32_t>(pp), static_cast<int32_t>(stage), mm, static_cast<int32_t>(v),
+                          [&](const engine::Action& a) { n = a.phase == engine::Phase::kW ? n + 1.0 : 0.0; });
   return n;
 }
 
@@ -160,7 +160,7 @@ VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd
         double ready = 0;
         if (a.phase == engine::Phase::kF) {
           ready = vs > 0 ? f_done[at(vs - 1, a.mb)] : 0.0;
-        } else if (a.phase == engine::Phase::kB || a.phase == engine::Phase::kBW) {
+        } else if (engine::is_backward(a.phase)) {
           ready = vs < vstages - 1 ? b_done[at(vs + 1, a.mb)] : f_done[at(vs, a.mb)];
         } else {
           ready = b_done[at(vs, a.mb)];
@@ -172,7 +172,7 @@ VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd
                                                                    : wgt[su]);
         clock[su] = std::max(clock[su], ready) + cost;
         if (a.phase == engine::Phase::kF) f_done[at(vs, a.mb)] = clock[su];
-        if (a.phase == engine::Phase::kB || a.phase == engine::Phase::kBW) b_done[at(vs, a.mb)] = clock[su];
+        if (engine::is_backward(a.phase)) b_done[at(vs, a.mb)] = clock[su];
         if ((a.phase == engine::Phase::kW || a.phase == engine::Phase::kBW) && a.chunk == 1) chunk1_done[su] = clock[su];
         ++next[su];
         ++ran;
@@ -532,25 +532,31 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     scale = std::max(0.0, (t_max - 2.0 * w_stage[slowest]) / t_max);
   }
   double pipe_compute = m * t_max + (sum - t_max) * scale;
-  std::vector<double> v_early(t_stage.size(), 0.0), v_after_chunk1(t_stage.size(), 0.0);
+  // How long before the pipeline's end each stage finishes under a split backward (ZB-V and
+  // DualPipeV as their played-out orders end; ZB-H1 stage s after the input-gradient chain back
+  // to stage 0, less the s W passes it held back); 0 elsewhere. And, under a V, the compute
+  // after each stage's last chunk-1 W (chunk 1's gradient reduction runs beside it).
+  std::vector<double> ends_early(t_stage.size(), 0.0), v_after_chunk1(t_stage.size(), 0.0);
   if (p.v_shape()) {
     std::vector<double> fwd(t_stage.size()), bwd_input(t_stage.size());
     for (size_t s = 0; s < t_stage.size(); ++s) {
       fwd[s] = out.stage_fwd_s[s];
       bwd_input[s] = t_stage[s] - fwd[s] - w_stage[s];
     }
-    const VPipeline zp = v_pipeline(p, fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
-    pipe_compute = zp.time;
-    v_early = zp.finished_early;
-    v_after_chunk1 = zp.after_chunk1;
+    VPipeline vp = v_pipeline(p, fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
+    pipe_compute = vp.time;
+    ends_early = std::move(vp.finished_early);
+    v_after_chunk1 = std::move(vp.after_chunk1);
   }
   if (p.schedule == config::Schedule::kZbH1) {
     // With fewer micro-batches than stages the held-back weight-gradient work cannot fill the
     // cool-down: the step is the forward and input-gradient chain through every stage for the
     // first micro-batch, one F + B per further micro-batch, and stage 0's last W
     // ((m + p - 1)(F + B) + W for equal stages; equal to the form above at m = p).
-    double chain = 0, fb_max = 0;
+    double chain = 0, fb_max = 0, drain = 0;
     for (size_t s = 0; s < t_stage.size(); ++s) {
+      ends_early[s] = std::max(0.0, drain - std::min(static_cast<double>(s), m - 1.0) * w_stage[s]);
+      drain += out.stage_bwd_s[s] - w_stage[s];
       chain += t_stage[s] - w_stage[s];
       fb_max = std::max(fb_max, t_stage[s] - w_stage[s]);
     }
@@ -560,30 +566,18 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   double p2p = 0;
   if (pp > 1) {
     const double tp2p = wb.p2p_time().value();
-    // Posted asynchronously (interleaved, ZB-V): only the fill's and the drain's chains of
-    // hops wait for transfers; blocking sends cost every micro-batch.
+    // Posted asynchronously (interleaved, ZB-V, DualPipeV): only the fill's and the drain's
+    // chains of hops wait for transfers; blocking sends cost every micro-batch.
     p2p = p.schedule == config::Schedule::kInterleaved || p.v_shape()
               ? 2.0 * tp2p * static_cast<double>(pp - 1) * static_cast<double>(p.vpp)
               : 2.0 * tp2p * (m + static_cast<double>(pp) - 2.0);
   }
   // Unsharded ZeRO-3 / FSDP parameters: each stage's one-time gathers lengthen its first
   // forward, which the pipeline's fill chains stage after stage; the reduce-scatters of the last
-  // backward run on their own stream after it, so only the longest such tail extends the step.
-  // Under a split backward the stages end at different times (ZB-V as its played-out orders
-  // end; ZB-H1 stage s after the input-gradient chain back to stage 0, less the s W passes it
-  // held back), and a stage's trailing reductions run on while the later-ending stages work.
-  std::vector<double> ends_early(t_stage.size(), 0.0);
-  if (p.v_shape()) {
-    ends_early = v_early;
-  } else if (p.schedule == config::Schedule::kZbH1) {
-    double chain = 0;
-    for (size_t s = 0; s < t_stage.size(); ++s) {
-      ends_early[s] = std::max(0.0, chain - std::min(static_cast<double>(s), m - 1.0) * w_stage[s]);
-      chain += out.stage_bwd_s[s] - w_stage[s];
-    }
-  }
+  // backward run on their own stream after it, so only the longest such tail extends the step
+  // (a stage that ends early runs its trailing reductions while the later-ending stages work).
   double once = 0;
-  for (size_t s = 0; s < t_stage.size(); ++s) once = std::max(once, once_drain[s] - (p.split_backward() ? ends_early[s] : 0.0));
+  for (size_t s = 0; s < t_stage.size(); ++s) once = std::max(once, once_drain[s] - ends_early[s]);
   for (double x : once_fill) once += x;
   const double bubble = pipe_compute - m * t_max;
   pipe_compute += once;
