@@ -15,7 +15,16 @@ using core::ObjectReader;
 int64_t ModelSpec::q_dim() const { return heads * head_dim; }
 int64_t ModelSpec::kv_dim() const { return kv_heads * head_dim; }
 
+std::string LayerKind::label() const {
+  const char* mx = mixer == Mixer::kAttention ? "attention" : mixer == Mixer::kMamba ? "mamba" : "";
+  const char* ff = ffn == Ffn::kDense ? "mlp" : ffn == Ffn::kMoe ? "moe" : "";
+  if (*mx == 0) return ff;
+  if (*ff == 0) return mx;
+  return std::string(mx) + "+" + ff;
+}
+
 bool ModelSpec::is_moe_layer(int64_t layer) const {
+  if (hybrid()) return moe.enabled() && layer >= 0 && layer < static_cast<int64_t>(layer_pattern.size()) && layer_pattern[static_cast<size_t>(layer)] == 'E';
   if (!moe.enabled() || layer < moe.first_k_dense) return false;
   if (std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), layer)) return false;
   return (layer + moe.layer_offset) % std::max<int64_t>(1, moe.layer_freq) == 0;
@@ -41,6 +50,38 @@ int64_t ModelSpec::num_moe_layers() const {
   int64_t n = 0;
   for (int64_t l = 0; l < num_layers; ++l) n += is_moe_layer(l) ? 1 : 0;
   return n;
+}
+
+LayerKind ModelSpec::layer_kind(int64_t layer) const {
+  if (!hybrid()) return {Mixer::kAttention, is_moe_layer(layer) ? Ffn::kMoe : Ffn::kDense};
+  const char ch = layer >= 0 && layer < static_cast<int64_t>(layer_pattern.size()) ? layer_pattern[static_cast<size_t>(layer)] : '*';
+  switch (ch) {
+    case 'M': return {Mixer::kMamba, Ffn::kNone};
+    case '-': return {Mixer::kNone, Ffn::kDense};
+    case 'E': return {Mixer::kNone, Ffn::kMoe};
+    default: return {Mixer::kAttention, Ffn::kNone};
+  }
+}
+
+int64_t ModelSpec::num_attention_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += layer_kind(l).mixer == Mixer::kAttention ? 1 : 0;
+  return n;
+}
+
+int64_t ModelSpec::num_mamba_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += layer_kind(l).mixer == Mixer::kMamba ? 1 : 0;
+  return n;
+}
+
+std::vector<LayerKind> ModelSpec::layer_kinds() const {
+  std::vector<LayerKind> out;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const LayerKind k = layer_kind(l);
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  }
+  return out;
 }
 
 double ModelSpec::norm_params() const {
@@ -109,8 +150,40 @@ double ModelSpec::moe_mlp_active_params() const {
              static_cast<double>(moe.shared_expert_ffn);
 }
 
+double ModelSpec::mamba_params() const {
+  const double h = static_cast<double>(hidden);
+  const double in = static_cast<double>(mamba.in_proj_width());
+  const double conv = static_cast<double>(mamba.conv_channels());
+  const double di = static_cast<double>(mamba.d_inner());
+  double p = norm_params() + h * in + di * h;                      // pre-norm, in_proj, out_proj
+  p += conv * static_cast<double>(mamba.conv_kernel) + (mamba.conv_bias ? conv : 0.0);  // depthwise conv1d
+  p += 3.0 * static_cast<double>(mamba.heads);                     // dt_bias, A_log, D
+  p += di;                                                         // gated RMSNorm weight
+  if (mamba.proj_bias) p += in + h;
+  return p;
+}
+
+double ModelSpec::mixer_params(LayerKind k) const {
+  switch (k.mixer) {
+    case Mixer::kAttention: return attention_params();
+    case Mixer::kMamba: return mamba_params();
+    case Mixer::kNone: return 0;
+  }
+  return 0;
+}
+
+double ModelSpec::ffn_params(LayerKind k, bool active) const {
+  switch (k.ffn) {
+    case Ffn::kDense: return dense_mlp_params();
+    case Ffn::kMoe: return active ? moe_mlp_active_params() : moe_mlp_params();
+    case Ffn::kNone: return 0;
+  }
+  return 0;
+}
+
 double ModelSpec::layer_params(int64_t layer) const {
-  return attention_params() + (is_moe_layer(layer) ? moe_mlp_params() : dense_mlp_params());
+  const LayerKind k = layer_kind(layer);
+  return mixer_params(k) + ffn_params(k);
 }
 
 double ModelSpec::embedding_params() const {
@@ -128,8 +201,8 @@ double ModelSpec::output_params() const {
 
 double ModelSpec::mtp_layer_active_params() const {
   const double h = static_cast<double>(hidden);
-  const bool moe_last = is_moe_layer(num_layers - 1);
-  return attention_params() + (moe_last ? moe_mlp_active_params() : dense_mlp_params()) + 2.0 * h * h + 3.0 * norm_params();
+  const LayerKind last = layer_kind(num_layers - 1);
+  return mixer_params(last) + ffn_params(last, true) + 2.0 * h * h + 3.0 * norm_params();
 }
 
 double ModelSpec::total_params() const {
@@ -142,7 +215,8 @@ double ModelSpec::active_params() const {
   if (!moe.enabled()) return total_params();
   double p = embedding_params() + output_params();
   for (int64_t l = 0; l < num_layers; ++l) {
-    p += attention_params() + (is_moe_layer(l) ? moe_mlp_active_params() : dense_mlp_params());
+    const LayerKind k = layer_kind(l);
+    p += mixer_params(k) + ffn_params(k, true);
   }
   return p;
 }
@@ -275,11 +349,20 @@ std::optional<bool> bool_alias(ObjectReader& r, std::initializer_list<std::strin
 // are refused with the reason instead of loading with wrong numbers. Returns the reason or "".
 std::string unsupported_mixer(const Json& j, const std::string& model_type) {
   static const std::vector<std::string> types = {
-      "mamba", "mamba2", "falcon_mamba", "jamba", "zamba", "zamba2", "bamba", "falcon_h1", "nemotron_h",
+      "mamba", "mamba2", "falcon_mamba", "jamba", "zamba", "zamba2", "bamba", "falcon_h1",
       "granitemoehybrid", "qwen3_next", "rwkv", "rwkv5", "rwkv6", "recurrent_gemma", "lfm2", "plamo2",
       "minimax", "minimax_m1", "xlstm"};
   if (std::find(types.begin(), types.end(), model_type) != types.end()) {
     return "model_type \"" + model_type + "\" has state-space or linear-attention layers";
+  }
+  // Nemotron-H stacks Mamba-2, attention, MLP and MoE blocks by its pattern, which stepcast
+  // models (ModelSpec::layer_pattern); its LatentMoE variant (Nemotron 3 Super and Ultra)
+  // projects tokens to a smaller width before the experts, which it does not.
+  if (model_type == "nemotron_h" || j.contains("hybrid_override_pattern")) {
+    if (j.contains("moe_latent_size") && !j["moe_latent_size"].is_null()) {
+      return "its \"moe_latent_size\" key describes LatentMoE experts (a down-projection before routing), which stepcast does not cost";
+    }
+    return "";
   }
   for (const char* k : {"state_size", "ssm_cfg", "mamba_d_state", "linear_num_key_heads", "layers_block_type", "attn_layer_period"}) {
     if (j.contains(k)) return std::string("its \"") + k + "\" key describes state-space or linear-attention layers";
@@ -300,6 +383,95 @@ std::string unsupported_mixer(const Json& j, const std::string& model_type) {
   return "";
 }
 
+// Nemotron-H's layer pattern and Mamba-2 mixer (transformers' NemotronHConfig names and the
+// names of its older remote-code files). The pattern comes as hybrid_override_pattern
+// ("M-M*-E...") or as layers_block_type (["mamba", "attention", "mlp", "moe", ...]); MoE keys
+// take effect only where the pattern has E blocks (configs carry the class's MoE defaults).
+void read_hybrid(ObjectReader& r, const Json& j, const std::string& path, ModelSpec& m, const std::optional<int64_t>& layers) {
+  Issues& issues = r.issues();
+  std::string pattern;
+  bool pattern_ok = true;
+  if (auto p = r.get_string("hybrid_override_pattern")) pattern = *p;
+  if (const Json* bt = r.get_raw("layers_block_type"); bt != nullptr && !bt->is_null()) {
+    std::string from_list;
+    if (!bt->is_array()) {
+      issues.add(path + ".layers_block_type", "got " + core::show(*bt) + "; expected a list of \"mamba\", \"attention\", \"mlp\" or \"moe\", one per layer");
+      pattern_ok = false;
+    } else {
+      for (size_t i = 0; i < bt->size(); ++i) {
+        const Json& t = (*bt)[i];
+        const std::string v = t.is_string() ? t.get<std::string>() : "";
+        const char ch = v == "mamba" ? 'M' : v == "attention" ? '*' : v == "mlp" ? '-' : v == "moe" ? 'E' : 0;
+        if (ch == 0) {
+          issues.add(path + ".layers_block_type[" + std::to_string(i) + "]", "got " + core::show(t) + "; expected \"mamba\", \"attention\", \"mlp\" or \"moe\"");
+          pattern_ok = false;
+          continue;
+        }
+        from_list.push_back(ch);
+      }
+    }
+    if (pattern_ok && !pattern.empty() && pattern != from_list) {
+      issues.add(path + ".layers_block_type", "disagrees with hybrid_override_pattern \"" + pattern + "\"");
+      pattern_ok = false;
+    }
+    if (pattern.empty()) pattern = from_list;
+  }
+  // transformers derives layer_types (mamba / attention / moe) from the pattern.
+  r.ignore({"layer_types"});
+  if (pattern.empty() && pattern_ok) {
+    issues.add(path + ".hybrid_override_pattern", "required string is missing (one character per layer: M Mamba-2, * attention, - MLP, E MoE)");
+    pattern_ok = false;
+  }
+  for (size_t i = 0; pattern_ok && i < pattern.size(); ++i) {
+    if (std::string_view("M*-E").find(pattern[i]) == std::string_view::npos) {
+      issues.add(path + ".hybrid_override_pattern", "has '" + std::string(1, pattern[i]) + "' at position " + std::to_string(i) +
+                                                        "; allowed: M (Mamba-2), * (attention), - (MLP), E (MoE)");
+      pattern_ok = false;
+    }
+  }
+  if (pattern_ok && layers && static_cast<int64_t>(pattern.size()) != *layers) {
+    issues.add(path + ".hybrid_override_pattern", "has " + std::to_string(pattern.size()) + " layers; num_hidden_layers is " +
+                                                      std::to_string(*layers));
+    pattern_ok = false;
+  }
+  if (pattern_ok) m.layer_pattern = pattern;
+  const bool mamba_layers = pattern.find('M') != std::string::npos;
+  auto& mb = m.mamba;
+  std::string heads_key;
+  const auto heads = int_alias(r, {"mamba_num_heads", "mamba_n_heads"}, 1, 1 << 20, &heads_key);
+  if (!heads && heads_key.empty() && mamba_layers) issues.add(path + ".mamba_num_heads", "required integer is missing (the Mamba-2 heads)");
+  std::string state_key;
+  const auto state = int_alias(r, {"ssm_state_size", "mamba_d_state"}, 1, 1 << 20, &state_key);
+  if (!state && state_key.empty() && mamba_layers) issues.add(path + ".ssm_state_size", "required integer is missing (the Mamba-2 state size)");
+  mb.heads = heads.value_or(0);
+  mb.state = state.value_or(0);
+  mb.head_dim = int_alias(r, {"mamba_head_dim", "mamba_d_head"}, 1, 1 << 20).value_or(64);
+  mb.groups = int_alias(r, {"n_groups", "mamba_n_groups", "mamba_num_groups"}, 1, 1 << 20).value_or(8);
+  mb.conv_kernel = int_alias(r, {"conv_kernel", "mamba_d_conv"}, 1, 1 << 10).value_or(4);
+  mb.chunk = int_alias(r, {"chunk_size", "mamba_chunk_size"}, 1, 1 << 20).value_or(128);
+  mb.conv_bias = bool_alias(r, {"use_conv_bias", "mamba_conv_bias"}).value_or(true);
+  mb.proj_bias = r.get_bool("mamba_proj_bias", false);
+  std::string expand_key;
+  if (auto expand = int_alias(r, {"expand", "mamba_expand"}, 1, 1 << 10, &expand_key); expand && heads && m.hidden > 0 &&
+                                                                                          mb.d_inner() != *expand * m.hidden) {
+    issues.add(path + "." + expand_key, "got " + std::to_string(*expand) + "; mamba_num_heads x mamba_head_dim = " + std::to_string(mb.d_inner()) +
+                                            " is not expand x hidden_size = " + std::to_string(*expand * m.hidden));
+  }
+  if (!mamba_layers) mb = MambaSpec{};
+  // Settings with no cost: the SSM's activation and time-step initialisation, kernel choice,
+  // inference-only and initialisation flags.
+  r.ignore({"mamba_hidden_act", "time_step_min", "time_step_max", "time_step_limit", "time_step_floor", "mamba_dt_min", "mamba_dt_max",
+            "mamba_dt_limit", "mamba_dt_init_floor", "use_mamba_kernels", "num_logits_to_keep", "residual_in_fp32",
+            "rescale_prenorm_residual", "mlp_hidden_act", "mamba_step_rank", "mtp_hybrid_override_pattern"});
+  // MoE blocks exist only where the pattern puts them.
+  if (pattern.find('E') == std::string::npos) {
+    m.moe = MoeSpec{};
+  } else if (!m.moe.enabled()) {
+    issues.add(path + ".n_routed_experts", "required integer is missing: the pattern has MoE (E) layers");
+  }
+  (void)j;
+}
+
 ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& issues) {
   // A run file given where a model config belongs (its own model, cluster and training
   // sections) would otherwise read as a dozen missing and unknown model keys.
@@ -312,8 +484,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                                       ? j["model_type"].get<std::string>()
                                                       : std::string());
     if (!why.empty()) {
-      issues.add(path, why + "; stepcast models decoders with softmax attention in every layer (dense or MoE MLPs), "
-                             "so it cannot cost this architecture");
+      issues.add(path, why + "; stepcast models decoders with softmax attention in every layer (dense or MoE MLPs) and "
+                             "Nemotron-H's Mamba-2 hybrids, so it cannot cost this architecture");
       return {};
     }
   }
@@ -384,6 +556,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   const bool gemma = model_type.rfind("gemma", 0) == 0;
   const bool falcon = model_type == "falcon" || model_type == "RefinedWeb" || model_type == "RefinedWebModel";
   const bool llama4 = model_type == "llama4_text" || model_type == "llama4";
+  // Nemotron-H: Mamba-2, attention, MLP and MoE blocks stacked by hybrid_override_pattern.
+  const bool nemotron_h = model_type == "nemotron_h" || r.has("hybrid_override_pattern");
   // MPT and DBRX keep attention settings in attn_config and DBRX its MLP / experts in
   // ffn_config; each is read with its own known keys (elsewhere they are unknown keys).
   constexpr int64_t kBig = int64_t{1} << 40;
@@ -474,9 +648,10 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     agree(kv_heads, nested.kv_heads, "num_key_value_heads", m.key_names.kv_heads.c_str());
   }
   m.kv_heads = kv_heads.value_or(m.heads);
-  m.head_dim = r.get_int("head_dim", 1, 1 << 20).value_or(m.heads > 0 ? m.hidden / m.heads : 0);
+  // Nemotron-H's older files name it attention_head_dim.
+  m.head_dim = int_alias(r, {"head_dim", "attention_head_dim"}, 1, 1 << 20).value_or(m.heads > 0 ? m.hidden / m.heads : 0);
   const bool mla_config = r.has("kv_lora_rank");  // MLA sets the head widths itself (below)
-  if (!r.has("head_dim") && !mla_config && m.heads > 0 && m.hidden % m.heads != 0) {
+  if (!given({"head_dim", "attention_head_dim"}) && !mla_config && m.heads > 0 && m.hidden % m.heads != 0) {
     issues.add(path + ".num_attention_heads", "hidden_size " + std::to_string(m.hidden) +
                                                   " is not divisible by " +
                                                   std::to_string(m.heads) +
@@ -528,6 +703,9 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     r.ignore({"hidden_act"});
   } else if (r.has("hidden_act")) {
     act = r.get_string("hidden_act").value_or(act);
+  } else if (nemotron_h) {
+    act_key = "mlp_hidden_act";  // Nemotron-H: squared ReLU MLPs unless it says otherwise
+    act = r.get_string("mlp_hidden_act").value_or("relu2");
   } else if (model_type == "dbrx") {
     act = "silu";  // DBRX: a GLU expert MLP (w1, v1, w2) whatever ffn_act_fn names
   } else if (!nested.act.empty()) {
@@ -568,13 +746,15 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   // MPT learns positions unless it uses ALiBi (learned_pos_emb is true by default there).
   const bool mpt_learned = model_type == "mpt" && !alibi;
-  const std::string pos_default = gpt2_like || mpt_learned ? "learned" : alibi ? "alibi" : "rotary";
-  const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi"}, pos_default);
+  // Nemotron-H's attention layers use no position embedding (the Mamba layers carry order).
+  const std::string pos_default = gpt2_like || mpt_learned ? "learned" : alibi ? "alibi" : nemotron_h ? "none" : "rotary";
+  const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi", "none"}, pos_default);
   if (!alibi_key.empty() && given({"position_embedding"}) && pos != pos_default) {
     issues.add(path + ".position_embedding", "got \"" + pos + "\"; " + alibi_key + " says " + (alibi ? "alibi" : "not alibi"));
   }
   m.position = pos == "learned" ? PositionKind::kLearned
                : pos == "alibi" ? PositionKind::kAlibi
+               : pos == "none"  ? PositionKind::kNone
                                 : PositionKind::kRotary;
   if (m.position == PositionKind::kLearned && m.max_positions == 0) {
     issues.add(path, "learned position embeddings need n_positions or max_position_embeddings");
@@ -750,7 +930,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.moe.expert_ffn = r.get_int("moe_intermediate_size", 1, kBig).value_or(m.ffn_hidden);
   m.moe.shared_experts = int_alias(r, {"n_shared_experts", "moe_num_shared_experts"}, 0, 1 << 20).value_or(0);
   m.moe.shared_expert_ffn = m.moe.expert_ffn;
-  if (auto sf = int_alias(r, {"shared_expert_intermediate_size", "shared_intermediate_size"}, 0, kBig); sf && *sf > 0) {
+  if (auto sf = int_alias(r, {"shared_expert_intermediate_size", "shared_intermediate_size", "moe_shared_expert_intermediate_size"}, 0, kBig);
+      sf && *sf > 0) {
     if (m.moe.shared_experts == 0) m.moe.shared_experts = 1;
     m.moe.shared_expert_ffn = *sf;
   }
@@ -826,6 +1007,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     m.moe = MoeSpec{};
   }
 
+  if (nemotron_h) read_hybrid(r, j, path, m, layers);
+
   // DeepSeek multi-head latent attention.
   m.mla.q_lora_rank = r.get_int("q_lora_rank", 0, kBig).value_or(0);
   m.mla.kv_lora_rank = r.get_int("kv_lora_rank", 0, kBig).value_or(0);
@@ -877,6 +1060,12 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
       std::string detail = key == "moe_layers" ? "lists no layer" : "got " + std::to_string(m.moe.layer_freq) + " (one MoE layer every that many)";
       issues.add(path + "." + key, detail + "; with " + std::to_string(m.num_layers) + " layers, " + m.key_names.first_k + " " +
                                        std::to_string(m.moe.first_k_dense) + " and the dense layers listed it leaves no MoE layer");
+    }
+  }
+  if (m.mamba.enabled()) {
+    if (m.mamba.head_dim <= 0 || m.mamba.state <= 0 || m.mamba.groups <= 0 || m.mamba.heads % m.mamba.groups != 0) {
+      issues.add(path + ".n_groups", "got " + std::to_string(m.mamba.groups) + "; must divide mamba_num_heads (" +
+                                         std::to_string(m.mamba.heads) + ")");
     }
   }
   if (m.mla.enabled() && (m.mla.qk_nope_head_dim <= 0 || m.mla.v_head_dim <= 0)) {

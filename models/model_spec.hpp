@@ -21,7 +21,41 @@ namespace stepcast::model {
 
 enum class MlpKind { kGated, kPlain };           // silu/swiglu = gated (3 matrices); gelu/relu2 = plain
 enum class NormKind { kRmsNorm, kLayerNorm };
-enum class PositionKind { kRotary, kLearned, kAlibi };
+enum class PositionKind { kRotary, kLearned, kAlibi, kNone };  // kNone: no position signal (Nemotron-H)
+
+// What one layer holds. A transformer layer has both a token mixer (attention) and an MLP (dense
+// or MoE); a hybrid model (Nemotron-H's hybrid_override_pattern) stacks single blocks instead:
+// a Mamba-2 mixer, an attention block, a dense MLP or a MoE block, each with its pre-norm and
+// residual.
+enum class Mixer { kAttention, kMamba, kNone };
+enum class Ffn { kDense, kMoe, kNone };
+struct LayerKind {
+  Mixer mixer = Mixer::kAttention;
+  Ffn ffn = Ffn::kDense;
+  [[nodiscard]] bool moe() const { return ffn == Ffn::kMoe; }
+  bool operator==(const LayerKind&) const = default;
+  // "attention+mlp", "attention+moe", "mamba", "attention", "mlp", "moe".
+  [[nodiscard]] std::string label() const;
+};
+
+// A Mamba-2 (state-space duality) mixer as Megatron-Core's MambaMixer builds it: in_proj to
+// [z, x, B, C, dt] (2*d_inner + 2*groups*state + heads), a depthwise causal conv1d of width
+// conv_kernel over x, B and C, the chunked SSD scan (chunk tokens per chunk), a gated RMSNorm
+// over d_inner and out_proj back to hidden. d_inner = heads * head_dim.
+struct MambaSpec {
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t state = 0;        // ssm_state_size (N)
+  int64_t groups = 1;       // n_groups: B and C are shared by heads / groups heads
+  int64_t conv_kernel = 4;
+  int64_t chunk = 128;      // SSD chunk length (Q)
+  bool conv_bias = true;
+  bool proj_bias = false;
+  [[nodiscard]] bool enabled() const { return heads > 0; }
+  [[nodiscard]] int64_t d_inner() const { return heads * head_dim; }
+  [[nodiscard]] int64_t conv_channels() const { return d_inner() + 2 * groups * state; }
+  [[nodiscard]] int64_t in_proj_width() const { return 2 * d_inner() + 2 * groups * state + heads; }
+};
 
 struct MoeSpec {
   int64_t num_experts = 0;       // routed experts (0 = dense model)
@@ -78,6 +112,10 @@ struct ModelSpec {
   bool embedding_norm = false;  // a norm on the token embeddings (BLOOM's word_embeddings_layernorm)
   MoeSpec moe;
   MlaSpec mla;
+  MambaSpec mamba;
+  // Hybrid models: one character per layer, M (Mamba-2 mixer), * (attention), - (dense MLP),
+  // E (MoE block). Empty: every layer is attention + MLP.
+  std::string layer_pattern;
   // The config keys some settings were read from (families name them differently), so a check
   // on the parsed model names the key the user wrote.
   struct KeyNames {
@@ -93,6 +131,12 @@ struct ModelSpec {
   [[nodiscard]] int64_t kv_dim() const;     // width of all key (or value) heads
   [[nodiscard]] bool is_moe_layer(int64_t layer) const;  // layer index from 0
   [[nodiscard]] int64_t num_moe_layers() const;
+  [[nodiscard]] bool hybrid() const { return !layer_pattern.empty(); }
+  [[nodiscard]] LayerKind layer_kind(int64_t layer) const;
+  [[nodiscard]] int64_t num_attention_layers() const;
+  [[nodiscard]] int64_t num_mamba_layers() const;
+  // The distinct layer kinds of the model, in order of first appearance.
+  [[nodiscard]] std::vector<LayerKind> layer_kinds() const;
   [[nodiscard]] int64_t mlp_matrices() const { return mlp == MlpKind::kGated ? 3 : 2; }
   // Keys a query of the local layers sees on average at sequence length seq_len, mask
   // included (0: those layers attend to the whole causal prefix, the window or chunk covering
@@ -106,6 +150,11 @@ struct ModelSpec {
   [[nodiscard]] double expert_params() const;         // one routed expert
   [[nodiscard]] double moe_mlp_params() const;        // one MoE layer's MLP block (all experts)
   [[nodiscard]] double moe_mlp_active_params() const; // the part one token touches
+  [[nodiscard]] double mamba_params() const;         // one Mamba-2 mixer, including its norm
+  // A layer kind's token mixer and MLP parts (each with its norm); `active`: the part one token
+  // touches (top-k routed experts).
+  [[nodiscard]] double mixer_params(LayerKind k) const;
+  [[nodiscard]] double ffn_params(LayerKind k, bool active = false) const;
   [[nodiscard]] double layer_params(int64_t layer) const;
   // What one token touches in a multi-token-prediction module (DeepSeek-V3): a layer of the
   // last layer's kind, the 2h -> h projection and its three norms (embedding and head are shared).

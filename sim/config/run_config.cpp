@@ -527,8 +527,24 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (!m.mla.enabled() && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
     issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide num_key_value_heads (" + n(m.kv_heads) + ") or be a multiple of it");
   }
-  if (m.ffn_hidden % p.tp != 0 && m.num_layers > m.num_moe_layers()) {
+  const bool dense_mlps = m.hybrid() ? m.layer_pattern.find('-') != std::string::npos : m.num_layers > m.num_moe_layers();
+  if (m.ffn_hidden % p.tp != 0 && dense_mlps) {
     issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide intermediate_size (" + n(m.ffn_hidden) + ")");
+  }
+  if (m.mamba.enabled()) {
+    // Megatron-Core's MambaMixer splits the heads and the B/C groups over TP.
+    if (m.mamba.heads % p.tp != 0 || m.mamba.groups % p.tp != 0) {
+      issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide the Mamba-2 heads (" + n(m.mamba.heads) + ") and groups (" +
+                                      n(m.mamba.groups) + ")");
+    }
+    // The scan runs along the whole sequence: stepcast does not model how a context-parallel
+    // split would pass the SSM state between ranks.
+    if (p.cp > 1) {
+      issues.add("$.parallel.cp", "got " + n(p.cp) + "; context parallelism over Mamba-2 layers is not modelled (their scan carries state along the whole sequence); use cp 1");
+    }
+    if (p.recompute == Recompute::kSelectiveOp) {
+      issues.add("$.parallel.recompute", "got \"selective-op\"; op-level selective checkpointing (torchtitan) is not modelled for Mamba-2 layers; use none, selective or full");
+    }
   }
   if (p.tp > rc.cluster.gpus_per_node) {
     issues.add("$.parallel.tp", "got " + n(p.tp) + "; tensor parallelism must stay inside one node (" + n(rc.cluster.gpus_per_node) + " GPUs)");

@@ -114,4 +114,28 @@ Duration memory_time(Bytes bytes, const hw::HardwareProfile& hw) {
   return bytes / core::Bandwidth(hw.hbm_bandwidth.value() * hw.efficiency.memory_bound);
 }
 
+core::Flops SsdShape::flops(bool backward) const {
+  const double np = state * head_dim, qp = chunk * head_dim, qn = chunk * state;
+  const double per_token = backward ? heads * (10.0 * np + 4.0 * qp) + groups * 6.0 * qn : heads * (4.0 * np + 2.0 * qp) + groups * 2.0 * qn;
+  return core::Flops(tokens * per_token);
+}
+
+Bytes SsdShape::bytes(bool backward) const {
+  const double d = heads * head_dim, gn = groups * state;
+  const double states = 4.0 * heads * head_dim * state / chunk;  // fp32 chunk states per token, one pass
+  const double values = backward ? elem_bytes * (7.0 * d + 10.0 * gn) : elem_bytes * (3.0 * d + 4.0 * gn);
+  const double passes = backward ? 9.0 : 4.0;
+  const double cb = (backward ? 24.0 : 8.0) * groups * chunk;  // fp32 C B^T per chunk, per token
+  const double dt = (backward ? 24.0 : 8.0) * heads;           // fp32 time steps and their cumulative sums
+  return Bytes(tokens * (values + passes * states + cb + dt));
+}
+
+Duration ssd_scan_time(const SsdShape& s, bool backward, const hw::HardwareProfile& hw) {
+  const hw::Dtype d = sixteen_bit(hw);
+  const double rate = hw.peak_for(d).value() * hw.gemm_max_for(d) * hw.efficiency.sustained_clock;
+  const Duration compute = s.flops(backward) / core::FlopRate(rate);
+  const Duration memory = memory_time(s.bytes(backward), hw);
+  return std::max(compute, memory) + hw.efficiency.kernel_overhead * (backward ? 11.0 : 5.0);
+}
+
 }  // namespace stepcast::cost

@@ -63,4 +63,28 @@ core::Duration unfused_attention_time(const AttentionShape& a, bool backward, bo
 
 core::Duration memory_time(core::Bytes bytes, const hw::HardwareProfile& hw);
 
+// Mamba-2's chunked SSD scan (state space duality, Dao & Gu 2024) on one rank, as mamba_ssm's
+// Triton kernels run it: per chunk of Q tokens, the intra-chunk part is a masked Q x Q
+// attention-like product (C B^T per group, then with x per head) and the inter-chunk part goes
+// through fp32 states of head_dim x state per head (chunk states from B and x, passed from chunk
+// to chunk, read back with C). Forward FLOPs per token: heads (4 N P + 2 Q P) + groups 2 Q N;
+// backward (recomputing the states and CB, then dstates, dC, dCB, dB, dx):
+// heads (10 N P + 4 Q P) + groups 6 Q N. Bytes per token: x, B, C read twice and y written
+// (e each), the fp32 states four times per chunk forward and nine backward, CB and the fp32 time
+// steps. Runs at the larger of its tensor-core time (16-bit peak x gemm_max x sustained clock:
+// a roofline, the fused kernels reach less) and its HBM time, plus a launch per kernel (5
+// forward, 11 backward).
+struct SsdShape {
+  double tokens = 0;    // on this rank
+  double heads = 0;     // on this rank
+  double head_dim = 64;
+  double state = 128;
+  double groups = 1;    // on this rank
+  double chunk = 128;
+  double elem_bytes = 2;
+  [[nodiscard]] core::Flops flops(bool backward) const;
+  [[nodiscard]] core::Bytes bytes(bool backward) const;
+};
+core::Duration ssd_scan_time(const SsdShape& s, bool backward, const hw::HardwareProfile& hw);
+
 }  // namespace stepcast::cost

@@ -499,7 +499,7 @@ class RankBuilder {
     c.stream = up ? Stream::kReload : Stream::kOffload;
     c.layer = sl.layer;
     c.microbatch = a.mb;
-    const double bytes = memory::layer_activation_bytes(b_.rc_, b_.rc_.model.is_moe_layer(sl.layer)).value() * lf;
+    const double bytes = memory::layer_activation_bytes(b_.rc_, b_.rc_.model.layer_kind(sl.layer)).value() * lf;
     return host_copy(c, bytes, up, up ? b_.names_.reload_act : b_.names_.offload_act);
   }
 
@@ -846,9 +846,8 @@ void StepBuilder::build_slots() {
     for (int32_t c = 0; c < v_; ++c) {
       const int64_t first = rc_.chunk_first_layer(s, c);
       for (int64_t layer = first; layer < first + rc_.chunk_layers(s, c); ++layer) {
-        const bool moe = m.is_moe_layer(layer);
         const LayerCost* lc = &wb_.layer(layer);
-        auto tensors = estimate::layer_tensors(rc_, moe);
+        auto tensors = estimate::layer_tensors(rc_, m.layer_kind(layer));
         sl.push_back(make(lc, static_cast<int32_t>(layer), std::move(tensors.dense), std::move(tensors.expert)));
         cs[static_cast<size_t>(c)].push_back(sl.size() - 1);
       }
@@ -860,7 +859,7 @@ void StepBuilder::build_slots() {
       for (int64_t d = 0; d < rc_.training.mtp_layers; ++d) {
         // A multi-token-prediction module: its layer's tensors, projection and norms (and, off
         // stage 0, an untied model's embedding copy, once).
-        auto lt = estimate::layer_tensors(rc_, m.is_moe_layer(m.num_layers - 1));
+        auto lt = estimate::layer_tensors(rc_, m.layer_kind(m.num_layers - 1));
         tensors.insert(tensors.end(), lt.dense.begin(), lt.dense.end());
         experts.insert(experts.end(), lt.expert.begin(), lt.expert.end());
         tensors.push_back(2.0 * h * h / t + 3.0 * m.norm_params());

@@ -30,13 +30,17 @@ double model_flops_per_step(const config::RunConfig& rc) {
   }
   // Causal attention forward per token and layer: heads * (d_qk + d_v) * sk FLOPs (QK^T + PV
   // at 2 FLOPs per MAC over sk/2 keys on average); x3 for forward + backward.
-  const double attn = 3.0 * static_cast<double>(m.heads) * (d_qk + d_v) * sk * static_cast<double>(m.num_layers);
+  const double attn = 3.0 * static_cast<double>(m.heads) * (d_qk + d_v) * sk * static_cast<double>(m.num_attention_layers());
+  // Mamba-2 layers: their projections are in 6N; the scan counts 7 d_inner N FLOPs per token
+  // forward (Megatron-LM's hybrid-model FLOPs), x3 for forward + backward.
+  const double ssm = 3.0 * 7.0 * static_cast<double>(m.mamba.d_inner()) * static_cast<double>(m.mamba.state) *
+                     static_cast<double>(m.num_mamba_layers());
   // Multi-token prediction: per module one more layer (attention term included), the 2h -> h
   // projection and another pass through the output head (Megatron counts them the same way).
   const double mtp = static_cast<double>(rc.training.mtp_layers);
   const double mtp_flops = mtp * (6.0 * (m.mtp_layer_active_params() + static_cast<double>(m.vocab * m.hidden)) +
-                                  attn / static_cast<double>(std::max<int64_t>(1, m.num_layers)));
-  return tokens * (6.0 * m.flop_params() + attn + mtp_flops);
+                                  attn / static_cast<double>(std::max<int64_t>(1, m.num_attention_layers())));
+  return tokens * (6.0 * m.flop_params() + attn + ssm + mtp_flops);
 }
 
 namespace {
@@ -595,8 +599,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const Collective grad_op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
       // Buckets hold whole tensors: one larger than bucket_mb makes its own bucket, so the
       // effective size is at least the largest tensor (of a dense layer, or an expert slice).
-      const auto dense_tensors = layer_tensors(rc, false).dense;
-      const double largest_dense = *std::max_element(dense_tensors.begin(), dense_tensors.end());
+      double largest_dense = 0;
+      const auto kinds = rc.model.hybrid() ? rc.model.layer_kinds() : std::vector<model::LayerKind>{model::LayerKind{}};
+      for (const auto& kind : kinds) {
+        for (const double x : layer_tensors(rc, kind).dense) largest_dense = std::max(largest_dense, x);
+      }
       const double bucket = std::max(p.bucket_mb * 1e6, largest_dense * sb.gradients);
       BucketPlan dense = stage_buckets(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, places.dp_replicate, hw, p, s);
       const double expert_bucket = st.expert_params > 0 && st.layers > 0

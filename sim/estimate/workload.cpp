@@ -210,6 +210,63 @@ double sum_time(const std::vector<Op>& ops, size_t from) {
   return s;
 }
 
+// A Mamba-2 mixer on one rank (Megatron-Core's MambaMixer: heads, groups and d_inner split over
+// TP, in_proj column-parallel and out_proj row-parallel, with an attention block's TP
+// collectives around them). Forward: in_proj to z, x, B, C, dt; the depthwise causal conv1d and
+// SiLU over x, B and C; the SSD scan (cost::ssd_scan_time); the gated RMSNorm y * silu(z) over
+// d_inner; out_proj. Megatron's memory-efficient path (mamba_split_conv1d_scan_combined) keeps
+// the in_proj output and the scan output for backward and rebuilds the conv and the gated norm
+// there; out_proj keeps its input as any linear does.
+void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in_tokens) {
+  const auto& mb = c.rc.model.mamba;
+  const double h = static_cast<double>(c.rc.model.hidden);
+  const double e = c.e, T = c.T, t = c.t;
+  const double d = static_cast<double>(mb.d_inner()) / t;
+  const double gn = static_cast<double>(mb.groups * mb.state) / t;  // the width of B (or C) on this rank
+  const double heads = static_cast<double>(mb.heads) / t;
+  const double conv = d + 2.0 * gn, in_w = 2.0 * d + 2.0 * gn + heads;
+  const size_t in_f = F.size(), in_b = B.size();
+  linear(c, F, B, "in_proj", T, in_w, h, 1.0, e * h * in_tokens);
+  {
+    std::vector<Op> f2, b2;
+    tp_entry(c, f2, b2, "mamba_in", Duration(sum_time(F, in_f)), Duration(sum_time(B, in_b)));
+    F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
+    B.insert(B.end(), b2.begin(), b2.end());
+  }
+  // Read x, B, C and write them activated; backward rebuilds them (2 passes), reads the
+  // incoming gradient and the input and writes the input gradient (3).
+  F.push_back(mem_op(c, "conv1d", 2.0 * e * conv * T));
+  F.back().saved_bytes = e * in_w * T;  // the in_proj output (z, x, B, C, dt)
+  B.push_back(mem_op(c, "conv1d.bwd", 5.0 * e * conv * T));
+  const cost::SsdShape shape{T, heads, static_cast<double>(mb.head_dim), static_cast<double>(mb.state),
+                             static_cast<double>(mb.groups) / t, static_cast<double>(mb.chunk), e};
+  Op scan;
+  scan.name = "ssd_scan";
+  scan.kind = OpKind::kElementwise;
+  scan.time = cost::ssd_scan_time(shape, false, c.hw);
+  scan.flops = shape.flops(false);
+  scan.bytes = shape.bytes(false);
+  scan.saved_bytes = e * d * T + 8.0 * heads * T;  // y before the norm, fp32 dt and its cumulative sum
+  Op scan_b = scan;
+  scan_b.name = "ssd_scan.bwd";
+  scan_b.time = cost::ssd_scan_time(shape, true, c.hw);
+  scan_b.flops = shape.flops(true);
+  scan_b.bytes = shape.bytes(true);
+  scan_b.saved_bytes = 0;
+  F.push_back(scan);
+  B.push_back(scan_b);
+  // y * silu(z), normalised: read y and z, write the output. Backward rebuilds it (3 passes),
+  // reads y, z and the output gradient and writes dy and dz (5).
+  F.push_back(mem_op(c, "gated_norm", 3.0 * e * d * T));
+  B.push_back(mem_op(c, "gated_norm.bwd", 8.0 * e * d * T));
+  const size_t o_f = F.size(), o_b = B.size();
+  linear(c, F, B, "out_proj", T, h, d, 1.0, e * d * T);
+  std::vector<Op> f2, b2;
+  tp_exit(c, f2, b2, "mamba_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
+  F.insert(F.end(), f2.begin(), f2.end());
+  B.insert(B.end(), b2.begin(), b2.end());
+}
+
 }  // namespace
 
 WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
@@ -235,20 +292,35 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
   if (p.pp > 1) {
     places_.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);
   }
-  dense_ = build_layer(false, p.recompute);
-  if (rc.model.moe.enabled()) moe_ = build_layer(true, p.recompute);
-  if (rc.partial_recompute()) {
-    dense_kept_ = build_layer(false, config::Recompute::kNone);
-    if (rc.model.moe.enabled()) moe_kept_ = build_layer(true, config::Recompute::kNone);
+  std::vector<model::LayerKind> kinds = rc.model.layer_kinds();
+  if (!rc.model.hybrid()) {
+    // Transformer layers: the dense kind always (MoE models' leading dense layers, and callers
+    // that ask for it), the MoE kind with experts.
+    kinds = {model::LayerKind{model::Mixer::kAttention, model::Ffn::kDense}};
+    if (rc.model.moe.enabled()) kinds.push_back({model::Mixer::kAttention, model::Ffn::kMoe});
+  }
+  for (const auto& k : kinds) {
+    KindCost kc{k, build_layer(k, p.recompute), {}};
+    if (rc.partial_recompute()) kc.kept = build_layer(k, config::Recompute::kNone);
+    kinds_.push_back(std::move(kc));
   }
   embedding_ = build_embedding();
   output_ = build_output();
 }
 
+const WorkloadBuilder::KindCost& WorkloadBuilder::find_kind(model::LayerKind kind) const {
+  for (const auto& kc : kinds_) {
+    if (kc.kind == kind) return kc;
+  }
+  throw std::logic_error("workload: the model has no " + kind.label() + " layer");
+}
+
+const LayerCost& WorkloadBuilder::kind_cost(model::LayerKind kind) const { return find_kind(kind).cost; }
+
 const LayerCost& WorkloadBuilder::layer(int64_t layer) const {
-  const bool moe = rc_.model.is_moe_layer(layer);
-  if (rc_.partial_recompute() && !rc_.full_recompute_layer(layer)) return moe ? moe_kept_ : dense_kept_;
-  return moe ? moe_ : dense_;
+  const KindCost& kc = find_kind(rc_.model.layer_kind(layer));
+  if (rc_.partial_recompute() && !rc_.full_recompute_layer(layer)) return kc.kept;
+  return kc.cost;
 }
 
 Bytes WorkloadBuilder::p2p_bytes() const {
@@ -342,15 +414,22 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   c.model_flops = c.model_flops * 3.0;
 }
 
-LayerTensors layer_tensors(const config::RunConfig& rc, bool moe) {
+LayerTensors layer_tensors(const config::RunConfig& rc, model::LayerKind kind) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const double t = static_cast<double>(p.tp);
   const double h = static_cast<double>(m.hidden);
-  const double attn = m.attention_params() / t;
   LayerTensors out;
-  out.dense = {0.75 * attn, 0.25 * attn};
-  if (!moe) {
+  if (kind.mixer == model::Mixer::kAttention) {
+    const double attn = m.attention_params() / t;
+    out.dense = {0.75 * attn, 0.25 * attn};
+  } else if (kind.mixer == model::Mixer::kMamba) {
+    // out_proj, and in_proj with the conv, the norms and the per-head vectors.
+    const double out_proj = static_cast<double>(m.mamba.d_inner()) * h / t;
+    out.dense = {m.mamba_params() / t - out_proj, out_proj};
+  }
+  if (kind.ffn == model::Ffn::kNone) return out;
+  if (!kind.moe()) {
     const double mlp = m.dense_mlp_params() / t;
     out.dense.push_back(0.5 * mlp);
     out.dense.push_back(0.5 * mlp);
@@ -366,7 +445,8 @@ LayerTensors layer_tensors(const config::RunConfig& rc, bool moe) {
   return out;
 }
 
-LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) const {
+LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute recompute) const {
+  const bool moe = kind.moe();
   const auto& m = rc_.model;
   const auto& p = rc_.parallel;
   Ctx c = make_ctx(rc_, places_, tokens_);
@@ -383,13 +463,19 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   const double in_tokens = c.sp && !keeps_gathered ? c.T_rep : T;
   const double mask_bytes = rc_.training.dropout ? h * c.T_rep : 0.0;  // 1-byte dropout mask
 
-  // ---- attention block ----
-  F.push_back(mem_op(c, "norm1", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
-  F.back().saved_bytes = e * h * c.T_rep;
-  B.push_back(mem_op(c, "norm1.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   const double heads_local = static_cast<double>(m.heads) / c.t;
   const config::AttentionWidths widths = config::attention_widths(rc_, false);
   const double q_width = widths.q, kv_width = widths.k, v_width = widths.out;
+  const double dropout_bytes = rc_.training.dropout ? (2.0 * e + 1.0) * h * c.T_rep : 0.0;
+
+  // ---- token mixer: attention or Mamba-2, behind its norm ----
+  if (kind.mixer != model::Mixer::kNone) {
+    F.push_back(mem_op(c, "norm1", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+    F.back().saved_bytes = e * h * c.T_rep;
+    B.push_back(mem_op(c, "norm1.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  }
+  if (kind.mixer == model::Mixer::kMamba) mamba_mixer(c, F, B, in_tokens);
+  if (kind.mixer == model::Mixer::kAttention) {
   Duration qkv_fwd, qkv_bwd;
   const size_t qkv_start_f = F.size(), qkv_start_b = B.size();
   if (m.mla.enabled()) {
@@ -562,12 +648,15 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
     F.insert(F.end(), f2.begin(), f2.end());
     B.insert(B.end(), b2.begin(), b2.end());
   }
-  const double dropout_bytes = rc_.training.dropout ? (2.0 * e + 1.0) * h * c.T_rep : 0.0;
-  F.push_back(mem_op(c, "residual1", (2.0 * c.re + e) * h * c.T_rep + dropout_bytes));
-  F.back().saved_bytes = mask_bytes;
-  B.push_back(mem_op(c, "residual1.bwd", 3.0 * c.re * h * c.T_rep + dropout_bytes));
+  }  // attention
+  if (kind.mixer != model::Mixer::kNone) {
+    F.push_back(mem_op(c, "residual1", (2.0 * c.re + e) * h * c.T_rep + dropout_bytes));
+    F.back().saved_bytes = mask_bytes;
+    B.push_back(mem_op(c, "residual1.bwd", 3.0 * c.re * h * c.T_rep + dropout_bytes));
+  }
 
-  // ---- MLP block ----
+  // ---- MLP block (dense or MoE) ----
+  if (kind.ffn != model::Ffn::kNone) {
   F.push_back(mem_op(c, "norm2", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   F.back().saved_bytes = e * h * c.T_rep;
   B.push_back(mem_op(c, "norm2.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
@@ -713,11 +802,13 @@ LayerCost WorkloadBuilder::build_layer(bool moe, config::Recompute recompute) co
   F.push_back(mem_op(c, "residual2", (2.0 * c.re + e) * h * c.T_rep + dropout_bytes));
   F.back().saved_bytes = mask_bytes;
   B.push_back(mem_op(c, "residual2.bwd", 3.0 * c.re * h * c.T_rep + dropout_bytes));
+  }  // MLP
 
   // This rank's parameters of the layer: TP-sharded dense weights, its local experts.
   auto local_layer_params = [&] {
-    double n = m.attention_params() / c.t;
-    if (!moe) return n + m.dense_mlp_params() / c.t;
+    double n = m.mixer_params(kind) / c.t;
+    if (kind.ffn == model::Ffn::kDense) return n + m.dense_mlp_params() / c.t;
+    if (kind.ffn == model::Ffn::kNone) return n;
     const auto& mo = m.moe;
     return n + static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() / static_cast<double>(p.etp);
   };
@@ -885,7 +976,7 @@ LayerCost WorkloadBuilder::build_output() const {
   // head and a loss of its own (the head's ops again).
   if (rc_.training.mtp_layers > 0) {
     const std::vector<Op> head_f = lc.fwd, head_b = lc.bwd;
-    const LayerCost layer = build_layer(m.is_moe_layer(m.num_layers - 1), rc_.parallel.recompute);
+    const LayerCost layer = build_layer(m.layer_kind(m.num_layers - 1), rc_.parallel.recompute);
     const double vocab_local = static_cast<double>(rc_.padded_vocab) / c.t;
     for (int64_t d = 0; d < rc_.training.mtp_layers; ++d) {
       lc.fwd.push_back(mem_op(c, "mtp.embedding", 2.0 * c.e * c.T * h));

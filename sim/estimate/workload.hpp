@@ -94,7 +94,10 @@ struct LayerTensors {
   std::vector<double> dense;
   std::vector<double> expert;
 };
-LayerTensors layer_tensors(const config::RunConfig& rc, bool moe);
+LayerTensors layer_tensors(const config::RunConfig& rc, model::LayerKind kind);
+inline LayerTensors layer_tensors(const config::RunConfig& rc, bool moe) {
+  return layer_tensors(rc, model::LayerKind{model::Mixer::kAttention, moe ? model::Ffn::kMoe : model::Ffn::kDense});
+}
 
 struct GroupPlacements {
   mesh::Placement tp, cp, ep, dp, pp_neighbour;
@@ -112,10 +115,14 @@ class WorkloadBuilder {
  public:
   explicit WorkloadBuilder(const config::RunConfig& rc);
 
-  [[nodiscard]] const LayerCost& dense_layer() const { return dense_; }
-  [[nodiscard]] const LayerCost& moe_layer() const { return moe_; }
-  // Transformer layer `layer` (global index): dense or MoE, and with or without its
-  // recomputation when recompute full covers only some layers (parallel.recompute_layers).
+  // A transformer layer (attention + dense MLP, or attention + MoE) with the run's recompute.
+  [[nodiscard]] const LayerCost& dense_layer() const { return kind_cost({model::Mixer::kAttention, model::Ffn::kDense}); }
+  [[nodiscard]] const LayerCost& moe_layer() const { return kind_cost({model::Mixer::kAttention, model::Ffn::kMoe}); }
+  // Any layer kind the model has (ModelSpec::layer_kinds; a transformer model also has the
+  // attention + dense kind even when every layer is MoE), with the run's recompute.
+  [[nodiscard]] const LayerCost& kind_cost(model::LayerKind kind) const;
+  // Layer `layer` (global index) by its kind, with or without its recomputation when recompute
+  // full covers only some layers (parallel.recompute_layers).
   [[nodiscard]] const LayerCost& layer(int64_t layer) const;
   [[nodiscard]] const LayerCost& embedding() const { return embedding_; }
   [[nodiscard]] const LayerCost& output_layer() const { return output_; }
@@ -127,7 +134,7 @@ class WorkloadBuilder {
   [[nodiscard]] core::Duration p2p_time() const;
 
  private:
-  LayerCost build_layer(bool moe, config::Recompute recompute) const;
+  LayerCost build_layer(model::LayerKind kind, config::Recompute recompute) const;
   LayerCost build_embedding() const;
   LayerCost build_output() const;
   void finish(LayerCost& c) const;
@@ -135,8 +142,14 @@ class WorkloadBuilder {
   const config::RunConfig& rc_;
   double tokens_ = 0;
   GroupPlacements places_;
-  LayerCost dense_, moe_, embedding_, output_;
-  LayerCost dense_kept_, moe_kept_;  // layers recompute full leaves out (partial recompute)
+  struct KindCost {
+    model::LayerKind kind;
+    LayerCost cost;
+    LayerCost kept;  // the layer as recompute full leaves it (partial recompute)
+  };
+  [[nodiscard]] const KindCost& find_kind(model::LayerKind kind) const;
+  std::vector<KindCost> kinds_;
+  LayerCost embedding_, output_;
 };
 
 }  // namespace stepcast::estimate

@@ -37,6 +37,11 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n) {
 }
 
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer) {
+  return selective_op_bytes_per_token(rc, model::LayerKind{model::Mixer::kAttention, moe_layer ? model::Ffn::kMoe : model::Ffn::kDense});
+}
+
+double selective_op_bytes_per_token(const config::RunConfig& rc, model::LayerKind kind) {
+  const bool moe_layer = kind.moe();
   // Op-level selective checkpointing (PyTorch's per-block policy as torchtitan applies it):
   // the block input is kept, the outputs of the 1st, 3rd, 5th, ... matrix multiplication in
   // forward order are kept, and so is the attention kernel's output (+ fp32 log-sum-exp);
@@ -50,7 +55,14 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
   const double heads_local = static_cast<double>(m.heads) / t;
   std::vector<double> widths;  // matmul output elements per token on this rank, forward order
   double attn_out = 0;
-  if (m.mla.enabled()) {
+  if (kind.mixer == model::Mixer::kMamba) {
+    // in_proj (kept), out_proj; the scan output is kept as the attention output is.
+    const auto& mb = m.mamba;
+    widths.push_back(static_cast<double>(mb.in_proj_width()) / t);
+    widths.push_back(h);
+    attn_out = static_cast<double>(mb.d_inner()) / t;
+  } else if (kind.mixer == model::Mixer::kNone) {
+  } else if (m.mla.enabled()) {
     const double qk = static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
     if (m.mla.q_lora_rank > 0) widths.push_back(static_cast<double>(m.mla.q_lora_rank));
     widths.push_back(heads_local * qk);
@@ -64,16 +76,16 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
     widths.push_back(kv_local);
     attn_out = heads_local * static_cast<double>(m.head_dim);
   }
-  widths.push_back(h);  // output projection (partial sums, full width on every TP rank)
+  if (kind.mixer == model::Mixer::kAttention) widths.push_back(h);  // output projection (partial sums, full width on every TP rank)
   const bool gated = m.mlp == model::MlpKind::kGated;
   auto mlp = [&](double f_local, double copies) {
     if (gated) widths.push_back(f_local * copies);
     widths.push_back(f_local * copies);
     widths.push_back(h * copies);
   };
-  if (!moe_layer) {
+  if (kind.ffn == model::Ffn::kDense) {
     mlp(static_cast<double>(m.ffn_hidden) / t, 1.0);
-  } else {
+  } else if (moe_layer) {
     const auto& mo = m.moe;
     widths.push_back(static_cast<double>(mo.num_experts));  // router logits
     mlp(static_cast<double>(mo.expert_ffn) / static_cast<double>(p.etp), static_cast<double>(mo.top_k) *
@@ -84,7 +96,7 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer)
   for (size_t i = 0; i < widths.size(); i += 2) kept += widths[i];
   // The block input is a residual-stream tensor (RunConfig::residual_bytes).
   const double block_input = rc.residual_bytes() * h / (sp ? t : 1.0);
-  return block_input + e * (kept + attn_out) + 4.0 * heads_local;
+  return block_input + e * (kept + attn_out) + (kind.mixer == model::Mixer::kAttention ? 4.0 * heads_local : 0.0);
 }
 
 double loss_peak_bytes_per_logit(const config::RunConfig& rc) {
@@ -123,7 +135,10 @@ namespace {
 // modules as the run names them): what the ledger needs for the recompute mode the run has,
 // for layers partial recomputation leaves out and for the layer being rebuilt, without copying
 // the run.
-Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Recompute mode) {
+Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind kind, Recompute mode) {
+  const bool moe_layer = kind.moe();
+  const bool attention = kind.mixer == model::Mixer::kAttention;
+  const bool mlp_block = kind.ffn != model::Ffn::kNone;
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   auto recomputes = [&](config::RecomputeModule mod) { return mode == Recompute::kSelective && (p.recompute_modules & mod) != 0; };
@@ -137,7 +152,7 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
 
   // Full recomputation keeps each layer's input: a residual-stream tensor.
   if (mode == Recompute::kFull) return Bytes(rc.residual_bytes() * h * T / rep);
-  if (mode == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, moe_layer));
+  if (mode == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, kind));
 
   // Bytes per element of a linear layer's input kept for its weight gradient: 16-bit, or one
   // byte where fp8 training keeps the quantized copy (training.fp8_saved_inputs).
@@ -147,8 +162,12 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   // Recompute selective's modules (Megatron-Core --recompute-modules) drop what they rebuild.
   const bool mla = m.mla.enabled();
   const bool norm_recomputed = recomputes(config::kRecomputeLayernorm);
-  double replicated = 2.0 * e * h + (norm_recomputed && mla ? 0.0 : li * h) + (norm_recomputed && moe_layer ? 0.0 : li * h);
-  if (rc.training.dropout) replicated += 2.0 * h;
+  // Each block (token mixer, MLP) keeps its norm's input and its first linear layer's input.
+  const double blocks = (kind.mixer != model::Mixer::kNone ? 1.0 : 0.0) + (mlp_block ? 1.0 : 0.0);
+  double replicated = blocks * e * h;
+  if (kind.mixer != model::Mixer::kNone) replicated += norm_recomputed && mla && attention ? 0.0 : li * h;
+  if (mlp_block) replicated += norm_recomputed && moe_layer ? 0.0 : li * h;
+  if (rc.training.dropout) replicated += blocks * h;
   // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
   // when the framework expands them before the call (selective recompute rebuilds them from
   // the QKV output).
@@ -156,17 +175,26 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && mode != Recompute::kSelective);
   const double q_w = w.q, kv_w = w.k, out_w = w.out;
   // MLA: the latent inputs of the up-projections (replicated).
-  if (m.mla.enabled()) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
+  if (m.mla.enabled() && attention) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
   // The attention kernel keeps its output for its own backward; with fp8 inputs the output
   // projection keeps its quantized copy beside it.
   const double qkv = recomputes(config::kRecomputeMlaUpProj) && mla ? 0.0 : e * (q_w + kv_w + kv_w);
-  double split = qkv + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0);
+  double split = attention ? qkv + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0) : 0.0;
+  if (kind.mixer == model::Mixer::kMamba) {
+    // Mamba-2 (estimate::WorkloadBuilder's mixer): the in_proj output (z, x, B, C, dt) and the
+    // scan output that the fused path keeps, the fp32 time steps and their cumulative sums, and
+    // out_proj's input.
+    const auto& mb = m.mamba;
+    const double d = static_cast<double>(mb.d_inner()) / t, gn = static_cast<double>(mb.groups * mb.state) / t,
+                 heads = static_cast<double>(mb.heads) / t;
+    split += e * (2.0 * d + 2.0 * gn + heads) + e * d + 8.0 * heads + li * d;
+  }
   // Per MLP width element: the first projection's outputs (gate and up, or the pre-activation)
   // for the activation's backward, and the activation's output as the second projection's input.
   const double mlp_bytes = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + li;
-  if (!moe_layer) {
+  if (kind.ffn == model::Ffn::kDense) {
     if (!recomputes(config::kRecomputeMlp)) split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
-  } else if (!recomputes(config::kRecomputeMoe)) {
+  } else if (moe_layer && !recomputes(config::kRecomputeMoe)) {
     const auto& mo = m.moe;
     const double k = static_cast<double>(mo.top_k);
     const double etp = static_cast<double>(p.etp);
@@ -181,7 +209,9 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   }
   double scores = 0;
   const double s_full = static_cast<double>(rc.training.seq_len);
-  if (rc.training.attention == config::AttentionImpl::kUnfused) {
+  if (!attention) {
+    scores = 0;
+  } else if (rc.training.attention == config::AttentionImpl::kUnfused) {
     if (!recomputes(config::kRecomputeCoreAttn)) {
       scores = heads_local * s_full * (e + (rc.training.dropout ? 1.0 + e : 0.0));
     }
@@ -191,14 +221,18 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, bool moe_layer, Rec
   // DTensor TP without micro-pipelining keeps the all-gathered (full-sequence) inputs of the
   // QKV and MLP projections for their weight gradients instead of the sequence shards.
   double gathered = 0;
-  if (sp && p.tp_saves_gathered_input && !p.tp_comm_overlap) gathered = 2.0 * e * h * (1.0 - 1.0 / t);
+  if (sp && p.tp_saves_gathered_input && !p.tp_comm_overlap) gathered = blocks * e * h * (1.0 - 1.0 / t);
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
 }  // namespace
 
+Bytes layer_activation_bytes(const config::RunConfig& rc, model::LayerKind kind) {
+  return layer_activation_bytes_as(rc, kind, rc.parallel.recompute);
+}
+
 Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer) {
-  return layer_activation_bytes_as(rc, moe_layer, rc.parallel.recompute);
+  return layer_activation_bytes(rc, model::LayerKind{model::Mixer::kAttention, moe_layer ? model::Ffn::kMoe : model::Ffn::kDense});
 }
 
 namespace {
@@ -226,21 +260,31 @@ struct WeightGradKeep {
 }  // namespace
 
 Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer) {
+  return layer_weight_grad_bytes(rc, model::LayerKind{model::Mixer::kAttention, moe_layer ? model::Ffn::kMoe : model::Ffn::kDense});
+}
+
+Bytes layer_weight_grad_bytes(const config::RunConfig& rc, model::LayerKind kind) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const WeightGradKeep k(rc);
   const double rep = p.sp && p.tp > 1 ? k.t : 1.0;
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const config::AttentionWidths w = config::attention_widths(rc, false);
-  double per = k.linear(k.col_in, w.q + w.k + w.v) + k.linear(w.out, k.h);
-  if (m.mla.enabled()) {
-    const double lora = static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep;
-    per += k.linear(lora, lora);
+  double per = 0;
+  if (kind.mixer == model::Mixer::kAttention) {
+    per += k.linear(k.col_in, w.q + w.k + w.v) + k.linear(w.out, k.h);
+    if (m.mla.enabled()) {
+      const double lora = static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank) / rep;
+      per += k.linear(lora, lora);
+    }
+  } else if (kind.mixer == model::Mixer::kMamba) {
+    const double d = static_cast<double>(m.mamba.d_inner()) / k.t;
+    per += k.linear(k.col_in, static_cast<double>(m.mamba.in_proj_width()) / k.t) + k.linear(d, k.h);
   }
   auto mlp = [&](double ffn_local) { return k.linear(k.col_in, gate * ffn_local) + k.linear(ffn_local, k.h); };
-  if (!moe_layer) {
+  if (kind.ffn == model::Ffn::kDense) {
     per += mlp(static_cast<double>(m.ffn_hidden) / k.t);
-  } else {
+  } else if (kind.moe()) {
     const auto& mo = m.moe;
     const double fe = static_cast<double>(mo.expert_ffn) / static_cast<double>(p.etp);
     const double routed = static_cast<double>(mo.top_k) * (k.linear(k.h, gate * fe) + k.linear(fe, k.h)) * (static_cast<double>(p.etp) / k.t);
@@ -378,20 +422,13 @@ Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_
 }
 
 Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
-  const Bytes dense = layer_activation_bytes(rc, false);
-  const Bytes moe = rc.model.moe.enabled() ? layer_activation_bytes(rc, true) : dense;
-  // Layers recompute full leaves out (parallel.recompute_layers) keep all their activations.
-  Bytes dense_kept = dense, moe_kept = moe;
-  if (rc.partial_recompute()) {
-    dense_kept = layer_activation_bytes_as(rc, false, Recompute::kNone);
-    moe_kept = rc.model.moe.enabled() ? layer_activation_bytes_as(rc, true, Recompute::kNone) : dense_kept;
-  }
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
   for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) {
     if (rc.activation_offloaded(l)) continue;  // on the host between its forward and backward
+    // Layers recompute full leaves out (parallel.recompute_layers) keep all their activations.
     const bool recomputed = !rc.partial_recompute() || rc.full_recompute_layer(l);
-    out += rc.model.is_moe_layer(l) ? (recomputed ? moe : moe_kept) : (recomputed ? dense : dense_kept);
+    out += layer_activation_bytes_as(rc, rc.model.layer_kind(l), recomputed ? rc.parallel.recompute : Recompute::kNone);
   }
   return out;
 }
@@ -401,7 +438,10 @@ Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, 
   const Bytes moe = rc.model.moe.enabled() ? layer_weight_grad_bytes(rc, true) : dense;
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
-  for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) out += rc.model.is_moe_layer(l) ? moe : dense;
+  for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) {
+    const model::LayerKind k = rc.model.layer_kind(l);
+    out += rc.model.hybrid() ? layer_weight_grad_bytes(rc, k) : k.moe() ? moe : dense;
+  }
   if (rc.parallel.holds_head(stage, chunk)) out += output_weight_grad_bytes(rc);
   return out;
 }
@@ -413,7 +453,7 @@ Bytes output_weight_grad_bytes(const config::RunConfig& rc) {
   const WeightGradKeep k(rc);
   const Bytes head(k.T * k.linear(k.col_in, static_cast<double>(rc.padded_vocab) / k.t));
   const double modules = static_cast<double>(rc.training.mtp_layers);
-  const Bytes mtp_layer = layer_weight_grad_bytes(rc, rc.model.is_moe_layer(rc.model.num_layers - 1));
+  const Bytes mtp_layer = layer_weight_grad_bytes(rc, rc.model.layer_kind(rc.model.num_layers - 1));
   return head * (1.0 + modules) + (mtp_layer + Bytes(k.T * k.linear(2.0 * k.col_in, k.h))) * modules;
 }
 
@@ -472,7 +512,7 @@ OffloadedActivations offloaded_activations(const config::RunConfig& rc, int64_t 
   if (rc.parallel.activation_offload_layers <= 0) return o;
   for (const int64_t l : rc.stage_layer_ids(stage)) {
     if (!rc.activation_offloaded(l)) continue;
-    const Bytes bytes = layer_activation_bytes(rc, rc.model.is_moe_layer(l));
+    const Bytes bytes = layer_activation_bytes(rc, rc.model.layer_kind(l));
     o.bytes += bytes;
     if (o.layers++ < 2) o.buffers += bytes;
   }
@@ -560,9 +600,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
     // experts (sharded over ep and etp).
     auto layer_split = [&](int64_t l) {
-      double layer_dense = m.attention_params() / t;
+      const model::LayerKind kind = m.layer_kind(l);
+      double layer_dense = m.mixer_params(kind) / t;
       double layer_expert = 0;
-      if (m.is_moe_layer(l)) {
+      if (kind.ffn == model::Ffn::kNone) {
+      } else if (kind.moe()) {
         const auto& mo = m.moe;
         layer_dense += h * static_cast<double>(mo.num_experts) +
                        static_cast<double>(m.mlp_matrices()) * h *
@@ -645,9 +687,18 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     // Activations.
     const double inflight = inflight_microbatches(rc, s);
     st.inflight_microbatches = static_cast<int64_t>(std::ceil(inflight));
-    const Bytes dense_act = layer_activation_bytes(rc, false);
-    const Bytes moe_act = m.moe.enabled() ? layer_activation_bytes(rc, true) : dense_act;
-    st.activation_per_layer = moe_layers > 0 ? moe_act : dense_act;
+    // The largest layer kind on the stage (a MoE layer where there is one).
+    Bytes per_layer(0), full_layer(0);
+    for (const int64_t l : rc.stage_layer_ids(s)) {
+      const model::LayerKind kind = m.layer_kind(l);
+      per_layer = std::max(per_layer, layer_activation_bytes(rc, kind));
+      full_layer = std::max(full_layer, layer_activation_bytes_as(rc, kind, Recompute::kNone));
+    }
+    if (rc.stage_layer_ids(s).empty()) {
+      per_layer = layer_activation_bytes(rc, false);
+      full_layer = layer_activation_bytes_as(rc, model::LayerKind{}, Recompute::kNone);
+    }
+    st.activation_per_layer = per_layer;
     st.activations = stage_layer_activation_bytes(rc, s);
     // Activation offload: the offloaded layers' saved tensors wait on the host for every
     // micro-batch in flight; the GPU keeps two of those layers as copy buffers.
@@ -656,7 +707,6 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.activations += off.buffers;
     // Backward working set: one layer's activation gradients; under full recompute also the
     // layer being rebuilt.
-    const Bytes full_layer = layer_activation_bytes_as(rc, moe_layers > 0, Recompute::kNone);
     st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
     // A context-parallel attention backward also holds the exchanged K/V and its accumulators.
     st.transient += cp_attention_working_bytes(rc);
@@ -726,7 +776,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         // Each module: its layer's activations (recomputed as the model's layers are, as
         // Megatron's MTP layer is), its projection's [h; embedding] input (the sequence shard
         // under SP), its final norm's and its head's inputs.
-        const Bytes mtp_layer = layer_activation_bytes(rc, m.is_moe_layer(m.num_layers - 1));
+        const Bytes mtp_layer = layer_activation_bytes(rc, m.layer_kind(m.num_layers - 1));
         const double proj_input = 2.0 * e * h * tokens / (sp ? t : 1.0);
         st.activations += (mtp_layer + Bytes(proj_input + boundary + head_input)) * (head_inflight * mtp);
       }

@@ -106,6 +106,7 @@ double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n);
 
 // Activation bytes of one transformer layer for one micro-batch on one rank.
 core::Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer);
+core::Bytes layer_activation_bytes(const config::RunConfig& rc, model::LayerKind kind);
 
 // Extra bytes live while a context-parallel attention runs its backward, beyond one rank's own
 // layer activations: gathered K/V of every CP rank (all-gather variants) and, for PyTorch's
@@ -115,6 +116,7 @@ core::Bytes cp_attention_working_bytes(const config::RunConfig& rc);
 
 // Bytes per token of one layer kept under op-level selective checkpointing.
 double selective_op_bytes_per_token(const config::RunConfig& rc, bool moe_layer);
+double selective_op_bytes_per_token(const config::RunConfig& rc, model::LayerKind kind);
 
 // Live bytes per logit at the loss's peak (compute-dtype logits plus the loss's fp32 copies).
 double loss_peak_bytes_per_logit(const config::RunConfig& rc);
@@ -155,6 +157,7 @@ core::Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t st
 // weight-gradient pass (ZB-H1): every linear layer's input and the gradient of its output; per
 // chunk, the last stage's chunk adds the LM head (and multi-token-prediction modules).
 core::Bytes layer_weight_grad_bytes(const config::RunConfig& rc, bool moe_layer);
+core::Bytes layer_weight_grad_bytes(const config::RunConfig& rc, model::LayerKind kind);
 core::Bytes chunk_layer_weight_grad_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk);
 // ... of the LM head (and multi-token-prediction modules) on the last stage.
 core::Bytes output_weight_grad_bytes(const config::RunConfig& rc);

@@ -195,14 +195,19 @@ const char* op_kind_name(estimate::OpKind k) {
 }
 
 struct LayerKind {
-  const char* name;
+  std::string name;
   const estimate::LayerCost* cost;
 };
 
 std::vector<LayerKind> layer_kinds(const config::RunConfig& rc, const estimate::WorkloadBuilder& wb) {
   std::vector<LayerKind> kinds;
-  if (rc.model.num_layers > rc.model.num_moe_layers()) kinds.push_back({"dense layer", &wb.dense_layer()});
-  if (rc.model.moe.enabled()) kinds.push_back({"MoE layer", &wb.moe_layer()});
+  if (rc.model.hybrid()) {
+    // A hybrid model's blocks: "mamba layer", "attention layer", "mlp layer", "moe layer".
+    for (const auto& k : rc.model.layer_kinds()) kinds.push_back({k.label() + " layer", &wb.kind_cost(k)});
+  } else {
+    if (rc.model.num_layers > rc.model.num_moe_layers()) kinds.push_back({"dense layer", &wb.dense_layer()});
+    if (rc.model.moe.enabled()) kinds.push_back({"MoE layer", &wb.moe_layer()});
+  }
   kinds.push_back({"embedding", &wb.embedding()});
   kinds.push_back({"output layer + loss", &wb.output_layer()});
   return kinds;
@@ -256,7 +261,7 @@ std::string operator_table(const config::RunConfig& rc) {
       double total = 0;
       for (const auto& op : *ops) total += op_pass_seconds(op);
       if (ops->empty()) continue;
-      std::snprintf(line, sizeof line, "\n%s, %s: %.1f us\n", k.name, pass, total * 1e6);
+      std::snprintf(line, sizeof line, "\n%s, %s: %.1f us\n", k.name.c_str(), pass, total * 1e6);
       o << line;
       o << "  operator                      kind          time us   share   TFLOP/s  % peak     GB/s  note\n";
       for (const auto& op : *ops) {

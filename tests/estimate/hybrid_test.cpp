@@ -1,0 +1,310 @@
+// Hybrid Mamba-2 models (Nemotron-H): the layer pattern as the config spells it, parameter
+// and FLOP counts by block kind, the Mamba-2 mixer's operators and their agreement with the
+// memory ledger, the SSD scan's cost, and the simulation of a hybrid step.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/cost/compute.hpp"
+#include "sim/engine/step_sim.hpp"
+#include "sim/estimate/estimate.hpp"
+#include "sim/estimate/workload.hpp"
+#include "sim/memory/ledger.hpp"
+#include "validate/program.hpp"
+
+namespace stepcast::estimate {
+namespace {
+
+using config::RunConfig;
+using core::Json;
+using model::Ffn;
+using model::LayerKind;
+using model::Mixer;
+
+const char* kPattern8b = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+
+// Nemotron-H 8B as transformers' NemotronHConfig writes it: the class's MoE defaults are saved
+// although the pattern has no E block, layer_types and layers_block_type are derived from the
+// pattern, and the time-step settings carry no cost.
+Json nemotron_h_8b_hub() {
+  Json layer_types = Json::array(), block_types = Json::array();
+  for (const char ch : std::string(kPattern8b)) {
+    block_types.push_back(ch == 'M' ? "mamba" : ch == '*' ? "attention" : "mlp");
+    layer_types.push_back(ch == 'M' ? "mamba" : ch == '*' ? "attention" : "moe");
+  }
+  return {{"architectures", {"NemotronHForCausalLM"}},
+          {"model_type", "nemotron_h"},
+          {"vocab_size", 131072},
+          {"tie_word_embeddings", false},
+          {"hidden_size", 4096},
+          {"intermediate_size", 21504},
+          {"num_hidden_layers", 52},
+          {"hybrid_override_pattern", kPattern8b},
+          {"layers_block_type", block_types},
+          {"layer_types", layer_types},
+          {"num_attention_heads", 32},
+          {"head_dim", 128},
+          {"num_key_value_heads", 8},
+          {"mlp_hidden_act", "relu2"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"use_bias", false},
+          {"layer_norm_epsilon", 1e-5},
+          {"residual_in_fp32", false},
+          {"num_logits_to_keep", 1},
+          {"sliding_window", nullptr},
+          {"max_position_embeddings", 8192},
+          {"use_mamba_kernels", true},
+          {"ssm_state_size", 128},
+          {"mamba_num_heads", 128},
+          {"n_groups", 8},
+          {"mamba_head_dim", 64},
+          {"conv_kernel", 4},
+          {"expand", 2},
+          {"mamba_hidden_act", "silu"},
+          {"time_step_min", 0.001},
+          {"time_step_max", 0.1},
+          {"time_step_limit", {0.0, 1e30}},
+          {"time_step_floor", 1e-4},
+          {"use_conv_bias", true},
+          {"mamba_proj_bias", false},
+          {"chunk_size", 128},
+          {"rescale_prenorm_residual", true},
+          {"n_routed_experts", 8},
+          {"n_shared_experts", 1},
+          {"moe_intermediate_size", 7688},
+          {"moe_shared_expert_intermediate_size", 7688},
+          {"num_experts_per_tok", 2},
+          {"routed_scaling_factor", 1.0},
+          {"n_group", 1},
+          {"topk_group", 1},
+          {"norm_topk_prob", true},
+          {"torch_dtype", "bfloat16"}};
+}
+
+Json run_of(const Json& model, int64_t gpus, const Json& parallel, int64_t seq = 8192, int64_t batch = 16) {
+  return {{"model", model},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", gpus}, {"gpus_per_node", 8}}},
+          {"training", {{"seq_len", seq}, {"global_batch_size", batch}, {"precision", "bf16"}}},
+          {"parallel", parallel}};
+}
+
+RunConfig parse(const Json& j) { return config::parse_run(j, "<hybrid-test>", ""); }
+
+std::string parse_error(const Json& j) {
+  try {
+    parse(j);
+  } catch (const core::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const Op* find(const std::vector<Op>& ops, const std::string& name) {
+  for (const auto& o : ops) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+// A hub config loads unchanged: the pattern decides the blocks, the unused MoE defaults are
+// dropped, and the counts equal the zoo entry built from Megatron-Bridge's shapes.
+TEST(Hybrid, NemotronHHubConfigLoadsUnchanged) {
+  const RunConfig rc = parse(run_of(nemotron_h_8b_hub(), 8, {{"tp", 1}}));
+  const auto& m = rc.model;
+  EXPECT_EQ(m.layer_pattern, kPattern8b);
+  EXPECT_FALSE(m.moe.enabled());
+  EXPECT_EQ(m.num_mamba_layers(), 24);
+  EXPECT_EQ(m.num_attention_layers(), 4);
+  EXPECT_EQ(m.mamba.d_inner(), 8192);
+  EXPECT_EQ(m.mamba.in_proj_width(), 2 * 8192 + 2 * 8 * 128 + 128);
+  EXPECT_EQ(m.position, model::PositionKind::kNone);
+  EXPECT_EQ(m.mlp, model::MlpKind::kPlain);
+  EXPECT_DOUBLE_EQ(m.total_params(), model::zoo_model("nemotron-h-8b").total_params());
+  // layers_block_type alone spells the same model.
+  Json list_only = nemotron_h_8b_hub();
+  list_only.erase("hybrid_override_pattern");
+  EXPECT_EQ(parse(run_of(list_only, 8, {{"tp", 1}})).model.layer_pattern, kPattern8b);
+  // Block kinds: one per character, each with its own norm.
+  EXPECT_EQ(m.layer_kind(0), (LayerKind{Mixer::kMamba, Ffn::kNone}));
+  EXPECT_EQ(m.layer_kind(1), (LayerKind{Mixer::kNone, Ffn::kDense}));
+  EXPECT_EQ(m.layer_kind(7), (LayerKind{Mixer::kAttention, Ffn::kNone}));
+  EXPECT_EQ(m.layer_kinds().size(), 3u);
+  EXPECT_DOUBLE_EQ(m.layer_params(0), m.mamba_params());
+  EXPECT_DOUBLE_EQ(m.layer_params(7), m.attention_params());
+  EXPECT_DOUBLE_EQ(m.layer_params(1), m.dense_mlp_params());
+}
+
+TEST(Hybrid, BadHybridInputsNameTheField) {
+  Json bad_char = nemotron_h_8b_hub();
+  bad_char.erase("layers_block_type");
+  bad_char["hybrid_override_pattern"] = std::string(kPattern8b).replace(3, 1, "X");
+  EXPECT_NE(parse_error(run_of(bad_char, 8, {{"tp", 1}})).find("hybrid_override_pattern"), std::string::npos);
+  Json short_pattern = nemotron_h_8b_hub();
+  short_pattern.erase("layers_block_type");
+  short_pattern["hybrid_override_pattern"] = "M-M*";
+  EXPECT_NE(parse_error(run_of(short_pattern, 8, {{"tp", 1}})).find("has 4 layers; num_hidden_layers is 52"), std::string::npos);
+  Json disagree = nemotron_h_8b_hub();
+  disagree["layers_block_type"][0] = "attention";
+  EXPECT_NE(parse_error(run_of(disagree, 8, {{"tp", 1}})).find("layers_block_type"), std::string::npos);
+  Json no_heads = nemotron_h_8b_hub();
+  no_heads.erase("mamba_num_heads");
+  EXPECT_NE(parse_error(run_of(no_heads, 8, {{"tp", 1}})).find("mamba_num_heads"), std::string::npos);
+  Json wrong_expand = nemotron_h_8b_hub();
+  wrong_expand["expand"] = 3;
+  EXPECT_NE(parse_error(run_of(wrong_expand, 8, {{"tp", 1}})).find("expand"), std::string::npos);
+  Json latent = nemotron_h_8b_hub();
+  latent["moe_latent_size"] = 1024;
+  EXPECT_NE(parse_error(run_of(latent, 8, {{"tp", 1}})).find("moe_latent_size"), std::string::npos);
+  Json moe_without_experts = nemotron_h_8b_hub();
+  moe_without_experts.erase("layers_block_type");
+  for (const char* k : {"n_routed_experts", "moe_intermediate_size", "moe_shared_expert_intermediate_size"}) moe_without_experts.erase(k);
+  moe_without_experts["hybrid_override_pattern"] = std::string(kPattern8b).replace(1, 1, "E");
+  EXPECT_NE(parse_error(run_of(moe_without_experts, 8, {{"tp", 1}})).find("n_routed_experts"), std::string::npos);
+  // Groups split over TP; context parallelism over the scan is not modelled.
+  Json four_groups = nemotron_h_8b_hub();
+  four_groups["n_groups"] = 4;
+  const std::string tp8 = parse_error(run_of(four_groups, 8, {{"tp", 8}}));
+  EXPECT_NE(tp8.find("$.parallel.tp"), std::string::npos);
+  EXPECT_NE(tp8.find("Mamba-2"), std::string::npos);
+  EXPECT_NE(parse_error(run_of(nemotron_h_8b_hub(), 8, {{"tp", 1}, {"cp", 2}})).find("$.parallel.cp"), std::string::npos);
+  // Other state-space families stay refused with the reason.
+  const Json jamba = {{"model_type", "jamba"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
+                      {"intermediate_size", 512}, {"vocab_size", 1000}};
+  EXPECT_NE(parse_error(run_of(jamba, 8, {{"tp", 1}})).find("state-space"), std::string::npos);
+}
+
+// MFU's model FLOPs: 6 N D, the attention term over the attention layers only, and Megatron's
+// 7 d_inner N per token forward for each Mamba-2 scan.
+TEST(Hybrid, ModelFlopsCountTheScanAndOnlyTheAttentionLayers) {
+  const RunConfig rc = parse(run_of("nemotron-h-56b", 64, {{"tp", 8}, {"sp", true}}, 8192, 64));
+  const auto& m = rc.model;
+  EXPECT_EQ(m.num_attention_layers(), 10);
+  EXPECT_EQ(m.num_mamba_layers(), 54);
+  const double tokens = 64.0 * 8192.0;
+  const double attn = 3.0 * 64.0 * 256.0 * 8192.0 * 10.0;
+  const double ssm = 3.0 * 7.0 * 16384.0 * 256.0 * 54.0;
+  EXPECT_DOUBLE_EQ(model_flops_per_step(rc), tokens * (6.0 * m.flop_params() + attn + ssm));
+}
+
+// What the ledger counts per layer is what the layer's forward operators keep for backward,
+// for every block kind of the pattern.
+TEST(Hybrid, LedgerActivationsEqualTheOperatorsSavedBytes) {
+  Json moe_model = nemotron_h_8b_hub();
+  moe_model.erase("layers_block_type");
+  moe_model["hybrid_override_pattern"] = std::string(kPattern8b).replace(1, 1, "E");
+  for (const Json& parallel : {Json{{"tp", 1}}, Json{{"tp", 4}, {"sp", true}}, Json{{"tp", 4}, {"sp", false}}}) {
+    const RunConfig rc = parse(run_of(moe_model, 8, parallel));
+    const WorkloadBuilder wb(rc);
+    ASSERT_EQ(rc.model.layer_kinds().size(), 4u);
+    for (const auto& kind : rc.model.layer_kinds()) {
+      double saved = 0;
+      for (const auto& o : wb.kind_cost(kind).fwd) saved += o.saved_bytes;
+      EXPECT_NEAR(saved, memory::layer_activation_bytes(rc, kind).value(), 1e-9 * saved) << kind.label() << " " << parallel.dump();
+    }
+  }
+}
+
+TEST(Hybrid, MambaMixerRunsItsKernelsAndTheTensorParallelCollectives) {
+  const RunConfig rc = parse(run_of("nemotron-h-56b", 64, {{"tp", 8}, {"sp", true}}, 8192, 64));
+  const WorkloadBuilder wb(rc);
+  const LayerCost& mamba = wb.kind_cost({Mixer::kMamba, Ffn::kNone});
+  for (const char* op : {"norm1", "mamba_in.ag", "in_proj", "conv1d", "ssd_scan", "gated_norm", "out_proj", "mamba_out.rs", "residual1"}) {
+    EXPECT_NE(find(mamba.fwd, op), nullptr) << op;
+  }
+  EXPECT_EQ(find(mamba.fwd, "attention"), nullptr);
+  EXPECT_EQ(find(mamba.fwd, "norm2"), nullptr);
+  // in_proj is column-parallel over d_inner, the groups and the heads.
+  const Op* in_proj = find(mamba.fwd, "in_proj");
+  EXPECT_DOUBLE_EQ(in_proj->gemm.n, (2.0 * 16384 + 2.0 * 8 * 256 + 256) / 8.0);
+  EXPECT_DOUBLE_EQ(in_proj->gemm.k, 8192.0);
+  // The same TP traffic as an attention block: one all-gather in, one reduce-scatter out.
+  const LayerCost& attn = wb.kind_cost({Mixer::kAttention, Ffn::kNone});
+  auto tp_bytes = [](const LayerCost& l) {
+    double b = 0;
+    for (const auto& o : l.fwd) b += o.kind == OpKind::kComm ? o.bytes.value() : 0.0;
+    return b;
+  };
+  EXPECT_DOUBLE_EQ(tp_bytes(mamba), tp_bytes(attn));
+  EXPECT_GT(mamba.bwd_compute.value(), mamba.fwd_compute.value());
+}
+
+// The scan is the larger of its tensor-core and memory times: at Nemotron-H's shapes it is
+// memory-bound (the fp32 chunk states), and its cost grows with the state and the tokens.
+TEST(Hybrid, SsdScanCostsItsRooflineAndGrowsWithState) {
+  const hw::HardwareProfile h100 = hw::builtin_hardware("h100-sxm");
+  cost::SsdShape s{8192, 32, 64, 256, 1, 128, 2};
+  const double compute = s.flops(false).value() / (h100.peak_for(hw::Dtype::kBf16).value() * h100.gemm_max_for(hw::Dtype::kBf16) *
+                                                    h100.efficiency.sustained_clock);
+  const double memory = cost::memory_time(s.bytes(false), h100).value();
+  EXPECT_GT(memory, compute);
+  EXPECT_DOUBLE_EQ(cost::ssd_scan_time(s, false, h100).value(), memory + 5.0 * h100.efficiency.kernel_overhead.value());
+  EXPECT_GT(cost::ssd_scan_time(s, true, h100).value(), 2.0 * cost::ssd_scan_time(s, false, h100).value());
+  cost::SsdShape smaller = s;
+  smaller.state = 128;
+  EXPECT_LT(cost::ssd_scan_time(smaller, false, h100).value(), cost::ssd_scan_time(s, false, h100).value());
+  cost::SsdShape twice = s;
+  twice.tokens *= 2;
+  EXPECT_NEAR(twice.bytes(true).value(), 2.0 * s.bytes(true).value(), 1e-9 * s.bytes(true).value());
+}
+
+// A hybrid step simulates like any other: the estimate agrees with the timeline and the
+// memory timeline's peak with the ledger; a pipeline splits the pattern's blocks by count.
+TEST(Hybrid, HybridStepSimulatesAndMatchesTheEstimate) {
+  const RunConfig rc = parse(run_of("nemotron-h-8b", 16, {{"tp", 2}, {"pp", 2}, {"sp", true}, {"micro_batch_size", 1}}, 8192, 32));
+  const auto sim = engine::simulate_step(rc);
+  const auto est = estimate_step(rc);
+  EXPECT_NEAR(est.step_time_s / sim.step.step_time_s, 1.0, 0.05);
+  EXPECT_NEAR(sim.memory_timeline_peak_bytes / est.memory.peak().value(), 1.0, 0.02);
+  // Stage 0 holds the first 26 blocks (12 Mamba-2, 2 attention, 12 MLP) with the embedding.
+  const auto& st0 = est.memory.stages[0];
+  double params = 0;
+  for (int64_t l = 0; l < 26; ++l) params += rc.model.layer_params(l);
+  EXPECT_NEAR(st0.dense_params, params / 2.0 + static_cast<double>(rc.padded_vocab) * 4096.0 / 2.0, 0.01 * params);
+  // The executors run transformer layers only.
+  EXPECT_THROW(validate::check_executable(rc, "cpu"), core::UserError);
+}
+
+// A hybrid with MoE blocks (Nemotron 3 Nano's pattern class): experts only in the E layers,
+// with expert parallelism.
+TEST(Hybrid, MoeBlocksFollowThePattern) {
+  Json nano = {{"model_type", "nemotron_h"},
+               {"hidden_size", 2688},
+               {"num_hidden_layers", 12},
+               {"hybrid_override_pattern", "MEMEM*EMEMEM"},
+               {"num_attention_heads", 32},
+               {"num_key_value_heads", 2},
+               {"head_dim", 128},
+               {"intermediate_size", 1856},
+               {"mamba_num_heads", 64},
+               {"mamba_head_dim", 64},
+               {"ssm_state_size", 128},
+               {"n_groups", 8},
+               {"n_routed_experts", 128},
+               {"num_experts_per_tok", 6},
+               {"moe_intermediate_size", 1856},
+               {"moe_shared_expert_intermediate_size", 3712},
+               {"vocab_size", 131072}};
+  const RunConfig rc = parse(run_of(nano, 8, {{"tp", 1}, {"ep", 8}}, 4096, 8));
+  const auto& m = rc.model;
+  EXPECT_EQ(m.num_moe_layers(), 5);
+  EXPECT_EQ(m.num_mamba_layers(), 6);
+  EXPECT_EQ(m.moe.shared_experts, 1);
+  EXPECT_EQ(m.moe.shared_expert_ffn, 3712);
+  EXPECT_TRUE(m.is_moe_layer(1));
+  EXPECT_FALSE(m.is_moe_layer(0));
+  const WorkloadBuilder wb(rc);
+  const LayerCost& moe = wb.kind_cost({Mixer::kNone, Ffn::kMoe});
+  EXPECT_NE(find(moe.fwd, "ep.dispatch"), nullptr);
+  EXPECT_EQ(find(moe.fwd, "attention"), nullptr);
+  const auto sim = engine::simulate_step(rc);
+  EXPECT_GT(sim.step.step_time_s, 0.0);
+}
+
+}  // namespace
+}  // namespace stepcast::estimate
