@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates reports/estimate-vs-simulate.md: how far the analytical estimate (the planner's
-# fast pass) lands from the discrete-event simulation over a seeded sample of layouts of six
-# models (dense, MoE, MLA): every parallel dimension, schedule, ZeRO stage and recompute mode the
+# fast pass) lands from the discrete-event simulation over a seeded sample of layouts of seven
+# models (dense, MoE, MLA, hybrid Mamba-2): every parallel dimension, schedule, ZeRO stage and recompute mode the
 # planner searches. Layouts the simulation refuses (they do not fit) are counted, not compared.
 # Needs a built ./build/stepcast. Usage: bash scripts/estimate-vs-simulate.sh [layouts per model]
 set -euo pipefail
@@ -29,7 +29,11 @@ BASES = {
                        "training": {"seq_len": 4096, "global_batch_size": 512, "precision": "bf16"}}, 48, 64, 512, [1, 4, 8, 16]),
     "deepseek-v3": ({"model": "deepseek-v3", "hardware": "h800", "cluster": {"num_gpus": 2048},
                      "training": {"seq_len": 4096, "global_batch_size": 4096, "precision": "fp8"}}, 61, 2048, 4096, [8, 16, 32, 64]),
+    "nemotron-h-56b": ({"model": "nemotron-h-56b", "hardware": "h100-sxm", "cluster": {"num_gpus": 128},
+                        "training": {"seq_len": 8192, "global_batch_size": 384, "precision": "fp8"}}, 118, 128, 384, [None]),
 }
+# Models whose Mamba-2 layers refuse context parallelism.
+NO_CP = {"nemotron-h-56b"}
 
 def end_split(L, pp, vpp):
     """First/last stage layers when L does not divide over pp * vpp: the most balanced split
@@ -58,6 +62,8 @@ def layouts(name, rng):
     out = []
     for tp, pp, sched, mbs, zero, rc, cp, ep in dims:
         vpp = 2 if sched in ("interleaved", "zbv", "dualpipev") else 1
+        if cp > 1 and name in NO_CP:
+            continue
         if pp == 1 and sched in ("interleaved", "zb-h1", "gpipe", "zbv", "dualpipev"):
             continue
         if N % (tp * pp * cp):

@@ -72,13 +72,17 @@ std::string lower(std::string s) {
   return s;
 }
 
-enum class Family { kMegatronGpt, kGpt3, kLlama, kNemotron, kMpt, kBloom, kQwenMoe, kGptOss, kMixtral, kDeepSeek, kUnknown };
+enum class Family { kMegatronGpt, kGpt3, kLlama, kNemotron, kNemotronH, kMpt, kBloom, kQwenMoe, kGptOss, kMixtral, kDeepSeek, kUnknown };
 
 Family family_of(const Json& r) {
   const std::string m = lower(str(r, "model"));
   if (contains(m, "bloom")) return Family::kBloom;
   if (contains(m, "mpt")) return Family::kMpt;
   if (contains(m, "llama")) return Family::kLlama;
+  // Nemotron-H and Nemotron 3 (hybrid Mamba-2) before Nemotron-4 (a transformer).
+  if (contains(m, "nemotron-h") || contains(m, "nemotronh") || contains(m, "nemotron_h") || contains(m, "nemotron h") ||
+      contains(m, "nemotron 3") || contains(m, "nemotron-3") || contains(m, "nemotron_3") || contains(m, "nemotron3"))
+    return Family::kNemotronH;
   if (contains(m, "nemotron")) return Family::kNemotron;
   if (contains(m, "qwen3")) return Family::kQwenMoe;
   if (contains(m, "mixtral")) return Family::kMixtral;
@@ -190,6 +194,7 @@ std::vector<std::string> family_zoo(const Json& r, Family f) {
       break;
     }
     case Family::kNemotron: prefixes = {"nemotron4-"}; break;
+    case Family::kNemotronH: prefixes = {"nemotron-h-", "nemotron-3-"}; break;
     case Family::kGpt3: prefixes = {"gpt3-"}; break;
     case Family::kQwenMoe: prefixes = {"qwen3-"}; break;
     case Family::kGptOss: prefixes = {"gpt-oss-"}; break;
@@ -218,7 +223,8 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
   // dense row of an MoE family (a dense Qwen3) a Llama-style decoder.
   const bool row_moe = inum(r, "moe_experts") > 0;
   const bool any_kind = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return model::zoo_model(n).moe.enabled() == row_moe; });
-  if (!names.empty() && !any_kind) names.push_back(row_moe ? "mixtral-8x7b" : "llama3.1-8b");
+  // A hybrid family's blocks follow a layer pattern the rows do not give: no transformer stands in.
+  if (!names.empty() && !any_kind && f != Family::kNemotronH) names.push_back(row_moe ? "mixtral-8x7b" : "llama3.1-8b");
   if (names.empty()) {
     reason = "no built-in model of the row's family";
     return nullptr;
@@ -285,6 +291,11 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
   for (const auto& e : embedded::zoo_models()) {
     if (e.name == best.name) m = Json::parse(e.text);
   }
+  if (m.contains("hybrid_override_pattern")) {
+    // A hybrid's blocks follow its layer pattern, which a row does not give.
+    reason = "no built-in hybrid model with the row's dimensions (nearest: " + best.name + "), and the row does not give the layer pattern";
+    return nullptr;
+  }
   m["name"] = str(r, "model");
   m["source"] = "data/published-runs.jsonl row " + str(r, "id") + ": " + best.name + "'s architecture with the row's dimensions";
   const bool gpt2_keys = m.contains("n_layer");  // GPT-2 style key names
@@ -335,6 +346,7 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
   switch (f) {
     case Family::kLlama:
     case Family::kNemotron:
+    case Family::kNemotronH:
     case Family::kGpt3:
     case Family::kQwenMoe:
     case Family::kGptOss:

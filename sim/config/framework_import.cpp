@@ -84,7 +84,7 @@ const std::set<std::string> kSwitches = {
     "use-mcore-models", "use-legacy-models", "transformer-impl", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
     "no-gradient-accumulation-fusion", "no-async-tensor-model-parallel-allreduce", "use-rotary-position-embeddings", "distributed-timeout-minutes",
     "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng",
-    "squared-relu", "no-position-embedding", "apply-layernorm-1p", "no-bias-dropout-fusion", "no-rope-fusion", "use-checkpoint-args",
+    "squared-relu", "no-position-embedding", "apply-layernorm-1p", "is-hybrid-model", "no-bias-dropout-fusion", "no-rope-fusion", "use-checkpoint-args",
     "no-save-optim", "no-save-rng", "exit-on-missing-checkpoint", "eval-only", "use-cpu-initialization", "overlap-p2p-communication"};
 // Arguments that take a list of words (argparse nargs='*').
 const std::set<std::string> kLists = {"recompute-modules", "data-path", "train-data-path", "valid-data-path", "test-data-path"};
@@ -250,7 +250,9 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
       model["position_embedding"] = "learned";
       model["max_position_embeddings"] = a.integer("max-position-embeddings", 1, kBig, seq);
       if (!a.has("position-embedding-type")) assumptions.push_back("model: learned absolute positions (Megatron's default; --no-position-embedding drops them)");
-    } else if (pos == "rope" || pos == "mrope" || pos == "yarn" || pos == "none") {
+    } else if (pos == "none") {
+      model["position_embedding"] = "none";
+    } else if (pos == "rope" || pos == "mrope" || pos == "yarn") {
       model["position_embedding"] = "rotary";  // no parameters
     } else {
       throw core::UserError("--position-embedding-type: got '" + pos + "'; expected learned_absolute, rope, mrope, yarn or none");
@@ -290,6 +292,27 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
       model["qk_nope_head_dim"] = a.integer("qk-head-dim", 1, kBig, 128);
       model["qk_rope_head_dim"] = a.integer("qk-pos-emb-head-dim", 1, kBig, 64);
       model["v_head_dim"] = a.integer("v-head-dim", 1, kBig, 128);
+    }
+    // Hybrid Mamba-2 models (pretrain_mamba.py, Megatron-Core's MambaModel): the blocks as
+    // --hybrid-override-pattern lists them, the Mamba-2 mixer from its arguments or
+    // Megatron-Core's defaults.
+    if (a.has("hybrid-override-pattern") || a.has("hybrid-attention-ratio") || a.has("hybrid-mlp-ratio") || a.has("is-hybrid-model")) {
+      const std::string pattern = a.word("hybrid-override-pattern", "");
+      if (pattern.empty()) {
+        throw core::UserError("--hybrid-attention-ratio / --hybrid-mlp-ratio: stepcast reads a hybrid model's blocks from --hybrid-override-pattern "
+                              "(one character per layer: M Mamba-2, * attention, - MLP, E MoE); give it");
+      }
+      (void)a.has("hybrid-attention-ratio");
+      (void)a.has("hybrid-mlp-ratio");
+      (void)a.has("is-hybrid-model");
+      model["hybrid_override_pattern"] = pattern;
+      const int64_t head_dim = a.integer("mamba-head-dim", 1, 1 << 20, 64);
+      model["mamba_head_dim"] = head_dim;
+      model["mamba_num_heads"] = a.integer("mamba-num-heads", 1, 1 << 20, 2 * h / head_dim);
+      model["ssm_state_size"] = a.integer("mamba-state-dim", 1, 1 << 20, 128);
+      model["n_groups"] = a.integer("mamba-num-groups", 1, 1 << 20, 8);
+      assumptions.push_back("model: Mamba-2 mixer as Megatron-Core builds it where the arguments are silent (state 128, head width 64, 8 groups, "
+                            "2 x hidden inner width, conv 4, chunk 128)");
     }
   }
 
@@ -391,7 +414,8 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
                           "no-position-embedding", "max-position-embeddings", "normalization", "disable-bias-linear", "add-bias-linear",
                           "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
                           "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
-                          "v-head-dim"}) {
+                          "v-head-dim", "hybrid-override-pattern", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",
+                          "mamba-head-dim", "mamba-num-heads", "mamba-state-dim", "mamba-num-groups"}) {
       (void)a.has(k);
     }
   }

@@ -367,6 +367,7 @@ double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab) {
   if (m.moe.enabled()) {
     largest = std::max(largest, fc1 * h * static_cast<double>(m.moe.expert_ffn) / static_cast<double>(p.etp));
   }
+  if (m.mamba.enabled()) largest = std::max(largest, h * static_cast<double>(m.mamba.in_proj_width()) / t);  // Mamba-2 in_proj
   if (holds_vocab) largest = std::max(largest, static_cast<double>(rc.padded_vocab) * h / t);
   return largest;
 }

@@ -94,8 +94,26 @@ TEST(MegatronImport, DefaultsAreStated) {
                                          "--seq-length", "4096", "--squared-relu", "--no-position-embedding", "--bf16"},
                                         ImportOptions{.gpus = 8});
   EXPECT_EQ(nemotron["model"]["hidden_act"], "relu2");
-  EXPECT_EQ(nemotron["model"]["position_embedding"], "rotary");  // no parameters
+  EXPECT_EQ(nemotron["model"]["position_embedding"], "none");
   EXPECT_FALSE(nemotron.contains("notes"));
+  // A hybrid (pretrain_mamba.py): the pattern's blocks and the Mamba-2 arguments.
+  const Json hybrid = import_megatron({"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "131072",
+                                       "--seq-length", "4096", "--squared-relu", "--position-embedding-type", "none", "--bf16", "--is-hybrid-model",
+                                       "--hybrid-override-pattern", "M-M*M-M-", "--mamba-state-dim", "64", "--mamba-num-groups", "4",
+                                       "--disable-bias-linear", "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights",
+                                       "--tensor-model-parallel-size", "2"},
+                                      ImportOptions{.gpus = 8});
+  EXPECT_FALSE(hybrid.contains("notes")) << hybrid["notes"];
+  const auto rc = parse_run(hybrid, "<import>", "");
+  EXPECT_EQ(rc.model.layer_pattern, "M-M*M-M-");
+  EXPECT_EQ(rc.model.mamba.heads, 32);  // 2 x 1024 / 64
+  EXPECT_EQ(rc.model.mamba.state, 64);
+  EXPECT_EQ(rc.model.mamba.groups, 4);
+  EXPECT_EQ(rc.model.num_mamba_layers(), 4);
+  EXPECT_THROW(import_megatron({"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "131072",
+                                "--seq-length", "4096", "--hybrid-attention-ratio", "0.1"},
+                               ImportOptions{.gpus = 8}),
+               core::UserError);
 }
 
 // Megatron-Core's CPU activation offload of the first N layers becomes the run file's key.

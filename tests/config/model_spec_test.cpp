@@ -31,7 +31,7 @@ const std::vector<std::string> kZooNames = {
     "gpt2-124m",     "gpt2-large",    "gpt3-175b",       "llama2-7b",       "llama2-13b",
     "llama2-70b",    "llama3.1-8b",   "llama3.1-70b",    "llama3.1-405b",   "mixtral-8x7b",
     "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",   "nemotron4-15b",   "nemotron4-340b",
-    "gpt-oss-120b",  "nemotron-h-8b", "nemotron-h-56b"};
+    "gpt-oss-120b",  "nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b"};
 
 // Every built-in model has a pinned expectation (a new zoo entry must come with its count).
 TEST(ModelZoo, EveryZooEntryHasAnExpectedCount) {
