@@ -16,7 +16,7 @@ int64_t ModelSpec::q_dim() const { return heads * head_dim; }
 int64_t ModelSpec::kv_dim() const { return kv_heads * head_dim; }
 
 std::string LayerKind::label() const {
-  const char* mx = mixer == Mixer::kAttention ? "attention" : mixer == Mixer::kMamba ? "mamba" : "";
+  const char* mx = mixer == Mixer::kAttention ? "attention" : mixer == Mixer::kMamba ? "mamba" : mixer == Mixer::kLinear ? "linear" : "";
   const char* ff = ffn == Ffn::kDense ? "mlp" : ffn == Ffn::kMoe ? "moe" : "";
   if (*mx == 0) return ff;
   if (*ff == 0) return mx;
@@ -53,7 +53,10 @@ int64_t ModelSpec::num_moe_layers() const {
 }
 
 LayerKind ModelSpec::layer_kind(int64_t layer) const {
-  if (!hybrid()) return {Mixer::kAttention, is_moe_layer(layer) ? Ffn::kMoe : Ffn::kDense};
+  if (!hybrid()) {
+    const bool linear_layer = layer >= 0 && layer < static_cast<int64_t>(mixer_pattern.size()) && mixer_pattern[static_cast<size_t>(layer)] == 'L';
+    return {linear_layer ? Mixer::kLinear : Mixer::kAttention, is_moe_layer(layer) ? Ffn::kMoe : Ffn::kDense};
+  }
   const char ch = layer >= 0 && layer < static_cast<int64_t>(layer_pattern.size()) ? layer_pattern[static_cast<size_t>(layer)] : '*';
   switch (ch) {
     case 'M': return {Mixer::kMamba, Ffn::kNone};
@@ -66,6 +69,12 @@ LayerKind ModelSpec::layer_kind(int64_t layer) const {
 int64_t ModelSpec::num_attention_layers() const {
   int64_t n = 0;
   for (int64_t l = 0; l < num_layers; ++l) n += layer_kind(l).mixer == Mixer::kAttention ? 1 : 0;
+  return n;
+}
+
+int64_t ModelSpec::num_linear_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += layer_kind(l).mixer == Mixer::kLinear ? 1 : 0;
   return n;
 }
 
@@ -110,6 +119,7 @@ double ModelSpec::attention_params() const {
   const double q = static_cast<double>(q_dim());
   const double kv = static_cast<double>(kv_dim());
   p += h * q + 2.0 * h * kv + q * h;
+  if (attn_output_gate) p += h * q;  // the gate half of q_proj
   if (linear_bias) p += q + 2.0 * kv + h;
   else if (qkv_bias) p += q + 2.0 * kv;
   if (qk_norm) p += 2.0 * static_cast<double>(head_dim);
@@ -163,10 +173,20 @@ double ModelSpec::mamba_params() const {
   return p;
 }
 
+double ModelSpec::linear_attention_params() const {
+  const double h = static_cast<double>(hidden);
+  const auto& la = linear;
+  double p = norm_params() + h * static_cast<double>(la.in_proj_width()) + static_cast<double>(la.value_width()) * h;  // in_proj, out_proj
+  p += static_cast<double>(la.conv_channels() * la.conv_kernel);                     // depthwise conv1d (no bias)
+  p += 2.0 * static_cast<double>(la.v_heads) + static_cast<double>(la.v_dim);       // dt_bias, A_log; the gated norm's weight
+  return p;
+}
+
 double ModelSpec::mixer_params(LayerKind k) const {
   switch (k.mixer) {
     case Mixer::kAttention: return attention_params();
     case Mixer::kMamba: return mamba_params();
+    case Mixer::kLinear: return linear_attention_params();
     case Mixer::kNone: return 0;
   }
   return 0;
@@ -350,7 +370,7 @@ std::optional<bool> bool_alias(ObjectReader& r, std::initializer_list<std::strin
 std::string unsupported_mixer(const Json& j, const std::string& model_type) {
   static const std::vector<std::string> types = {
       "mamba", "mamba2", "falcon_mamba", "jamba", "zamba", "zamba2", "bamba", "falcon_h1",
-      "granitemoehybrid", "qwen3_next", "rwkv", "rwkv5", "rwkv6", "recurrent_gemma", "lfm2", "plamo2",
+      "granitemoehybrid", "rwkv", "rwkv5", "rwkv6", "recurrent_gemma", "lfm2", "plamo2",
       "minimax", "minimax_m1", "xlstm"};
   if (std::find(types.begin(), types.end(), model_type) != types.end()) {
     return "model_type \"" + model_type + "\" has state-space or linear-attention layers";
@@ -358,6 +378,8 @@ std::string unsupported_mixer(const Json& j, const std::string& model_type) {
   // Nemotron-H stacks Mamba-2, attention, MLP and MoE blocks by its pattern, which stepcast
   // models (ModelSpec::layer_pattern); its LatentMoE variant (Nemotron 3 Super and Ultra)
   // projects tokens to a smaller width before the experts, which it does not.
+  // Qwen3-Next alternates Gated DeltaNet and softmax attention layers (ModelSpec::mixer_pattern).
+  if (model_type == "qwen3_next") return "";
   if (model_type == "nemotron_h" || j.contains("hybrid_override_pattern")) {
     if (j.contains("moe_latent_size") && !j["moe_latent_size"].is_null()) {
       return "its \"moe_latent_size\" key describes LatentMoE experts (a down-projection before routing), which stepcast does not cost";
@@ -470,6 +492,52 @@ void read_hybrid(ObjectReader& r, const Json& j, const std::string& path, ModelS
     issues.add(path + ".n_routed_experts", "required integer is missing: the pattern has MoE (E) layers");
   }
   (void)j;
+}
+
+// Qwen3-Next's Gated DeltaNet layers: which layers use them (layer_types, or every
+// full_attention_interval-th layer is softmax attention) and their shapes. Its softmax
+// attention layers gate their output and normalise Q and K.
+void read_linear_attention(ObjectReader& r, const std::string& path, ModelSpec& m, const std::optional<int64_t>& layers) {
+  Issues& issues = r.issues();
+  auto& la = m.linear;
+  auto need = [&](const char* key, int64_t lo) {
+    const auto v = r.get_int(key, lo, 1 << 20);
+    if (!v && (!r.has(key) || r.get_raw(key)->is_null())) issues.add(path + "." + key, "required integer is missing (Gated DeltaNet layers)");
+    return v.value_or(0);
+  };
+  la.k_heads = need("linear_num_key_heads", 1);
+  la.v_heads = need("linear_num_value_heads", 1);
+  la.k_dim = need("linear_key_head_dim", 1);
+  la.v_dim = need("linear_value_head_dim", 1);
+  la.conv_kernel = r.get_int("linear_conv_kernel_dim", 1, 1 << 10).value_or(4);
+  if (la.k_heads > 0 && la.v_heads % la.k_heads != 0) {
+    issues.add(path + ".linear_num_value_heads", "got " + std::to_string(la.v_heads) + "; must be a multiple of linear_num_key_heads (" +
+                                                     std::to_string(la.k_heads) + "), which the value heads share");
+  }
+  const int64_t n = layers.value_or(0);
+  std::string pattern;
+  if (const Json* lt = r.get_raw("layer_types"); lt != nullptr && !lt->is_null()) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != n) {
+      issues.add(path + ".layer_types", "expected a list of \"linear_attention\" or \"full_attention\", one per layer (" + std::to_string(n) + ")");
+      return;
+    }
+    for (size_t i = 0; i < lt->size(); ++i) {
+      const Json& t = (*lt)[i];
+      const std::string v = t.is_string() ? t.get<std::string>() : "";
+      if (v != "linear_attention" && v != "full_attention") {
+        issues.add(path + ".layer_types[" + std::to_string(i) + "]", "got " + core::show(t) + "; expected \"linear_attention\" or \"full_attention\"");
+        return;
+      }
+      pattern.push_back(v == "linear_attention" ? 'L' : 'A');
+    }
+    r.ignore({"full_attention_interval"});
+  } else {
+    // transformers' rule: layer i is softmax attention when (i + 1) is a multiple of the interval.
+    const int64_t every = r.get_int("full_attention_interval", 1, 1 << 20).value_or(4);
+    for (int64_t i = 0; i < n; ++i) pattern.push_back((i + 1) % every == 0 ? 'A' : 'L');
+  }
+  if (pattern.find('L') != std::string::npos) m.mixer_pattern = pattern;
+  m.attn_output_gate = true;
 }
 
 ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& issues) {
@@ -786,7 +854,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   const bool attention_bias = r.get_bool("attention_bias", false);
   m.qkv_bias = r.get_bool("qkv_bias", attention_bias || model_type == "qwen2" ||
                                           model_type == "qwen2_moe");
-  m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"}).value_or(model_type == "qwen3" || model_type == "qwen3_moe");
+  m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"}).value_or(model_type == "qwen3" || model_type == "qwen3_moe" ||
+                                                                                 model_type == "qwen3_next");
   m.embedding_norm = r.get_bool("embedding_norm", bloom);
 
   // A list of layer indices (from 0) in [0, layers): entries checked one by one, sorted, no
@@ -1008,6 +1077,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
 
   if (nemotron_h) read_hybrid(r, j, path, m, layers);
+  if (model_type == "qwen3_next") read_linear_attention(r, path, m, layers);
 
   // DeepSeek multi-head latent attention.
   m.mla.q_lora_rank = r.get_int("q_lora_rank", 0, kBig).value_or(0);
@@ -1061,6 +1131,9 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
       issues.add(path + "." + key, detail + "; with " + std::to_string(m.num_layers) + " layers, " + m.key_names.first_k + " " +
                                        std::to_string(m.moe.first_k_dense) + " and the dense layers listed it leaves no MoE layer");
     }
+  }
+  if (m.linear.enabled() && (m.linear.k_dim <= 0 || m.linear.v_dim <= 0 || m.linear.k_heads <= 0)) {
+    issues.add(path + ".linear_num_key_heads", "Gated DeltaNet layers need positive key heads and head widths");
   }
   if (m.mamba.enabled()) {
     if (m.mamba.head_dim <= 0 || m.mamba.state <= 0 || m.mamba.groups <= 0 || m.mamba.heads % m.mamba.groups != 0) {

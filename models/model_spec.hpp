@@ -27,14 +27,14 @@ enum class PositionKind { kRotary, kLearned, kAlibi, kNone };  // kNone: no posi
 // or MoE); a hybrid model (Nemotron-H's hybrid_override_pattern) stacks single blocks instead:
 // a Mamba-2 mixer, an attention block, a dense MLP or a MoE block, each with its pre-norm and
 // residual.
-enum class Mixer { kAttention, kMamba, kNone };
+enum class Mixer { kAttention, kMamba, kLinear, kNone };  // kLinear: Gated DeltaNet linear attention
 enum class Ffn { kDense, kMoe, kNone };
 struct LayerKind {
   Mixer mixer = Mixer::kAttention;
   Ffn ffn = Ffn::kDense;
   [[nodiscard]] bool moe() const { return ffn == Ffn::kMoe; }
   bool operator==(const LayerKind&) const = default;
-  // "attention+mlp", "attention+moe", "mamba", "attention", "mlp", "moe".
+  // "attention+mlp", "attention+moe", "linear+moe", "mamba", "attention", "mlp", "moe".
   [[nodiscard]] std::string label() const;
 };
 
@@ -42,6 +42,25 @@ struct LayerKind {
 // [z, x, B, C, dt] (2*d_inner + 2*groups*state + heads), a depthwise causal conv1d of width
 // conv_kernel over x, B and C, the chunked SSD scan (chunk tokens per chunk), a gated RMSNorm
 // over d_inner and out_proj back to hidden. d_inner = heads * head_dim.
+// Gated DeltaNet linear attention (Yang et al. 2024) as Qwen3-Next builds it: in_proj to q, k
+// (k_heads x k_dim each), v and the output gate z (v_heads x v_dim each) and the per-head
+// decay and write strength (a, b); a depthwise causal conv1d of width conv_kernel over q, k and
+// v; the chunked gated delta rule with a k_dim x v_dim state per value head (q and k shared by
+// v_heads / k_heads heads); a gated RMSNorm; out_proj back to hidden.
+struct LinearAttnSpec {
+  int64_t k_heads = 0;
+  int64_t v_heads = 0;
+  int64_t k_dim = 0;
+  int64_t v_dim = 0;
+  int64_t conv_kernel = 4;
+  int64_t chunk = 64;  // the chunked kernels' block of tokens
+  [[nodiscard]] bool enabled() const { return v_heads > 0; }
+  [[nodiscard]] int64_t key_width() const { return k_heads * k_dim; }
+  [[nodiscard]] int64_t value_width() const { return v_heads * v_dim; }
+  [[nodiscard]] int64_t conv_channels() const { return 2 * key_width() + value_width(); }
+  [[nodiscard]] int64_t in_proj_width() const { return 2 * key_width() + 2 * value_width() + 2 * v_heads; }
+};
+
 struct MambaSpec {
   int64_t heads = 0;
   int64_t head_dim = 0;
@@ -113,6 +132,12 @@ struct ModelSpec {
   MoeSpec moe;
   MlaSpec mla;
   MambaSpec mamba;
+  LinearAttnSpec linear;
+  // Models whose token mixer alternates (Qwen3-Next): one character per layer, L (Gated
+  // DeltaNet) or A (softmax attention), each layer with its MLP. Empty: attention everywhere
+  // (or layer_pattern decides).
+  std::string mixer_pattern;
+  bool attn_output_gate = false;  // a sigmoid gate on the attention output (q_proj twice as wide)
   // Hybrid models: one character per layer, M (Mamba-2 mixer), * (attention), - (dense MLP),
   // E (MoE block). Empty: every layer is attention + MLP.
   std::string layer_pattern;
@@ -132,6 +157,9 @@ struct ModelSpec {
   [[nodiscard]] bool is_moe_layer(int64_t layer) const;  // layer index from 0
   [[nodiscard]] int64_t num_moe_layers() const;
   [[nodiscard]] bool hybrid() const { return !layer_pattern.empty(); }
+  // Layers differ in more than dense / MoE (a block pattern or alternating token mixers).
+  [[nodiscard]] bool mixed() const { return hybrid() || !mixer_pattern.empty(); }
+  [[nodiscard]] int64_t num_linear_layers() const;
   [[nodiscard]] LayerKind layer_kind(int64_t layer) const;
   [[nodiscard]] int64_t num_attention_layers() const;
   [[nodiscard]] int64_t num_mamba_layers() const;
@@ -151,6 +179,7 @@ struct ModelSpec {
   [[nodiscard]] double moe_mlp_params() const;        // one MoE layer's MLP block (all experts)
   [[nodiscard]] double moe_mlp_active_params() const; // the part one token touches
   [[nodiscard]] double mamba_params() const;         // one Mamba-2 mixer, including its norm
+  [[nodiscard]] double linear_attention_params() const;  // one Gated DeltaNet mixer, including its norm
   // A layer kind's token mixer and MLP parts (each with its norm); `active`: the part one token
   // touches (top-k routed experts).
   [[nodiscard]] double mixer_params(LayerKind k) const;

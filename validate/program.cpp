@@ -44,7 +44,7 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
     if (rc.training.precision != hw::Dtype::kFp32) refuse("training.precision \"" + std::string(hw::to_string(rc.training.precision)) + "\" (CPU kernels compute in fp32; set \"fp32\")");
     if (rc.training.attention != config::AttentionImpl::kUnfused) refuse("fused attention (the CPU executor runs attention unfused, as batched GEMMs; set training.attention to \"unfused\")");
   }
-  if (m.hybrid()) refuse("a hybrid model's Mamba-2 or attention-only layers (the executors run transformer layers: attention and an MLP)");
+  if (m.mixed()) refuse("a hybrid model's Mamba-2, linear-attention or attention-only layers (the executors run transformer layers: softmax attention and an MLP)");
   if (m.moe.enabled() && backend == "cuda") refuse("a mixture-of-experts model (expert layers run on the CPU backend only)");
   if (m.moe.enabled() && p.etp > 1) refuse("parallel.etp " + std::to_string(p.etp) + " (experts are not split by tensor parallelism)");
 

@@ -531,6 +531,18 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   if (m.ffn_hidden % p.tp != 0 && dense_mlps) {
     issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide intermediate_size (" + n(m.ffn_hidden) + ")");
   }
+  if (m.linear.enabled() && !m.mixer_pattern.empty()) {
+    // Gated DeltaNet: key and value heads split over TP.
+    if (m.linear.k_heads % p.tp != 0) {
+      issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide the Gated DeltaNet key heads (" + n(m.linear.k_heads) + ")");
+    }
+    if (p.cp > 1) {
+      issues.add("$.parallel.cp", "got " + n(p.cp) + "; context parallelism over Gated DeltaNet layers is not modelled (their recurrence carries state along the whole sequence); use cp 1");
+    }
+    if (p.recompute == Recompute::kSelectiveOp) {
+      issues.add("$.parallel.recompute", "got \"selective-op\"; op-level selective checkpointing is not modelled for Gated DeltaNet layers; use none, selective or full");
+    }
+  }
   if (m.mamba.enabled()) {
     // Megatron-Core's MambaMixer splits the heads and the B/C groups over TP.
     if (m.mamba.heads % p.tp != 0 || m.mamba.groups % p.tp != 0) {

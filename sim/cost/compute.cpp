@@ -130,12 +130,36 @@ Bytes SsdShape::bytes(bool backward) const {
   return Bytes(tokens * (values + passes * states + cb + dt));
 }
 
-Duration ssd_scan_time(const SsdShape& s, bool backward, const hw::HardwareProfile& hw) {
+namespace {
+// A fused scan's time: the larger of its 16-bit tensor-core roofline and its HBM time, plus a
+// launch per kernel.
+Duration scan_roofline(core::Flops flops, Bytes bytes, double kernels, const hw::HardwareProfile& hw) {
   const hw::Dtype d = sixteen_bit(hw);
   const double rate = hw.peak_for(d).value() * hw.gemm_max_for(d) * hw.efficiency.sustained_clock;
-  const Duration compute = s.flops(backward) / core::FlopRate(rate);
-  const Duration memory = memory_time(s.bytes(backward), hw);
-  return std::max(compute, memory) + hw.efficiency.kernel_overhead * (backward ? 11.0 : 5.0);
+  return std::max(flops / core::FlopRate(rate), memory_time(bytes, hw)) + hw.efficiency.kernel_overhead * kernels;
+}
+}  // namespace
+
+Duration ssd_scan_time(const SsdShape& s, bool backward, const hw::HardwareProfile& hw) {
+  return scan_roofline(s.flops(backward), s.bytes(backward), backward ? 11.0 : 5.0, hw);
+}
+
+core::Flops GdnShape::flops(bool backward) const {
+  const double fwd = tokens * v_heads * (6.0 * chunk * k_dim + 4.0 * chunk * v_dim + 6.0 * k_dim * v_dim);
+  return core::Flops(backward ? 2.5 * fwd : fwd);
+}
+
+Bytes GdnShape::bytes(bool backward) const {
+  const double qkv = elem_bytes * (2.0 * k_heads * k_dim + v_heads * v_dim);  // q, k, v read
+  const double out = elem_bytes * v_heads * v_dim;                            // o written (backward: do read, dq dk dv written)
+  const double gates = 8.0 * v_heads;                                         // fp32 decay and write strength
+  const double states = 4.0 * v_heads * k_dim * v_dim / chunk;                // one pass over the chunk states, per token
+  const double per = backward ? 2.0 * qkv + 2.0 * out + 2.0 * gates + 5.0 * states : qkv + out + gates + 2.0 * states;
+  return Bytes(tokens * per);
+}
+
+Duration gdn_scan_time(const GdnShape& s, bool backward, const hw::HardwareProfile& hw) {
+  return scan_roofline(s.flops(backward), s.bytes(backward), backward ? 12.0 : 6.0, hw);
 }
 
 }  // namespace stepcast::cost

@@ -87,4 +87,27 @@ struct SsdShape {
 };
 core::Duration ssd_scan_time(const SsdShape& s, bool backward, const hw::HardwareProfile& hw);
 
+// The chunked gated delta rule (Gated DeltaNet; the fla kernels Qwen3-Next trains with) on one
+// rank: per chunk of C tokens and value head, the WY form of the delta rule (K K^T, its
+// triangular inverse, W = A (beta K) and U = A (beta V)), the chunk-to-chunk state update
+// (S <- decay S + K^T (U - W S)) on a k_dim x v_dim fp32 state, and the output Q S plus the
+// masked intra-chunk (Q K^T) (U - W S). Forward FLOPs per token and value head:
+// 6 C k_dim + 4 C v_dim + 6 k_dim v_dim; backward 2.5x (the transposed products and the
+// recomputed states, as flash attention's). Bytes per token: q, k, v read and the output
+// written (e each), the fp32 decays and write strengths, and the fp32 states twice per chunk
+// forward (written, read) and five times backward. Time as ssd_scan_time: the larger of the
+// tensor-core roofline and HBM time, plus a launch per kernel (6 forward, 12 backward).
+struct GdnShape {
+  double tokens = 0;     // on this rank
+  double v_heads = 0;    // value heads on this rank (queries and keys shared between them)
+  double k_heads = 0;    // key heads on this rank
+  double k_dim = 128;
+  double v_dim = 128;
+  double chunk = 64;
+  double elem_bytes = 2;
+  [[nodiscard]] core::Flops flops(bool backward) const;
+  [[nodiscard]] core::Bytes bytes(bool backward) const;
+};
+core::Duration gdn_scan_time(const GdnShape& s, bool backward, const hw::HardwareProfile& hw);
+
 }  // namespace stepcast::cost

@@ -35,12 +35,16 @@ double model_flops_per_step(const config::RunConfig& rc) {
   // forward (Megatron-LM's hybrid-model FLOPs), x3 for forward + backward.
   const double ssm = 3.0 * 7.0 * static_cast<double>(m.mamba.d_inner()) * static_cast<double>(m.mamba.state) *
                      static_cast<double>(m.num_mamba_layers());
+  // Gated DeltaNet layers: the recurrent form's state update and read-out, 6 k_dim v_dim per
+  // token and value head forward, x3.
+  const double linear = 3.0 * 6.0 * static_cast<double>(m.linear.v_heads * m.linear.k_dim * m.linear.v_dim) *
+                        static_cast<double>(m.num_linear_layers());
   // Multi-token prediction: per module one more layer (attention term included), the 2h -> h
   // projection and another pass through the output head (Megatron counts them the same way).
   const double mtp = static_cast<double>(rc.training.mtp_layers);
   const double mtp_flops = mtp * (6.0 * (m.mtp_layer_active_params() + static_cast<double>(m.vocab * m.hidden)) +
                                   attn / static_cast<double>(std::max<int64_t>(1, m.num_attention_layers())));
-  return tokens * (6.0 * m.flop_params() + attn + ssm + mtp_flops);
+  return tokens * (6.0 * m.flop_params() + attn + ssm + linear + mtp_flops);
 }
 
 namespace {
@@ -600,7 +604,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // Buckets hold whole tensors: one larger than bucket_mb makes its own bucket, so the
       // effective size is at least the largest tensor (of a dense layer, or an expert slice).
       double largest_dense = 0;
-      const auto kinds = rc.model.hybrid() ? rc.model.layer_kinds() : std::vector<model::LayerKind>{model::LayerKind{}};
+      const auto kinds = rc.model.mixed() ? rc.model.layer_kinds() : std::vector<model::LayerKind>{model::LayerKind{}};
       for (const auto& kind : kinds) {
         for (const double x : layer_tensors(rc, kind).dense) largest_dense = std::max(largest_dense, x);
       }

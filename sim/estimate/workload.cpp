@@ -267,6 +267,59 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
   B.insert(B.end(), b2.begin(), b2.end());
 }
 
+// A Gated DeltaNet mixer on one rank (Qwen3-Next's; key and value heads split over TP as
+// Megatron-Core splits them): in_proj to q, k, v, z, b and a; the depthwise causal conv1d and
+// SiLU over q, k and v with the L2 norm of q and k; the chunked gated delta rule
+// (cost::gdn_scan_time); the gated RMSNorm o x silu(z); out_proj. Kept for backward: the in_proj
+// output, the conv output (the rule's q, k, v), the fp32 decays and write strengths, the rule's
+// output and out_proj's input.
+void linear_attention_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in_tokens) {
+  const auto& la = c.rc.model.linear;
+  const double h = static_cast<double>(c.rc.model.hidden);
+  const double e = c.e, T = c.T, t = c.t;
+  const double key = static_cast<double>(la.key_width()) / t, value = static_cast<double>(la.value_width()) / t;
+  const double v_heads = static_cast<double>(la.v_heads) / t, k_heads = static_cast<double>(la.k_heads) / t;
+  const double conv = 2.0 * key + value, in_w = 2.0 * key + 2.0 * value + 2.0 * v_heads;
+  const size_t in_f = F.size(), in_b = B.size();
+  linear(c, F, B, "in_proj", T, in_w, h, 1.0, e * h * in_tokens);
+  {
+    std::vector<Op> f2, b2;
+    tp_entry(c, f2, b2, "linear_in", Duration(sum_time(F, in_f)), Duration(sum_time(B, in_b)));
+    F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
+    B.insert(B.end(), b2.begin(), b2.end());
+  }
+  // The conv and SiLU (read and write q, k, v), then the L2 norm of q and k (read and write
+  // them again); backward twice that and the gradients' reads.
+  F.push_back(mem_op(c, "conv1d", 2.0 * e * conv * T + 4.0 * e * key * T));
+  F.back().saved_bytes = e * in_w * T + e * conv * T + 8.0 * v_heads * T;
+  B.push_back(mem_op(c, "conv1d.bwd", 5.0 * e * conv * T + 8.0 * e * key * T));
+  const cost::GdnShape shape{T, v_heads, k_heads, static_cast<double>(la.k_dim), static_cast<double>(la.v_dim),
+                             static_cast<double>(la.chunk), e};
+  Op scan;
+  scan.name = "delta_rule";
+  scan.kind = OpKind::kElementwise;
+  scan.time = cost::gdn_scan_time(shape, false, c.hw);
+  scan.flops = shape.flops(false);
+  scan.bytes = shape.bytes(false);
+  scan.saved_bytes = e * value * T;  // the rule's output, the gated norm's input
+  Op scan_b = scan;
+  scan_b.name = "delta_rule.bwd";
+  scan_b.time = cost::gdn_scan_time(shape, true, c.hw);
+  scan_b.flops = shape.flops(true);
+  scan_b.bytes = shape.bytes(true);
+  scan_b.saved_bytes = 0;
+  F.push_back(scan);
+  B.push_back(scan_b);
+  F.push_back(mem_op(c, "gated_norm", 3.0 * e * value * T));
+  B.push_back(mem_op(c, "gated_norm.bwd", 8.0 * e * value * T));
+  const size_t o_f = F.size(), o_b = B.size();
+  linear(c, F, B, "out_proj", T, h, value, 1.0, e * value * T);
+  std::vector<Op> f2, b2;
+  tp_exit(c, f2, b2, "linear_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
+  F.insert(F.end(), f2.begin(), f2.end());
+  B.insert(B.end(), b2.begin(), b2.end());
+}
+
 }  // namespace
 
 WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
@@ -295,9 +348,13 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
   std::vector<model::LayerKind> kinds = rc.model.layer_kinds();
   if (!rc.model.hybrid()) {
     // Transformer layers: the dense kind always (MoE models' leading dense layers, and callers
-    // that ask for it), the MoE kind with experts.
+    // that ask for it), the MoE kind with experts, and any other mixer the layers use.
+    std::vector<model::LayerKind> used = kinds;
     kinds = {model::LayerKind{model::Mixer::kAttention, model::Ffn::kDense}};
     if (rc.model.moe.enabled()) kinds.push_back({model::Mixer::kAttention, model::Ffn::kMoe});
+    for (const auto& k : used) {
+      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+    }
   }
   for (const auto& k : kinds) {
     KindCost kc{k, build_layer(k, p.recompute), {}};
@@ -427,6 +484,9 @@ LayerTensors layer_tensors(const config::RunConfig& rc, model::LayerKind kind) {
     // out_proj, and in_proj with the conv, the norms and the per-head vectors.
     const double out_proj = static_cast<double>(m.mamba.d_inner()) * h / t;
     out.dense = {m.mamba_params() / t - out_proj, out_proj};
+  } else if (kind.mixer == model::Mixer::kLinear) {
+    const double out_proj = static_cast<double>(m.linear.value_width()) * h / t;
+    out.dense = {m.linear_attention_params() / t - out_proj, out_proj};
   }
   if (kind.ffn == model::Ffn::kNone) return out;
   if (!kind.moe()) {
@@ -475,6 +535,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     B.push_back(mem_op(c, "norm1.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
   }
   if (kind.mixer == model::Mixer::kMamba) mamba_mixer(c, F, B, in_tokens);
+  if (kind.mixer == model::Mixer::kLinear) linear_attention_mixer(c, F, B, in_tokens);
   if (kind.mixer == model::Mixer::kAttention) {
   Duration qkv_fwd, qkv_bwd;
   const size_t qkv_start_f = F.size(), qkv_start_b = B.size();
@@ -493,7 +554,8 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     linear(c, F, B, "kv_up", T, heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim), kvr, 1.0,
            e * kvr * c.T_rep);
   } else {
-    linear(c, F, B, "qkv", T, q_width + 2.0 * kv_width, h, 1.0, e * h * in_tokens);
+    // An output-gated attention (Qwen3-Next) projects the gate beside the queries.
+    linear(c, F, B, "qkv", T, q_width * (m.attn_output_gate ? 2.0 : 1.0) + 2.0 * kv_width, h, 1.0, e * h * in_tokens);
   }
   qkv_fwd = Duration(sum_time(F, qkv_start_f));
   qkv_bwd = Duration(sum_time(B, qkv_start_b));
@@ -639,6 +701,13 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   }
   F.push_back(af);
   B.push_back(ab);
+  if (m.attn_output_gate) {
+    // out x sigmoid(gate): read both, write the product; backward reads them and the incoming
+    // gradient and writes both gradients. Keeps the gate and the kernel's output.
+    F.push_back(mem_op(c, "attn_gate", e * T * (q_width + 2.0 * v_width)));
+    F.back().saved_bytes = e * T * (q_width + v_width);
+    B.push_back(mem_op(c, "attn_gate.bwd", e * T * (2.0 * q_width + 3.0 * v_width)));
+  }
 
   const size_t o_f = F.size(), o_b = B.size();
   linear(c, F, B, "o_proj", T, h, v_width, 1.0, e * T * v_width);

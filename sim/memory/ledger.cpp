@@ -61,6 +61,10 @@ double selective_op_bytes_per_token(const config::RunConfig& rc, model::LayerKin
     widths.push_back(static_cast<double>(mb.in_proj_width()) / t);
     widths.push_back(h);
     attn_out = static_cast<double>(mb.d_inner()) / t;
+  } else if (kind.mixer == model::Mixer::kLinear) {
+    widths.push_back(static_cast<double>(m.linear.in_proj_width()) / t);
+    widths.push_back(h);
+    attn_out = static_cast<double>(m.linear.value_width()) / t;
   } else if (kind.mixer == model::Mixer::kNone) {
   } else if (m.mla.enabled()) {
     const double qk = static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
@@ -180,6 +184,16 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   // projection keeps its quantized copy beside it.
   const double qkv = recomputes(config::kRecomputeMlaUpProj) && mla ? 0.0 : e * (q_w + kv_w + kv_w);
   double split = attention ? qkv + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0) : 0.0;
+  // An output-gated attention keeps the gate and the kernel's output beside the gated product.
+  if (attention && m.attn_output_gate) split += e * (q_w + out_w);
+  if (kind.mixer == model::Mixer::kLinear) {
+    // Gated DeltaNet (estimate::WorkloadBuilder's mixer): the in_proj output, the conv output,
+    // the fp32 decays and write strengths, the rule's output and out_proj's input.
+    const auto& la = m.linear;
+    const double key = static_cast<double>(la.key_width()) / t, value = static_cast<double>(la.value_width()) / t,
+                 v_heads = static_cast<double>(la.v_heads) / t;
+    split += e * (2.0 * key + 2.0 * value + 2.0 * v_heads) + e * (2.0 * key + value) + 8.0 * v_heads + e * value + li * value;
+  }
   if (kind.mixer == model::Mixer::kMamba) {
     // Mamba-2 (estimate::WorkloadBuilder's mixer): the in_proj output (z, x, B, C, dt) and the
     // scan output that the fused path keeps, the fp32 time steps and their cumulative sums, and
@@ -280,6 +294,9 @@ Bytes layer_weight_grad_bytes(const config::RunConfig& rc, model::LayerKind kind
   } else if (kind.mixer == model::Mixer::kMamba) {
     const double d = static_cast<double>(m.mamba.d_inner()) / k.t;
     per += k.linear(k.col_in, static_cast<double>(m.mamba.in_proj_width()) / k.t) + k.linear(d, k.h);
+  } else if (kind.mixer == model::Mixer::kLinear) {
+    const double v = static_cast<double>(m.linear.value_width()) / k.t;
+    per += k.linear(k.col_in, static_cast<double>(m.linear.in_proj_width()) / k.t) + k.linear(v, k.h);
   }
   auto mlp = [&](double ffn_local) { return k.linear(k.col_in, gate * ffn_local) + k.linear(ffn_local, k.h); };
   if (kind.ffn == model::Ffn::kDense) {
@@ -361,13 +378,14 @@ double largest_parameter_tensor(const config::RunConfig& rc, bool holds_vocab) {
   const double h = static_cast<double>(m.hidden);
   // Fused QKV and first MLP projection (gate and up fused for gated MLPs), as Megatron lays
   // them out; the vocabulary matrix on the stages that hold it.
-  double largest = h * static_cast<double>(m.q_dim() + 2 * m.kv_dim()) / t;
+  double largest = h * static_cast<double>(m.q_dim() * (m.attn_output_gate ? 2 : 1) + 2 * m.kv_dim()) / t;
   const double fc1 = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   largest = std::max(largest, fc1 * h * static_cast<double>(m.ffn_hidden) / t);
   if (m.moe.enabled()) {
     largest = std::max(largest, fc1 * h * static_cast<double>(m.moe.expert_ffn) / static_cast<double>(p.etp));
   }
   if (m.mamba.enabled()) largest = std::max(largest, h * static_cast<double>(m.mamba.in_proj_width()) / t);  // Mamba-2 in_proj
+  if (m.linear.enabled()) largest = std::max(largest, h * static_cast<double>(m.linear.in_proj_width()) / t);  // Gated DeltaNet in_proj
   if (holds_vocab) largest = std::max(largest, static_cast<double>(rc.padded_vocab) * h / t);
   return largest;
 }

@@ -201,7 +201,7 @@ struct LayerKind {
 
 std::vector<LayerKind> layer_kinds(const config::RunConfig& rc, const estimate::WorkloadBuilder& wb) {
   std::vector<LayerKind> kinds;
-  if (rc.model.hybrid()) {
+  if (rc.model.mixed()) {
     // A hybrid model's blocks: "mamba layer", "attention layer", "mlp layer", "moe layer".
     for (const auto& k : rc.model.layer_kinds()) kinds.push_back({k.label() + " layer", &wb.kind_cost(k)});
   } else {

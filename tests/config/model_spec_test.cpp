@@ -31,7 +31,7 @@ const std::vector<std::string> kZooNames = {
     "gpt2-124m",     "gpt2-large",    "gpt3-175b",       "llama2-7b",       "llama2-13b",
     "llama2-70b",    "llama3.1-8b",   "llama3.1-70b",    "llama3.1-405b",   "mixtral-8x7b",
     "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",   "nemotron4-15b",   "nemotron4-340b",
-    "gpt-oss-120b",  "nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b"};
+    "gpt-oss-120b",  "nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b"};
 
 // Every built-in model has a pinned expectation (a new zoo entry must come with its count).
 TEST(ModelZoo, EveryZooEntryHasAnExpectedCount) {
@@ -363,8 +363,27 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_EQ(parse_model(qwen, "$.model", qi, "").local_keys_per_query(4096), 0.0);
   for (const auto& l : qi.lines()) ADD_FAILURE() << l;
 
+  // Qwen3-Next: three layers in four are Gated DeltaNet, every fourth softmax attention with an
+  // output gate and Q/K norms; 512 experts in every layer. Published: 80B total, 79B without the
+  // embeddings, 3B active (model card).
+  core::Issues qn;
+  const ModelSpec next = load("qwen3next-80b-a3b-config.json", qn);
+  for (const auto& l : qn.lines()) ADD_FAILURE() << l;
+  EXPECT_EQ(next.num_linear_layers(), 36);
+  EXPECT_EQ(next.num_attention_layers(), 12);
+  EXPECT_EQ(next.layer_kind(3).mixer, model::Mixer::kAttention);
+  EXPECT_EQ(next.layer_kind(4).mixer, model::Mixer::kLinear);
+  EXPECT_TRUE(next.attn_output_gate);
+  EXPECT_TRUE(next.qk_norm);
+  EXPECT_EQ(next.linear.in_proj_width(), 2 * 2048 + 2 * 4096 + 2 * 32);
+  EXPECT_NEAR(next.total_params() / 80e9, 1.0, 0.01);
+  EXPECT_NEAR((next.total_params() - next.embedding_params() - 151936.0 * 2048.0) / 79e9, 1.0, 0.01);
+  EXPECT_NEAR((next.active_params() - next.embedding_params() - 151936.0 * 2048.0) / 3e9, 1.0, 0.1);
+  // Linear-attention families stepcast does not cost stay refused with the reason.
   core::Issues refused;
-  load("qwen3next-80b-a3b-config.json", refused);
+  const Json minimax = {{"model_type", "minimax_m1"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
+                        {"intermediate_size", 512}, {"vocab_size", 1000}};
+  parse_model(minimax, "$.model", refused, "");
   ASSERT_FALSE(refused.empty());
   EXPECT_NE(refused.lines().front().find("linear-attention"), std::string::npos) << refused.lines().front();
 }

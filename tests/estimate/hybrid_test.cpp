@@ -306,5 +306,48 @@ TEST(Hybrid, MoeBlocksFollowThePattern) {
   EXPECT_GT(sim.step.step_time_s, 0.0);
 }
 
+// Qwen3-Next: Gated DeltaNet layers beside output-gated attention, every layer with MoE. The
+// ledger counts what the operators keep, layer kind by layer kind; TP splits the key heads;
+// context parallelism over the recurrence is refused; the rule's cost is its roofline.
+TEST(Hybrid, GatedDeltaNetLayers) {
+  for (const Json& parallel : {Json{{"tp", 1}, {"ep", 8}}, Json{{"tp", 2}, {"sp", true}, {"ep", 4}}}) {
+    const RunConfig rc = parse(run_of("qwen3-next-80b-a3b", 32, parallel, 4096, 64));
+    const WorkloadBuilder wb(rc);
+    ASSERT_EQ(rc.model.layer_kinds().size(), 2u);
+    for (const auto& kind : rc.model.layer_kinds()) {
+      double saved = 0;
+      for (const auto& o : wb.kind_cost(kind).fwd) saved += o.saved_bytes;
+      EXPECT_NEAR(saved, memory::layer_activation_bytes(rc, kind).value(), 1e-9 * saved) << kind.label() << " " << parallel.dump();
+    }
+    const LayerCost& lin = wb.kind_cost({Mixer::kLinear, Ffn::kMoe});
+    for (const char* op : {"in_proj", "conv1d", "delta_rule", "gated_norm", "out_proj", "ep.dispatch"}) EXPECT_NE(find(lin.fwd, op), nullptr) << op;
+    EXPECT_EQ(find(lin.fwd, "attention"), nullptr);
+    const LayerCost& att = wb.kind_cost({Mixer::kAttention, Ffn::kMoe});
+    const double t = static_cast<double>(rc.parallel.tp);
+    // Queries and their gate (16 heads of 256 each), K and V (2 heads of 256, replicated past tp 2).
+    EXPECT_DOUBLE_EQ(find(att.fwd, "qkv")->gemm.n, 2.0 * 16 * 256 / t + 2.0 * std::max(2.0, t) / t * 256);
+    EXPECT_NE(find(att.fwd, "attn_gate"), nullptr);
+  }
+  EXPECT_NE(parse_error(run_of("qwen3-next-80b-a3b", 32, {{"tp", 1}, {"cp", 2}, {"ep", 8}}, 4096, 64)).find("Gated DeltaNet"), std::string::npos);
+  EXPECT_NE(parse_error(run_of("qwen3-next-80b-a3b", 32, {{"tp", 32}, {"ep", 1}}, 4096, 64)).find("$.parallel.tp"), std::string::npos);
+  // The rule at these shapes: memory-bound on H100 (fp32 states of 128 x 128 per value head).
+  const hw::HardwareProfile h100 = hw::builtin_hardware("h100-sxm");
+  const cost::GdnShape g{4096, 32, 16, 128, 128, 64, 2};
+  const double compute = g.flops(false).value() /
+                         (h100.peak_for(hw::Dtype::kBf16).value() * h100.gemm_max_for(hw::Dtype::kBf16) * h100.efficiency.sustained_clock);
+  const double memory = cost::memory_time(g.bytes(false), h100).value();
+  EXPECT_DOUBLE_EQ(cost::gdn_scan_time(g, false, h100).value(), std::max(compute, memory) + 6.0 * h100.efficiency.kernel_overhead.value());
+  EXPECT_DOUBLE_EQ(g.flops(true).value(), 2.5 * g.flops(false).value());
+  // MFU counts the recurrence's 6 k_dim v_dim per token and value head over the linear layers.
+  const RunConfig rc = parse(run_of("qwen3-next-80b-a3b", 32, {{"tp", 1}, {"ep", 8}}, 4096, 64));
+  const auto& m = rc.model;
+  const double tokens = 64.0 * 4096.0;
+  const double attn = 3.0 * 16.0 * 512.0 * 4096.0 * 12.0;
+  const double lin = 3.0 * 6.0 * 32.0 * 128.0 * 128.0 * 36.0;
+  EXPECT_DOUBLE_EQ(model_flops_per_step(rc), tokens * (6.0 * m.flop_params() + attn + lin));
+  const auto sim = engine::simulate_step(rc);
+  EXPECT_NEAR(estimate_step(rc).step_time_s / sim.step.step_time_s, 1.0, 0.05);
+}
+
 }  // namespace
 }  // namespace stepcast::estimate
