@@ -502,7 +502,8 @@ void read_linear_attention(ObjectReader& r, const std::string& path, ModelSpec& 
   auto& la = m.linear;
   auto need = [&](const char* key, int64_t lo) {
     const auto v = r.get_int(key, lo, 1 << 20);
-    if (!v && (!r.has(key) || r.get_raw(key)->is_null())) issues.add(path + "." + key, "required integer is missing (Gated DeltaNet layers)");
+    const Json* raw = r.get_raw(key);
+    if (!v && (raw == nullptr || raw->is_null())) issues.add(path + "." + key, "required integer is missing (Gated DeltaNet layers)");
     return v.value_or(0);
   };
   la.k_heads = need("linear_num_key_heads", 1);
@@ -545,6 +546,10 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // sections) would otherwise read as a dozen missing and unknown model keys.
   if (j.is_object() && j.contains("model") && j.contains("training") && j.contains("cluster")) {
     issues.add(path, "this is a run file (model, cluster, training sections), not a model config; give its model here instead");
+    return {};
+  }
+  if (j.is_object() && j.contains("model_type") && !j["model_type"].is_null() && !j["model_type"].is_string()) {
+    issues.add(path + ".model_type", "got " + core::show(j["model_type"]) + "; expected a string (the model family, as a hub config names it)");
     return {};
   }
   {
