@@ -67,6 +67,22 @@ TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
 
 // Keeping only the best layouts (PlanOptions::keep) returns exactly the head of the full
 // ranking: the search holds a few bytes per layout and evaluates the kept ones again in full.
+// A hybrid Mamba-2 model: the search leaves out context parallelism (not modelled over the
+// scan) rather than enumerating and rejecting it, and every ranked layout is valid and fits.
+TEST(Planner, HybridModelsAreSearchedWithoutContextParallelism) {
+  const Json run = {{"model", "nemotron-h-8b"},
+                    {"hardware", "h100-sxm"},
+                    {"cluster", {{"num_gpus", 16}}},
+                    {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
+  const PlanResult r = plan(run, "<plan-test>", "", small_options());
+  ASSERT_FALSE(r.ranked.empty());
+  for (const auto& [why, n] : r.rejected) EXPECT_EQ(why.find("parallel.cp"), std::string::npos) << why;
+  for (const auto& c : r.ranked) {
+    EXPECT_EQ(c.rc.parallel.cp, 1);
+    EXPECT_TRUE(memory::compute_ledger(c.rc).fits());
+  }
+}
+
 TEST(Planner, KeepingTheBestGivesTheHeadOfTheFullRanking) {
   const Json run = run_8b(64);
   const PlanResult all = plan(run, "<plan-test>", "", small_options());
