@@ -34,8 +34,8 @@ BASES = {
     "qwen3-next-80b-a3b": ({"model": "qwen3-next-80b-a3b", "hardware": "h100-sxm", "cluster": {"num_gpus": 64},
                             "training": {"seq_len": 4096, "global_batch_size": 512, "precision": "bf16"}}, 48, 64, 512, [4, 8, 16, 32]),
 }
-# Models whose Mamba-2 or Gated DeltaNet layers refuse context parallelism.
-NO_CP = {"nemotron-h-56b", "qwen3-next-80b-a3b"}
+# Models whose Gated DeltaNet layers refuse context parallelism.
+NO_CP = {"qwen3-next-80b-a3b"}
 
 def end_split(L, pp, vpp):
     """First/last stage layers when L does not divide over pp * vpp: the most balanced split

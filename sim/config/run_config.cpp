@@ -549,10 +549,15 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
       issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide the Mamba-2 heads (" + n(m.mamba.heads) + ") and groups (" +
                                       n(m.mamba.groups) + ")");
     }
-    // The scan runs along the whole sequence: stepcast does not model how a context-parallel
-    // split would pass the SSM state between ranks.
-    if (p.cp > 1) {
-      issues.add("$.parallel.cp", "got " + n(p.cp) + "; context parallelism over Mamba-2 layers is not modelled (their scan carries state along the whole sequence); use cp 1");
+    // Context parallelism (Megatron-Core's all-to-all form) hands each CP rank whole heads of
+    // the whole sequence: cp must divide the heads per TP rank, and divide or be a multiple of
+    // the groups per TP rank.
+    if (p.cp > 1 && m.mamba.heads % p.tp == 0 && m.mamba.groups % p.tp == 0) {
+      const int64_t heads = m.mamba.heads / p.tp, groups = m.mamba.groups / p.tp;
+      if (heads % p.cp != 0 || (groups % p.cp != 0 && p.cp % groups != 0)) {
+        issues.add("$.parallel.cp", "got " + n(p.cp) + "; Mamba-2 context parallelism splits heads over cp: cp must divide the " + n(heads) +
+                                        " heads per TP rank and divide or be a multiple of its " + n(groups) + " groups");
+      }
     }
     if (p.recompute == Recompute::kSelectiveOp) {
       issues.add("$.parallel.recompute", "got \"selective-op\"; op-level selective checkpointing (torchtitan) is not modelled for Mamba-2 layers; use none, selective or full");

@@ -217,12 +217,20 @@ double sum_time(const std::vector<Op>& ops, size_t from) {
 // d_inner; out_proj. Megatron's memory-efficient path (mamba_split_conv1d_scan_combined) keeps
 // the in_proj output and the scan output for backward and rebuilds the conv and the gated norm
 // there; out_proj keeps its input as any linear does.
+// Context parallelism (Megatron-Core's MambaContextParallel): an all-to-all turns the in_proj
+// output from a sequence shard of every head into the whole sequence of heads / cp (B and C
+// repeated first where a TP rank has fewer groups than cp), the conv, scan and gated norm run
+// there, and a second all-to-all returns the normed output to the sequence shard; each also
+// reorders the load-balanced chunks (a copy). Backward mirrors both.
 void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in_tokens) {
   const auto& mb = c.rc.model.mamba;
   const double h = static_cast<double>(c.rc.model.hidden);
   const double e = c.e, T = c.T, t = c.t;
+  const double cp = static_cast<double>(c.rc.parallel.cp);
   const double d = static_cast<double>(mb.d_inner()) / t;
-  const double gn = static_cast<double>(mb.groups * mb.state) / t;  // the width of B (or C) on this rank
+  // The width of B (or C) per local token: its groups on this rank, or cp of them where B and
+  // C are repeated for CP ranks that share a group.
+  const double gn = std::max(static_cast<double>(mb.groups) / t, cp) * static_cast<double>(mb.state);
   const double heads = static_cast<double>(mb.heads) / t;
   const double conv = d + 2.0 * gn, in_w = 2.0 * d + 2.0 * gn + heads;
   const size_t in_f = F.size(), in_b = B.size();
@@ -233,13 +241,21 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
     F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
     B.insert(B.end(), b2.begin(), b2.end());
   }
+  if (cp > 1) {
+    const double bytes = e * in_w * T;
+    F.push_back(comm_op(c, "mamba_cp.a2a_in", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+    F.push_back(mem_op(c, "mamba_cp.reorder_in", 2.0 * bytes));
+    B.push_back(comm_op(c, "mamba_cp.a2a_in_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+    B.push_back(mem_op(c, "mamba_cp.reorder_in_grad", 2.0 * bytes));
+  }
   // Read x, B, C and write them activated; backward rebuilds them (2 passes), reads the
   // incoming gradient and the input and writes the input gradient (3).
   F.push_back(mem_op(c, "conv1d", 2.0 * e * conv * T));
   F.back().saved_bytes = e * in_w * T;  // the in_proj output (z, x, B, C, dt)
   B.push_back(mem_op(c, "conv1d.bwd", 5.0 * e * conv * T));
-  const cost::SsdShape shape{T, heads, static_cast<double>(mb.head_dim), static_cast<double>(mb.state),
-                             static_cast<double>(mb.groups) / t, static_cast<double>(mb.chunk), e};
+  // Under CP the scan runs over the whole sequence (cp x the local tokens) with heads / cp.
+  const cost::SsdShape shape{T * cp, heads / cp, static_cast<double>(mb.head_dim), static_cast<double>(mb.state),
+                             gn / static_cast<double>(mb.state) / cp, static_cast<double>(mb.chunk), e};
   Op scan;
   scan.name = "ssd_scan";
   scan.kind = OpKind::kElementwise;
@@ -259,6 +275,13 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
   // reads y, z and the output gradient and writes dy and dz (5).
   F.push_back(mem_op(c, "gated_norm", 3.0 * e * d * T));
   B.push_back(mem_op(c, "gated_norm.bwd", 8.0 * e * d * T));
+  if (cp > 1) {
+    const double bytes = e * d * T;
+    F.push_back(comm_op(c, "mamba_cp.a2a_out", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+    F.push_back(mem_op(c, "mamba_cp.reorder_out", 2.0 * bytes));
+    B.push_back(comm_op(c, "mamba_cp.a2a_out_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+    B.push_back(mem_op(c, "mamba_cp.reorder_out_grad", 2.0 * bytes));
+  }
   const size_t o_f = F.size(), o_b = B.size();
   linear(c, F, B, "out_proj", T, h, d, 1.0, e * d * T);
   std::vector<Op> f2, b2;

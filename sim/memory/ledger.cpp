@@ -199,7 +199,10 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
     // scan output that the fused path keeps, the fp32 time steps and their cumulative sums, and
     // out_proj's input.
     const auto& mb = m.mamba;
-    const double d = static_cast<double>(mb.d_inner()) / t, gn = static_cast<double>(mb.groups * mb.state) / t,
+    // B and C per local token: this TP rank's groups, or cp of them when CP ranks share a group.
+    const double cpd = static_cast<double>(p.cp);
+    const double d = static_cast<double>(mb.d_inner()) / t,
+                 gn = std::max(static_cast<double>(mb.groups) / t, cpd) * static_cast<double>(mb.state),
                  heads = static_cast<double>(mb.heads) / t;
     split += e * (2.0 * d + 2.0 * gn + heads) + e * d + 8.0 * heads + li * d;
   }

@@ -172,7 +172,12 @@ TEST(Hybrid, BadHybridInputsNameTheField) {
   const std::string tp8 = parse_error(run_of(four_groups, 8, {{"tp", 8}}));
   EXPECT_NE(tp8.find("$.parallel.tp"), std::string::npos);
   EXPECT_NE(tp8.find("Mamba-2"), std::string::npos);
-  EXPECT_NE(parse_error(run_of(nemotron_h_8b_hub(), 8, {{"tp", 1}, {"cp", 2}})).find("$.parallel.cp"), std::string::npos);
+  // Context parallelism hands each CP rank whole heads: cp must divide the heads per TP rank.
+  Json odd_heads = nemotron_h_8b_hub();
+  odd_heads["mamba_num_heads"] = 96;
+  odd_heads.erase("expand");
+  EXPECT_NE(parse_error(run_of(odd_heads, 64, {{"tp", 1}, {"cp", 64}}, 8192, 1)).find("$.parallel.cp"), std::string::npos);
+  EXPECT_EQ(parse_error(run_of(nemotron_h_8b_hub(), 8, {{"tp", 1}, {"cp", 2}})), "");
   // Other state-space families stay refused with the reason.
   const Json jamba = {{"model_type", "jamba"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
                       {"intermediate_size", 512}, {"vocab_size", 1000}};
@@ -198,7 +203,8 @@ TEST(Hybrid, LedgerActivationsEqualTheOperatorsSavedBytes) {
   Json moe_model = nemotron_h_8b_hub();
   moe_model.erase("layers_block_type");
   moe_model["hybrid_override_pattern"] = std::string(kPattern8b).replace(1, 1, "E");
-  for (const Json& parallel : {Json{{"tp", 1}}, Json{{"tp", 4}, {"sp", true}}, Json{{"tp", 4}, {"sp", false}}}) {
+  for (const Json& parallel : {Json{{"tp", 1}}, Json{{"tp", 4}, {"sp", true}}, Json{{"tp", 4}, {"sp", false}}, Json{{"tp", 2}, {"sp", true}, {"cp", 4}},
+                               Json{{"tp", 1}, {"cp", 8}, {"ep", 8}}}) {
     const RunConfig rc = parse(run_of(moe_model, 8, parallel));
     const WorkloadBuilder wb(rc);
     ASSERT_EQ(rc.model.layer_kinds().size(), 4u);
@@ -232,6 +238,26 @@ TEST(Hybrid, MambaMixerRunsItsKernelsAndTheTensorParallelCollectives) {
   };
   EXPECT_DOUBLE_EQ(tp_bytes(mamba), tp_bytes(attn));
   EXPECT_GT(mamba.bwd_compute.value(), mamba.fwd_compute.value());
+}
+
+// Megatron-Core's Mamba context parallelism: two all-to-alls each way around the conv, scan
+// and norm, which then run over the whole sequence with heads / cp; B and C are repeated for
+// CP ranks that share a group.
+TEST(Hybrid, MambaContextParallelismExchangesHeadsForTheSequence) {
+  const RunConfig one = parse(run_of("nemotron-h-56b", 64, {{"tp", 8}, {"sp", true}}, 16384, 64));
+  const RunConfig two = parse(run_of("nemotron-h-56b", 64, {{"tp", 8}, {"sp", true}, {"cp", 2}}, 16384, 64));
+  const WorkloadBuilder w1(one), w2(two);
+  const LayerCost& m1 = w1.kind_cost({Mixer::kMamba, Ffn::kNone});
+  const LayerCost& m2 = w2.kind_cost({Mixer::kMamba, Ffn::kNone});
+  const double T = 16384.0 / 2.0, e = 2.0;
+  const double in_w = (2.0 * 16384 + 256) / 8.0 + 2.0 * 2.0 * 256;  // groups per TP rank (1) < cp (2): B and C repeated
+  EXPECT_DOUBLE_EQ(find(m2.fwd, "mamba_cp.a2a_in")->bytes.value(), e * in_w * T);
+  EXPECT_DOUBLE_EQ(find(m2.fwd, "mamba_cp.a2a_out")->bytes.value(), e * 16384.0 / 8.0 * T);
+  EXPECT_EQ(find(m1.fwd, "mamba_cp.a2a_in"), nullptr);
+  // Half the tokens per rank: the scan's work per rank halves but for the repeated B and C.
+  const double s1 = find(m1.fwd, "ssd_scan")->flops.value(), s2 = find(m2.fwd, "ssd_scan")->flops.value();
+  EXPECT_GT(s2, 0.5 * s1);
+  EXPECT_LT(s2, 0.55 * s1);
 }
 
 // The scan is the larger of its tensor-core and memory times: at Nemotron-H's shapes it is

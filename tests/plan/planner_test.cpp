@@ -67,20 +67,33 @@ TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
 
 // Keeping only the best layouts (PlanOptions::keep) returns exactly the head of the full
 // ranking: the search holds a few bytes per layout and evaluates the kept ones again in full.
-// A hybrid Mamba-2 model: the search leaves out context parallelism (not modelled over the
-// scan) rather than enumerating and rejecting it, and every ranked layout is valid and fits.
-TEST(Planner, HybridModelsAreSearchedWithoutContextParallelism) {
-  const Json run = {{"model", "nemotron-h-8b"},
-                    {"hardware", "h100-sxm"},
-                    {"cluster", {{"num_gpus", 16}}},
-                    {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
-  const PlanResult r = plan(run, "<plan-test>", "", small_options());
+// Hybrid models: a Mamba-2 hybrid is searched with context parallelism (Megatron's all-to-all
+// form); a Gated DeltaNet model without it (not modelled over the recurrence), which the search
+// leaves out rather than enumerating and rejecting. Every ranked layout is valid and fits.
+TEST(Planner, HybridModelsSearchTheContextParallelismTheyModel) {
+  const Json mamba = {{"model", "nemotron-h-8b"},
+                      {"hardware", "h100-sxm"},
+                      {"cluster", {{"num_gpus", 16}}},
+                      {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
+  const PlanResult r = plan(mamba, "<plan-test>", "", small_options());
   ASSERT_FALSE(r.ranked.empty());
-  for (const auto& [why, n] : r.rejected) EXPECT_EQ(why.find("parallel.cp"), std::string::npos) << why;
+  bool any_cp = false;
   for (const auto& c : r.ranked) {
-    EXPECT_EQ(c.rc.parallel.cp, 1);
+    any_cp = any_cp || c.rc.parallel.cp > 1;
     EXPECT_TRUE(memory::compute_ledger(c.rc).fits());
   }
+  EXPECT_TRUE(any_cp);
+  const Json linear_model = {{"model_type", "qwen3_next"}, {"hidden_size", 1024}, {"num_hidden_layers", 8}, {"num_attention_heads", 8},
+                             {"num_key_value_heads", 2}, {"head_dim", 128}, {"intermediate_size", 2048}, {"linear_num_key_heads", 8},
+                             {"linear_num_value_heads", 16}, {"linear_key_head_dim", 64}, {"linear_value_head_dim", 64}, {"vocab_size", 32000}};
+  const Json linear = {{"model", linear_model},
+                       {"hardware", "h100-sxm"},
+                       {"cluster", {{"num_gpus", 16}}},
+                       {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
+  const PlanResult g = plan(linear, "<plan-test>", "", small_options());
+  ASSERT_FALSE(g.ranked.empty());
+  for (const auto& [why, n] : g.rejected) EXPECT_EQ(why.find("parallel.cp"), std::string::npos) << why;
+  for (const auto& c : g.ranked) EXPECT_EQ(c.rc.parallel.cp, 1);
 }
 
 TEST(Planner, KeepingTheBestGivesTheHeadOfTheFullRanking) {
