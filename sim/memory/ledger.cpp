@@ -1,6 +1,7 @@
 #include "sim/memory/ledger.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -444,13 +445,30 @@ Bytes chunk_kept_output_bytes(const config::RunConfig& rc, int64_t stage, int64_
 }
 
 Bytes chunk_layer_activation_bytes(const config::RunConfig& rc, int64_t stage, int64_t chunk) {
+  // Each layer kind's bytes, with and without its recomputation, worked out once.
+  // (A fixed array: this runs for every candidate layout the planner weighs.)
+  struct Cached {
+    model::LayerKind kind;
+    bool recomputed = false;
+    Bytes bytes;
+  };
+  std::array<Cached, 16> cache{};
+  size_t cached = 0;
+  auto bytes_of = [&](model::LayerKind kind, bool recomputed) {
+    for (size_t i = 0; i < cached; ++i) {
+      if (cache[i].kind == kind && cache[i].recomputed == recomputed) return cache[i].bytes;
+    }
+    const Bytes b = layer_activation_bytes_as(rc, kind, recomputed ? rc.parallel.recompute : Recompute::kNone);
+    if (cached < cache.size()) cache[cached++] = {kind, recomputed, b};
+    return b;
+  };
   Bytes out(0);
   const int64_t first = rc.chunk_first_layer(stage, chunk);
   for (int64_t l = first; l < first + rc.chunk_layers(stage, chunk); ++l) {
     if (rc.activation_offloaded(l)) continue;  // on the host between its forward and backward
     // Layers recompute full leaves out (parallel.recompute_layers) keep all their activations.
     const bool recomputed = !rc.partial_recompute() || rc.full_recompute_layer(l);
-    out += layer_activation_bytes_as(rc, rc.model.layer_kind(l), recomputed ? rc.parallel.recompute : Recompute::kNone);
+    out += bytes_of(rc.model.layer_kind(l), recomputed);
   }
   return out;
 }
@@ -619,6 +637,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.layers = rc.stage_layers[static_cast<size_t>(s)];
     double dense_params = 0, expert_params = 0, largest_layer = 0;
     int64_t moe_layers = 0;
+    const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
     // experts (sharded over ep and etp).
     auto layer_split = [&](int64_t l) {
@@ -638,7 +657,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       }
       return std::make_pair(layer_dense, layer_expert);
     };
-    for (const int64_t l : rc.stage_layer_ids(s)) {
+    for (const int64_t l : layer_ids) {
       if (m.is_moe_layer(l)) ++moe_layers;
       const auto [layer_dense, layer_expert] = layer_split(l);
       dense_params += layer_dense;
@@ -711,12 +730,16 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.inflight_microbatches = static_cast<int64_t>(std::ceil(inflight));
     // The largest layer kind on the stage (a MoE layer where there is one).
     Bytes per_layer(0), full_layer(0);
-    for (const int64_t l : rc.stage_layer_ids(s)) {
+    std::array<model::LayerKind, 8> kinds{};
+    size_t n_kinds = 0;
+    for (const int64_t l : layer_ids) {
       const model::LayerKind kind = m.layer_kind(l);
+      if (std::find(kinds.begin(), kinds.begin() + static_cast<long>(n_kinds), kind) != kinds.begin() + static_cast<long>(n_kinds)) continue;
+      if (n_kinds < kinds.size()) kinds[n_kinds++] = kind;
       per_layer = std::max(per_layer, layer_activation_bytes(rc, kind));
       full_layer = std::max(full_layer, layer_activation_bytes_as(rc, kind, Recompute::kNone));
     }
-    if (rc.stage_layer_ids(s).empty()) {
+    if (layer_ids.empty()) {
       per_layer = layer_activation_bytes(rc, false);
       full_layer = layer_activation_bytes_as(rc, model::LayerKind{}, Recompute::kNone);
     }
