@@ -363,6 +363,17 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_EQ(parse_model(qwen, "$.model", qi, "").local_keys_per_query(4096), 0.0);
   for (const auto& l : qi.lines()) ADD_FAILURE() << l;
 
+  // Nemotron 3 Nano: Mamba-2, attention and MoE blocks by its pattern; the d_inner of its
+  // Mamba heads (64 x 64) is not its nominal expand x hidden. The zoo entry is built from
+  // Megatron-Bridge's shapes: the two agree to the parameter.
+  core::Issues nn;
+  const ModelSpec nano = load("nemotron-3-nano-30b-a3b-config.json", nn);
+  for (const auto& l : nn.lines()) ADD_FAILURE() << l;
+  EXPECT_EQ(nano.mamba.d_inner(), 4096);
+  EXPECT_EQ(nano.num_moe_layers(), 23);
+  EXPECT_DOUBLE_EQ(nano.total_params(), zoo_model("nemotron-3-nano-30b-a3b").total_params());
+  EXPECT_DOUBLE_EQ(nano.active_params(), zoo_model("nemotron-3-nano-30b-a3b").active_params());
+
   // Qwen3-Next: three layers in four are Gated DeltaNet, every fourth softmax attention with an
   // output gate and Q/K norms; 512 experts in every layer. Published: 80B total, 79B without the
   // embeddings, 3B active (model card).

@@ -155,9 +155,6 @@ TEST(Hybrid, BadHybridInputsNameTheField) {
   Json no_heads = nemotron_h_8b_hub();
   no_heads.erase("mamba_num_heads");
   EXPECT_NE(parse_error(run_of(no_heads, 8, {{"tp", 1}})).find("mamba_num_heads"), std::string::npos);
-  Json wrong_expand = nemotron_h_8b_hub();
-  wrong_expand["expand"] = 3;
-  EXPECT_NE(parse_error(run_of(wrong_expand, 8, {{"tp", 1}})).find("expand"), std::string::npos);
   Json latent = nemotron_h_8b_hub();
   latent["moe_latent_size"] = 1024;
   EXPECT_NE(parse_error(run_of(latent, 8, {{"tp", 1}})).find("moe_latent_size"), std::string::npos);
@@ -175,7 +172,6 @@ TEST(Hybrid, BadHybridInputsNameTheField) {
   // Context parallelism hands each CP rank whole heads: cp must divide the heads per TP rank.
   Json odd_heads = nemotron_h_8b_hub();
   odd_heads["mamba_num_heads"] = 96;
-  odd_heads.erase("expand");
   EXPECT_NE(parse_error(run_of(odd_heads, 64, {{"tp", 1}, {"cp", 64}}, 8192, 1)).find("$.parallel.cp"), std::string::npos);
   EXPECT_EQ(parse_error(run_of(nemotron_h_8b_hub(), 8, {{"tp", 1}, {"cp", 2}})), "");
   // Other state-space families stay refused with the reason.
