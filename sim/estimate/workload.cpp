@@ -210,6 +210,51 @@ double sum_time(const std::vector<Op>& ops, size_t from) {
   return s;
 }
 
+// Shared by the recurrent token mixers (Mamba-2, Gated DeltaNet): the column-parallel in_proj
+// (width `in_w`) behind the TP entry collective `tp_name`.
+void mixer_in_proj(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, const std::string& tp_name, double in_w, double in_tokens) {
+  const double h = static_cast<double>(c.rc.model.hidden);
+  const size_t in_f = F.size(), in_b = B.size();
+  linear(c, F, B, "in_proj", c.T, in_w, h, 1.0, c.e * h * in_tokens);
+  std::vector<Op> f2, b2;
+  tp_entry(c, f2, b2, tp_name, Duration(sum_time(F, in_f)), Duration(sum_time(B, in_b)));
+  F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
+  B.insert(B.end(), b2.begin(), b2.end());
+}
+
+// A scan kernel's forward and backward operators (memory-bound or tensor-core work, whichever
+// its shape's roofline says); the forward keeps `saved` bytes for backward.
+template <class Shape, class TimeFn>
+void scan_ops(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, const std::string& name, const Shape& shape, TimeFn time, double saved) {
+  for (const bool backward : {false, true}) {
+    Op op;
+    op.name = backward ? name + ".bwd" : name;
+    op.kind = OpKind::kElementwise;
+    op.time = time(shape, backward, c.hw);
+    op.flops = shape.flops(backward);
+    op.bytes = shape.bytes(backward);
+    op.saved_bytes = backward ? 0.0 : saved;
+    (backward ? B : F).push_back(op);
+  }
+}
+
+// The gated RMSNorm o x silu(z) over `width` (read both, write the output; backward rebuilds it
+// (3 passes), reads o, z and the output gradient and writes do and dz (5)), then the
+// row-parallel out_proj and its TP exit collective `tp_name`. `before_out` runs between them.
+template <class Between>
+void mixer_out(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, const std::string& tp_name, double width, Between before_out) {
+  const double h = static_cast<double>(c.rc.model.hidden);
+  F.push_back(mem_op(c, "gated_norm", 3.0 * c.e * width * c.T));
+  B.push_back(mem_op(c, "gated_norm.bwd", 8.0 * c.e * width * c.T));
+  before_out();
+  const size_t o_f = F.size(), o_b = B.size();
+  linear(c, F, B, "out_proj", c.T, h, width, 1.0, c.e * width * c.T);
+  std::vector<Op> f2, b2;
+  tp_exit(c, f2, b2, tp_name, Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
+  F.insert(F.end(), f2.begin(), f2.end());
+  B.insert(B.end(), b2.begin(), b2.end());
+}
+
 // A Mamba-2 mixer on one rank (Megatron-Core's MambaMixer: heads, groups and d_inner split over
 // TP, in_proj column-parallel and out_proj row-parallel, with an attention block's TP
 // collectives around them). Forward: in_proj to z, x, B, C, dt; the depthwise causal conv1d and
@@ -224,7 +269,6 @@ double sum_time(const std::vector<Op>& ops, size_t from) {
 // reorders the load-balanced chunks (a copy). Backward mirrors both.
 void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in_tokens) {
   const auto& mb = c.rc.model.mamba;
-  const double h = static_cast<double>(c.rc.model.hidden);
   const double e = c.e, T = c.T, t = c.t;
   const double cp = static_cast<double>(c.rc.parallel.cp);
   const double d = static_cast<double>(mb.d_inner()) / t;
@@ -233,21 +277,16 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
   const double gn = std::max(static_cast<double>(mb.groups) / t, cp) * static_cast<double>(mb.state);
   const double heads = static_cast<double>(mb.heads) / t;
   const double conv = d + 2.0 * gn, in_w = 2.0 * d + 2.0 * gn + heads;
-  const size_t in_f = F.size(), in_b = B.size();
-  linear(c, F, B, "in_proj", T, in_w, h, 1.0, e * h * in_tokens);
-  {
-    std::vector<Op> f2, b2;
-    tp_entry(c, f2, b2, "mamba_in", Duration(sum_time(F, in_f)), Duration(sum_time(B, in_b)));
-    F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
-    B.insert(B.end(), b2.begin(), b2.end());
-  }
-  if (cp > 1) {
-    const double bytes = e * in_w * T;
-    F.push_back(comm_op(c, "mamba_cp.a2a_in", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
-    F.push_back(mem_op(c, "mamba_cp.reorder_in", 2.0 * bytes));
-    B.push_back(comm_op(c, "mamba_cp.a2a_in_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
-    B.push_back(mem_op(c, "mamba_cp.reorder_in_grad", 2.0 * bytes));
-  }
+  // One all-to-all of `bytes` each way with its chunk reorder (context parallelism only).
+  auto cp_exchange = [&](const std::string& name, double bytes) {
+    if (cp <= 1) return;
+    F.push_back(comm_op(c, "mamba_cp." + name, CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+    F.push_back(mem_op(c, "mamba_cp.reorder_" + name, 2.0 * bytes));
+    B.push_back(comm_op(c, "mamba_cp." + name + "_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+    B.push_back(mem_op(c, "mamba_cp.reorder_" + name + "_grad", 2.0 * bytes));
+  };
+  mixer_in_proj(c, F, B, "mamba_in", in_w, in_tokens);
+  cp_exchange("a2a_in", e * in_w * T);
   // Read x, B, C and write them activated; backward rebuilds them (2 passes), reads the
   // incoming gradient and the input and writes the input gradient (3).
   F.push_back(mem_op(c, "conv1d", 2.0 * e * conv * T));
@@ -256,38 +295,9 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
   // Under CP the scan runs over the whole sequence (cp x the local tokens) with heads / cp.
   const cost::SsdShape shape{T * cp, heads / cp, static_cast<double>(mb.head_dim), static_cast<double>(mb.state),
                              gn / static_cast<double>(mb.state) / cp, static_cast<double>(mb.chunk), e};
-  Op scan;
-  scan.name = "ssd_scan";
-  scan.kind = OpKind::kElementwise;
-  scan.time = cost::ssd_scan_time(shape, false, c.hw);
-  scan.flops = shape.flops(false);
-  scan.bytes = shape.bytes(false);
-  scan.saved_bytes = e * d * T + 8.0 * heads * T;  // y before the norm, fp32 dt and its cumulative sum
-  Op scan_b = scan;
-  scan_b.name = "ssd_scan.bwd";
-  scan_b.time = cost::ssd_scan_time(shape, true, c.hw);
-  scan_b.flops = shape.flops(true);
-  scan_b.bytes = shape.bytes(true);
-  scan_b.saved_bytes = 0;
-  F.push_back(scan);
-  B.push_back(scan_b);
-  // y * silu(z), normalised: read y and z, write the output. Backward rebuilds it (3 passes),
-  // reads y, z and the output gradient and writes dy and dz (5).
-  F.push_back(mem_op(c, "gated_norm", 3.0 * e * d * T));
-  B.push_back(mem_op(c, "gated_norm.bwd", 8.0 * e * d * T));
-  if (cp > 1) {
-    const double bytes = e * d * T;
-    F.push_back(comm_op(c, "mamba_cp.a2a_out", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
-    F.push_back(mem_op(c, "mamba_cp.reorder_out", 2.0 * bytes));
-    B.push_back(comm_op(c, "mamba_cp.a2a_out_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
-    B.push_back(mem_op(c, "mamba_cp.reorder_out_grad", 2.0 * bytes));
-  }
-  const size_t o_f = F.size(), o_b = B.size();
-  linear(c, F, B, "out_proj", T, h, d, 1.0, e * d * T);
-  std::vector<Op> f2, b2;
-  tp_exit(c, f2, b2, "mamba_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
-  F.insert(F.end(), f2.begin(), f2.end());
-  B.insert(B.end(), b2.begin(), b2.end());
+  // Keeps y before the norm, fp32 dt and its cumulative sum.
+  scan_ops(c, F, B, "ssd_scan", shape, cost::ssd_scan_time, e * d * T + 8.0 * heads * T);
+  mixer_out(c, F, B, "mamba_out", d, [&] { cp_exchange("a2a_out", e * d * T); });
 }
 
 // A Gated DeltaNet mixer on one rank (Qwen3-Next's; key and value heads split over TP as
@@ -298,19 +308,11 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
 // output and out_proj's input.
 void linear_attention_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in_tokens) {
   const auto& la = c.rc.model.linear;
-  const double h = static_cast<double>(c.rc.model.hidden);
   const double e = c.e, T = c.T, t = c.t;
   const double key = static_cast<double>(la.key_width()) / t, value = static_cast<double>(la.value_width()) / t;
   const double v_heads = static_cast<double>(la.v_heads) / t, k_heads = static_cast<double>(la.k_heads) / t;
   const double conv = 2.0 * key + value, in_w = 2.0 * key + 2.0 * value + 2.0 * v_heads;
-  const size_t in_f = F.size(), in_b = B.size();
-  linear(c, F, B, "in_proj", T, in_w, h, 1.0, e * h * in_tokens);
-  {
-    std::vector<Op> f2, b2;
-    tp_entry(c, f2, b2, "linear_in", Duration(sum_time(F, in_f)), Duration(sum_time(B, in_b)));
-    F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
-    B.insert(B.end(), b2.begin(), b2.end());
-  }
+  mixer_in_proj(c, F, B, "linear_in", in_w, in_tokens);
   // The conv and SiLU (read and write q, k, v), then the L2 norm of q and k (read and write
   // them again); backward twice that and the gradients' reads.
   F.push_back(mem_op(c, "conv1d", 2.0 * e * conv * T + 4.0 * e * key * T));
@@ -318,29 +320,8 @@ void linear_attention_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B
   B.push_back(mem_op(c, "conv1d.bwd", 5.0 * e * conv * T + 8.0 * e * key * T));
   const cost::GdnShape shape{T, v_heads, k_heads, static_cast<double>(la.k_dim), static_cast<double>(la.v_dim),
                              static_cast<double>(la.chunk), e};
-  Op scan;
-  scan.name = "delta_rule";
-  scan.kind = OpKind::kElementwise;
-  scan.time = cost::gdn_scan_time(shape, false, c.hw);
-  scan.flops = shape.flops(false);
-  scan.bytes = shape.bytes(false);
-  scan.saved_bytes = e * value * T;  // the rule's output, the gated norm's input
-  Op scan_b = scan;
-  scan_b.name = "delta_rule.bwd";
-  scan_b.time = cost::gdn_scan_time(shape, true, c.hw);
-  scan_b.flops = shape.flops(true);
-  scan_b.bytes = shape.bytes(true);
-  scan_b.saved_bytes = 0;
-  F.push_back(scan);
-  B.push_back(scan_b);
-  F.push_back(mem_op(c, "gated_norm", 3.0 * e * value * T));
-  B.push_back(mem_op(c, "gated_norm.bwd", 8.0 * e * value * T));
-  const size_t o_f = F.size(), o_b = B.size();
-  linear(c, F, B, "out_proj", T, h, value, 1.0, e * value * T);
-  std::vector<Op> f2, b2;
-  tp_exit(c, f2, b2, "linear_out", Duration(sum_time(F, o_f)), Duration(sum_time(B, o_b)));
-  F.insert(F.end(), f2.begin(), f2.end());
-  B.insert(B.end(), b2.begin(), b2.end());
+  scan_ops(c, F, B, "delta_rule", shape, cost::gdn_scan_time, e * value * T);  // keeps the rule's output
+  mixer_out(c, F, B, "linear_out", value, [] {});
 }
 
 }  // namespace
