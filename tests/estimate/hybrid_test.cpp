@@ -14,6 +14,7 @@
 #include "sim/estimate/estimate.hpp"
 #include "sim/estimate/workload.hpp"
 #include "sim/memory/ledger.hpp"
+#include "tests/support/run_files.hpp"
 #include "validate/program.hpp"
 
 namespace stepcast::estimate {
@@ -96,14 +97,7 @@ Json run_of(const Json& model, int64_t gpus, const Json& parallel, int64_t seq =
 
 RunConfig parse(const Json& j) { return config::parse_run(j, "<hybrid-test>", ""); }
 
-std::string parse_error(const Json& j) {
-  try {
-    parse(j);
-  } catch (const core::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string parse_error(const Json& j) { return test::parse_error(j, "<hybrid-test>"); }
 
 const Op* find(const std::vector<Op>& ops, const std::string& name) {
   for (const auto& o : ops) {

@@ -12,6 +12,7 @@
 #include "sim/estimate/moe_routing.hpp"
 #include "sim/estimate/workload.hpp"
 #include "sim/memory/ledger.hpp"
+#include "tests/support/run_files.hpp"
 
 namespace stepcast::estimate {
 namespace {
@@ -56,14 +57,7 @@ Json cp_run(int64_t seq_len, int64_t cp, int64_t gpus_per_node, bool load_balanc
 RunConfig parse(const Json& j) { return config::parse_run(j, "<moe-cp-test>", ""); }
 
 // The message a refused run file gets ("" when it is accepted).
-std::string parse_error(const Json& j) {
-  try {
-    parse(j);
-  } catch (const core::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string parse_error(const Json& j) { return test::parse_error(j, "<moe-cp-test>"); }
 
 double sum_bytes(const std::vector<Op>& ops, CommKind kind) {
   double b = 0;
