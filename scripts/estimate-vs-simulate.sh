@@ -34,8 +34,8 @@ BASES = {
     "qwen3-next-80b-a3b": ({"model": "qwen3-next-80b-a3b", "hardware": "h100-sxm", "cluster": {"num_gpus": 64},
                             "training": {"seq_len": 4096, "global_batch_size": 512, "precision": "bf16"}}, 48, 64, 512, [4, 8, 16, 32]),
 }
-# Models whose Gated DeltaNet layers refuse context parallelism.
-NO_CP = {"qwen3-next-80b-a3b"}
+# Models that refuse context parallelism (none of those sampled).
+NO_CP = set()
 
 def end_split(L, pp, vpp):
     """First/last stage layers when L does not divide over pp * vpp: the most balanced split

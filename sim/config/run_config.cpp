@@ -536,8 +536,10 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     if (m.linear.k_heads % p.tp != 0) {
       issues.add("$.parallel.tp", "got " + n(p.tp) + "; must divide the Gated DeltaNet key heads (" + n(m.linear.k_heads) + ")");
     }
-    if (p.cp > 1) {
-      issues.add("$.parallel.cp", "got " + n(p.cp) + "; context parallelism over Gated DeltaNet layers is not modelled (their recurrence carries state along the whole sequence); use cp 1");
+    // Context parallelism in Megatron-Core's head-parallel mode hands each CP rank whole heads.
+    if (p.cp > 1 && m.linear.k_heads % p.tp == 0 && (m.linear.k_heads / p.tp) % p.cp != 0) {
+      issues.add("$.parallel.cp", "got " + n(p.cp) + "; Gated DeltaNet context parallelism splits heads over cp: cp must divide the " +
+                                      n(m.linear.k_heads / p.tp) + " key heads per TP rank");
     }
     if (p.recompute == Recompute::kSelectiveOp) {
       issues.add("$.parallel.recompute", "got \"selective-op\"; op-level selective checkpointing is not modelled for Gated DeltaNet layers; use none, selective or full");

@@ -222,6 +222,19 @@ void mixer_in_proj(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, const s
   B.insert(B.end(), b2.begin(), b2.end());
 }
 
+// A recurrent mixer's context-parallel exchange `name` (sequence shard <-> heads / cp of the
+// whole sequence): one all-to-all of `bytes` each way, with a copy that reorders the
+// load-balanced chunks when `reorder` (cp 1: nothing).
+void cp_head_exchange(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, const std::string& name, double bytes, bool reorder) {
+  if (c.rc.parallel.cp <= 1) return;
+  F.push_back(comm_op(c, name, CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+  B.push_back(comm_op(c, name + "_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
+  if (reorder) {
+    F.push_back(mem_op(c, name + ".reorder", 2.0 * bytes));
+    B.push_back(mem_op(c, name + "_grad.reorder", 2.0 * bytes));
+  }
+}
+
 // A scan kernel's forward and backward operators (memory-bound or tensor-core work, whichever
 // its shape's roofline says); the forward keeps `saved` bytes for backward.
 template <class Shape, class TimeFn>
@@ -277,14 +290,7 @@ void mamba_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, double in
   const double gn = std::max(static_cast<double>(mb.groups) / t, cp) * static_cast<double>(mb.state);
   const double heads = static_cast<double>(mb.heads) / t;
   const double conv = d + 2.0 * gn, in_w = 2.0 * d + 2.0 * gn + heads;
-  // One all-to-all of `bytes` each way with its chunk reorder (context parallelism only).
-  auto cp_exchange = [&](const std::string& name, double bytes) {
-    if (cp <= 1) return;
-    F.push_back(comm_op(c, "mamba_cp." + name, CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
-    F.push_back(mem_op(c, "mamba_cp.reorder_" + name, 2.0 * bytes));
-    B.push_back(comm_op(c, "mamba_cp." + name + "_grad", CommKind::kCp, Collective::kAllToAll, bytes, c.places.cp));
-    B.push_back(mem_op(c, "mamba_cp.reorder_" + name + "_grad", 2.0 * bytes));
-  };
+  auto cp_exchange = [&](const std::string& name, double bytes) { cp_head_exchange(c, F, B, "mamba_cp." + name, bytes, true); };
   mixer_in_proj(c, F, B, "mamba_in", in_w, in_tokens);
   cp_exchange("a2a_in", e * in_w * T);
   // Read x, B, C and write them activated; backward rebuilds them (2 passes), reads the
@@ -312,16 +318,22 @@ void linear_attention_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B
   const double key = static_cast<double>(la.key_width()) / t, value = static_cast<double>(la.value_width()) / t;
   const double v_heads = static_cast<double>(la.v_heads) / t, k_heads = static_cast<double>(la.k_heads) / t;
   const double conv = 2.0 * key + value, in_w = 2.0 * key + 2.0 * value + 2.0 * v_heads;
+  const double cp = static_cast<double>(c.rc.parallel.cp);
   mixer_in_proj(c, F, B, "linear_in", in_w, in_tokens);
+  // Context parallelism (Megatron-Core's head-parallel mode): an all-to-all of the in_proj output
+  // hands each CP rank the whole sequence of heads / cp, and one of the normed output returns it.
+  auto cp_exchange = [&](const std::string& name, double bytes) { cp_head_exchange(c, F, B, "linear_cp." + name, bytes, false); };
+  cp_exchange("a2a_in", e * in_w * T);
   // The conv and SiLU (read and write q, k, v), then the L2 norm of q and k (read and write
   // them again); backward twice that and the gradients' reads.
   F.push_back(mem_op(c, "conv1d", 2.0 * e * conv * T + 4.0 * e * key * T));
   F.back().saved_bytes = e * in_w * T + e * conv * T + 8.0 * v_heads * T;
   B.push_back(mem_op(c, "conv1d.bwd", 5.0 * e * conv * T + 8.0 * e * key * T));
-  const cost::GdnShape shape{T, v_heads, k_heads, static_cast<double>(la.k_dim), static_cast<double>(la.v_dim),
+  // Under CP the rule runs over the whole sequence (cp x the local tokens) with heads / cp.
+  const cost::GdnShape shape{T * cp, v_heads / cp, k_heads / cp, static_cast<double>(la.k_dim), static_cast<double>(la.v_dim),
                              static_cast<double>(la.chunk), e};
   scan_ops(c, F, B, "delta_rule", shape, cost::gdn_scan_time, e * value * T);  // keeps the rule's output
-  mixer_out(c, F, B, "linear_out", value, [] {});
+  mixer_out(c, F, B, "linear_out", value, [&] { cp_exchange("a2a_out", e * value * T); });
 }
 
 }  // namespace

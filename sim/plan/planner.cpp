@@ -387,10 +387,7 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   std::vector<int64_t> cps{bp.cp};
   if (!fixed("cp")) {
     cps.clear();
-    // Gated DeltaNet layers carry state along the whole sequence: context parallelism over
-    // them is not modelled (RunConfig validation refuses it), so not searched.
-    const bool recurrent = base.model.num_linear_layers() > 0;
-    for (int64_t c : powers_of_two_upto(recurrent ? 1 : opt.max_cp)) {
+    for (int64_t c : powers_of_two_upto(opt.max_cp)) {
       if (base.training.seq_len % (2 * c) == 0 || c == 1) cps.push_back(c);
     }
   }

@@ -344,7 +344,21 @@ TEST(Hybrid, GatedDeltaNetLayers) {
     EXPECT_DOUBLE_EQ(find(att.fwd, "qkv")->gemm.n, 2.0 * 16 * 256 / t + 2.0 * std::max(2.0, t) / t * 256);
     EXPECT_NE(find(att.fwd, "attn_gate"), nullptr);
   }
-  EXPECT_NE(parse_error(run_of("qwen3-next-80b-a3b", 32, {{"tp", 1}, {"cp", 2}, {"ep", 8}}, 4096, 64)).find("Gated DeltaNet"), std::string::npos);
+  // Context parallelism in Megatron-Core's head-parallel mode: cp must divide the key heads
+  // per TP rank (16 here); each mixer exchanges its in_proj output and its normed output.
+  EXPECT_NE(parse_error(run_of("qwen3-next-80b-a3b", 32, {{"tp", 1}, {"cp", 32}, {"ep", 8}}, 4096, 32)).find("Gated DeltaNet"),
+            std::string::npos);
+  {
+    const RunConfig rc = parse(run_of("qwen3-next-80b-a3b", 32, {{"tp", 1}, {"cp", 2}, {"ep", 8}}, 4096, 64));
+    const WorkloadBuilder wb(rc);
+    const LayerCost& lin = wb.kind_cost({Mixer::kLinear, Ffn::kMoe});
+    const double T = 4096.0 / 2.0, e = 2.0;
+    EXPECT_DOUBLE_EQ(find(lin.fwd, "linear_cp.a2a_in")->bytes.value(), e * (2.0 * 2048 + 2.0 * 4096 + 64) * T);
+    EXPECT_DOUBLE_EQ(find(lin.fwd, "linear_cp.a2a_out")->bytes.value(), e * 4096 * T);
+    double saved = 0;
+    for (const auto& o : lin.fwd) saved += o.saved_bytes;
+    EXPECT_NEAR(saved, memory::layer_activation_bytes(rc, LayerKind{Mixer::kLinear, Ffn::kMoe}).value(), 1e-9 * saved);
+  }
   EXPECT_NE(parse_error(run_of("qwen3-next-80b-a3b", 32, {{"tp", 32}, {"ep", 1}}, 4096, 64)).find("$.parallel.tp"), std::string::npos);
   // The rule at these shapes: memory-bound on H100 (fp32 states of 128 x 128 per value head).
   const hw::HardwareProfile h100 = hw::builtin_hardware("h100-sxm");

@@ -67,10 +67,10 @@ TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
 
 // Keeping only the best layouts (PlanOptions::keep) returns exactly the head of the full
 // ranking: the search holds a few bytes per layout and evaluates the kept ones again in full.
-// Hybrid models: a Mamba-2 hybrid is searched with context parallelism (Megatron's all-to-all
-// form); a Gated DeltaNet model without it (not modelled over the recurrence), which the search
-// leaves out rather than enumerating and rejecting. Every ranked layout is valid and fits.
-TEST(Planner, HybridModelsSearchTheContextParallelismTheyModel) {
+// Hybrid models (a Mamba-2 hybrid, a Gated DeltaNet model) are searched like any other, context
+// parallelism included (Megatron-Core's head-parallel all-to-alls); every ranked layout is
+// valid and fits.
+TEST(Planner, HybridModelsAreSearchedWithContextParallelism) {
   const Json mamba = {{"model", "nemotron-h-8b"},
                       {"hardware", "h100-sxm"},
                       {"cluster", {{"num_gpus", 16}}},
@@ -92,8 +92,12 @@ TEST(Planner, HybridModelsSearchTheContextParallelismTheyModel) {
                        {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
   const PlanResult g = plan(linear, "<plan-test>", "", small_options());
   ASSERT_FALSE(g.ranked.empty());
-  for (const auto& [why, n] : g.rejected) EXPECT_EQ(why.find("parallel.cp"), std::string::npos) << why;
-  for (const auto& c : g.ranked) EXPECT_EQ(c.rc.parallel.cp, 1);
+  bool linear_cp = false;
+  for (const auto& c : g.ranked) {
+    linear_cp = linear_cp || c.rc.parallel.cp > 1;
+    EXPECT_TRUE(memory::compute_ledger(c.rc).fits());
+  }
+  EXPECT_TRUE(linear_cp);
 }
 
 TEST(Planner, KeepingTheBestGivesTheHeadOfTheFullRanking) {
