@@ -474,11 +474,13 @@ void read_hybrid(ObjectReader& r, const Json& j, const std::string& path, ModelS
   mb.conv_bias = bool_alias(r, {"use_conv_bias", "mamba_conv_bias"}).value_or(true);
   mb.proj_bias = r.get_bool("mamba_proj_bias", false);
   if (!mamba_layers) mb = MambaSpec{};
-  // Settings with no cost: the SSM's activation and time-step initialisation, kernel choice,
-  // inference-only and initialisation flags, and expand: the mixer's inner width is
+  // expand is read (a positive integer) but sets nothing: the mixer's inner width is
   // mamba_num_heads x mamba_head_dim (Nemotron 3 Nano's files keep a nominal expand of 2 beside
   // 64 x 64 heads on a 2688-wide model).
-  r.ignore({"expand", "mamba_expand", "mamba_ssm_cache_dtype", "norm_eps", "mtp_layers_block_type", "mamba_hidden_act", "time_step_min", "time_step_max", "time_step_limit", "time_step_floor", "mamba_dt_min", "mamba_dt_max",
+  (void)int_alias(r, {"expand", "mamba_expand"}, 1, 1 << 10);
+  // Settings with no cost: the SSM's activation and time-step initialisation, kernel choice,
+  // inference-only and initialisation flags.
+  r.ignore({"mamba_ssm_cache_dtype", "norm_eps", "mtp_layers_block_type", "mamba_hidden_act", "time_step_min", "time_step_max", "time_step_limit", "time_step_floor", "mamba_dt_min", "mamba_dt_max",
             "mamba_dt_limit", "mamba_dt_init_floor", "use_mamba_kernels", "num_logits_to_keep", "residual_in_fp32",
             "rescale_prenorm_residual", "mlp_hidden_act", "mamba_step_rank", "mtp_hybrid_override_pattern"});
   // MoE blocks exist only where the pattern puts them.
