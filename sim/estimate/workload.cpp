@@ -396,6 +396,11 @@ const LayerCost& WorkloadBuilder::layer(int64_t layer) const {
   return kc.cost;
 }
 
+const LayerCost& WorkloadBuilder::layer_as_run(int64_t layer) const {
+  const KindCost& kc = find_kind(rc_.model.layer_kind(layer));
+  return rc_.partial_recompute() ? kc.kept : kc.cost;
+}
+
 Bytes WorkloadBuilder::p2p_bytes() const {
   // The stage's output hidden states: the residual stream (RunConfig::residual_bytes).
   double b = tokens_ * static_cast<double>(rc_.model.hidden) * rc_.residual_bytes();

@@ -124,6 +124,10 @@ class WorkloadBuilder {
   // Layer `layer` (global index) by its kind, with or without its recomputation when recompute
   // full covers only some layers (parallel.recompute_layers).
   [[nodiscard]] const LayerCost& layer(int64_t layer) const;
+  // Layer `layer` by its kind alone: with the run's recompute mode, but without the
+  // recomputation when recompute full covers only some layers of each virtual stage (which layers
+  // those are depends on the split; every virtual stage pays for the same number).
+  [[nodiscard]] const LayerCost& layer_as_run(int64_t layer) const;
   [[nodiscard]] const LayerCost& embedding() const { return embedding_; }
   [[nodiscard]] const LayerCost& output_layer() const { return output_; }
   [[nodiscard]] const GroupPlacements& placements() const { return places_; }

@@ -5,6 +5,7 @@
 #include <exception>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/memory/ledger.hpp"
+#include "sim/plan/split.hpp"
 #include "sim/report/output.hpp"
 
 namespace stepcast::plan {
@@ -564,6 +566,81 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   return cands;
 }
 
+// Whether the planner chooses the pipeline split (the run file sets none of its split keys).
+bool planner_splits(const RunConfig& base, const Json& par) {
+  for (const char* k : {"first_stage_layers", "last_stage_layers", "stage_layers", "pipeline_layout"}) {
+    if (par.contains(k)) return false;
+  }
+  return !base.parallel.embedding_slot && !base.parallel.loss_slot;
+}
+
+// The layers of each virtual stage a split of the enumeration gives (pipeline order).
+std::vector<int64_t> resolved_split(int64_t layers, int64_t pp, int64_t vpp, int64_t first, int64_t last, const std::vector<int64_t>& list) {
+  if (!list.empty()) return list;
+  const int64_t stages = pp * vpp;
+  if (first < 0 && last < 0) return stages > 0 && layers % stages == 0 ? std::vector<int64_t>(static_cast<size_t>(stages), layers / stages) : std::vector<int64_t>{};
+  // Megatron's end-stage counts (vpp 1): the middle stages share the rest evenly.
+  if (vpp != 1 || pp < 3) return {};
+  const int64_t f = first >= 0 ? first : -1, l = last >= 0 ? last : -1;
+  const int64_t middle_stages = pp - (f >= 0 ? 1 : 0) - (l >= 0 ? 1 : 0);
+  const int64_t rest = layers - std::max<int64_t>(f, 0) - std::max<int64_t>(l, 0);
+  if (middle_stages <= 0 || rest % middle_stages != 0) return {};
+  std::vector<int64_t> out(static_cast<size_t>(pp), rest / middle_stages);
+  if (f >= 0) out.front() = f;
+  if (l >= 0) out.back() = l;
+  return out;
+}
+
+// Each of the best layouts by estimate with a pipeline whose split the planner chose is tried
+// once more with its layers spread by cost (sim/plan/split.hpp): the enumerated splits count
+// layers, and layers differ in cost (hybrid blocks, dense first layers of MoE models, a large
+// output layer). A balanced split that no enumerated split gives, that is valid and fits, joins
+// the kept layouts, which are ranked again by estimate and cut back to `keep`. The per-layer
+// costs do not depend on the split, so one pass reaches the balance. The first `tried` kept
+// layouts are refined whatever `keep` is, so keeping fewer layouts gives the head of the full
+// ranking.
+void add_balanced_splits(const RunConfig& base, const Json& par, const PlanOptions& opt, MemorySearch search,
+                         const std::vector<Parallel>& cands, const std::vector<size_t>& fits, size_t tried, size_t keep,
+                         std::vector<Candidate>& ok, PlanResult& res) {
+  if (!planner_splits(base, par)) return;
+  const int64_t L = base.model.num_layers;
+  std::vector<Candidate> more;
+  std::set<std::string> added;
+  for (size_t j = 0; j < std::min(tried, ok.size()); ++j) {
+    const RunConfig& rc = ok[j].rc;
+    const Parallel& p0 = rc.parallel;
+    if (p0.pp <= 1) continue;
+    std::vector<int64_t> list = balanced_vstage_layers(rc);
+    if (list.empty() || list == rc.vstage_layers) continue;
+    // Skip a split the enumeration already tried for this (pp, vpp).
+    const Splits sp = pipeline_splits(base, par, p0.pp, p0.vpp);
+    bool known = resolved_split(L, p0.pp, p0.vpp, sp.first, sp.last, sp.stage_list) == list;
+    for (const auto& [f, l] : sp.end_splits) known = known || resolved_split(L, p0.pp, p0.vpp, f, l, {}) == list;
+    for (const auto& alt : sp.alt_lists) known = known || alt == list;
+    if (known) continue;
+    Parallel p = cands[fits[j]];
+    // Megatron's end-stage counts where the middle stages hold the same number, else the list.
+    const bool ends_form = p.vpp == 1 && p.pp >= 3 && std::all_of(list.begin() + 1, list.end() - 1, [&](int64_t n) { return n == list[1]; });
+    p.first_stage_layers = ends_form ? list.front() : -1;
+    p.last_stage_layers = ends_form ? list.back() : -1;
+    p.stage_layer_list = ends_form ? std::vector<int64_t>{} : std::move(list);
+    if (!added.insert(layout_text(p)).second) continue;
+    ++res.balanced_tried;
+    Evaluated ev = evaluate(base, p, opt, search);
+    if (!ev.ok) continue;
+    ++res.balanced_added;
+    ev.c.balanced_split = true;
+    more.push_back(std::move(ev.c));
+  }
+  if (more.empty()) return;
+  for (auto& c : more) ok.push_back(std::move(c));
+  std::stable_sort(ok.begin(), ok.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.est.step_time_s != b.est.step_time_s) return a.est.step_time_s < b.est.step_time_s;
+    return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
+  });
+  if (keep > 0 && ok.size() > keep) ok.resize(keep);
+}
+
 }  // namespace
 
 std::vector<config::Schedule> parse_schedules(const std::string& list, const std::string& option) {
@@ -702,6 +779,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     }
     ok.push_back(std::move(ev.c));
   }
+  add_balanced_splits(base, par, opt, search, cands, fits, std::max(3 * top, size_t{64}), opt.keep == 0 ? 0 : keep, ok, res);
 
   // Re-simulate the best K with the event engine and rank them by simulated step time. The
   // simulation usually finds a step longer than the estimate, so the next candidates (up to 3K
@@ -741,6 +819,11 @@ std::string plan_table(const PlanResult& r, size_t rows) {
   o << buf;
   if (r.rejected.empty()) o << " none";
   for (const auto& [why, n] : r.rejected) o << " " << why << " (" << n << ");";
+  if (r.balanced_tried > 0) {
+    std::snprintf(buf, sizeof buf, " cost-balanced pipeline splits: %lld tried, %lld fit", static_cast<long long>(r.balanced_tried),
+                  static_cast<long long>(r.balanced_added));
+    o << buf;
+  }
   o << "\n\n";
   // The layout column is as wide as the longest layout shown (at least 62), so the numbers line up.
   const size_t shown = std::min(rows, r.ranked.size());
@@ -801,7 +884,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     // The output contract's keys (docs/OUTPUT.md), from the simulation where the layout was
     // re-simulated (row_of scales the rates to its step time; the model FLOPs do not change).
     const Json br = report::breakdown_json(c.breakdown());
-    list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"step_time_s", x.step},
+    list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"balanced_split", c.balanced_split}, {"step_time_s", x.step},
                     {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", x.tok_s},
                     {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", x.hfu},
                     {"tflops_per_gpu", x.tflops}, {"model_flops_per_step", c.est.model_flops_per_step},
@@ -810,7 +893,8 @@ Json plan_json(const PlanResult& r, size_t rows) {
   }
   Json rej = Json::object();
   for (const auto& [k, v] : r.rejected) rej[k] = v;
-  return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej}, {"explanation", r.explanation}, {"layouts", list}};
+  return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej},
+          {"balanced_splits", {{"tried", r.balanced_tried}, {"fit", r.balanced_added}}}, {"explanation", r.explanation}, {"layouts", list}};
 }
 
 Json plan_detail(const Candidate& best) {

@@ -64,6 +64,7 @@ struct Candidate {
   double sim_bubble_fraction = 0;
   estimate::Breakdown sim_breakdown;
   double peak_memory_bytes = 0;   // simulated memory timeline peak, else the ledger peak
+  bool balanced_split = false;    // a cost-balanced pipeline split added after the enumeration
   [[nodiscard]] double step_s() const { return simulated ? sim_step_s : est.step_time_s; }
   [[nodiscard]] const estimate::Breakdown& breakdown() const { return simulated ? sim_breakdown : est.breakdown; }
   [[nodiscard]] double bubble_fraction() const { return simulated ? sim_bubble_fraction : est.bubble_fraction; }
@@ -88,6 +89,11 @@ struct PlanResult {
   std::optional<Lightest> lightest_rejected;
   int64_t enumerated = 0;
   int64_t fit = 0;
+  // Cost-balanced pipeline splits (sim/plan/split.hpp) of the best layouts by estimate: how many
+  // differed from every split the enumeration tried and were evaluated, and how many of those
+  // fit and joined the ranking. Counted apart from enumerated / fit / rejected.
+  int64_t balanced_tried = 0;
+  int64_t balanced_added = 0;
   std::string explanation;                   // why the winner beats the runner-up
   // CPU offload was not searched (no --offload) though the profile describes its host.
   bool offload_untried = false;

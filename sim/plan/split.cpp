@@ -1,0 +1,161 @@
+#include "sim/plan/split.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sim/estimate/workload.hpp"
+
+namespace stepcast::plan {
+
+std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std::vector<double>& extra, int64_t stages) {
+  const auto n = static_cast<int64_t>(weights.size());
+  if (stages < 1 || static_cast<int64_t>(extra.size()) != stages || n < std::max<int64_t>(0, stages - 2)) return {};
+  std::vector<double> prefix(static_cast<size_t>(n + 1), 0.0);
+  for (int64_t i = 0; i < n; ++i) prefix[static_cast<size_t>(i + 1)] = prefix[static_cast<size_t>(i)] + weights[static_cast<size_t>(i)];
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto V = static_cast<size_t>(stages), N = static_cast<size_t>(n + 1);
+  // cost of group g holding layers [j, i)
+  auto cost = [&](size_t g, size_t j, size_t i) { return prefix[i] - prefix[j] + extra[g]; };
+  // The smallest j group g may start at when it ends at i (middle groups hold a layer).
+  auto min_size = [&](size_t g) -> size_t { return g == 0 || g + 1 == V ? 0 : 1; };
+  auto close = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); };
+
+  // Pass 1: the smallest largest group cost over the first g + 1 groups ending at layer i.
+  std::vector<std::vector<double>> worst(V, std::vector<double>(N, inf));
+  for (size_t i = 0; i < N; ++i) worst[0][i] = V == 1 && i + 1 != N ? inf : cost(0, 0, i);
+  for (size_t g = 1; g < V; ++g) {
+    const size_t lo_i = g + 1 == V ? N - 1 : 0;
+    for (size_t i = lo_i; i < N; ++i) {
+      double best = inf;
+      for (size_t j = 0; j + min_size(g) <= i; ++j) {
+        if (worst[g - 1][j] == inf) continue;
+        best = std::min(best, std::max(worst[g - 1][j], cost(g, j, i)));
+      }
+      worst[g][i] = best;
+    }
+  }
+  const double limit = worst[V - 1][N - 1];
+  if (limit == inf) return {};
+  const double allowed = limit + 1e-12 * std::abs(limit);
+
+  // Pass 2: among splits whose groups all stay within that cost, the smallest sum of squares.
+  std::vector<std::vector<double>> squares(V, std::vector<double>(N, inf));
+  std::vector<std::vector<size_t>> from(V, std::vector<size_t>(N, 0));
+  for (size_t i = 0; i < N; ++i) {
+    const double c = cost(0, 0, i);
+    if (c <= allowed && (V > 1 || i + 1 == N)) squares[0][i] = c * c;
+  }
+  for (size_t g = 1; g < V; ++g) {
+    const size_t lo_i = g + 1 == V ? N - 1 : 0;
+    for (size_t i = lo_i; i < N; ++i) {
+      double best = inf;
+      size_t arg = 0;
+      for (size_t j = 0; j + min_size(g) <= i; ++j) {
+        if (squares[g - 1][j] == inf) continue;
+        const double c = cost(g, j, i);
+        if (c > allowed) continue;
+        const double s = squares[g - 1][j] + c * c;
+        // Ties (within rounding) keep the smaller j: this group, and so the later ones, hold more.
+        if (best == inf || (s < best && !close(s, best))) {
+          best = s;
+          arg = j;
+        }
+      }
+      squares[g][i] = best;
+      from[g][i] = arg;
+    }
+  }
+  if (squares[V - 1][N - 1] == inf) return {};
+  std::vector<int64_t> out(V, 0);
+  size_t i = N - 1;
+  for (size_t g = V - 1; g > 0; --g) {
+    const size_t j = from[g][i];
+    out[g] = static_cast<int64_t>(i - j);
+    i = j;
+  }
+  out[0] = static_cast<int64_t>(i);
+  return out;
+}
+
+std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vector<double>& weights, const std::vector<double>& extra,
+                                    const std::vector<int64_t>& owner) {
+  const size_t V = counts.size();
+  if (V < 2 || extra.size() != V || owner.size() != V) return counts;
+  const int64_t stages = *std::max_element(owner.begin(), owner.end()) + 1;
+  struct Score {
+    double stage_max = 0, vstage_max = 0, squares = 0;
+  };
+  auto score = [&](const std::vector<int64_t>& c) {
+    Score s;
+    std::vector<double> per_stage(static_cast<size_t>(stages), 0.0);
+    size_t layer = 0;
+    for (size_t v = 0; v < V; ++v) {
+      double cost = extra[v];
+      for (int64_t k = 0; k < c[v]; ++k) cost += weights[layer++];
+      per_stage[static_cast<size_t>(owner[v])] += cost;
+      s.vstage_max = std::max(s.vstage_max, cost);
+      s.squares += cost * cost;
+    }
+    s.stage_max = *std::max_element(per_stage.begin(), per_stage.end());
+    return s;
+  };
+  // Strictly better beyond rounding, key by key.
+  auto better = [](const Score& a, const Score& b) {
+    const double keys_a[] = {a.stage_max, a.vstage_max, a.squares}, keys_b[] = {b.stage_max, b.vstage_max, b.squares};
+    for (size_t k = 0; k < 3; ++k) {
+      const double tol = 1e-12 * std::max(std::abs(keys_a[k]), std::abs(keys_b[k]));
+      if (keys_a[k] < keys_b[k] - tol) return true;
+      if (keys_a[k] > keys_b[k] + tol) return false;
+    }
+    return false;
+  };
+  auto min_layers = [&](size_t v) -> int64_t { return v == 0 || v + 1 == V ? 0 : 1; };
+  Score current = score(counts);
+  // Each accepted move lowers the score, so the walk ends; the bound only guards rounding.
+  for (size_t round = 0; round < 4 * weights.size() * V; ++round) {
+    std::vector<int64_t> best_counts;
+    Score best = current;
+    for (size_t v = 0; v + 1 < V; ++v) {
+      for (const int dir : {+1, -1}) {  // +1: the last layer of v moves to v + 1
+        std::vector<int64_t> c = counts;
+        const size_t from = dir > 0 ? v : v + 1, to = dir > 0 ? v + 1 : v;
+        if (c[from] - 1 < min_layers(from)) continue;
+        --c[from];
+        ++c[to];
+        const Score s = score(c);
+        if (better(s, best)) {
+          best = s;
+          best_counts = std::move(c);
+        }
+      }
+    }
+    if (best_counts.empty()) break;
+    counts = std::move(best_counts);
+    current = best;
+  }
+  return counts;
+}
+
+std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  if (p.pp <= 1) return {};
+  const estimate::WorkloadBuilder wb(rc);
+  std::vector<double> weights;
+  weights.reserve(static_cast<size_t>(rc.model.num_layers));
+  for (int64_t l = 0; l < rc.model.num_layers; ++l) {
+    const auto& lc = wb.layer_as_run(l);
+    weights.push_back((lc.fwd_time() + lc.bwd_time()).value());
+  }
+  const int64_t stages = p.pp * p.vpp;
+  std::vector<double> extra(static_cast<size_t>(stages), 0.0);
+  extra.front() += (wb.embedding().fwd_time() + wb.embedding().bwd_time()).value();
+  extra.back() += (wb.output_layer().fwd_time() + wb.output_layer().bwd_time()).value();
+  std::vector<int64_t> owner(static_cast<size_t>(stages));
+  for (int64_t v = 0; v < stages; ++v) owner[static_cast<size_t>(v)] = p.stage_of_vstage(v);
+  std::vector<int64_t> counts = min_max_split(weights, extra, stages);
+  if (counts.empty()) return counts;
+  return balance_stages(std::move(counts), weights, extra, owner);
+}
+
+}  // namespace stepcast::plan

@@ -1,0 +1,45 @@
+#pragma once
+// Cost-balanced pipeline splits: the layers of each virtual stage chosen so that the slowest
+// virtual stage (its layers' forward and backward passes, the embedding on the first and the
+// output layer with any multi-token-prediction modules on the last) is as fast as it can be.
+//
+// Layers differ in cost: a hybrid model stacks Mamba-2, attention, MLP and MoE blocks of very
+// different weight, MoE models keep dense first layers, and a large vocabulary makes the output
+// layer worth several transformer layers. A split by layer count leaves the pipeline running at
+// the pace of its heaviest stage; the planner also tries the split this file computes.
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+
+namespace stepcast::plan {
+
+// The contiguous split of `weights` (one per layer, in order) over `stages` groups that
+// minimises the largest group cost, where group g costs the sum of its weights plus extra[g]
+// (`extra` has one entry per group). Every group but the first and the last holds at least one
+// layer; the two ends may hold none. Among the splits with the smallest largest cost the one
+// with the smallest sum of squared group costs is returned (the most even), ties going to the
+// split that puts layers later (the early stages of 1F1B-like schedules hold more micro-batches
+// in flight). Empty when there are fewer layers than the middle
+// groups need, or no stages.
+std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std::vector<double>& extra, int64_t stages);
+
+// Starting from `counts` (a split of `weights` as min_max_split returns it), moves single layers
+// across virtual-stage boundaries while that lowers, in this order, the cost of the busiest
+// pipeline stage (the sum over the virtual stages it holds: `owner[v]` is the stage holding
+// virtual stage v), the largest virtual-stage cost and the sum of squared virtual-stage costs.
+// Interleaved and V-shaped schedules pace on the stage totals; min_max_split alone balances the
+// virtual stages.
+std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vector<double>& weights, const std::vector<double>& extra,
+                                    const std::vector<int64_t>& owner);
+
+// The cost-balanced split of a validated run over its pp * vpp virtual stages (pipeline
+// order): each layer weighs its forward plus backward time as the analytical estimate costs it
+// under the run's layout (exposed communication included; a partial full-recompute counted
+// without its recomputation, which every virtual stage pays alike), the first virtual stage
+// adds the embedding and the last the output layer; min_max_split, then balance_stages over the
+// schedule's placement of virtual stages. Empty for pp = 1.
+std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc);
+
+}  // namespace stepcast::plan

@@ -1,0 +1,198 @@
+// Cost-balanced pipeline splits: the min-max split is optimal (checked against every split of
+// small cases), the stage-level walk never makes the busiest pipeline stage slower, balanced
+// splits of real runs estimate faster than layer-count splits, and the planner adds them only
+// where it chooses the split.
+#include "sim/plan/split.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "sim/estimate/estimate.hpp"
+#include "sim/plan/planner.hpp"
+
+namespace stepcast::plan {
+namespace {
+
+using core::Json;
+
+std::vector<double> group_costs(const std::vector<int64_t>& counts, const std::vector<double>& w, const std::vector<double>& extra) {
+  std::vector<double> out;
+  size_t layer = 0;
+  for (size_t g = 0; g < counts.size(); ++g) {
+    double c = extra[g];
+    for (int64_t k = 0; k < counts[g]; ++k) c += w[layer++];
+    out.push_back(c);
+  }
+  return out;
+}
+
+double largest(const std::vector<double>& c) { return *std::max_element(c.begin(), c.end()); }
+
+// Every split of n layers over `groups` (middle groups at least one layer).
+void every_split(int64_t n, int64_t groups, const std::function<void(const std::vector<int64_t>&)>& visit) {
+  std::vector<int64_t> counts(static_cast<size_t>(groups), 0);
+  std::function<void(int64_t, int64_t)> rec = [&](int64_t g, int64_t left) {
+    if (g + 1 == groups) {
+      counts[static_cast<size_t>(g)] = left;
+      visit(counts);
+      return;
+    }
+    const int64_t lo = g == 0 ? 0 : 1;
+    for (int64_t k = lo; k <= left; ++k) {
+      counts[static_cast<size_t>(g)] = k;
+      rec(g + 1, left - k);
+    }
+  };
+  rec(0, n);
+}
+
+TEST(Split, MinMaxSplitIsOptimalAgainstEverySplit) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> weight(0.5, 3.0), end(0.0, 6.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 3 + static_cast<int64_t>(rng() % 8), groups = 1 + static_cast<int64_t>(rng() % 4);
+    std::vector<double> w(static_cast<size_t>(n));
+    for (auto& x : w) x = weight(rng);
+    std::vector<double> extra(static_cast<size_t>(groups), 0.0);
+    extra.front() += end(rng);
+    extra.back() += end(rng);
+    double best_max = std::numeric_limits<double>::infinity(), best_sq = best_max;
+    every_split(n, groups, [&](const std::vector<int64_t>& c) {
+      const auto g = group_costs(c, w, extra);
+      const double m = largest(g);
+      double sq = 0;
+      for (double x : g) sq += x * x;
+      if (m < best_max - 1e-9) {
+        best_max = m;
+        best_sq = sq;
+      } else if (m <= best_max + 1e-9) {
+        best_sq = std::min(best_sq, sq);
+      }
+    });
+    const auto got = min_max_split(w, extra, groups);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), groups) << "trial " << trial;
+    EXPECT_EQ(std::accumulate(got.begin(), got.end(), int64_t{0}), n);
+    for (size_t g = 1; g + 1 < got.size(); ++g) EXPECT_GE(got[g], 1);
+    const auto g = group_costs(got, w, extra);
+    double sq = 0;
+    for (double x : g) sq += x * x;
+    EXPECT_NEAR(largest(g), best_max, 1e-9 * best_max) << "trial " << trial;
+    EXPECT_NEAR(sq, best_sq, 1e-9 * best_sq) << "trial " << trial;
+  }
+}
+
+TEST(Split, EqualLayersWithAHeavyOutputLayerShortenTheLastStage) {
+  // 32 equal layers, the embedding worth 0.1 of one on the first of four stages and the output
+  // layer 2.5 on the last: the busiest stage holds 9 layers' worth (8.65 is the average), and
+  // the last stage fewer layers.
+  const std::vector<double> w(32, 1.0);
+  const std::vector<double> extra{0.1, 0.0, 0.0, 2.5};
+  const auto got = min_max_split(w, extra, 4);
+  EXPECT_NEAR(largest(group_costs(got, w, extra)), 9.0, 1e-12);
+  EXPECT_LT(got.back(), got.front());
+  // The only split within 9: the first stage cannot take 9 layers on top of the embedding.
+  EXPECT_EQ(got, (std::vector<int64_t>{8, 9, 9, 6}));
+}
+
+TEST(Split, EdgeCases) {
+  EXPECT_EQ(min_max_split({1, 2, 3}, {0}, 1), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(min_max_split({1}, {0, 0, 0, 0}, 4).empty());  // two middle stages need two layers
+  EXPECT_EQ(min_max_split({1, 1}, {0, 0, 0, 0}, 4), (std::vector<int64_t>{0, 1, 1, 0}));
+  EXPECT_TRUE(min_max_split({1, 1}, {0, 0}, 0).empty());
+  EXPECT_TRUE(min_max_split({1, 1}, {0}, 2).empty());  // one extra per group
+}
+
+TEST(Split, StageWalkBalancesPipelineStagesUnderAV) {
+  // A V over two stages: virtual stages 0 and 3 on stage 0, 1 and 2 on stage 1. The embedding
+  // is light and the output layer heavy, both on stage 0.
+  const std::vector<double> w(16, 1.0);
+  const std::vector<double> extra{0.2, 0.0, 0.0, 3.0};
+  const std::vector<int64_t> owner{0, 1, 1, 0};
+  const auto counts = min_max_split(w, extra, 4);
+  auto stage_max = [&](const std::vector<int64_t>& c) {
+    const auto g = group_costs(c, w, extra);
+    return std::max(g[0] + g[3], g[1] + g[2]);
+  };
+  const auto walked = balance_stages(counts, w, extra, owner);
+  EXPECT_LE(stage_max(walked), stage_max(counts) + 1e-12);
+  // The best any split reaches: 19.2 over two stages, so at least 9.6 (whole layers: 10).
+  double best = std::numeric_limits<double>::infinity();
+  every_split(16, 4, [&](const std::vector<int64_t>& c) { best = std::min(best, stage_max(c)); });
+  EXPECT_NEAR(stage_max(walked), best, 1e-12);
+  EXPECT_EQ(std::accumulate(walked.begin(), walked.end(), int64_t{0}), 16);
+}
+
+config::RunConfig parse(const Json& j) { return config::parse_run(j, "<split-test>", ""); }
+
+Json run(const std::string& model, int64_t gpus, const Json& parallel) {
+  return {{"model", model},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", gpus}}},
+          {"training", {{"seq_len", 8192}, {"global_batch_size", 128}}},
+          {"parallel", parallel}};
+}
+
+// The balanced split of a run, and the estimate with it against the run's own split.
+std::pair<double, double> balanced_against_count(Json j) {
+  const auto rc = parse(j);
+  const auto list = balanced_vstage_layers(rc);
+  EXPECT_EQ(static_cast<int64_t>(list.size()), rc.parallel.pp * rc.parallel.vpp);
+  EXPECT_NE(list, rc.vstage_layers);
+  j["parallel"]["stage_layers"] = list;
+  return {estimate::estimate_step(parse(j)).step_time_s, estimate::estimate_step(rc).step_time_s};
+}
+
+TEST(Split, BalancedSplitsOfRealRunsEstimateFaster) {
+  // Llama 3.1 8B on four stages: its 128k-entry output layer weighs about 2.5 layers, so an even
+  // split of 32 layers leaves the last stage the busiest.
+  {
+    const auto rc = parse(run("llama3.1-8b", 32, {{"tp", 2}, {"pp", 4}, {"micro_batch_size", 1}, {"sp", true}}));
+    const auto list = balanced_vstage_layers(rc);
+    ASSERT_EQ(list.size(), 4u);
+    EXPECT_LT(list.back(), 8);
+    const auto [balanced, even] = balanced_against_count(run("llama3.1-8b", 32, {{"tp", 2}, {"pp", 4}, {"micro_batch_size", 1}, {"sp", true}}));
+    EXPECT_LT(balanced, 0.97 * even) << "balanced " << balanced << " s, even " << even << " s";
+  }
+  // Nemotron-H 8B's 52 Mamba-2, attention and MLP blocks under ZB-V on four stages: the
+  // layer-count split (6 or 7 blocks per virtual stage, as the planner enumerates it) puts the
+  // output layer on top of a full share on stage 0.
+  {
+    const Json par = {{"pp", 4}, {"vpp", 2}, {"schedule", "zbv"}, {"micro_batch_size", 1}, {"stage_layers", {6, 7, 7, 7, 7, 6, 6, 6}}};
+    const auto [balanced, counted] = balanced_against_count(run("nemotron-h-8b", 32, par));
+    EXPECT_LT(balanced, 0.95 * counted) << "balanced " << balanced << " s, by count " << counted << " s";
+  }
+}
+
+TEST(Split, PlannerAddsBalancedSplitsOnlyWhereItChoosesTheSplit) {
+  PlanOptions o;
+  o.top_k = 2;
+  o.threads = 2;
+  Json j = run("nemotron-h-8b", 32, {{"pp", 4}});
+  const PlanResult r = plan(j, "<split-test>", "", o);
+  EXPECT_GT(r.balanced_tried, 0);
+  EXPECT_GT(r.balanced_added, 0);
+  ASSERT_FALSE(r.ranked.empty());
+  // The best layout is a balanced split, faster than the best layer-count split.
+  EXPECT_TRUE(r.ranked.front().balanced_split);
+  const auto counted = std::find_if(r.ranked.begin(), r.ranked.end(), [](const Candidate& c) { return !c.balanced_split; });
+  ASSERT_NE(counted, r.ranked.end());
+  EXPECT_LT(r.ranked.front().est.step_time_s, counted->est.step_time_s);
+  // Balanced candidates are valid layouts with the split they claim.
+  for (const auto& c : r.ranked) {
+    if (!c.balanced_split) continue;
+    EXPECT_EQ(std::accumulate(c.rc.vstage_layers.begin(), c.rc.vstage_layers.end(), int64_t{0}), c.rc.model.num_layers);
+  }
+  // A split the run file gives is kept as given.
+  j["parallel"]["stage_layers"] = {13, 13, 13, 13};
+  const PlanResult fixed = plan(j, "<split-test>", "", o);
+  EXPECT_EQ(fixed.balanced_tried, 0);
+  for (const auto& c : fixed.ranked) EXPECT_FALSE(c.balanced_split);
+}
+
+}  // namespace
+}  // namespace stepcast::plan
