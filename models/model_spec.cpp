@@ -414,6 +414,27 @@ void read_hybrid(ObjectReader& r, const Json& j, const std::string& path, ModelS
   std::string pattern;
   bool pattern_ok = true;
   if (auto p = r.get_string("hybrid_override_pattern")) pattern = *p;
+  // Megatron-Core's pattern may mark pipeline stage boundaries ('|') and append
+  // multi-token-prediction blocks after '/'.
+  if (const size_t slash = pattern.find('/'); pattern_ok && slash != std::string::npos) {
+    issues.add(path + ".hybrid_override_pattern", "has '/' at position " + std::to_string(slash) +
+                                                      ": multi-token-prediction blocks of hybrid models are not modelled; drop the part from '/'");
+    pattern_ok = false;
+  }
+  if (pattern_ok && pattern.find('|') != std::string::npos) {
+    std::vector<int64_t> stages{0};
+    std::string blocks;
+    for (const char c : pattern) {
+      if (c == '|') {
+        stages.push_back(0);
+      } else {
+        ++stages.back();
+        blocks.push_back(c);
+      }
+    }
+    m.pattern_stages = std::move(stages);
+    pattern = std::move(blocks);
+  }
   if (const Json* bt = r.get_raw("layers_block_type"); bt != nullptr && !bt->is_null()) {
     std::string from_list;
     if (!bt->is_array()) {
@@ -440,14 +461,15 @@ void read_hybrid(ObjectReader& r, const Json& j, const std::string& path, ModelS
   }
   // transformers derives layer_types (mamba / attention / moe) from the pattern.
   r.ignore({"layer_types"});
+
   if (pattern.empty() && pattern_ok) {
     issues.add(path + ".hybrid_override_pattern", "required string is missing (one character per layer: M Mamba-2, * attention, - MLP, E MoE)");
     pattern_ok = false;
   }
   for (size_t i = 0; pattern_ok && i < pattern.size(); ++i) {
     if (std::string_view("M*-E").find(pattern[i]) == std::string_view::npos) {
-      issues.add(path + ".hybrid_override_pattern", "has '" + std::string(1, pattern[i]) + "' at position " + std::to_string(i) +
-                                                        "; allowed: M (Mamba-2), * (attention), - (MLP), E (MoE)");
+      issues.add(path + ".hybrid_override_pattern", "has '" + std::string(1, pattern[i]) + "' as block " + std::to_string(i) +
+                                                        "; allowed: M (Mamba-2), * (attention), - (MLP), E (MoE), and '|' between pipeline stages");
       pattern_ok = false;
     }
   }
@@ -457,6 +479,7 @@ void read_hybrid(ObjectReader& r, const Json& j, const std::string& path, ModelS
     pattern_ok = false;
   }
   if (pattern_ok) m.layer_pattern = pattern;
+  if (!pattern_ok) m.pattern_stages.clear();
   const bool mamba_layers = pattern.find('M') != std::string::npos;
   auto& mb = m.mamba;
   std::string heads_key;

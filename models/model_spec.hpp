@@ -141,6 +141,10 @@ struct ModelSpec {
   // Hybrid models: one character per layer, M (Mamba-2 mixer), * (attention), - (dense MLP),
   // E (MoE block). Empty: every layer is attention + MLP.
   std::string layer_pattern;
+  // Blocks per virtual stage where the pattern marks pipeline stage boundaries with '|'
+  // (Megatron-Core's flexible pipeline split, "M-M*-|M-M*-"); empty otherwise. The run's
+  // pipeline must have one virtual stage per segment.
+  std::vector<int64_t> pattern_stages;
   // The config keys some settings were read from (families name them differently), so a check
   // on the parsed model names the key the user wrote.
   struct KeyNames {

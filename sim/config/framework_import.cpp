@@ -227,7 +227,15 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   if (!opt.model.empty()) {
     model = opt.model;
   } else {
-    const int64_t L = a.required("num-layers", 1, 1 << 20, "the model's layers, or give --model");
+    // Newer Megatron-Core releases count a hybrid model's layers from its pattern when
+    // --num-layers is left out (the blocks before any '/', '|' marks aside).
+    int64_t pattern_blocks = 0;
+    for (const char* k : {"hybrid-layer-pattern", "hybrid-override-pattern"}) {
+      if (pattern_blocks > 0 || !a.has(k)) continue;
+      const std::string w = a.word(k);
+      for (const char c : w.substr(0, w.find('/'))) pattern_blocks += c != '|' ? 1 : 0;
+    }
+    const int64_t L = layers_arg == 0 && pattern_blocks > 0 ? pattern_blocks : a.required("num-layers", 1, 1 << 20, "the model's layers, or give --model");
     const int64_t h = a.required("hidden-size", 1, kBig, "the model's width, or give --model");
     const int64_t heads = a.required("num-attention-heads", 1, 1 << 20, "or give --model");
     const int64_t vocab = a.required("vocab-size", 1, kBig, "Megatron takes the vocabulary from the tokenizer, which the arguments do not show; or give --model");
@@ -294,10 +302,19 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
       model["v_head_dim"] = a.integer("v-head-dim", 1, kBig, 128);
     }
     // Hybrid Mamba-2 models (pretrain_mamba.py, Megatron-Core's MambaModel): the blocks as
-    // --hybrid-override-pattern lists them, the Mamba-2 mixer from its arguments or
+    // --hybrid-override-pattern (newer releases: --hybrid-layer-pattern) lists them, '|'
+    // marking pipeline stage boundaries; the Mamba-2 mixer from its arguments or
     // Megatron-Core's defaults.
-    if (a.has("hybrid-override-pattern") || a.has("hybrid-attention-ratio") || a.has("hybrid-mlp-ratio") || a.has("is-hybrid-model")) {
-      const std::string pattern = a.word("hybrid-override-pattern", "");
+    const bool layer_pattern = a.has("hybrid-layer-pattern");
+    if (a.has("hybrid-override-pattern") || layer_pattern || a.has("hybrid-attention-ratio") || a.has("hybrid-mlp-ratio") || a.has("is-hybrid-model")) {
+      std::string pattern = a.word("hybrid-override-pattern", "");
+      if (layer_pattern) {
+        const std::string given = a.word("hybrid-layer-pattern");
+        if (!pattern.empty() && pattern != given) {
+          throw core::UserError("--hybrid-layer-pattern \"" + given + "\" disagrees with --hybrid-override-pattern \"" + pattern + "\"; give one");
+        }
+        pattern = given;
+      }
       if (pattern.empty()) {
         throw core::UserError("--hybrid-attention-ratio / --hybrid-mlp-ratio: stepcast reads a hybrid model's blocks from --hybrid-override-pattern "
                               "(one character per layer: M Mamba-2, * attention, - MLP, E MoE); give it");
@@ -414,7 +431,7 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
                           "no-position-embedding", "max-position-embeddings", "normalization", "disable-bias-linear", "add-bias-linear",
                           "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
                           "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
-                          "v-head-dim", "hybrid-override-pattern", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",
+                          "v-head-dim", "hybrid-override-pattern", "hybrid-layer-pattern", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",
                           "mamba-head-dim", "mamba-num-heads", "mamba-state-dim", "mamba-num-groups"}) {
       (void)a.has(k);
     }

@@ -628,7 +628,27 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   const bool layout = !p.pipeline_layout.is_null();
   const std::string slot_key =
       p.embedding_slot ? "$.parallel.account_for_embedding_in_pipeline_split" : "$.parallel.account_for_loss_in_pipeline_split";
-  if (layout && (uneven || !p.stage_layer_list.empty() || slots)) {
+  const auto& segments = m.pattern_stages;
+  if (!segments.empty()) {
+    // The hybrid pattern's '|' marks give the split (Megatron-Core's flexible pipeline split).
+    const std::string key = "$.model.hybrid_override_pattern";
+    const auto segs = static_cast<int64_t>(segments.size());
+    if (layout || uneven || !p.stage_layer_list.empty() || slots) {
+      issues.add(key, std::string("splits the pipeline with '|' itself; drop ") +
+                          (layout ? "parallel.pipeline_layout" : uneven ? "parallel.first_stage_layers/last_stage_layers" : !p.stage_layer_list.empty() ? "parallel.stage_layers" : "the account_for_*_in_pipeline_split flags") +
+                          " or the '|' marks");
+      split_ok = false;
+    } else if (segs != vstages) {
+      issues.add(key, "has " + n(segs) + " pipeline segments (" + n(segs - 1) + " '|' marks); the layout has pp*vpp = " + n(p.pp) + "*" +
+                          n(p.vpp) + " = " + n(vstages) + " virtual stages");
+      split_ok = false;
+    } else if (segs > 2 && std::find(segments.begin() + 1, segments.end() - 1, 0) != segments.end() - 1) {
+      issues.add(key, "has an empty pipeline segment between the first and the last; every virtual stage between them needs a block");
+      split_ok = false;
+    } else {
+      vs = segments;
+    }
+  } else if (layout && (uneven || !p.stage_layer_list.empty() || slots)) {
     issues.add("$.parallel.pipeline_layout", std::string("gives the split itself; drop ") +
                                                  (uneven ? "first_stage_layers/last_stage_layers" : !p.stage_layer_list.empty() ? "stage_layers" : "the account_for_*_in_pipeline_split flags") +
                                                  " or the layout");

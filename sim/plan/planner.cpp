@@ -290,7 +290,10 @@ Splits pipeline_splits(const RunConfig& base, const Json& par, int64_t pp, int64
   const Parallel& bp = base.parallel;
   const int64_t L = base.model.num_layers;
   Splits sp;
-  if (par.contains("first_stage_layers") || par.contains("last_stage_layers")) {
+  if (!base.model.pattern_stages.empty()) {
+    // The hybrid pattern's '|' marks give the split: only its number of virtual stages.
+    sp.ok = static_cast<int64_t>(base.model.pattern_stages.size()) == pp * vpp;
+  } else if (par.contains("first_stage_layers") || par.contains("last_stage_layers")) {
     sp.first = bp.first_stage_layers;
     sp.last = bp.last_stage_layers;
   } else if (par.contains("stage_layers")) {
@@ -566,8 +569,10 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   return cands;
 }
 
-// Whether the planner chooses the pipeline split (the run file sets none of its split keys).
+// Whether the planner chooses the pipeline split (the run file sets none of its split keys and
+// the model's pattern marks no stages).
 bool planner_splits(const RunConfig& base, const Json& par) {
+  if (!base.model.pattern_stages.empty()) return false;  // the hybrid pattern's '|' marks
   for (const char* k : {"first_stage_layers", "last_stage_layers", "stage_layers", "pipeline_layout"}) {
     if (par.contains(k)) return false;
   }

@@ -110,6 +110,19 @@ TEST(MegatronImport, DefaultsAreStated) {
   EXPECT_EQ(rc.model.mamba.state, 64);
   EXPECT_EQ(rc.model.mamba.groups, 4);
   EXPECT_EQ(rc.model.num_mamba_layers(), 4);
+  // Newer releases: --hybrid-layer-pattern with '|' stage marks, the layer count from the pattern.
+  const Json piped = import_megatron({"--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "131072", "--seq-length", "4096",
+                                      "--squared-relu", "--position-embedding-type", "none", "--bf16", "--hybrid-layer-pattern", "M-M*|M-M-",
+                                      "--disable-bias-linear", "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights",
+                                      "--pipeline-model-parallel-size", "2"},
+                                     ImportOptions{.gpus = 8});
+  const auto piped_rc = parse_run(piped, "<import>", "");
+  EXPECT_EQ(piped_rc.model.layer_pattern, "M-M*M-M-");
+  EXPECT_EQ(piped_rc.vstage_layers, (std::vector<int64_t>{4, 4}));
+  EXPECT_THROW(import_megatron({"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "131072",
+                                "--seq-length", "4096", "--hybrid-layer-pattern", "M-M*M-M-", "--hybrid-override-pattern", "M-M-M-M-"},
+                               ImportOptions{.gpus = 8}),
+               core::UserError);
   EXPECT_THROW(import_megatron({"--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8", "--vocab-size", "131072",
                                 "--seq-length", "4096", "--hybrid-attention-ratio", "0.1"},
                                ImportOptions{.gpus = 8}),

@@ -174,6 +174,42 @@ TEST(Hybrid, BadHybridInputsNameTheField) {
   EXPECT_NE(parse_error(run_of(jamba, 8, {{"tp", 1}})).find("state-space"), std::string::npos);
 }
 
+// Megatron-Core's flexible pipeline split: '|' in the pattern marks virtual-stage boundaries,
+// which give the run's split; the marks must agree with pp * vpp and with the parallel block.
+TEST(Hybrid, PipeMarksInThePatternSplitThePipeline) {
+  Json piped = nemotron_h_8b_hub();
+  piped.erase("layers_block_type");
+  std::string marked(kPattern8b);
+  marked.insert(30, "|");  // blocks 0-29 | 30-51
+  piped["hybrid_override_pattern"] = marked;
+  const RunConfig rc = parse(run_of(piped, 16, {{"tp", 1}, {"pp", 2}}));
+  EXPECT_EQ(rc.model.layer_pattern, kPattern8b);
+  EXPECT_EQ(rc.model.pattern_stages, (std::vector<int64_t>{30, 22}));
+  EXPECT_EQ(rc.vstage_layers, (std::vector<int64_t>{30, 22}));
+  EXPECT_DOUBLE_EQ(rc.model.total_params(), model::zoo_model("nemotron-h-8b").total_params());
+  // layers_block_type (no marks) still agrees with the marked pattern.
+  Json with_list = nemotron_h_8b_hub();
+  with_list["hybrid_override_pattern"] = marked;
+  EXPECT_EQ(parse_error(run_of(with_list, 16, {{"tp", 1}, {"pp", 2}})), "");
+  // Two segments need two virtual stages.
+  const std::string pp4 = parse_error(run_of(piped, 16, {{"tp", 1}, {"pp", 4}}));
+  EXPECT_NE(pp4.find("$.model.hybrid_override_pattern"), std::string::npos) << pp4;
+  EXPECT_NE(pp4.find("2 pipeline segments"), std::string::npos) << pp4;
+  EXPECT_NE(pp4.find("pp*vpp = 4*1 = 4"), std::string::npos) << pp4;
+  // The marks give the split: a second one in the parallel block is refused.
+  const std::string both = parse_error(run_of(piped, 16, {{"tp", 1}, {"pp", 2}, {"stage_layers", {26, 26}}}));
+  EXPECT_NE(both.find("parallel.stage_layers"), std::string::npos) << both;
+  // An empty middle segment, and multi-token-prediction blocks after '/'.
+  Json empty_middle = piped;
+  empty_middle["hybrid_override_pattern"] = std::string(marked).insert(31, "|");
+  EXPECT_NE(parse_error(run_of(empty_middle, 24, {{"tp", 1}, {"pp", 3}})).find("empty pipeline segment"), std::string::npos);
+  Json mtp = piped;
+  mtp["hybrid_override_pattern"] = std::string(kPattern8b) + "/*-";
+  const std::string slash = parse_error(run_of(mtp, 8, {{"tp", 1}}));
+  EXPECT_NE(slash.find("hybrid_override_pattern"), std::string::npos) << slash;
+  EXPECT_NE(slash.find("multi-token-prediction"), std::string::npos) << slash;
+}
+
 // MFU's model FLOPs: 6 N D, the attention term over the attention layers only, and Megatron's
 // 7 d_inner N per token forward for each Mamba-2 scan.
 TEST(Hybrid, ModelFlopsCountTheScanAndOnlyTheAttentionLayers) {

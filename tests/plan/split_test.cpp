@@ -194,5 +194,30 @@ TEST(Split, PlannerAddsBalancedSplitsOnlyWhereItChoosesTheSplit) {
   for (const auto& c : fixed.ranked) EXPECT_FALSE(c.balanced_split);
 }
 
+TEST(Split, PlannerKeepsTheSplitAHybridPatternMarks) {
+  // Nemotron-H 8B's pattern with one '|': only layouts with two virtual stages, split there.
+  const char* pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+  std::string marked(pattern);
+  marked.insert(28, "|");
+  const Json model = {{"model_type", "nemotron_h"}, {"vocab_size", 131072}, {"hidden_size", 4096}, {"intermediate_size", 21504},
+                      {"num_hidden_layers", 52}, {"hybrid_override_pattern", marked}, {"num_attention_heads", 32}, {"head_dim", 128},
+                      {"num_key_value_heads", 8}, {"mlp_hidden_act", "relu2"}, {"ssm_state_size", 128}, {"mamba_num_heads", 128},
+                      {"mamba_head_dim", 64}, {"n_groups", 8}};
+  PlanOptions o;
+  o.top_k = 2;
+  o.threads = 2;
+  const Json j = {{"model", model},
+                  {"hardware", "h100-sxm"},
+                  {"cluster", {{"num_gpus", 32}}},
+                  {"training", {{"seq_len", 8192}, {"global_batch_size", 128}}}};
+  const PlanResult r = plan(j, "<split-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(r.balanced_tried, 0);
+  for (const auto& c : r.ranked) {
+    EXPECT_EQ(c.rc.parallel.pp * c.rc.parallel.vpp, 2);
+    EXPECT_EQ(c.rc.vstage_layers, (std::vector<int64_t>{28, 24}));
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::plan
