@@ -288,7 +288,9 @@ const std::vector<std::string>& ignored_hf_keys() {
       "parallel_attn", "mlp_type",
       // Multi-token-prediction modules of the checkpoint (DeepSeek-V3, GLM, MiniMax): a training
       // choice, not part of the decoder stepcast costs.
-      "num_mtp_modules", "mtp_transformer_layers", "use_mtp",
+      "num_mtp_modules", "mtp_transformer_layers", "use_mtp", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
+      // transformers 5's grouping of the RoPE settings above (theta, scaling, partial factor).
+      "rope_parameters",
       // Llama 4: a quantization-tooling flag.
       "for_llm_compressor",
       // ERNIE 4.5 router settings (capacity for inference, gate kind, bias-based balancing).
@@ -364,6 +366,12 @@ std::optional<bool> bool_alias(ObjectReader& r, std::initializer_list<std::strin
   return out;
 }
 
+// Families whose layers alternate Gated DeltaNet and output-gated softmax attention: Qwen3-Next
+// and Qwen3.5 (its decoders, dense and MoE, as the multimodal wrapper's text_config names them).
+bool gated_deltanet_family(const std::string& model_type) {
+  return model_type == "qwen3_next" || model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text";
+}
+
 // Architectures whose token mixing is not softmax attention in every layer (state-space or
 // linear-attention layers): stepcast's layer model would cost them as full attention, so they
 // are refused with the reason instead of loading with wrong numbers. Returns the reason or "".
@@ -378,8 +386,9 @@ std::string unsupported_mixer(const Json& j, const std::string& model_type) {
   // Nemotron-H stacks Mamba-2, attention, MLP and MoE blocks by its pattern, which stepcast
   // models (ModelSpec::layer_pattern); its LatentMoE variant (Nemotron 3 Super and Ultra)
   // projects tokens to a smaller width before the experts, which it does not.
-  // Qwen3-Next alternates Gated DeltaNet and softmax attention layers (ModelSpec::mixer_pattern).
-  if (model_type == "qwen3_next") return "";
+  // Qwen3-Next and Qwen3.5 alternate Gated DeltaNet and softmax attention layers
+  // (ModelSpec::mixer_pattern).
+  if (gated_deltanet_family(model_type) || model_type == "qwen3_5" || model_type == "qwen3_5_moe") return "";
   if (model_type == "nemotron_h" || j.contains("hybrid_override_pattern")) {
     if (j.contains("moe_latent_size") && !j["moe_latent_size"].is_null()) {
       return "its \"moe_latent_size\" key describes LatentMoE experts (a down-projection before routing), which stepcast does not cost";
@@ -559,7 +568,8 @@ void read_linear_attention(ObjectReader& r, const std::string& path, ModelSpec& 
     for (int64_t i = 0; i < n; ++i) pattern.push_back((i + 1) % every == 0 ? 'A' : 'L');
   }
   if (pattern.find('L') != std::string::npos) m.mixer_pattern = pattern;
-  m.attn_output_gate = true;
+  // Both families gate the softmax layers' output (Qwen3.5's files say so in attn_output_gate).
+  m.attn_output_gate = r.get_bool("attn_output_gate", true);
 }
 
 ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& issues) {
@@ -603,7 +613,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     static const std::vector<std::string> wrapper = {
         "text_config", "vision_config", "image_token_index", "image_token_id", "boi_token_index", "eoi_token_index",
         "boi_token_id", "eoi_token_id", "mm_tokens_per_image", "vision_feature_layer", "vision_feature_select_strategy",
-        "projector_hidden_act", "multi_modal_projector_bias", "model_type", "architectures"};
+        "projector_hidden_act", "multi_modal_projector_bias", "model_type", "architectures", "video_token_id",
+        "vision_start_token_id", "vision_end_token_id"};
     ObjectReader top(j, path, issues);
     top.accept_null_as_absent();
     top.ignore(wrapper);
@@ -881,7 +892,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.qkv_bias = r.get_bool("qkv_bias", attention_bias || model_type == "qwen2" ||
                                           model_type == "qwen2_moe");
   m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"}).value_or(model_type == "qwen3" || model_type == "qwen3_moe" ||
-                                                                                 model_type == "qwen3_next");
+                                                                                 gated_deltanet_family(model_type));
   m.embedding_norm = r.get_bool("embedding_norm", bloom);
 
   // A list of layer indices (from 0) in [0, layers): entries checked one by one, sorted, no
@@ -1103,7 +1114,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
 
   if (nemotron_h) read_hybrid(r, j, path, m, layers);
-  if (model_type == "qwen3_next") read_linear_attention(r, path, m, layers);
+  if (gated_deltanet_family(model_type)) read_linear_attention(r, path, m, layers);
 
   // DeepSeek multi-head latent attention.
   m.mla.q_lora_rank = r.get_int("q_lora_rank", 0, kBig).value_or(0);

@@ -31,7 +31,8 @@ const std::vector<std::string> kZooNames = {
     "gpt2-124m",     "gpt2-large",    "gpt3-175b",       "llama2-7b",       "llama2-13b",
     "llama2-70b",    "llama3.1-8b",   "llama3.1-70b",    "llama3.1-405b",   "mixtral-8x7b",
     "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",   "nemotron4-15b",   "nemotron4-340b",
-    "gpt-oss-120b",  "nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b"};
+    "gpt-oss-120b",  "nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b",
+    "qwen3.5-27b",   "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"};
 
 // Every built-in model has a pinned expectation (a new zoo entry must come with its count).
 TEST(ModelZoo, EveryZooEntryHasAnExpectedCount) {
@@ -390,6 +391,27 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_NEAR(next.total_params() / 80e9, 1.0, 0.01);
   EXPECT_NEAR((next.total_params() - next.embedding_params() - 151936.0 * 2048.0) / 79e9, 1.0, 0.01);
   EXPECT_NEAR((next.active_params() - next.embedding_params() - 151936.0 * 2048.0) / 3e9, 1.0, 0.1);
+  // Qwen3.5's multimodal file: the decoder (Qwen3-Next's layer scheme, attn_output_gate stated,
+  // transformers 5's rope_parameters) under text_config beside a vision tower that is not
+  // modelled. It equals the zoo entry built from the same shapes.
+  core::Issues q35;
+  const ModelSpec qwen35 = load("qwen3.5-35b-a3b-config.json", q35);
+  for (const auto& l : q35.lines()) ADD_FAILURE() << l;
+  EXPECT_EQ(qwen35.num_linear_layers(), 30);
+  EXPECT_EQ(qwen35.num_attention_layers(), 10);
+  EXPECT_TRUE(qwen35.attn_output_gate);
+  EXPECT_TRUE(qwen35.qk_norm);
+  EXPECT_EQ(qwen35.moe.num_experts, 256);
+  EXPECT_DOUBLE_EQ(qwen35.total_params(), zoo_model("qwen3.5-35b-a3b").total_params());
+  EXPECT_DOUBLE_EQ(qwen35.active_params(), zoo_model("qwen3.5-35b-a3b").active_params());
+  // An attn_output_gate of false narrows q_proj to the queries alone.
+  Json ungated = core::load_json_file(kDataDir + "/hf/qwen3.5-35b-a3b-config.json");
+  ungated["text_config"]["attn_output_gate"] = false;
+  core::Issues ug;
+  const ModelSpec plain = parse_model(ungated, "$.model", ug, "");
+  ASSERT_TRUE(ug.empty()) << ug.lines().front();
+  EXPECT_FALSE(plain.attn_output_gate);
+  EXPECT_NEAR(qwen35.total_params() - plain.total_params(), 10.0 * 2048 * 16 * 256, 1.0);
   // Linear-attention families stepcast does not cost stay refused with the reason.
   core::Issues refused;
   const Json minimax = {{"model_type", "minimax_m1"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
