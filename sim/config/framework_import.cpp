@@ -301,6 +301,45 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
       model["qk_rope_head_dim"] = a.integer("qk-pos-emb-head-dim", 1, kBig, 64);
       model["v_head_dim"] = a.integer("v-head-dim", 1, kBig, 128);
     }
+    // Gated DeltaNet layers (Qwen3-Next and Qwen3.5 in Megatron-LM, --experimental-attention-variant
+    // gated_delta_net): the linear-attention shapes, and which layers keep softmax attention
+    // (--linear-attention-freq N: layer i when (i + 1) is a multiple of N; or a list with 1 for a
+    // Gated DeltaNet layer and 0 for softmax attention, "[1,1,1,0]*12").
+    if (const std::string variant = a.word("experimental-attention-variant", ""); !variant.empty()) {
+      if (variant != "gated_delta_net" && variant != "gdn") {
+        throw core::UserError("--experimental-attention-variant: got '" + variant + "'; stepcast costs gated_delta_net (Gated DeltaNet) layers only");
+      }
+      model["model_type"] = "qwen3_next";  // the Gated DeltaNet family's keys
+      model["linear_num_key_heads"] = a.required("linear-num-key-heads", 1, 1 << 20, "the Gated DeltaNet key heads");
+      model["linear_num_value_heads"] = a.required("linear-num-value-heads", 1, 1 << 20, "the Gated DeltaNet value heads");
+      model["linear_key_head_dim"] = a.required("linear-key-head-dim", 1, 1 << 20, "the Gated DeltaNet key head width");
+      model["linear_value_head_dim"] = a.required("linear-value-head-dim", 1, 1 << 20, "the Gated DeltaNet value head width");
+      model["linear_conv_kernel_dim"] = a.integer("linear-conv-kernel-dim", 1, 1 << 10, 4);
+      model["attn_output_gate"] = a.has("attention-output-gate");
+      model["qk_norm"] = a.has("qk-layernorm");
+      const std::string freq = a.word("linear-attention-freq", "");
+      if (freq.empty()) throw core::UserError("--linear-attention-freq: missing; give which layers keep softmax attention (an interval N, or a list such as [1,1,1,0]*12)");
+      std::smatch fm;
+      const std::string compact = std::regex_replace(freq, std::regex(R"(\s+)"), "");
+      if (std::regex_match(compact, std::regex(R"(\d+)"))) {
+        model["full_attention_interval"] = Reader::parse_int("linear-attention-freq", compact, 1, L);
+      } else if (std::regex_match(compact, fm, std::regex(R"(\(?\[([01](?:,[01])*)\](?:\*(\d+))?\)?)"))) {
+        std::vector<std::string> one;
+        std::stringstream items(fm[1].str());
+        for (std::string item; std::getline(items, item, ',');) one.push_back(item == "1" ? "linear_attention" : "full_attention");
+        const int64_t times = fm[2].matched ? std::stoll(fm[2].str()) : 1;
+        Json types = Json::array();
+        for (int64_t t = 0; t < times; ++t) {
+          for (const auto& k : one) types.push_back(k);
+        }
+        if (static_cast<int64_t>(types.size()) != L) {
+          throw core::UserError("--linear-attention-freq: " + freq + " describes " + std::to_string(types.size()) + " layers; --num-layers is " + std::to_string(L));
+        }
+        model["layer_types"] = types;
+      } else {
+        throw core::UserError("--linear-attention-freq: got '" + freq + "'; expected an interval N or a list of 1 (Gated DeltaNet) and 0 (softmax attention), such as [1,1,1,0]*12");
+      }
+    }
     // Hybrid Mamba-2 models (pretrain_mamba.py, Megatron-Core's MambaModel): the blocks as
     // --hybrid-override-pattern (newer releases: --hybrid-layer-pattern) lists them, '|'
     // marking pipeline stage boundaries; the Mamba-2 mixer from its arguments or
@@ -431,7 +470,9 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
                           "no-position-embedding", "max-position-embeddings", "normalization", "disable-bias-linear", "add-bias-linear",
                           "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
                           "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
-                          "v-head-dim", "hybrid-override-pattern", "hybrid-layer-pattern", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",
+                          "v-head-dim", "hybrid-override-pattern", "hybrid-layer-pattern", "experimental-attention-variant", "linear-attention-freq",
+                          "linear-num-key-heads", "linear-num-value-heads", "linear-key-head-dim", "linear-value-head-dim", "linear-conv-kernel-dim",
+                          "attention-output-gate", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",
                           "mamba-head-dim", "mamba-num-heads", "mamba-state-dim", "mamba-num-groups"}) {
       (void)a.has(k);
     }

@@ -129,6 +129,55 @@ TEST(MegatronImport, DefaultsAreStated) {
                core::UserError);
 }
 
+// Gated DeltaNet models as Megatron-LM trains Qwen3.5 (--experimental-attention-variant
+// gated_delta_net): the imported model is the zoo's Qwen3.5-35B-A3B, whether the softmax layers
+// come as an interval or as a list.
+TEST(MegatronImport, GatedDeltaNetArguments) {
+  const std::vector<std::string> base = {
+      "--num-layers", "40", "--hidden-size", "2048", "--num-attention-heads", "16", "--group-query-attention", "--num-query-groups", "2",
+      "--kv-channels", "256", "--qk-layernorm", "--attention-output-gate", "--experimental-attention-variant", "gated_delta_net",
+      "--linear-conv-kernel-dim", "4", "--linear-key-head-dim", "128", "--linear-value-head-dim", "128", "--linear-num-key-heads", "16",
+      "--linear-num-value-heads", "32", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+      "--position-embedding-type", "rope", "--num-experts", "256", "--moe-ffn-hidden-size", "512", "--moe-shared-expert-intermediate-size", "512",
+      "--moe-router-topk", "8", "--vocab-size", "248320", "--seq-length", "4096", "--bf16", "--expert-model-parallel-size", "8"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return import_megatron(args, ImportOptions{.gpus = 8});
+  };
+  const auto zoo = model::zoo_model("qwen3.5-35b-a3b");
+  for (const std::string freq : {"4", "[1,1,1,0]*10", "([1, 1, 1, 0] * 10)"}) {
+    const Json run = with({"--linear-attention-freq", freq});
+    const auto rc = parse_run(run, "<import>", "");
+    EXPECT_EQ(rc.model.num_linear_layers(), 30) << freq;
+    EXPECT_TRUE(rc.model.attn_output_gate) << freq;
+    EXPECT_TRUE(rc.model.qk_norm) << freq;
+    EXPECT_DOUBLE_EQ(rc.model.total_params(), zoo.total_params()) << freq;
+    EXPECT_DOUBLE_EQ(rc.model.active_params(), zoo.active_params()) << freq;
+  }
+  // Without the output gate the softmax layers' q_proj holds the queries alone.
+  std::vector<std::string> ungated = base;
+  ungated.erase(std::find(ungated.begin(), ungated.end(), "--attention-output-gate"));
+  ungated.insert(ungated.end(), {"--linear-attention-freq", "4"});
+  EXPECT_FALSE(parse_run(import_megatron(ungated, ImportOptions{.gpus = 8}), "<import>", "").model.attn_output_gate);
+  // Bad values name the argument.
+  auto message = [&](std::vector<std::string> extra) {
+    try {
+      (void)with(extra);
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({"--linear-attention-freq", "[1,1,0]*10"}).find("describes 30 layers"), std::string::npos);
+  EXPECT_NE(message({"--linear-attention-freq", "every4"}).find("--linear-attention-freq"), std::string::npos);
+  EXPECT_NE(message({}).find("--linear-attention-freq"), std::string::npos);
+  std::vector<std::string> kda = base;
+  *std::find(kda.begin(), kda.end(), "gated_delta_net") = "kda";
+  kda.insert(kda.end(), {"--linear-attention-freq", "4"});
+  EXPECT_THROW(import_megatron(kda, ImportOptions{.gpus = 8}), core::UserError);
+}
+
 // Megatron-Core's CPU activation offload of the first N layers becomes the run file's key.
 TEST(MegatronImport, CpuOffloadingOfActivations) {
   ImportOptions o{.hardware = "h100-sxm", .gpus = 8};
