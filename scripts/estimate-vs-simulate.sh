@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates reports/estimate-vs-simulate.md: how far the analytical estimate (the planner's
-# fast pass) lands from the discrete-event simulation over a seeded sample of layouts of eight
-# models (dense, MoE, MLA, hybrid Mamba-2, Gated DeltaNet): every parallel dimension, schedule, ZeRO stage and recompute mode the
+# fast pass) lands from the discrete-event simulation over a seeded sample of layouts of nine
+# models (dense, MoE, MLA, hybrid Mamba-2, Gated DeltaNet with MoE and with dense MLPs): every parallel dimension, schedule, ZeRO stage and recompute mode the
 # planner searches. Layouts the simulation refuses (they do not fit) are counted, not compared.
 # Needs a built ./build/stepcast. Usage: bash scripts/estimate-vs-simulate.sh [layouts per model]
 set -euo pipefail
@@ -33,6 +33,8 @@ BASES = {
                         "training": {"seq_len": 8192, "global_batch_size": 384, "precision": "fp8"}}, 118, 128, 384, [None]),
     "qwen3-next-80b-a3b": ({"model": "qwen3-next-80b-a3b", "hardware": "h100-sxm", "cluster": {"num_gpus": 64},
                             "training": {"seq_len": 4096, "global_batch_size": 512, "precision": "bf16"}}, 48, 64, 512, [4, 8, 16, 32]),
+    "qwen3.5-27b": ({"model": "qwen3.5-27b", "hardware": "h100-sxm", "cluster": {"num_gpus": 64},
+                     "training": {"seq_len": 8192, "global_batch_size": 256, "precision": "bf16"}}, 64, 64, 256, [None]),
 }
 # Models that refuse context parallelism (none of those sampled).
 NO_CP = set()
