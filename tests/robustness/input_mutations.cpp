@@ -211,7 +211,8 @@ class Generator {
     }
     if (!top && node.is_array()) {
       set(p, "array -> object", key, Expect::kRefuse, Json::object());
-      set(p, "array -> null", key, Expect::kRefuse, nullptr);
+      // Model sections read null as absent (hub files write null for unset settings), lists too.
+      set(p, "array -> null", key, in_model(p.to_string()) ? Expect::kAny : Expect::kRefuse, nullptr);
       set(p, "array -> \"zz\"", key, Expect::kRefuse, "zz");
       set(p, "array -> []", key, Expect::kAny, Json::array());
       if (!node.empty()) {
