@@ -73,6 +73,7 @@ PY
 import json, sys
 run = json.load(open(sys.argv[1]))
 run["training"]["mtp_layers"] = int(sys.argv[3])
+run["parallel"].pop("pipeline_layout", None)  # the row's own layout gives way to the end stages shown
 run["parallel"]["first_stage_layers"], run["parallel"]["last_stage_layers"] = int(sys.argv[4]), int(sys.argv[5])
 json.dump(run, open(sys.argv[2], "w"))
 PY
