@@ -36,6 +36,7 @@
 #include "sim/plan/compare.hpp"
 #include "sim/plan/sensitivity.hpp"
 #include "sim/plan/planner.hpp"
+#include "sim/plan/split.hpp"
 #include "sim/plan/sizing.hpp"
 #include "sim/sweep/sweep.hpp"
 #include "sim/report/html_report.hpp"
@@ -189,6 +190,40 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
                 (l.peak().value() - l.capacity.value()) / 1073741824.0);
   const std::string hint = stepcast::memory::fit_hint(rc);
   return hint.empty() ? std::string(buf) : std::string(buf) + "; " + hint;
+}
+
+// --balanced-split: the run with its pipeline split replaced by the cost-balanced one
+// (sim/plan/split), validated again; `said` gets the split before and after and Megatron-Core's
+// flag that sets it (--pipeline-model-parallel-layout, or the hybrid pattern with '|' marks).
+stepcast::config::RunConfig with_balanced_split(stepcast::config::RunConfig rc, Json& said) {
+  if (rc.parallel.pp <= 1) throw stepcast::core::UserError("--balanced-split: the run has no pipeline (parallel.pp is 1)");
+  if (!rc.model.pattern_stages.empty()) {
+    throw stepcast::core::UserError("--balanced-split: the model's hybrid_override_pattern marks its own pipeline stages with '|'; drop the marks to balance");
+  }
+  const std::vector<int64_t> before = rc.vstage_layers;
+  const std::vector<int64_t> list = stepcast::plan::balanced_vstage_layers(rc);
+  if (list.empty()) throw stepcast::core::UserError("--balanced-split: the layers cannot fill every virtual stage between the first and the last");
+  auto& p = rc.parallel;
+  p.first_stage_layers = p.last_stage_layers = -1;
+  p.pipeline_layout = nullptr;
+  p.embedding_slot = p.loss_slot = false;
+  p.stage_layer_list = list;
+  stepcast::core::Issues issues;
+  stepcast::config::derive_and_validate(rc, issues);
+  if (!issues.empty()) throw stepcast::core::UserError("--balanced-split: with stage_layers " + stepcast::config::run_length_text(list) + ": " + issues.lines().front());
+  said = {{"stage_layers", list}, {"previous_stage_layers", before}};
+  if (rc.model.hybrid()) {
+    said["megatron"] = "--hybrid-layer-pattern \"" + stepcast::config::pattern_with_stages(rc.model.layer_pattern, list) + "\"";
+  } else {
+    said["megatron"] = "--pipeline-model-parallel-layout \"" + stepcast::config::megatron_layout_text(list, rc.training.mtp_layers) + "\"";
+  }
+  return rc;
+}
+
+std::string balanced_split_text(const Json& said) {
+  const auto list = said["stage_layers"].get<std::vector<int64_t>>(), before = said["previous_stage_layers"].get<std::vector<int64_t>>();
+  return "pipeline split (--balanced-split): stages " + stepcast::config::run_length_text(list) + (list == before ? " (the run's own)" : " instead of " + stepcast::config::run_length_text(before)) +
+         "; Megatron-Core: " + said["megatron"].get<std::string>() + "\n\n";
 }
 
 // False, after printing why with the ledger hint, when the run does not fit and --allow-oom was
@@ -518,6 +553,9 @@ int run(int argc, char** argv) {
   std::vector<std::string> run_sets;
   const char* set_help = "override a run-file field, e.g. --set parallel.tp=4 --set training.precision=fp8 (repeatable; VALUE is JSON or a string)";
   est->add_option("--set", run_sets, set_help)->allow_extra_args(false);
+  bool est_balanced = false;
+  const char* balanced_help = "replace the run's pipeline split by the cost-balanced one (each layer, the embedding and the output layer weighed by their pass times, as the planner does) and print it with Megatron-Core's flag for it";
+  est->add_flag("--balanced-split", est_balanced, balanced_help);
 
   // simulate
   std::string sim_file, sim_trace;
@@ -542,6 +580,8 @@ int run(int argc, char** argv) {
   trace_ranks_opt->needs(trace_opt);  // without a trace they would do nothing
   trace_ops_opt->needs(trace_opt);
   sim->add_flag("--ideal", sim_ideal, "schedule study: uniform transformer stages, free communication, no optimizer");
+  bool sim_balanced = false;
+  sim->add_flag("--balanced-split", sim_balanced, balanced_help);
 
   // memory
   std::string mem_file;
@@ -1088,14 +1128,18 @@ int run(int argc, char** argv) {
   }
 
   if (est->parsed()) {
-    const auto rc = stepcast::config::load_run_file(est_file, run_sets);
+    Json balanced;
+    const auto rc = est_balanced ? with_balanced_split(stepcast::config::load_run_file(est_file, run_sets), balanced)
+                                 : stepcast::config::load_run_file(est_file, run_sets);
     const auto e = stepcast::estimate::estimate_step(rc);
     if (!fits_or_says(rc, e.memory, est_allow_oom, rc.source_name)) return kExitDoesNotFit;
     if (est_json) {
       auto j = stepcast::report::estimate_json(rc, e, cmdline);
+      if (est_balanced) j["balanced_split"] = balanced;
       if (est_ops) j["operators"] = stepcast::report::operator_json(rc);
       std::cout << j.dump(2) << "\n";
     } else {
+      if (est_balanced) std::cout << balanced_split_text(balanced);
       std::cout << stepcast::report::estimate_table(rc, e);
       if (est_ops) std::cout << stepcast::report::operator_table(rc);
     }
@@ -1177,7 +1221,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (sim->parsed()) {
-    const auto rc = stepcast::config::load_run_file(sim_file, run_sets);
+    Json balanced;
+    const auto rc = sim_balanced ? with_balanced_split(stepcast::config::load_run_file(sim_file, run_sets), balanced)
+                                 : stepcast::config::load_run_file(sim_file, run_sets);
     const auto ledger = stepcast::memory::compute_ledger(rc);
     if (!fits_or_says(rc, ledger, sim_allow_oom, rc.source_name)) return kExitDoesNotFit;
     stepcast::engine::SimOptions opt;
@@ -1220,8 +1266,11 @@ int run(int argc, char** argv) {
       write_text(sim_trace, stepcast::engine::trace_json(rc, r, ranks, sim_trace_ops));
     }
     if (sim_json) {
-      std::cout << stepcast::report::simulate_json(rc, r, cmdline).dump(2) << "\n";
+      Json j = stepcast::report::simulate_json(rc, r, cmdline);
+      if (sim_balanced) j["balanced_split"] = balanced;
+      std::cout << j.dump(2) << "\n";
     } else {
+      if (sim_balanced) std::cout << balanced_split_text(balanced);
       std::cout << stepcast::report::simulate_table(rc, r);
     }
     return 0;

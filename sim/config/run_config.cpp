@@ -1002,6 +1002,40 @@ std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {
   return out;
 }
 
+std::string megatron_layout_text(const std::vector<int64_t>& vstage_layers, int64_t mtp_layers) {
+  const size_t n = vstage_layers.size();
+  if (n == 0) return "";
+  auto layers = [](int64_t k) { return k == 0 ? std::string() : k == 1 ? std::string("t") : "t*" + std::to_string(k); };
+  std::vector<std::string> seg(n);
+  for (size_t v = 0; v < n; ++v) {
+    if (v == 0) seg[v] += "E";
+    seg[v] += layers(vstage_layers[v]);
+    if (v + 1 == n) seg[v] += std::string(static_cast<size_t>(std::max<int64_t>(0, mtp_layers)), 'm') + "L";
+  }
+  if (n == 1) return seg[0];
+  std::string out = seg[0] + "|";
+  for (size_t v = 1; v + 1 < n;) {
+    size_t w = v;
+    while (w + 1 < n && seg[w] == seg[v]) ++w;
+    out += w - v > 1 ? "(" + seg[v] + "|)*" + std::to_string(w - v) : seg[v] + "|";
+    v = w;
+  }
+  return out + seg[n - 1];
+}
+
+std::string pattern_with_stages(const std::string& pattern, const std::vector<int64_t>& vstage_layers) {
+  std::string out;
+  size_t at = 0;
+  for (size_t v = 0; v < vstage_layers.size(); ++v) {
+    const auto k = static_cast<size_t>(std::max<int64_t>(0, vstage_layers[v]));
+    if (at + k > pattern.size()) return "";
+    if (v > 0) out += '|';
+    out += pattern.substr(at, k);
+    at += k;
+  }
+  return at == pattern.size() ? out : "";
+}
+
 std::string run_length_text(const std::vector<int64_t>& counts) {
   std::string o = "[";
   for (size_t i = 0; i < counts.size();) {

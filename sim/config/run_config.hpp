@@ -424,6 +424,14 @@ struct PipelineLayout {
 // group (nested), spaces and commas are ignored. The list form: one list per virtual stage of "embedding",
 // "decoder", "mtp" and "loss".
 PipelineLayout parse_pipeline_layout(const core::Json& layout);
+// A split over virtual stages written as Megatron-Core's --pipeline-model-parallel-layout: the
+// embedding on the first virtual stage, the MTP layers and the loss on the last, runs of equal
+// middle stages as "(t*4|)*14" ("Et*4|(t*4|)*14tmL"). parse_pipeline_layout reads it back.
+std::string megatron_layout_text(const std::vector<int64_t>& vstage_layers, int64_t mtp_layers);
+// A hybrid model's block pattern with '|' before the first block of each virtual stage after the
+// first (Megatron-Core's flexible split of --hybrid-layer-pattern); empty when the counts do not
+// add up to the pattern's blocks.
+std::string pattern_with_stages(const std::string& pattern, const std::vector<int64_t>& vstage_layers);
 
 // Megatron-style uneven split over pp >= 3 stages: the middle stages take ceil(layers / pp) and
 // the first and last share what is left (the first one layer fewer when odd). Returns false

@@ -219,5 +219,25 @@ TEST(Split, PlannerKeepsTheSplitAHybridPatternMarks) {
   }
 }
 
+// The split as Megatron-Core's flags: the layout string reads back to the same split, and a
+// hybrid pattern takes '|' marks before each virtual stage's first block.
+TEST(Split, MegatronLayoutTextReadsBack) {
+  const std::vector<std::vector<int64_t>> splits = {{5, 4, 4, 4, 4, 0}, {4, 4, 4, 4}, {0, 3, 3, 2, 3, 3, 1}, {7}, {1, 2}, {2, 2, 2, 2, 3, 3, 3, 1}};
+  for (const auto& list : splits) {
+    for (int64_t mtp : {0, 1}) {
+      const std::string text = config::megatron_layout_text(list, mtp);
+      const auto lay = config::parse_pipeline_layout(Json(text));
+      ASSERT_TRUE(lay.error.empty()) << text << ": " << lay.error;
+      EXPECT_EQ(lay.layers(), list) << text;
+      EXPECT_EQ(lay.stages.front().front(), 'E') << text;
+      EXPECT_EQ(lay.stages.back().back(), 'L') << text;
+      EXPECT_EQ(std::count(text.begin(), text.end(), 'm'), mtp) << text;
+    }
+  }
+  EXPECT_EQ(config::megatron_layout_text({5, 4, 4, 4, 0}, 1), "Et*5|(t*4|)*3mL");
+  EXPECT_EQ(config::pattern_with_stages("M-M*-M-", {3, 4}), "M-M|*-M-");
+  EXPECT_EQ(config::pattern_with_stages("M-M*-M-", {3, 3}), "");  // the counts must cover the pattern
+}
+
 }  // namespace
 }  // namespace stepcast::plan
