@@ -194,7 +194,7 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
 
 // --balanced-split: the run with its pipeline split replaced by the cost-balanced one
 // (sim/plan/split), validated again; `said` gets the split before and after and Megatron-Core's
-// flag that sets it (--pipeline-model-parallel-layout, or the hybrid pattern with '|' marks).
+// flag that sets it (plan::megatron_split_flag; empty where Megatron-Core has no such run).
 stepcast::config::RunConfig with_balanced_split(stepcast::config::RunConfig rc, Json& said) {
   if (rc.parallel.pp <= 1) throw stepcast::core::UserError("--balanced-split: the run has no pipeline (parallel.pp is 1)");
   if (!rc.model.pattern_stages.empty()) {
@@ -211,19 +211,15 @@ stepcast::config::RunConfig with_balanced_split(stepcast::config::RunConfig rc, 
   stepcast::core::Issues issues;
   stepcast::config::derive_and_validate(rc, issues);
   if (!issues.empty()) throw stepcast::core::UserError("--balanced-split: with stage_layers " + stepcast::config::run_length_text(list) + ": " + issues.lines().front());
-  said = {{"stage_layers", list}, {"previous_stage_layers", before}};
-  if (rc.model.hybrid()) {
-    said["megatron"] = "--hybrid-layer-pattern \"" + stepcast::config::pattern_with_stages(rc.model.layer_pattern, list) + "\"";
-  } else {
-    said["megatron"] = "--pipeline-model-parallel-layout \"" + stepcast::config::megatron_layout_text(list, rc.training.mtp_layers) + "\"";
-  }
+  said = {{"stage_layers", list}, {"previous_stage_layers", before}, {"megatron", stepcast::plan::megatron_split_flag(rc)}};
   return rc;
 }
 
 std::string balanced_split_text(const Json& said) {
   const auto list = said["stage_layers"].get<std::vector<int64_t>>(), before = said["previous_stage_layers"].get<std::vector<int64_t>>();
+  const std::string flag = said["megatron"].get<std::string>();
   return "pipeline split (--balanced-split): stages " + stepcast::config::run_length_text(list) + (list == before ? " (the run's own)" : " instead of " + stepcast::config::run_length_text(before)) +
-         "; Megatron-Core: " + said["megatron"].get<std::string>() + "\n\n";
+         (flag.empty() ? std::string() : "; Megatron-Core: " + flag) + "\n\n";
 }
 
 // False, after printing why with the ledger hint, when the run does not fit and --allow-oom was

@@ -807,6 +807,19 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   return res;
 }
 
+std::string megatron_split_flag(const RunConfig& rc) {
+  const auto& v = rc.vstage_layers;
+  if (rc.parallel.pp <= 1 || v.empty() || std::all_of(v.begin(), v.end(), [&](int64_t n) { return n == v.front(); })) return "";
+  // Megatron-Core runs 1F1B and interleaved 1F1B; its layout segments go to ranks as the
+  // interleaved order places them, not as a V would.
+  if (rc.parallel.schedule != Schedule::kOneFOneB && rc.parallel.schedule != Schedule::kInterleaved) return "";
+  if (rc.model.hybrid()) {
+    if (!rc.model.pattern_stages.empty()) return "";  // the model's own marks
+    return "--hybrid-layer-pattern \"" + config::pattern_with_stages(rc.model.layer_pattern, v) + "\"";
+  }
+  return "--pipeline-model-parallel-layout \"" + config::megatron_layout_text(v, rc.training.mtp_layers) + "\"";
+}
+
 Row row_of(const Candidate& c) {
   double comm = 0;
   for (const auto& [k, v] : c.breakdown().exposed_comm) comm += v;
@@ -849,6 +862,10 @@ std::string plan_table(const PlanResult& r, size_t rows) {
     o << buf;
   }
   o << "\n" << r.explanation << "\n";
+  if (!r.ranked.empty()) {
+    const std::string flag = megatron_split_flag(r.ranked.front().rc);
+    if (!flag.empty()) o << "Its pipeline split in Megatron-Core: " << flag << "\n";
+  }
   return o.str();
 }
 
@@ -886,6 +903,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
+    if (const std::string flag = megatron_split_flag(c.rc); !flag.empty()) par["megatron_split"] = flag;
     // The output contract's keys (docs/OUTPUT.md), from the simulation where the layout was
     // re-simulated (row_of scales the rates to its step time; the model FLOPs do not change).
     const Json br = report::breakdown_json(c.breakdown());

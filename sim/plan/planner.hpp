@@ -125,6 +125,11 @@ using memory::kAllocatorReserve;
 std::string memory_margin_note(double peak_bytes, double capacity_bytes, double headroom);
 // One-line layout, e.g. "tp 8 pp 4 dp 32 cp 1 ep 1 vpp 2 mbs 1 zero 1 rc selective interleaved".
 std::string layout_text(const config::Parallel& p);
+// The Megatron-Core flag that sets a run's uneven pipeline split (--pipeline-model-parallel-layout,
+// or --hybrid-layer-pattern with '|' marks); empty for pp 1, an even split, a schedule other
+// than 1F1B and interleaved (which Megatron-Core runs), or a hybrid pattern that marks its own
+// stages.
+std::string megatron_split_flag(const config::RunConfig& rc);
 // Its uneven pipeline split part ("first 3 last 2", "stages [1, 2*30, 1*33]"; empty when even).
 std::string split_text(const config::Parallel& p);
 

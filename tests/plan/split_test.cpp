@@ -237,6 +237,15 @@ TEST(Split, MegatronLayoutTextReadsBack) {
   EXPECT_EQ(config::megatron_layout_text({5, 4, 4, 4, 0}, 1), "Et*5|(t*4|)*3mL");
   EXPECT_EQ(config::pattern_with_stages("M-M*-M-", {3, 4}), "M-M|*-M-");
   EXPECT_EQ(config::pattern_with_stages("M-M*-M-", {3, 3}), "");  // the counts must cover the pattern
+  // The flag a plan prints: only for an uneven split under a schedule Megatron-Core runs.
+  const Json par = {{"tp", 2}, {"pp", 4}, {"micro_batch_size", 1}, {"sp", true}, {"stage_layers", {9, 8, 8, 7}}};
+  EXPECT_EQ(megatron_split_flag(parse(run("llama3.1-8b", 32, par))), "--pipeline-model-parallel-layout \"Et*9|(t*8|)*2t*7L\"");
+  Json even = par;
+  even.erase("stage_layers");
+  EXPECT_EQ(megatron_split_flag(parse(run("llama3.1-8b", 32, even))), "");
+  Json zb = par;
+  zb["schedule"] = "zb-h1";
+  EXPECT_EQ(megatron_split_flag(parse(run("llama3.1-8b", 32, zb))), "");
 }
 
 }  // namespace
