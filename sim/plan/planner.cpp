@@ -903,11 +903,11 @@ Json plan_json(const PlanResult& r, size_t rows) {
     if (p.first_stage_layers >= 0) par["first_stage_layers"] = p.first_stage_layers;
     if (p.last_stage_layers >= 0) par["last_stage_layers"] = p.last_stage_layers;
     if (!p.stage_layer_list.empty()) par["stage_layers"] = p.stage_layer_list;
-    if (const std::string flag = megatron_split_flag(c.rc); !flag.empty()) par["megatron_split"] = flag;
     // The output contract's keys (docs/OUTPUT.md), from the simulation where the layout was
     // re-simulated (row_of scales the rates to its step time; the model FLOPs do not change).
     const Json br = report::breakdown_json(c.breakdown());
-    list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"balanced_split", c.balanced_split}, {"step_time_s", x.step},
+    list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"balanced_split", c.balanced_split},
+                    {"megatron_split", megatron_split_flag(c.rc)}, {"step_time_s", x.step},
                     {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", x.tok_s},
                     {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", x.hfu},
                     {"tflops_per_gpu", x.tflops}, {"model_flops_per_step", c.est.model_flops_per_step},
