@@ -618,6 +618,25 @@ std::string fit_hint(const config::RunConfig& rc) {
   return "";
 }
 
+std::pair<double, double> layer_param_split(const config::RunConfig& rc, int64_t layer) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const double h = static_cast<double>(m.hidden), t = static_cast<double>(p.tp);
+  const model::LayerKind kind = m.layer_kind(layer);
+  double layer_dense = m.mixer_params(kind) / t;
+  double layer_expert = 0;
+  if (kind.ffn == model::Ffn::kNone) {
+  } else if (kind.moe()) {
+    const auto& mo = m.moe;
+    layer_dense += h * static_cast<double>(mo.num_experts) +
+                   static_cast<double>(m.mlp_matrices()) * h * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
+    layer_expert = static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() / static_cast<double>(p.etp);
+  } else {
+    layer_dense += m.dense_mlp_params() / t;
+  }
+  return {layer_dense, layer_expert};
+}
+
 MemoryLedger compute_ledger(const config::RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
@@ -640,26 +659,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
     // experts (sharded over ep and etp).
-    auto layer_split = [&](int64_t l) {
-      const model::LayerKind kind = m.layer_kind(l);
-      double layer_dense = m.mixer_params(kind) / t;
-      double layer_expert = 0;
-      if (kind.ffn == model::Ffn::kNone) {
-      } else if (kind.moe()) {
-        const auto& mo = m.moe;
-        layer_dense += h * static_cast<double>(mo.num_experts) +
-                       static_cast<double>(m.mlp_matrices()) * h *
-                           static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
-        layer_expert = static_cast<double>(mo.num_experts) / static_cast<double>(p.ep) * m.expert_params() /
-                       static_cast<double>(p.etp);
-      } else {
-        layer_dense += m.dense_mlp_params() / t;
-      }
-      return std::make_pair(layer_dense, layer_expert);
-    };
     for (const int64_t l : layer_ids) {
       if (m.is_moe_layer(l)) ++moe_layers;
-      const auto [layer_dense, layer_expert] = layer_split(l);
+      const auto [layer_dense, layer_expert] = layer_param_split(rc, l);
       dense_params += layer_dense;
       expert_params += layer_expert;
       largest_layer = std::max(largest_layer, layer_dense + layer_expert);
@@ -689,7 +691,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         // model's), the projection and norms; an untied model's head stage, when it is not
         // stage 0, also keeps a copy of the input embedding for their lookups.
         const double d = static_cast<double>(rc.training.mtp_layers);
-        const auto [layer_dense, layer_expert] = layer_split(m.num_layers - 1);
+        const auto [layer_dense, layer_expert] = layer_param_split(rc, m.num_layers - 1);
         dense_params += d * (layer_dense + 2.0 * h * h / t + 3.0 * m.norm_params());
         expert_params += d * layer_expert;
         if (p.head_stage() != 0 && !m.tied_embeddings) dense_params += vh;

@@ -169,6 +169,9 @@ core::Bytes output_weight_grad_bytes(const config::RunConfig& rc);
 core::Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage);
 
 MemoryLedger compute_ledger(const config::RunConfig& rc);
+// One layer's parameters on a rank before ZeRO sharding: {dense (split over tp), routed experts
+// (split over ep and etp)}, as the ledger counts them.
+std::pair<double, double> layer_param_split(const config::RunConfig& rc, int64_t layer);
 
 // Under recompute full: the fewest layers per virtual stage (parallel.recompute_layers) whose
 // ledger peak stays within `usable` of the GPU's memory, by bisection (memory falls as the

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "sim/cost/collectives.hpp"
 #include "sim/estimate/workload.hpp"
+#include "sim/memory/ledger.hpp"
 
 namespace stepcast::plan {
 
@@ -143,9 +145,35 @@ std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc) {
   const estimate::WorkloadBuilder wb(rc);
   std::vector<double> weights;
   weights.reserve(static_cast<size_t>(rc.model.num_layers));
+  // Under ZeRO-3 / FSDP each layer's parameters are gathered before its forward (and, when
+  // resharded after it, again before its backward) and its gradients reduce-scattered after its
+  // backward, on their own streams one layer ahead: a pass is no shorter than its layer's
+  // collectives, which weigh what its parameters weigh (MoE layers far more than dense ones).
+  const bool zero3 = p.effective_zero() >= 3 && p.dp * p.cp > 1;
+  const auto& places = wb.placements();
+  auto sharded = [&](cost::Collective c, double params, double bytes_per_param, const mesh::Placement& shard, const mesh::Placement& replicate) {
+    if (params <= 0) return 0.0;
+    double t = cost::collective_time(c, core::Bytes(params * bytes_per_param), shard, rc.hardware).value();
+    if (c == cost::Collective::kReduceScatter && replicate.size > 1) {
+      t += cost::collective_time(cost::Collective::kAllReduce, core::Bytes(params * bytes_per_param / static_cast<double>(std::max<int64_t>(1, shard.size))),
+                                 replicate, rc.hardware).value();
+    }
+    return t;
+  };
+  const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype), reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
   for (int64_t l = 0; l < rc.model.num_layers; ++l) {
     const auto& lc = wb.layer_as_run(l);
-    weights.push_back((lc.fwd_time() + lc.bwd_time()).value());
+    double fwd = lc.fwd_time().value(), bwd = lc.bwd_time().value();
+    if (zero3) {
+      const auto [dense, expert] = memory::layer_param_split(rc, l);
+      const double ag = sharded(cost::Collective::kAllGather, dense, gather_bytes, places.zero3, places.dp_replicate) +
+                        sharded(cost::Collective::kAllGather, expert, gather_bytes, places.edp, places.edp_replicate);
+      const double rs = sharded(cost::Collective::kReduceScatter, dense, reduce_bytes, places.zero3, places.dp_replicate) +
+                        sharded(cost::Collective::kReduceScatter, expert, reduce_bytes, places.edp, places.edp_replicate);
+      fwd = std::max(fwd, ag);
+      bwd = std::max(bwd, (p.reshard_after_forward ? ag : 0.0) + rs);
+    }
+    weights.push_back(fwd + bwd);
   }
   const int64_t stages = p.pp * p.vpp;
   std::vector<double> extra(static_cast<size_t>(stages), 0.0);

@@ -37,7 +37,8 @@ std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vect
 // The cost-balanced split of a validated run over its pp * vpp virtual stages (pipeline
 // order): each layer weighs its forward plus backward time as the analytical estimate costs it
 // under the run's layout (exposed communication included; a partial full-recompute counted
-// without its recomputation, which every virtual stage pays alike), the first virtual stage
+// without its recomputation, which every virtual stage pays alike; under ZeRO-3 / FSDP each pass
+// at least as long as its layer's parameter gathers and gradient reduce-scatters), the first virtual stage
 // adds the embedding and the last the output layer; min_max_split, then balance_stages over the
 // schedule's placement of virtual stages. Empty for pp = 1.
 std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc);

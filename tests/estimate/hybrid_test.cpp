@@ -179,8 +179,8 @@ TEST(Hybrid, BadHybridInputsNameTheField) {
 TEST(Hybrid, PipeMarksInThePatternSplitThePipeline) {
   Json piped = nemotron_h_8b_hub();
   piped.erase("layers_block_type");
-  std::string marked(kPattern8b);
-  marked.insert(30, "|");  // blocks 0-29 | 30-51
+  const std::string blocks(kPattern8b);
+  const std::string marked = blocks.substr(0, 30) + "|" + blocks.substr(30);  // blocks 0-29 | 30-51
   piped["hybrid_override_pattern"] = marked;
   const RunConfig rc = parse(run_of(piped, 16, {{"tp", 1}, {"pp", 2}}));
   EXPECT_EQ(rc.model.layer_pattern, kPattern8b);
@@ -201,7 +201,7 @@ TEST(Hybrid, PipeMarksInThePatternSplitThePipeline) {
   EXPECT_NE(both.find("parallel.stage_layers"), std::string::npos) << both;
   // An empty middle segment, and multi-token-prediction blocks after '/'.
   Json empty_middle = piped;
-  empty_middle["hybrid_override_pattern"] = std::string(marked).insert(31, "|");
+  empty_middle["hybrid_override_pattern"] = marked.substr(0, 31) + "|" + marked.substr(31);
   EXPECT_NE(parse_error(run_of(empty_middle, 24, {{"tp", 1}, {"pp", 3}})).find("empty pipeline segment"), std::string::npos);
   Json mtp = piped;
   mtp["hybrid_override_pattern"] = std::string(kPattern8b) + "/*-";

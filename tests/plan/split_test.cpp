@@ -197,8 +197,8 @@ TEST(Split, PlannerAddsBalancedSplitsOnlyWhereItChoosesTheSplit) {
 TEST(Split, PlannerKeepsTheSplitAHybridPatternMarks) {
   // Nemotron-H 8B's pattern with one '|': only layouts with two virtual stages, split there.
   const char* pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
-  std::string marked(pattern);
-  marked.insert(28, "|");
+  const std::string blocks(pattern);
+  const std::string marked = blocks.substr(0, 28) + "|" + blocks.substr(28);
   const Json model = {{"model_type", "nemotron_h"}, {"vocab_size", 131072}, {"hidden_size", 4096}, {"intermediate_size", 21504},
                       {"num_hidden_layers", 52}, {"hybrid_override_pattern", marked}, {"num_attention_heads", 32}, {"head_dim", 128},
                       {"num_key_value_heads", 8}, {"mlp_hidden_act", "relu2"}, {"ssm_state_size", 128}, {"mamba_num_heads", 128},
