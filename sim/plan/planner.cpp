@@ -397,7 +397,13 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
     }
   }
   const auto pps = fixed("pp") ? std::vector<int64_t>{bp.pp} : divisors(N, std::min(L, opt.max_pp > 0 ? opt.max_pp : L));
-  const auto vpps = fixed("vpp") ? std::vector<int64_t>{bp.vpp} : divisors(L, opt.max_vpp);
+  // Every vpp up to the limit: where the layers do not divide over pp * vpp the split lists
+  // below spread them (and the cost-balanced pass refines the best).
+  std::vector<int64_t> vpps{bp.vpp};
+  if (!fixed("vpp")) {
+    vpps.clear();
+    for (int64_t v = 1; v <= std::min(opt.max_vpp, L); ++v) vpps.push_back(v);
+  }
   const auto mbss = fixed("micro_batch_size") ? std::vector<int64_t>{bp.micro_batch_size} : powers_of_two_upto(opt.max_mbs);
   std::vector<int64_t> eps{bp.ep};
   if (m.moe.enabled() && !fixed("ep")) eps = powers_of_two_upto(m.moe.num_experts);
