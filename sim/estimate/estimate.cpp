@@ -47,10 +47,6 @@ double model_flops_per_step(const config::RunConfig& rc) {
   return tokens * (6.0 * m.flop_params() + attn + ssm + linear + mtp_flops);
 }
 
-namespace {
-
-// A data-parallel collective over a sharding group; under hybrid sharding a reduce-scatter is
-// followed by the all-reduce of the reduced shard across the replicas (same stream, in order).
 Duration sharded_collective_time(Collective c, Bytes bytes, const mesh::Placement& shard, const mesh::Placement& replicate,
                                  const hw::HardwareProfile& hw) {
   Duration t = cost::collective_time(c, bytes, shard, hw);
@@ -59,6 +55,8 @@ Duration sharded_collective_time(Collective c, Bytes bytes, const mesh::Placemen
   }
   return t;
 }
+
+namespace {
 
 // Time to reduce `bytes` of gradients in DDP buckets: the first bucket 1 MB, the rest
 // bucket_mb, each its own collective (so each pays the latency floor).

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "sim/config/run_config.hpp"
+#include "sim/cost/collectives.hpp"
 #include "sim/memory/ledger.hpp"
 
 namespace stepcast::estimate {
@@ -76,6 +77,11 @@ struct StageCost {
 };
 class WorkloadBuilder;
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage);
+
+// A data-parallel collective over a sharding group; under hybrid sharding a reduce-scatter is
+// followed by the all-reduce of the reduced shard across the replicas (same stream, in order).
+core::Duration sharded_collective_time(cost::Collective c, core::Bytes bytes, const mesh::Placement& shard, const mesh::Placement& replicate,
+                                       const hw::HardwareProfile& hw);
 
 // Optimizer step time of one stage (HBM-bound over the local shard plus kernel launches).
 double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "sim/cost/collectives.hpp"
+#include "sim/estimate/estimate.hpp"
 #include "sim/estimate/workload.hpp"
 #include "sim/memory/ledger.hpp"
 
@@ -152,13 +153,7 @@ std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc) {
   const bool zero3 = p.effective_zero() >= 3 && p.dp * p.cp > 1;
   const auto& places = wb.placements();
   auto sharded = [&](cost::Collective c, double params, double bytes_per_param, const mesh::Placement& shard, const mesh::Placement& replicate) {
-    if (params <= 0) return 0.0;
-    double t = cost::collective_time(c, core::Bytes(params * bytes_per_param), shard, rc.hardware).value();
-    if (c == cost::Collective::kReduceScatter && replicate.size > 1) {
-      t += cost::collective_time(cost::Collective::kAllReduce, core::Bytes(params * bytes_per_param / static_cast<double>(std::max<int64_t>(1, shard.size))),
-                                 replicate, rc.hardware).value();
-    }
-    return t;
+    return params > 0 ? estimate::sharded_collective_time(c, core::Bytes(params * bytes_per_param), shard, replicate, rc.hardware).value() : 0.0;
   };
   const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype), reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
   for (int64_t l = 0; l < rc.model.num_layers; ++l) {
