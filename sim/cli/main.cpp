@@ -201,25 +201,41 @@ stepcast::config::RunConfig with_balanced_split(stepcast::config::RunConfig rc, 
     throw stepcast::core::UserError("--balanced-split: the model's hybrid_override_pattern marks its own pipeline stages with '|'; drop the marks to balance");
   }
   const std::vector<int64_t> before = rc.vstage_layers;
-  const std::vector<int64_t> list = stepcast::plan::balanced_vstage_layers(rc);
+  // Balanced by time within the GPU's memory (the run's ledger capacity).
+  const stepcast::plan::BalancedSplit bs = stepcast::plan::balanced_split(rc, 1.0);
+  const std::vector<int64_t>& list = bs.layers;
   if (list.empty()) throw stepcast::core::UserError("--balanced-split: the layers cannot fill every virtual stage between the first and the last");
-  auto& p = rc.parallel;
-  p.first_stage_layers = p.last_stage_layers = -1;
-  p.pipeline_layout = nullptr;
-  p.embedding_slot = p.loss_slot = false;
-  p.stage_layer_list = list;
+  rc.parallel.set_split(-1, -1, list);
   stepcast::core::Issues issues;
   stepcast::config::derive_and_validate(rc, issues);
   if (!issues.empty()) throw stepcast::core::UserError("--balanced-split: with stage_layers " + stepcast::config::run_length_text(list) + ": " + issues.lines().front());
   said = {{"stage_layers", list}, {"previous_stage_layers", before}, {"megatron", stepcast::plan::megatron_split_flag(rc)}};
+  if (bs.memory_bound || !bs.fits) {
+    // What memory did to it: the split by time alone overfills a stage.
+    said["memory"] = {{"fits", bs.fits},
+                      {"limit_bytes", bs.limit_bytes},
+                      {"time_only_stage_layers", bs.memory_bound ? bs.time_only : list},
+                      {"time_only_stage", bs.time_only_stage},
+                      {"time_only_peak_bytes", bs.time_only_peak_bytes}};
+  }
   return rc;
 }
 
 std::string balanced_split_text(const Json& said) {
   const auto list = said["stage_layers"].get<std::vector<int64_t>>(), before = said["previous_stage_layers"].get<std::vector<int64_t>>();
   const std::string flag = said["megatron"].get<std::string>();
+  std::string memory;
+  if (said.contains("memory")) {
+    const Json& m = said["memory"];
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "needs %.2f GiB on stage %lld, over the GPU's %.2f GiB", m["time_only_peak_bytes"].get<double>() / 1073741824.0,
+                  static_cast<long long>(m["time_only_stage"].get<int64_t>()), m["limit_bytes"].get<double>() / 1073741824.0);
+    const std::string time_only = stepcast::config::run_length_text(m["time_only_stage_layers"].get<std::vector<int64_t>>());
+    memory = m["fits"].get<bool>() ? "; the split balanced by time alone, " + time_only + ", " + buf + ", so full stages give up layers"
+                                   : "; balanced by time alone: it " + std::string(buf) + " and no balanced split found fits";
+  }
   return "pipeline split (--balanced-split): stages " + stepcast::config::run_length_text(list) + (list == before ? " (the run's own)" : " instead of " + stepcast::config::run_length_text(before)) +
-         (flag.empty() ? std::string() : "; Megatron-Core: " + flag) + "\n\n";
+         memory + (flag.empty() ? std::string() : "; Megatron-Core: " + flag) + "\n\n";
 }
 
 // False, after printing why with the ledger hint, when the run does not fit and --allow-oom was

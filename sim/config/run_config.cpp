@@ -697,43 +697,15 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     if (uneven) issues.add("$.parallel.first_stage_layers", "uneven stage sizes need pp > 1");
     vs.assign(static_cast<size_t>(vstages), L / vstages);
     split_ok = L % vstages == 0;  // vpp > 1 without pp is reported below
-  } else if (uneven) {
-    const int64_t first = p.first_stage_layers;
-    const int64_t last = p.last_stage_layers;
-    const int64_t middle_stages = p.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
-    const int64_t rest = L - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
-    const std::string given = first >= 0 ? "$.parallel.first_stage_layers" : "$.parallel.last_stage_layers";
-    if (rest < 0 || (middle_stages == 0 ? rest != 0 : rest % middle_stages != 0)) {
-      issues.add(given,
-                 n(L) + " layers minus first (" + n(std::max<int64_t>(first, 0)) + ") and last (" +
-                     n(std::max<int64_t>(last, 0)) + ") stages leaves " + n(rest) + " layers, which do not split evenly over the other " + n(middle_stages) + " stages");
-      split_ok = false;
-    } else {
-      std::vector<int64_t> per_stage(static_cast<size_t>(p.pp), middle_stages > 0 ? rest / middle_stages : 0);
-      if (first >= 0) per_stage.front() = first;
-      if (last >= 0) per_stage.back() = last;
-      // Megatron splits each stage's layers evenly over its virtual chunks.
-      for (int64_t s = 0; s < p.pp && split_ok; ++s) {
-        const int64_t k = per_stage[static_cast<size_t>(s)];
-        if (k == 0) {
-          issues.add(given, "leaves stage " + n(s) + " with no layers; every stage needs at least one");
-          split_ok = false;
-        } else if (k % p.vpp != 0) {
-          issues.add(s == 0 && first >= 0 ? "$.parallel.first_stage_layers" : s == p.pp - 1 && last >= 0 ? "$.parallel.last_stage_layers" : "$.parallel.vpp",
-                     "stage " + n(s) + " would hold " + n(k) + " layers, which do not split evenly over its vpp = " + n(p.vpp) +
-                         " chunks; give the layers of every virtual stage in stage_layers instead");
-          split_ok = false;
-        }
-        for (int64_t c = 0; c < p.vpp; ++c) vs[static_cast<size_t>(p.vstage(s, c))] = k / p.vpp;
-      }
-    }
-  } else if (L % vstages != 0) {
-    issues.add(p.vpp > 1 ? "$.parallel.vpp" : "$.parallel.pp",
-               "num_layers " + n(L) + " is not divisible by pp*vpp = " + n(p.pp) + "*" + n(p.vpp) + " = " + n(vstages) +
-                   "; use first_stage_layers/last_stage_layers or stage_layers for an uneven split");
-    split_ok = false;
   } else {
-    vs.assign(static_cast<size_t>(vstages), L / vstages);
+    // Megatron's end-stage counts, or the even split.
+    std::pair<std::string, std::string> why;
+    vs = end_stage_split(L, p, &why);
+    if (vs.empty()) {
+      issues.add(why.first, why.second);
+      vs.assign(static_cast<size_t>(vstages), 0);
+      split_ok = false;
+    }
   }
   if (!split_ok) vs.assign(static_cast<size_t>(vstages), 0);
   if (split_ok && p.recompute_layers > 0) {
@@ -986,6 +958,57 @@ Json with_referenced_files(Json run, const std::string& base_dir) {
     }
   }
   return run;
+}
+
+std::vector<int64_t> end_stage_split(int64_t layers, const Parallel& p, std::pair<std::string, std::string>* why) {
+  const int64_t vstages = p.pp * p.vpp;
+  auto fail = [&](std::string key, std::string reason) {
+    if (why != nullptr) *why = {std::move(key), std::move(reason)};
+    return std::vector<int64_t>{};
+  };
+  const int64_t first = p.first_stage_layers, last = p.last_stage_layers;
+  if (first < 0 && last < 0) {
+    if (vstages < 1 || layers % vstages != 0) {
+      return fail(p.vpp > 1 ? "$.parallel.vpp" : "$.parallel.pp",
+                  "num_layers " + n(layers) + " is not divisible by pp*vpp = " + n(p.pp) + "*" + n(p.vpp) + " = " + n(vstages) +
+                      "; use first_stage_layers/last_stage_layers or stage_layers for an uneven split");
+    }
+    return std::vector<int64_t>(static_cast<size_t>(vstages), layers / vstages);
+  }
+  const std::string given = first >= 0 ? "$.parallel.first_stage_layers" : "$.parallel.last_stage_layers";
+  if (p.pp < 2) return fail(given, "uneven stage sizes need pp > 1");
+  const int64_t middle_stages = p.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
+  const int64_t rest = layers - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
+  if (rest < 0 || (middle_stages == 0 ? rest != 0 : rest % middle_stages != 0)) {
+    return fail(given, n(layers) + " layers minus first (" + n(std::max<int64_t>(first, 0)) + ") and last (" + n(std::max<int64_t>(last, 0)) +
+                           ") stages leaves " + n(rest) + " layers, which do not split evenly over the other " + n(middle_stages) + " stages");
+  }
+  std::vector<int64_t> per_stage(static_cast<size_t>(p.pp), middle_stages > 0 ? rest / middle_stages : 0);
+  if (first >= 0) per_stage.front() = first;
+  if (last >= 0) per_stage.back() = last;
+  // Megatron splits each stage's layers evenly over its virtual chunks.
+  std::vector<int64_t> vs(static_cast<size_t>(vstages), 0);
+  for (int64_t s = 0; s < p.pp; ++s) {
+    const int64_t k = per_stage[static_cast<size_t>(s)];
+    if (k == 0) return fail(given, "leaves stage " + n(s) + " with no layers; every stage needs at least one");
+    if (k % p.vpp != 0) {
+      return fail(s == 0 && first >= 0 ? "$.parallel.first_stage_layers" : s == p.pp - 1 && last >= 0 ? "$.parallel.last_stage_layers" : "$.parallel.vpp",
+                  "stage " + n(s) + " would hold " + n(k) + " layers, which do not split evenly over its vpp = " + n(p.vpp) +
+                      " chunks; give the layers of every virtual stage in stage_layers instead");
+    }
+    for (int64_t c = 0; c < p.vpp; ++c) vs[static_cast<size_t>(p.vstage(s, c))] = k / p.vpp;
+  }
+  return vs;
+}
+
+void Parallel::set_split(const std::vector<int64_t>& vstage_layers) {
+  const bool ends_form = vpp == 1 && pp >= 3 && vstage_layers.size() == static_cast<size_t>(pp) &&
+                         std::all_of(vstage_layers.begin() + 1, vstage_layers.end() - 1, [&](int64_t k) { return k == vstage_layers[1]; });
+  if (ends_form) {
+    set_split(vstage_layers.front(), vstage_layers.back());
+  } else {
+    set_split(-1, -1, vstage_layers);
+  }
 }
 
 std::vector<int64_t> balanced_stage_layers(int64_t layers, int64_t stages) {

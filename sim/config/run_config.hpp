@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/model_spec.hpp"
@@ -288,6 +289,19 @@ struct Parallel {
   // first N transformer layers of each stage copy the tensors they save for backward to host
   // memory after their forward and back before their backward, double-buffered. 0: none.
   int64_t activation_offload_layers = 0;
+  // Sets the pipeline split to Megatron's end-stage counts (-1: unset) or, when `list` is
+  // given, to the layers of every virtual stage, dropping whatever set it before (a pipeline
+  // layout, embedding and loss slots). derive_and_validate checks it.
+  void set_split(int64_t first, int64_t last, std::vector<int64_t> list = {}) {
+    first_stage_layers = first;
+    last_stage_layers = last;
+    stage_layer_list = std::move(list);
+    pipeline_layout = nullptr;
+    embedding_slot = loss_slot = false;
+  }
+  // The same split in the form a Megatron-Core run file writes it: end-stage counts when the
+  // run has no virtual stages and every middle stage holds the same number (pp >= 3), else the list.
+  void set_split(const std::vector<int64_t>& vstage_layers);
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
   [[nodiscard]] bool split_backward() const { return splits_backward(schedule); }
@@ -400,6 +414,11 @@ struct RunConfig {
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }
 };
 
+// The layers of every virtual stage (pipeline order) that Megatron's end-stage counts give
+// (parallel.first_stage_layers / last_stage_layers; the other stages share the rest evenly and
+// every stage's layers split evenly over its vpp chunks), or the even split when neither is set.
+// Empty when the layers do not split so; `why`, when given, then gets the JSON key and the reason.
+std::vector<int64_t> end_stage_split(int64_t layers, const Parallel& p, std::pair<std::string, std::string>* why = nullptr);
 // An uneven split of `layers` over `stages` (virtual) pipeline stages as torchtitan's automatic
 // split points make it: each gets layers / stages, the middle ones one more while the
 // remainder lasts, and the last what is left (so the first and last, which also hold the

@@ -508,21 +508,14 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
           }
           // The layout with the primary split, then with each alternative.
           auto emit = [&](Parallel p) {
-            p.embedding_slot = p.loss_slot = false;  // the splits below are explicit
-            p.pipeline_layout = nullptr;
-            p.first_stage_layers = splits.first;
-            p.last_stage_layers = splits.last;
-            p.stage_layer_list = splits.stage_list;
+            p.set_split(splits.first, splits.last, splits.stage_list);
             cands.push_back(p);
             for (const auto& [f, l] : splits.end_splits) {
-              p.first_stage_layers = f;
-              p.last_stage_layers = l;
+              p.set_split(f, l, splits.stage_list);
               cands.push_back(p);
             }
-            p.first_stage_layers = splits.first;
-            p.last_stage_layers = splits.last;
             for (const auto& list : splits.alt_lists) {
-              p.stage_layer_list = list;
+              p.set_split(splits.first, splits.last, list);
               cands.push_back(p);
             }
           };
@@ -588,18 +581,11 @@ bool planner_splits(const RunConfig& base, const Json& par) {
 // The layers of each virtual stage a split of the enumeration gives (pipeline order).
 std::vector<int64_t> resolved_split(int64_t layers, int64_t pp, int64_t vpp, int64_t first, int64_t last, const std::vector<int64_t>& list) {
   if (!list.empty()) return list;
-  const int64_t stages = pp * vpp;
-  if (first < 0 && last < 0) return stages > 0 && layers % stages == 0 ? std::vector<int64_t>(static_cast<size_t>(stages), layers / stages) : std::vector<int64_t>{};
-  // Megatron's end-stage counts (vpp 1): the middle stages share the rest evenly.
-  if (vpp != 1 || pp < 3) return {};
-  const int64_t f = first >= 0 ? first : -1, l = last >= 0 ? last : -1;
-  const int64_t middle_stages = pp - (f >= 0 ? 1 : 0) - (l >= 0 ? 1 : 0);
-  const int64_t rest = layers - std::max<int64_t>(f, 0) - std::max<int64_t>(l, 0);
-  if (middle_stages <= 0 || rest % middle_stages != 0) return {};
-  std::vector<int64_t> out(static_cast<size_t>(pp), rest / middle_stages);
-  if (f >= 0) out.front() = f;
-  if (l >= 0) out.back() = l;
-  return out;
+  Parallel p;
+  p.pp = pp;
+  p.vpp = vpp;
+  p.set_split(first, last);
+  return config::end_stage_split(layers, p);
 }
 
 // Each of the best layouts by estimate with a pipeline whose split the planner chose is tried
@@ -621,27 +607,30 @@ void add_balanced_splits(const RunConfig& base, const Json& par, const PlanOptio
     const RunConfig& rc = ok[j].rc;
     const Parallel& p0 = rc.parallel;
     if (p0.pp <= 1) continue;
-    std::vector<int64_t> list = balanced_vstage_layers(rc);
-    if (list.empty() || list == rc.vstage_layers) continue;
+    // Balanced within the planner's memory limit; when that moved layers off a full stage,
+    // the split by time alone too (more recomputation may make it fit, and be faster).
+    const BalancedSplit bs = balanced_split(rc, 1.0 - opt.memory_headroom);
+    std::vector<std::vector<int64_t>> lists{bs.layers};
+    if (bs.memory_bound) lists.push_back(bs.time_only);
     // Skip a split the enumeration already tried for this (pp, vpp).
     const Splits sp = pipeline_splits(base, par, p0.pp, p0.vpp);
-    bool known = resolved_split(L, p0.pp, p0.vpp, sp.first, sp.last, sp.stage_list) == list;
-    for (const auto& [f, l] : sp.end_splits) known = known || resolved_split(L, p0.pp, p0.vpp, f, l, {}) == list;
-    for (const auto& alt : sp.alt_lists) known = known || alt == list;
-    if (known) continue;
-    Parallel p = cands[fits[j]];
-    // Megatron's end-stage counts where the middle stages hold the same number, else the list.
-    const bool ends_form = p.vpp == 1 && p.pp >= 3 && std::all_of(list.begin() + 1, list.end() - 1, [&](int64_t n) { return n == list[1]; });
-    p.first_stage_layers = ends_form ? list.front() : -1;
-    p.last_stage_layers = ends_form ? list.back() : -1;
-    p.stage_layer_list = ends_form ? std::vector<int64_t>{} : std::move(list);
-    if (!added.insert(layout_text(p)).second) continue;
-    ++res.balanced_tried;
-    Evaluated ev = evaluate(base, p, opt, search);
-    if (!ev.ok) continue;
-    ++res.balanced_added;
-    ev.c.balanced_split = true;
-    more.push_back(std::move(ev.c));
+    for (const auto& list : lists) {
+      if (list.empty() || list == rc.vstage_layers) continue;
+      bool known = resolved_split(L, p0.pp, p0.vpp, sp.first, sp.last, sp.stage_list) == list;
+      for (const auto& [f, l] : sp.end_splits) known = known || resolved_split(L, p0.pp, p0.vpp, f, l, {}) == list;
+      for (const auto& alt : sp.alt_lists) known = known || alt == list;
+      if (known) continue;
+      Parallel p = cands[fits[j]];
+      p.set_split(list);  // Megatron's end-stage counts where the middle stages hold the same number
+      if (!added.insert(layout_text(p)).second) continue;
+      ++res.balanced_tried;
+      if (bs.memory_bound && list == bs.layers) ++res.balanced_memory_bound;
+      Evaluated ev = evaluate(base, p, opt, search);
+      if (!ev.ok) continue;
+      ++res.balanced_added;
+      ev.c.balanced_split = true;
+      more.push_back(std::move(ev.c));
+    }
   }
   if (more.empty()) return;
   for (auto& c : more) ok.push_back(std::move(c));
@@ -847,6 +836,7 @@ std::string plan_table(const PlanResult& r, size_t rows) {
     std::snprintf(buf, sizeof buf, " cost-balanced pipeline splits: %lld tried, %lld fit", static_cast<long long>(r.balanced_tried),
                   static_cast<long long>(r.balanced_added));
     o << buf;
+    if (r.balanced_memory_bound > 0) o << " (" << r.balanced_memory_bound << " kept within memory)";
   }
   o << "\n\n";
   // The layout column is as wide as the longest layout shown (at least 62), so the numbers line up.
@@ -923,7 +913,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
   Json rej = Json::object();
   for (const auto& [k, v] : r.rejected) rej[k] = v;
   return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej},
-          {"balanced_splits", {{"tried", r.balanced_tried}, {"fit", r.balanced_added}}}, {"explanation", r.explanation}, {"layouts", list}};
+          {"balanced_splits", {{"tried", r.balanced_tried}, {"fit", r.balanced_added}, {"memory_bound", r.balanced_memory_bound}}}, {"explanation", r.explanation}, {"layouts", list}};
 }
 
 Json plan_detail(const Candidate& best) {

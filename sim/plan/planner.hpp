@@ -91,9 +91,12 @@ struct PlanResult {
   int64_t fit = 0;
   // Cost-balanced pipeline splits (sim/plan/split.hpp) of the best layouts by estimate: how many
   // differed from every split the enumeration tried and were evaluated, and how many of those
-  // fit and joined the ranking. Counted apart from enumerated / fit / rejected.
+  // fit and joined the ranking. Counted apart from enumerated / fit / rejected. Of those tried,
+  // balanced_memory_bound were balanced within the memory limit after the split by time alone
+  // overfilled a stage (that split is tried as well).
   int64_t balanced_tried = 0;
   int64_t balanced_added = 0;
+  int64_t balanced_memory_bound = 0;
   std::string explanation;                   // why the winner beats the runner-up
   // CPU offload was not searched (no --offload) though the profile describes its host.
   bool offload_untried = false;

@@ -3,17 +3,21 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "sim/cost/collectives.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/estimate/workload.hpp"
+#include "sim/core/error.hpp"
 #include "sim/memory/ledger.hpp"
 
 namespace stepcast::plan {
 
-std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std::vector<double>& extra, int64_t stages) {
+std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std::vector<double>& extra, int64_t stages,
+                                   const std::vector<int64_t>& max_layers) {
   const auto n = static_cast<int64_t>(weights.size());
   if (stages < 1 || static_cast<int64_t>(extra.size()) != stages || n < std::max<int64_t>(0, stages - 2)) return {};
+  if (!max_layers.empty() && static_cast<int64_t>(max_layers.size()) != stages) return {};
   std::vector<double> prefix(static_cast<size_t>(n + 1), 0.0);
   for (int64_t i = 0; i < n; ++i) prefix[static_cast<size_t>(i + 1)] = prefix[static_cast<size_t>(i)] + weights[static_cast<size_t>(i)];
   const double inf = std::numeric_limits<double>::infinity();
@@ -22,16 +26,22 @@ std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std
   auto cost = [&](size_t g, size_t j, size_t i) { return prefix[i] - prefix[j] + extra[g]; };
   // The smallest j group g may start at when it ends at i (middle groups hold a layer).
   auto min_size = [&](size_t g) -> size_t { return g == 0 || g + 1 == V ? 0 : 1; };
+  // The smallest j group g may start at when it ends at i (its cap).
+  auto first_j = [&](size_t g, size_t i) -> size_t {
+    if (max_layers.empty()) return 0;
+    const auto most = static_cast<size_t>(std::max<int64_t>(0, max_layers[g]));
+    return i > most ? i - most : 0;
+  };
   auto close = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); };
 
   // Pass 1: the smallest largest group cost over the first g + 1 groups ending at layer i.
   std::vector<std::vector<double>> worst(V, std::vector<double>(N, inf));
-  for (size_t i = 0; i < N; ++i) worst[0][i] = V == 1 && i + 1 != N ? inf : cost(0, 0, i);
+  for (size_t i = 0; i < N; ++i) worst[0][i] = (V == 1 && i + 1 != N) || first_j(0, i) > 0 ? inf : cost(0, 0, i);
   for (size_t g = 1; g < V; ++g) {
     const size_t lo_i = g + 1 == V ? N - 1 : 0;
     for (size_t i = lo_i; i < N; ++i) {
       double best = inf;
-      for (size_t j = 0; j + min_size(g) <= i; ++j) {
+      for (size_t j = first_j(g, i); j + min_size(g) <= i; ++j) {
         if (worst[g - 1][j] == inf) continue;
         best = std::min(best, std::max(worst[g - 1][j], cost(g, j, i)));
       }
@@ -47,14 +57,14 @@ std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std
   std::vector<std::vector<size_t>> from(V, std::vector<size_t>(N, 0));
   for (size_t i = 0; i < N; ++i) {
     const double c = cost(0, 0, i);
-    if (c <= allowed && (V > 1 || i + 1 == N)) squares[0][i] = c * c;
+    if (c <= allowed && (V > 1 || i + 1 == N) && first_j(0, i) == 0) squares[0][i] = c * c;
   }
   for (size_t g = 1; g < V; ++g) {
     const size_t lo_i = g + 1 == V ? N - 1 : 0;
     for (size_t i = lo_i; i < N; ++i) {
       double best = inf;
       size_t arg = 0;
-      for (size_t j = 0; j + min_size(g) <= i; ++j) {
+      for (size_t j = first_j(g, i); j + min_size(g) <= i; ++j) {
         if (squares[g - 1][j] == inf) continue;
         const double c = cost(g, j, i);
         if (c > allowed) continue;
@@ -82,7 +92,7 @@ std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std
 }
 
 std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vector<double>& weights, const std::vector<double>& extra,
-                                    const std::vector<int64_t>& owner) {
+                                    const std::vector<int64_t>& owner, const std::vector<int64_t>& max_layers) {
   const size_t V = counts.size();
   if (V < 2 || extra.size() != V || owner.size() != V) return counts;
   const int64_t stages = *std::max_element(owner.begin(), owner.end()) + 1;
@@ -124,6 +134,7 @@ std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vect
         std::vector<int64_t> c = counts;
         const size_t from = dir > 0 ? v : v + 1, to = dir > 0 ? v + 1 : v;
         if (c[from] - 1 < min_layers(from)) continue;
+        if (!max_layers.empty() && c[to] + 1 > max_layers[to]) continue;
         --c[from];
         ++c[to];
         const Score s = score(c);
@@ -140,9 +151,10 @@ std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vect
   return counts;
 }
 
-std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc) {
+BalancedSplit balanced_split(const config::RunConfig& rc, double memory_fraction) {
+  BalancedSplit out;
   const auto& p = rc.parallel;
-  if (p.pp <= 1) return {};
+  if (p.pp <= 1) return out;
   const estimate::WorkloadBuilder wb(rc);
   std::vector<double> weights;
   weights.reserve(static_cast<size_t>(rc.model.num_layers));
@@ -176,9 +188,76 @@ std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc) {
   extra.back() += (wb.output_layer().fwd_time() + wb.output_layer().bwd_time()).value();
   std::vector<int64_t> owner(static_cast<size_t>(stages));
   for (int64_t v = 0; v < stages; ++v) owner[static_cast<size_t>(v)] = p.stage_of_vstage(v);
-  std::vector<int64_t> counts = min_max_split(weights, extra, stages);
-  if (counts.empty()) return counts;
-  return balance_stages(std::move(counts), weights, extra, owner);
+  std::vector<int64_t> caps;  // per virtual stage; empty: none
+  auto solve = [&] {
+    std::vector<int64_t> counts = min_max_split(weights, extra, stages, caps);
+    return counts.empty() ? counts : balance_stages(std::move(counts), weights, extra, owner, caps);
+  };
+  out.layers = solve();
+  if (out.layers.empty() || memory_fraction <= 0) return out;
+
+  // The ledger of the run on a split: false when the split is not valid for the run (its own
+  // validation names why when the caller applies it).
+  std::optional<memory::MemoryLedger> ledger;
+  auto ledger_of = [&](const std::vector<int64_t>& list) {
+    config::RunConfig r = rc;
+    r.parallel.set_split(-1, -1, list);
+    core::Issues issues;
+    config::derive_and_validate(r, issues);
+    if (!issues.empty()) return false;
+    ledger = memory::compute_ledger(r);
+    return true;
+  };
+  if (!ledger_of(out.layers)) return out;
+  out.limit_bytes = memory_fraction * ledger->capacity.value();
+  // The stages over the limit; `worst` gets the one furthest over.
+  auto over = [&](int64_t* worst, double* worst_bytes) {
+    std::vector<int64_t> list;
+    for (const auto& st : ledger->stages) {
+      const double bytes = st.total().value();
+      if (bytes <= out.limit_bytes) continue;
+      list.push_back(st.stage);
+      if (worst != nullptr && bytes > *worst_bytes) {
+        *worst = st.stage;
+        *worst_bytes = bytes;
+      }
+    }
+    return list;
+  };
+  std::vector<int64_t> full = over(&out.time_only_stage, &out.time_only_peak_bytes);
+  if (full.empty()) return out;
+  out.time_only = out.layers;
+  caps.assign(static_cast<size_t>(stages), rc.model.num_layers);
+  std::vector<int64_t> counts = out.layers;
+  auto min_layers = [&](int64_t v) -> int64_t { return v == 0 || v + 1 == stages ? 0 : 1; };
+  // Every pass lowers one cap below what its virtual stage holds, so the search ends.
+  while (true) {
+    bool capped = false;
+    for (const int64_t s : full) {
+      int64_t pick = -1;  // the virtual stage of s holding the most layers, the first of equals
+      for (int64_t v = 0; v < stages; ++v) {
+        const auto vi = static_cast<size_t>(v);
+        if (owner[vi] != s || counts[vi] <= min_layers(v)) continue;
+        if (pick < 0 || counts[vi] > counts[static_cast<size_t>(pick)]) pick = v;
+      }
+      if (pick < 0) continue;
+      caps[static_cast<size_t>(pick)] = counts[static_cast<size_t>(pick)] - 1;
+      capped = true;
+    }
+    if (!capped) break;
+    counts = solve();
+    if (counts.empty() || !ledger_of(counts)) break;
+    full = over(nullptr, nullptr);
+    if (full.empty()) {
+      out.layers = std::move(counts);
+      out.memory_bound = true;
+      return out;
+    }
+  }
+  out.fits = false;
+  return out;
 }
+
+std::vector<int64_t> balanced_vstage_layers(const config::RunConfig& rc) { return balanced_split(rc, 0).layers; }
 
 }  // namespace stepcast::plan

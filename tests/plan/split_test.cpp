@@ -13,6 +13,7 @@
 #include <random>
 
 #include "sim/estimate/estimate.hpp"
+#include "sim/memory/ledger.hpp"
 #include "sim/plan/planner.hpp"
 
 namespace stepcast::plan {
@@ -84,6 +85,60 @@ TEST(Split, MinMaxSplitIsOptimalAgainstEverySplit) {
     EXPECT_NEAR(largest(g), best_max, 1e-9 * best_max) << "trial " << trial;
     EXPECT_NEAR(sq, best_sq, 1e-9 * best_sq) << "trial " << trial;
   }
+}
+
+TEST(Split, CappedMinMaxSplitIsOptimalAgainstEverySplitWithinTheCaps) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> weight(0.5, 3.0), end(0.0, 6.0);
+  int infeasible = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = 3 + static_cast<int64_t>(rng() % 8), groups = 2 + static_cast<int64_t>(rng() % 3);
+    std::vector<double> w(static_cast<size_t>(n));
+    for (auto& x : w) x = weight(rng);
+    std::vector<double> extra(static_cast<size_t>(groups), 0.0);
+    extra.front() += end(rng);
+    extra.back() += end(rng);
+    std::vector<int64_t> caps(static_cast<size_t>(groups));
+    for (auto& c : caps) c = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    double best_max = std::numeric_limits<double>::infinity(), best_sq = best_max;
+    every_split(n, groups, [&](const std::vector<int64_t>& c) {
+      for (size_t g = 0; g < c.size(); ++g) {
+        if (c[g] > caps[g]) return;
+      }
+      const auto g = group_costs(c, w, extra);
+      const double m = largest(g);
+      double sq = 0;
+      for (double x : g) sq += x * x;
+      if (m < best_max - 1e-9) {
+        best_max = m;
+        best_sq = sq;
+      } else if (m <= best_max + 1e-9) {
+        best_sq = std::min(best_sq, sq);
+      }
+    });
+    const auto got = min_max_split(w, extra, groups, caps);
+    if (best_max == std::numeric_limits<double>::infinity()) {
+      EXPECT_TRUE(got.empty()) << "trial " << trial;
+      ++infeasible;
+      continue;
+    }
+    ASSERT_EQ(static_cast<int64_t>(got.size()), groups) << "trial " << trial;
+    EXPECT_EQ(std::accumulate(got.begin(), got.end(), int64_t{0}), n);
+    for (size_t g = 0; g < got.size(); ++g) EXPECT_LE(got[g], caps[g]) << "trial " << trial;
+    const auto g = group_costs(got, w, extra);
+    double sq = 0;
+    for (double x : g) sq += x * x;
+    EXPECT_NEAR(largest(g), best_max, 1e-9 * best_max) << "trial " << trial;
+    EXPECT_NEAR(sq, best_sq, 1e-9 * best_sq) << "trial " << trial;
+    // The stage walk keeps the caps too.
+    std::vector<int64_t> owner(static_cast<size_t>(groups));
+    for (int64_t v = 0; v < groups; ++v) owner[static_cast<size_t>(v)] = v % 2;
+    const auto walked = balance_stages(got, w, extra, owner, caps);
+    for (size_t v = 0; v < walked.size(); ++v) EXPECT_LE(walked[v], caps[v]) << "trial " << trial;
+  }
+  // Both kinds of case were drawn.
+  EXPECT_GT(infeasible, 10);
+  EXPECT_LT(infeasible, 290);
 }
 
 TEST(Split, EqualLayersWithAHeavyOutputLayerShortenTheLastStage) {
@@ -166,6 +221,65 @@ TEST(Split, BalancedSplitsOfRealRunsEstimateFaster) {
     const auto [balanced, counted] = balanced_against_count(run("nemotron-h-8b", 32, par));
     EXPECT_LT(balanced, 0.95 * counted) << "balanced " << balanced << " s, by count " << counted << " s";
   }
+}
+
+TEST(Split, MemoryCapsMoveLayersOffAFullStage) {
+  // Llama 3.1 8B on four 1F1B stages at 16k tokens without recomputation: stage 0 holds four
+  // micro-batches of activations, so 8 layers there need about 105 GiB of the H100's 79.6. By
+  // time alone the output layer pushes layers forward ([8, 8, 9, 7]); within the memory the
+  // early stages give layers to the later ones, which hold fewer micro-batches.
+  const Json j = run("llama3.1-8b", 16, {{"pp", 4}, {"micro_batch_size", 1}});
+  Json jj = j;
+  jj["training"]["seq_len"] = 16384;
+  const auto rc = parse(jj);
+  EXPECT_FALSE(memory::compute_ledger(rc).fits());  // the run's own even split
+  const BalancedSplit by_time = balanced_split(rc, 0);
+  EXPECT_FALSE(by_time.memory_bound);
+  EXPECT_EQ(by_time.layers, balanced_vstage_layers(rc));
+  const BalancedSplit bs = balanced_split(rc, 1.0);
+  ASSERT_TRUE(bs.memory_bound);
+  EXPECT_TRUE(bs.fits);
+  EXPECT_EQ(bs.time_only, by_time.layers);
+  EXPECT_EQ(bs.time_only_stage, 0);
+  ASSERT_EQ(bs.layers.size(), 4u);
+  EXPECT_LT(bs.layers.front(), by_time.layers.front());
+  EXPECT_EQ(std::accumulate(bs.layers.begin(), bs.layers.end(), int64_t{0}), 32);
+  // Its ledger fits, every stage within the limit; the time-only one's stage 0 did not.
+  Json fitted = jj;
+  fitted["parallel"]["stage_layers"] = bs.layers;
+  const auto ledger = memory::compute_ledger(parse(fitted));
+  EXPECT_TRUE(ledger.fits());
+  EXPECT_LE(ledger.peak().value(), bs.limit_bytes);
+  EXPECT_GT(bs.time_only_peak_bytes, bs.limit_bytes);
+  // Against every split of the 32 layers: at this limit some fit and the search found one; at
+  // 90% of the memory none does, and the search says so.
+  const double capacity = ledger.capacity.value();
+  double lightest = std::numeric_limits<double>::infinity();
+  every_split(32, 4, [&](const std::vector<int64_t>& c) {
+    if (c.front() == 0 || c.back() == 0) return;  // the ends hold layers in this run's splits
+    config::RunConfig r = rc;
+    r.parallel.set_split(-1, -1, c);
+    core::Issues issues;
+    config::derive_and_validate(r, issues);
+    ASSERT_TRUE(issues.empty()) << issues.lines().front();
+    lightest = std::min(lightest, memory::compute_ledger(r).peak().value());
+  });
+  EXPECT_LE(lightest, capacity);
+  EXPECT_GT(lightest, 0.9 * capacity);
+  EXPECT_FALSE(balanced_split(rc, 0.9).fits);
+  // Where no split fits the search says so and keeps the split by time alone.
+  jj["training"]["seq_len"] = 65536;
+  const auto huge = parse(jj);
+  const BalancedSplit none = balanced_split(huge, 1.0);
+  EXPECT_FALSE(none.fits);
+  EXPECT_FALSE(none.memory_bound);
+  EXPECT_EQ(none.layers, balanced_vstage_layers(huge));
+  // A run whose split by time alone fits is left to time.
+  const auto small = parse(j);
+  const BalancedSplit roomy = balanced_split(small, 1.0);
+  EXPECT_FALSE(roomy.memory_bound);
+  EXPECT_TRUE(roomy.fits);
+  EXPECT_EQ(roomy.layers, balanced_vstage_layers(small));
 }
 
 TEST(Split, PlannerAddsBalancedSplitsOnlyWhereItChoosesTheSplit) {
