@@ -1,7 +1,9 @@
 #include "sim/estimate/estimate.hpp"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "sim/core/error.hpp"
@@ -126,28 +128,39 @@ double trailing_weight_passes(config::Schedule sched, int64_t pp, int64_t stage,
   return n;
 }
 
-// A V schedule's pipeline (ZB-V, DualPipeV), played out from the stages' own orders: a
-// stage runs its passes one at a time; a forward waits for the previous virtual stage's forward
-// of its micro-batch, an input-gradient pass for the next virtual stage's (the last one's for
-// its own forward), a weight-gradient pass for its input-gradient pass. Each chunk takes half
-// of its stage's forward, input-gradient and weight-gradient time per micro-batch. The order
-// repeats once 4p micro-batches have started, so a longer run adds the slowest stage's whole
-// pass time per further micro-batch. Also how long before the end each stage finishes (with few
-// micro-batches the later stages end early, the chunk-0 input gradients still to pass down),
-// and how much of each stage's work follows its last chunk-1 weight-gradient pass (the compute
-// that chunk 1's gradient reduction runs beside; chunk 0's gradients become final at the end).
-struct VPipeline {
+// A pipeline played out from the stages' own orders (the interleaved schedule and the V
+// schedules, ZB-V and DualPipeV): a stage runs its passes one at a time; a forward waits for the
+// previous virtual stage's forward of its micro-batch, an input-gradient pass for the next
+// virtual stage's (the last one's for its own forward), a weight-gradient pass for its
+// input-gradient pass. Each pass takes its virtual stage's forward, input-gradient and
+// weight-gradient time per micro-batch (arrays over virtual stages, pipeline order), so virtual
+// stages of unequal cost (a split by cost, the embedding on the first, the output layer on the
+// last) pace the fill and the drain as they do in the timeline. The order repeats once 4p
+// micro-batches have started, so a longer run adds the slowest stage's whole pass time per
+// further micro-batch. Also how long before the end each stage finishes (with few micro-batches
+// the later stages end early, the chunk-0 input gradients still to pass down), and under a V
+// how much of each stage's work follows its last chunk-1 weight-gradient pass (the compute that
+// chunk 1's gradient reduction runs beside; chunk 0's gradients become final at the end).
+struct PlayedPipeline {
   double time = 0;
   std::vector<double> finished_early;
   std::vector<double> after_chunk1;
 };
-VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd, const std::vector<double>& bwd_input,
-                         const std::vector<double>& wgt, const std::vector<double>& stage_total, int64_t m) {
+PlayedPipeline played_pipeline(const config::Parallel& par, const std::vector<double>& fwd, const std::vector<double>& bwd_input,
+                               const std::vector<double>& wgt, const std::vector<double>& stage_total, int64_t m) {
   const auto p = static_cast<int32_t>(par.pp);
-  const auto mm = static_cast<int32_t>(std::min<int64_t>(m, 4 * static_cast<int64_t>(p)));
-  const int32_t vstages = 2 * p;
-  std::vector<std::vector<engine::Action>> order(static_cast<size_t>(p));
-  for (int32_t s = 0; s < p; ++s) order[static_cast<size_t>(s)] = engine::stage_order(par.schedule, p, s, mm, 2);
+  const auto v = static_cast<int32_t>(par.vpp);
+  // Whole rounds of p micro-batches (the interleaved order groups them so).
+  const int64_t cap = (par.schedule == config::Schedule::kInterleaved ? 2 : 4) * static_cast<int64_t>(p);
+  const auto mm = static_cast<int32_t>(std::min<int64_t>(m, cap));
+  const int32_t vstages = p * v;
+  // The stages' orders depend only on (schedule, p, micro-batches, v): built once per thread.
+  thread_local std::map<std::tuple<int, int32_t, int32_t, int32_t>, std::vector<std::vector<engine::Action>>> orders;
+  auto& order = orders[{static_cast<int>(par.schedule), p, mm, v}];
+  if (order.empty()) {
+    order.resize(static_cast<size_t>(p));
+    for (int32_t s = 0; s < p; ++s) order[static_cast<size_t>(s)] = engine::stage_order(par.schedule, p, s, mm, v);
+  }
   constexpr double kNotYet = -1.0;
   const auto cells = static_cast<size_t>(vstages) * static_cast<size_t>(mm);
   std::vector<double> f_done(cells, kNotYet), b_done(cells, kNotYet);
@@ -163,6 +176,7 @@ VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd
       while (next[su] < order[su].size()) {
         const engine::Action& a = order[su][next[su]];
         const auto vs = static_cast<int32_t>(par.vstage(s, a.chunk));
+        const auto vu = static_cast<size_t>(vs);
         double ready = 0;
         if (a.phase == engine::Phase::kF) {
           ready = vs > 0 ? f_done[at(vs - 1, a.mb)] : 0.0;
@@ -172,10 +186,10 @@ VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd
           ready = b_done[at(vs, a.mb)];
         }
         if (ready < 0) break;
-        const double cost = 0.5 * (a.phase == engine::Phase::kF    ? fwd[su]
-                                   : a.phase == engine::Phase::kB  ? bwd_input[su]
-                                   : a.phase == engine::Phase::kBW ? bwd_input[su] + wgt[su]
-                                                                   : wgt[su]);
+        const double cost = a.phase == engine::Phase::kF    ? fwd[vu]
+                            : a.phase == engine::Phase::kB  ? (par.split_backward() ? bwd_input[vu] : bwd_input[vu] + wgt[vu])
+                            : a.phase == engine::Phase::kBW ? bwd_input[vu] + wgt[vu]
+                                                            : wgt[vu];
         clock[su] = std::max(clock[su], ready) + cost;
         if (a.phase == engine::Phase::kF) f_done[at(vs, a.mb)] = clock[su];
         if (engine::is_backward(a.phase)) b_done[at(vs, a.mb)] = clock[su];
@@ -184,12 +198,12 @@ VPipeline v_pipeline(const config::Parallel& par, const std::vector<double>& fwd
         ++ran;
       }
     }
-    if (ran == 0) throw core::InternalError("the V schedule's pass orders wait on each other");
+    if (ran == 0) throw core::InternalError("the pipeline's pass orders wait on each other");
     left -= ran;
   }
   const double slowest = *std::max_element(stage_total.begin(), stage_total.end());
   const double end = *std::max_element(clock.begin(), clock.end());
-  VPipeline out{end + static_cast<double>(m - mm) * slowest, {}, {}};
+  PlayedPipeline out{end + static_cast<double>(m - mm) * slowest, {}, {}};
   for (size_t s = 0; s < clock.size(); ++s) {
     out.finished_early.push_back(end - clock[s]);
     out.after_chunk1.push_back(clock[s] - chunk1_done[s]);
@@ -543,16 +557,45 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   // to stage 0, less the s W passes it held back); 0 elsewhere. And, under a V, the compute
   // after each stage's last chunk-1 W (chunk 1's gradient reduction runs beside it).
   std::vector<double> ends_early(t_stage.size(), 0.0), v_after_chunk1(t_stage.size(), 0.0);
-  if (p.v_shape()) {
-    std::vector<double> fwd(t_stage.size()), bwd_input(t_stage.size());
-    for (size_t s = 0; s < t_stage.size(); ++s) {
-      fwd[s] = out.stage_fwd_s[s];
-      bwd_input[s] = t_stage[s] - fwd[s] - w_stage[s];
+  if (p.v_shape() || p.schedule == config::Schedule::kInterleaved) {
+    // Each stage's forward, input-gradient and weight-gradient time shared over its virtual
+    // stages as their layers' (and the embedding's and output layer's) own costs share it.
+    const int64_t V = pp * p.vpp;
+    std::vector<double> fwd(static_cast<size_t>(V)), bwd_input(static_cast<size_t>(V)), wgt(static_cast<size_t>(V));
+    std::vector<double> own_f(static_cast<size_t>(V), 0.0), own_b(static_cast<size_t>(V), 0.0), own_w(static_cast<size_t>(V), 0.0);
+    for (int64_t vs = 0; vs < V; ++vs) {
+      const auto vu = static_cast<size_t>(vs);
+      auto add = [&](const LayerCost& lc) {
+        own_f[vu] += lc.fwd_time().value();
+        own_w[vu] += lc.bwd_weight_compute.value();
+        own_b[vu] += lc.bwd_time().value() - lc.bwd_weight_compute.value();
+      };
+      for (int64_t k = 0; k < rc.vstage_layers[vu]; ++k) add(wb.layer(rc.vstage_first_layer[vu] + k));
+      if (vs == 0) add(wb.embedding());
+      if (vs == V - 1) add(wb.output_layer());
     }
-    VPipeline vp = v_pipeline(p, fwd, bwd_input, w_stage, t_stage, static_cast<int64_t>(m));
-    pipe_compute = vp.time;
-    ends_early = std::move(vp.finished_early);
-    v_after_chunk1 = std::move(vp.after_chunk1);
+    for (int64_t s = 0; s < pp; ++s) {
+      const auto su = static_cast<size_t>(s);
+      double sf = 0, sb = 0, sw = 0;
+      for (int64_t c = 0; c < p.vpp; ++c) {
+        const auto vu = static_cast<size_t>(p.vstage(s, c));
+        sf += own_f[vu];
+        sb += own_b[vu];
+        sw += own_w[vu];
+      }
+      const double f_s = out.stage_fwd_s[su], w_s = w_stage[su], b_s = t_stage[su] - f_s - w_s;
+      const double even = 1.0 / static_cast<double>(p.vpp);
+      for (int64_t c = 0; c < p.vpp; ++c) {
+        const auto vu = static_cast<size_t>(p.vstage(s, c));
+        fwd[vu] = f_s * (sf > 0 ? own_f[vu] / sf : even);
+        bwd_input[vu] = b_s * (sb > 0 ? own_b[vu] / sb : even);
+        wgt[vu] = w_s * (sw > 0 ? own_w[vu] / sw : even);
+      }
+    }
+    PlayedPipeline pl = played_pipeline(p, fwd, bwd_input, wgt, t_stage, static_cast<int64_t>(m));
+    pipe_compute = pl.time;
+    ends_early = std::move(pl.finished_early);
+    if (p.v_shape()) v_after_chunk1 = std::move(pl.after_chunk1);
   }
   if (p.schedule == config::Schedule::kZbH1) {
     // With fewer micro-batches than stages the held-back weight-gradient work cannot fill the
