@@ -793,6 +793,22 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     c.simulate();
     slowest_simulated = std::max(slowest_simulated, c.sim_step_s);
   }
+  // The estimate's error leans differently by pipeline schedule (it plays the interleaved and V
+  // orders out but takes 1F1B's and ZB-H1's bubbles in closed form), so a schedule whose layouts
+  // all fell past the cut may hide the fastest step: the best layout of each schedule (and of
+  // the layouts without a pipeline) that none simulated yet is simulated too when its estimate
+  // is below the slowest simulated step, the test the layouts past the first K pass.
+  if (top > 0) {
+    auto family = [](const Candidate& c) { return c.rc.parallel.pp > 1 ? static_cast<int>(c.rc.parallel.schedule) : -1; };
+    std::set<int> seen;
+    for (size_t i = 0; i < k; ++i) seen.insert(family(ok[i]));
+    for (size_t j = k; j < ok.size() && ok[j].est.step_time_s < slowest_simulated; ++j) {
+      if (!seen.insert(family(ok[j])).second) continue;
+      std::rotate(ok.begin() + static_cast<long>(k), ok.begin() + static_cast<long>(j), ok.begin() + static_cast<long>(j) + 1);
+      ok[k].schedule_leader = true;
+      ok[k++].simulate();
+    }
+  }
   std::sort(ok.begin(), ok.begin() + static_cast<long>(k), [](const Candidate& a, const Candidate& b) {
     if (a.sim_step_s != b.sim_step_s) return a.sim_step_s < b.sim_step_s;
     return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);

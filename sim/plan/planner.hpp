@@ -65,6 +65,7 @@ struct Candidate {
   estimate::Breakdown sim_breakdown;
   double peak_memory_bytes = 0;   // simulated memory timeline peak, else the ledger peak
   bool balanced_split = false;    // a cost-balanced pipeline split added after the enumeration
+  bool schedule_leader = false;   // simulated as the best of its schedule that the cut left out
   [[nodiscard]] double step_s() const { return simulated ? sim_step_s : est.step_time_s; }
   [[nodiscard]] const estimate::Breakdown& breakdown() const { return simulated ? sim_breakdown : est.breakdown; }
   [[nodiscard]] double bubble_fraction() const { return simulated ? sim_bubble_fraction : est.bubble_fraction; }
