@@ -52,6 +52,41 @@ void every_split(int64_t n, int64_t groups, const std::function<void(const std::
   rec(0, n);
 }
 
+// The smallest largest group cost over every split within `caps` (none when empty) and, among
+// those, the smallest sum of squared group costs; infinity when no split is within the caps.
+std::pair<double, double> best_by_search(int64_t n, int64_t groups, const std::vector<double>& w, const std::vector<double>& extra,
+                                         const std::vector<int64_t>& caps = {}) {
+  double best_max = std::numeric_limits<double>::infinity(), best_sq = best_max;
+  every_split(n, groups, [&](const std::vector<int64_t>& c) {
+    for (size_t g = 0; g < caps.size(); ++g) {
+      if (c[g] > caps[g]) return;
+    }
+    const auto g = group_costs(c, w, extra);
+    const double m = largest(g);
+    double sq = 0;
+    for (double x : g) sq += x * x;
+    if (m < best_max - 1e-9) {
+      best_max = m;
+      best_sq = sq;
+    } else if (m <= best_max + 1e-9) {
+      best_sq = std::min(best_sq, sq);
+    }
+  });
+  return {best_max, best_sq};
+}
+
+// Checks a split min_max_split returned against the searched optimum.
+void expect_optimal(const std::vector<int64_t>& got, int64_t n, const std::vector<double>& w, const std::vector<double>& extra,
+                    std::pair<double, double> best, int trial) {
+  EXPECT_EQ(std::accumulate(got.begin(), got.end(), int64_t{0}), n);
+  for (size_t g = 1; g + 1 < got.size(); ++g) EXPECT_GE(got[g], 1);
+  const auto g = group_costs(got, w, extra);
+  double sq = 0;
+  for (double x : g) sq += x * x;
+  EXPECT_NEAR(largest(g), best.first, 1e-9 * best.first) << "trial " << trial;
+  EXPECT_NEAR(sq, best.second, 1e-9 * best.second) << "trial " << trial;
+}
+
 TEST(Split, MinMaxSplitIsOptimalAgainstEverySplit) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> weight(0.5, 3.0), end(0.0, 6.0);
@@ -62,28 +97,10 @@ TEST(Split, MinMaxSplitIsOptimalAgainstEverySplit) {
     std::vector<double> extra(static_cast<size_t>(groups), 0.0);
     extra.front() += end(rng);
     extra.back() += end(rng);
-    double best_max = std::numeric_limits<double>::infinity(), best_sq = best_max;
-    every_split(n, groups, [&](const std::vector<int64_t>& c) {
-      const auto g = group_costs(c, w, extra);
-      const double m = largest(g);
-      double sq = 0;
-      for (double x : g) sq += x * x;
-      if (m < best_max - 1e-9) {
-        best_max = m;
-        best_sq = sq;
-      } else if (m <= best_max + 1e-9) {
-        best_sq = std::min(best_sq, sq);
-      }
-    });
+    const auto best = best_by_search(n, groups, w, extra);
     const auto got = min_max_split(w, extra, groups);
     ASSERT_EQ(static_cast<int64_t>(got.size()), groups) << "trial " << trial;
-    EXPECT_EQ(std::accumulate(got.begin(), got.end(), int64_t{0}), n);
-    for (size_t g = 1; g + 1 < got.size(); ++g) EXPECT_GE(got[g], 1);
-    const auto g = group_costs(got, w, extra);
-    double sq = 0;
-    for (double x : g) sq += x * x;
-    EXPECT_NEAR(largest(g), best_max, 1e-9 * best_max) << "trial " << trial;
-    EXPECT_NEAR(sq, best_sq, 1e-9 * best_sq) << "trial " << trial;
+    expect_optimal(got, n, w, extra, best, trial);
   }
 }
 
@@ -100,36 +117,16 @@ TEST(Split, CappedMinMaxSplitIsOptimalAgainstEverySplitWithinTheCaps) {
     extra.back() += end(rng);
     std::vector<int64_t> caps(static_cast<size_t>(groups));
     for (auto& c : caps) c = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
-    double best_max = std::numeric_limits<double>::infinity(), best_sq = best_max;
-    every_split(n, groups, [&](const std::vector<int64_t>& c) {
-      for (size_t g = 0; g < c.size(); ++g) {
-        if (c[g] > caps[g]) return;
-      }
-      const auto g = group_costs(c, w, extra);
-      const double m = largest(g);
-      double sq = 0;
-      for (double x : g) sq += x * x;
-      if (m < best_max - 1e-9) {
-        best_max = m;
-        best_sq = sq;
-      } else if (m <= best_max + 1e-9) {
-        best_sq = std::min(best_sq, sq);
-      }
-    });
+    const auto best = best_by_search(n, groups, w, extra, caps);
     const auto got = min_max_split(w, extra, groups, caps);
-    if (best_max == std::numeric_limits<double>::infinity()) {
+    if (best.first == std::numeric_limits<double>::infinity()) {
       EXPECT_TRUE(got.empty()) << "trial " << trial;
       ++infeasible;
       continue;
     }
     ASSERT_EQ(static_cast<int64_t>(got.size()), groups) << "trial " << trial;
-    EXPECT_EQ(std::accumulate(got.begin(), got.end(), int64_t{0}), n);
     for (size_t g = 0; g < got.size(); ++g) EXPECT_LE(got[g], caps[g]) << "trial " << trial;
-    const auto g = group_costs(got, w, extra);
-    double sq = 0;
-    for (double x : g) sq += x * x;
-    EXPECT_NEAR(largest(g), best_max, 1e-9 * best_max) << "trial " << trial;
-    EXPECT_NEAR(sq, best_sq, 1e-9 * best_sq) << "trial " << trial;
+    expect_optimal(got, n, w, extra, best, trial);
     // The stage walk keeps the caps too.
     std::vector<int64_t> owner(static_cast<size_t>(groups));
     for (int64_t v = 0; v < groups; ++v) owner[static_cast<size_t>(v)] = v % 2;
