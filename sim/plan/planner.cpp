@@ -920,7 +920,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     const Json br = report::breakdown_json(c.breakdown());
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"balanced_split", c.balanced_split},
                     {"megatron_split", megatron_split_flag(c.rc)}, {"step_time_s", x.step},
-                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"tokens_per_s", x.tok_s},
+                    {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"schedule_leader", c.schedule_leader}, {"tokens_per_s", x.tok_s},
                     {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", x.hfu},
                     {"tflops_per_gpu", x.tflops}, {"model_flops_per_step", c.est.model_flops_per_step},
                     {"peak_memory_bytes", c.peak_memory_bytes}, {"fits", c.peak_memory_bytes <= c.est.memory.capacity.value()}, {"bubble_fraction", x.bubble},

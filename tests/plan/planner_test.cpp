@@ -316,6 +316,8 @@ TEST(Planner, BestOfEachScheduleIsSimulatedWhenItMightWin) {
       slowest_cut = std::max(slowest_cut, c.sim_step_s);
       cut_families.insert(family(c));
     }
+    const Json pj = plan_json(r, r.ranked.size());
+    for (size_t i = 0; i < r.ranked.size(); ++i) EXPECT_EQ(pj["layouts"][i]["schedule_leader"].get<bool>(), r.ranked[i].schedule_leader);
     std::set<int> leader_families;
     for (const auto& c : r.ranked) {
       if (!c.schedule_leader) continue;
