@@ -214,7 +214,7 @@ stepcast::config::RunConfig with_balanced_split(stepcast::config::RunConfig rc, 
     // What memory did to it: the split by time alone overfills a stage.
     said["memory"] = {{"fits", bs.fits},
                       {"limit_bytes", bs.limit_bytes},
-                      {"time_only_stage_layers", bs.memory_bound ? bs.time_only : list},
+                      {"time_only_stage_layers", bs.time_only},
                       {"time_only_stage", bs.time_only_stage},
                       {"time_only_peak_bytes", bs.time_only_peak_bytes}};
   }

@@ -1,8 +1,8 @@
 #include "sim/estimate/estimate.hpp"
 
 #include <algorithm>
-#include <map>
 #include <cmath>
+#include <map>
 #include <tuple>
 #include <utility>
 
@@ -136,8 +136,8 @@ double trailing_weight_passes(config::Schedule sched, int64_t pp, int64_t stage,
 // weight-gradient time per micro-batch (arrays over virtual stages, pipeline order), so virtual
 // stages of unequal cost (a split by cost, the embedding on the first, the output layer on the
 // last) pace the fill and the drain as they do in the timeline. The order repeats once 4p
-// micro-batches have started, so a longer run adds the slowest stage's whole pass time per
-// further micro-batch. Also how long before the end each stage finishes (with few micro-batches
+// micro-batches have started (2p for the interleaved order, whose warm-up is shorter), so a
+// longer run adds the slowest stage's whole pass time per further micro-batch. Also how long before the end each stage finishes (with few micro-batches
 // the later stages end early, the chunk-0 input gradients still to pass down), and under a V
 // how much of each stage's work follows its last chunk-1 weight-gradient pass (the compute that
 // chunk 1's gradient reduction runs beside; chunk 0's gradients become final at the end).
@@ -150,7 +150,7 @@ PlayedPipeline played_pipeline(const config::Parallel& par, const std::vector<do
                                const std::vector<double>& wgt, const std::vector<double>& stage_total, int64_t m) {
   const auto p = static_cast<int32_t>(par.pp);
   const auto v = static_cast<int32_t>(par.vpp);
-  // Whole rounds of p micro-batches (the interleaved order groups them so).
+  // Whole rounds of p micro-batches (the interleaved order groups them so), past the warm-up.
   const int64_t cap = (par.schedule == config::Schedule::kInterleaved ? 2 : 4) * static_cast<int64_t>(p);
   const auto mm = static_cast<int32_t>(std::min<int64_t>(m, cap));
   const int32_t vstages = p * v;

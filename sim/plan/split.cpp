@@ -13,6 +13,12 @@
 
 namespace stepcast::plan {
 
+namespace {
+// The fewest layers virtual stage v of n holds: the first and the last, which also hold the
+// embedding and the output layer, may hold none.
+int64_t fewest_layers(size_t v, size_t n) { return v == 0 || v + 1 == n ? 0 : 1; }
+}  // namespace
+
 std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std::vector<double>& extra, int64_t stages,
                                    const std::vector<int64_t>& max_layers) {
   const auto n = static_cast<int64_t>(weights.size());
@@ -24,8 +30,8 @@ std::vector<int64_t> min_max_split(const std::vector<double>& weights, const std
   const auto V = static_cast<size_t>(stages), N = static_cast<size_t>(n + 1);
   // cost of group g holding layers [j, i)
   auto cost = [&](size_t g, size_t j, size_t i) { return prefix[i] - prefix[j] + extra[g]; };
-  // The smallest j group g may start at when it ends at i (middle groups hold a layer).
-  auto min_size = [&](size_t g) -> size_t { return g == 0 || g + 1 == V ? 0 : 1; };
+  // The fewest layers group g holds (middle groups hold a layer).
+  auto min_size = [&](size_t g) { return static_cast<size_t>(fewest_layers(g, V)); };
   // The smallest j group g may start at when it ends at i (its cap).
   auto first_j = [&](size_t g, size_t i) -> size_t {
     if (max_layers.empty()) return 0;
@@ -123,7 +129,6 @@ std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vect
     }
     return false;
   };
-  auto min_layers = [&](size_t v) -> int64_t { return v == 0 || v + 1 == V ? 0 : 1; };
   Score current = score(counts);
   // Each accepted move lowers the score, so the walk ends; the bound only guards rounding.
   for (size_t round = 0; round < 4 * weights.size() * V; ++round) {
@@ -133,7 +138,7 @@ std::vector<int64_t> balance_stages(std::vector<int64_t> counts, const std::vect
       for (const int dir : {+1, -1}) {  // +1: the last layer of v moves to v + 1
         std::vector<int64_t> c = counts;
         const size_t from = dir > 0 ? v : v + 1, to = dir > 0 ? v + 1 : v;
-        if (c[from] - 1 < min_layers(from)) continue;
+        if (c[from] - 1 < fewest_layers(from, V)) continue;
         if (!max_layers.empty() && c[to] + 1 > max_layers[to]) continue;
         --c[from];
         ++c[to];
@@ -229,7 +234,6 @@ BalancedSplit balanced_split(const config::RunConfig& rc, double memory_fraction
   out.time_only = out.layers;
   caps.assign(static_cast<size_t>(stages), rc.model.num_layers);
   std::vector<int64_t> counts = out.layers;
-  auto min_layers = [&](int64_t v) -> int64_t { return v == 0 || v + 1 == stages ? 0 : 1; };
   // Every pass lowers one cap below what its virtual stage holds, so the search ends.
   while (true) {
     bool capped = false;
@@ -237,7 +241,7 @@ BalancedSplit balanced_split(const config::RunConfig& rc, double memory_fraction
       int64_t pick = -1;  // the virtual stage of s holding the most layers, the first of equals
       for (int64_t v = 0; v < stages; ++v) {
         const auto vi = static_cast<size_t>(v);
-        if (owner[vi] != s || counts[vi] <= min_layers(v)) continue;
+        if (owner[vi] != s || counts[vi] <= fewest_layers(vi, owner.size())) continue;
         if (pick < 0 || counts[vi] > counts[static_cast<size_t>(pick)]) pick = v;
       }
       if (pick < 0) continue;

@@ -46,7 +46,8 @@ struct BalancedSplit {
   std::vector<int64_t> time_only;  // the split by time alone
   int64_t time_only_stage = -1;    // its stage furthest over the limit
   double time_only_peak_bytes = 0;
-  // No split the search reached fits the limit (`layers` is then the split by time alone).
+  // No split the search reached fits the limit (`layers` is then the split by time alone;
+  // time_only and the two fields after it are set whenever a stage was over).
   bool fits = true;
   double limit_bytes = 0;          // the memory limit used (0: memory not considered)
 };
