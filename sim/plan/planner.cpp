@@ -211,6 +211,10 @@ struct Evaluated {
   bool ok = false;
   std::string reason, message;  // message: the validator's, when invalid
   double peak_bytes = 0, capacity_bytes = 0;  // the ledger's, when it does not fit
+  // It does not fit, but its lightest pipeline stage is within the memory limit, so another
+  // split of its layers may fit (MemorySearch::rescue); c.est then holds its estimate on the
+  // split it has.
+  bool rescuable = false;
   Candidate c;
 };
 
@@ -219,6 +223,7 @@ struct Evaluated {
 struct MemorySearch {
   bool recompute_layers = false;
   bool offload_layers = false;
+  bool rescue = false;  // estimate the layouts a memory-balanced split may make fit (Evaluated::rescuable)
 };
 
 Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, MemorySearch search) {
@@ -242,14 +247,30 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
       ledger = memory::compute_ledger(rc);
     }
   }
-  if (!ledger.fits()) {
-    ev.reason = "does not fit in memory";
-    ev.peak_bytes = ledger.peak().value();
-    ev.capacity_bytes = ledger.capacity.value();
-    return ev;
-  }
-  if (ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
-    ev.reason = "fits, but not within the memory headroom";
+  const double limit = (1.0 - opt.memory_headroom) * ledger.capacity.value();
+  if (!ledger.fits() || ledger.peak().value() > limit) {
+    if (!ledger.fits()) {
+      ev.reason = "does not fit in memory";
+      ev.peak_bytes = ledger.peak().value();
+      ev.capacity_bytes = ledger.capacity.value();
+    } else {
+      ev.reason = "fits, but not within the memory headroom";
+    }
+    // Stages differ in memory (1F1B keeps more micro-batches in flight on early stages; the
+    // vocabulary sits on the end stages), so when one has room, moving layers onto it may
+    // make the layout fit.
+    if (search.rescue && rc.parallel.pp > 1 && ledger.host_fits()) {
+      double lightest = ledger.peak().value();
+      for (const auto& st : ledger.stages) lightest = std::min(lightest, st.total().value());
+      if (lightest <= limit) {
+        try {
+          ev.c.est = estimate::estimate_step(rc, std::move(ledger));
+          ev.rescuable = true;
+        } catch (const core::UserError&) {
+          // not costable: stays rejected
+        }
+      }
+    }
     return ev;
   }
   if (search.recompute_layers && rc.parallel.recompute == Recompute::kFull) {
@@ -588,6 +609,18 @@ std::vector<int64_t> resolved_split(int64_t layers, int64_t pp, int64_t vpp, int
   return config::end_stage_split(layers, p);
 }
 
+// Adds `more` to the kept layouts, ranks them again by estimate (ties on the layout text) and
+// cuts them back to `keep` (0: all).
+void merge_by_estimate(std::vector<Candidate> more, size_t keep, std::vector<Candidate>& ok) {
+  if (more.empty()) return;
+  for (auto& c : more) ok.push_back(std::move(c));
+  std::stable_sort(ok.begin(), ok.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.est.step_time_s != b.est.step_time_s) return a.est.step_time_s < b.est.step_time_s;
+    return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
+  });
+  if (keep > 0 && ok.size() > keep) ok.resize(keep);
+}
+
 // Each of the best layouts by estimate with a pipeline whose split the planner chose is tried
 // once more with its layers spread by cost (sim/plan/split.hpp): the enumerated splits count
 // layers, and layers differ in cost (hybrid blocks, dense first layers of MoE models, a large
@@ -632,13 +665,44 @@ void add_balanced_splits(const RunConfig& base, const Json& par, const PlanOptio
       more.push_back(std::move(ev.c));
     }
   }
-  if (more.empty()) return;
-  for (auto& c : more) ok.push_back(std::move(c));
-  std::stable_sort(ok.begin(), ok.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.est.step_time_s != b.est.step_time_s) return a.est.step_time_s < b.est.step_time_s;
-    return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
-  });
-  if (keep > 0 && ok.size() > keep) ok.resize(keep);
+  merge_by_estimate(std::move(more), keep, ok);
+}
+
+// Layouts that fit on none of the splits the enumeration gave them, but whose lightest stage
+// has room (Evaluated::rescuable), with the layers spread by cost within the memory limit
+// (balanced_split): the best `tried` of them by estimate on their own split, each while that
+// estimate is below the `tried`-th kept layout's (or fewer than `tried` fit), so the head of the
+// ranking does not depend on `keep`. Those that fit join the kept layouts as balanced splits.
+void rescue_by_split(const RunConfig& base, const Json& par, const PlanOptions& opt, MemorySearch search,
+                     const std::vector<Parallel>& cands, std::vector<size_t> rescuable, const std::vector<double>& est_s,
+                     size_t tried, size_t keep, std::vector<Candidate>& ok, PlanResult& res) {
+  if (!planner_splits(base, par) || rescuable.empty() || tried == 0) return;
+  std::stable_sort(rescuable.begin(), rescuable.end(), [&](size_t a, size_t b) { return est_s[a] < est_s[b]; });
+  const double bar = ok.size() >= tried ? ok[tried - 1].est.step_time_s : std::numeric_limits<double>::infinity();
+  std::set<std::string> known;
+  for (const auto& c : ok) known.insert(layout_text(c.rc.parallel));
+  search.rescue = false;
+  std::vector<Candidate> more;
+  for (size_t j = 0; j < std::min(tried, rescuable.size()) && est_s[rescuable[j]] < bar; ++j) {
+    RunConfig rc = base;
+    rc.parallel = cands[rescuable[j]];
+    core::Issues issues;
+    config::derive_and_validate(rc, issues);
+    if (!issues.empty()) continue;
+    const BalancedSplit bs = balanced_split(rc, 1.0 - opt.memory_headroom);
+    if (!bs.fits || bs.layers.empty() || bs.layers == rc.vstage_layers) continue;
+    Parallel p = cands[rescuable[j]];
+    p.set_split(bs.layers);
+    ++res.rescue_tried;
+    Evaluated ev = evaluate(base, p, opt, search);
+    // Two splits of one layout may balance to the same split.
+    if (!ev.ok || !known.insert(layout_text(ev.c.rc.parallel)).second) continue;
+    ++res.rescued;
+    ev.c.balanced_split = true;
+    ev.c.memory_rescued = true;
+    more.push_back(std::move(ev.c));
+  }
+  merge_by_estimate(std::move(more), keep, ok);
 }
 
 }  // namespace
@@ -675,6 +739,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   MemorySearch search;
   search.recompute_layers = !par.contains("recompute") && !par.contains("recompute_layers");
   search.offload_layers = opt.offload && !par.contains("activation_offload_layers");
+  search.rescue = planner_splits(base, par);
   if (opt.offload && !base.hardware.host.stated) {
     throw core::UserError(source_name + ": --offload: hardware '" + base.hardware.name +
                           "' does not describe its host (hardware.host: memory, memory_bandwidth, link), so offload cannot be costed");
@@ -689,6 +754,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   // not hold a run configuration and a ledger for each.
   struct Scored {
     bool ok = false;
+    bool rescuable = false;       // Evaluated::rescuable (est_step_s is then its estimate)
     std::string reason, message;  // message: the validator's, when invalid
     double peak_bytes = 0, capacity_bytes = 0;
     double est_step_s = 0;
@@ -712,6 +778,8 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
         s.message = std::move(ev.message);
         s.peak_bytes = ev.peak_bytes;
         s.capacity_bytes = ev.capacity_bytes;
+        s.rescuable = ev.rescuable;
+        if (ev.rescuable) s.est_step_s = ev.c.est.step_time_s;
         if (ev.ok) {
           s.est_step_s = ev.c.est.step_time_s;
           s.recompute_layers = ev.c.rc.parallel.recompute_layers;
@@ -780,6 +848,17 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     ok.push_back(std::move(ev.c));
   }
   add_balanced_splits(base, par, opt, search, cands, fits, std::max(3 * top, size_t{64}), opt.keep == 0 ? 0 : keep, ok, res);
+  {
+    std::vector<size_t> rescuable;
+    std::vector<double> est_s(scored.size(), 0.0);
+    for (size_t i = 0; i < scored.size(); ++i) {
+      if (!scored[i].rescuable) continue;
+      rescuable.push_back(i);
+      est_s[i] = scored[i].est_step_s;
+    }
+    rescue_by_split(base, par, opt, search, cands, std::move(rescuable), est_s, std::max(3 * top, size_t{64}),
+                    opt.keep == 0 ? 0 : std::max({opt.keep, 3 * top, size_t{64}}), ok, res);
+  }
 
   // Re-simulate the best K with the event engine and rank them by simulated step time. The
   // simulation usually finds a step longer than the estimate, so the next candidates (up to 3K
@@ -854,6 +933,11 @@ std::string plan_table(const PlanResult& r, size_t rows) {
     o << buf;
     if (r.balanced_memory_bound > 0) o << " (" << r.balanced_memory_bound << " kept within memory)";
   }
+  if (r.rescue_tried > 0) {
+    std::snprintf(buf, sizeof buf, "%slayouts that fit only on a memory-balanced split: %lld tried, %lld fit", r.balanced_tried > 0 ? "; " : " ",
+                  static_cast<long long>(r.rescue_tried), static_cast<long long>(r.rescued));
+    o << buf;
+  }
   o << "\n\n";
   // The layout column is as wide as the longest layout shown (at least 62), so the numbers line up.
   const size_t shown = std::min(rows, r.ranked.size());
@@ -919,7 +1003,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
     // re-simulated (row_of scales the rates to its step time; the model FLOPs do not change).
     const Json br = report::breakdown_json(c.breakdown());
     list.push_back({{"rank", i + 1}, {"layout", x.layout}, {"parallel", par}, {"balanced_split", c.balanced_split},
-                    {"megatron_split", megatron_split_flag(c.rc)}, {"step_time_s", x.step},
+                    {"memory_rescued", c.memory_rescued}, {"megatron_split", megatron_split_flag(c.rc)}, {"step_time_s", x.step},
                     {"estimate_step_time_s", x.est_step}, {"simulated", x.simulated}, {"schedule_leader", c.schedule_leader}, {"tokens_per_s", x.tok_s},
                     {"tokens_per_s_per_gpu", x.tok_gpu}, {"mfu", x.mfu}, {"hfu", x.hfu},
                     {"tflops_per_gpu", x.tflops}, {"model_flops_per_step", c.est.model_flops_per_step},
@@ -929,7 +1013,8 @@ Json plan_json(const PlanResult& r, size_t rows) {
   Json rej = Json::object();
   for (const auto& [k, v] : r.rejected) rej[k] = v;
   return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej},
-          {"balanced_splits", {{"tried", r.balanced_tried}, {"fit", r.balanced_added}, {"memory_bound", r.balanced_memory_bound}}}, {"explanation", r.explanation}, {"layouts", list}};
+          {"balanced_splits", {{"tried", r.balanced_tried}, {"fit", r.balanced_added}, {"memory_bound", r.balanced_memory_bound},
+                                {"rescue_tried", r.rescue_tried}, {"rescued", r.rescued}}}, {"explanation", r.explanation}, {"layouts", list}};
 }
 
 Json plan_detail(const Candidate& best) {

@@ -66,6 +66,7 @@ struct Candidate {
   double peak_memory_bytes = 0;   // simulated memory timeline peak, else the ledger peak
   bool balanced_split = false;    // a cost-balanced pipeline split added after the enumeration
   bool schedule_leader = false;   // simulated as the best of its schedule that the cut left out
+  bool memory_rescued = false;    // fits only on its memory-balanced split (PlanResult::rescued)
   [[nodiscard]] double step_s() const { return simulated ? sim_step_s : est.step_time_s; }
   [[nodiscard]] const estimate::Breakdown& breakdown() const { return simulated ? sim_breakdown : est.breakdown; }
   [[nodiscard]] double bubble_fraction() const { return simulated ? sim_bubble_fraction : est.bubble_fraction; }
@@ -98,6 +99,11 @@ struct PlanResult {
   int64_t balanced_tried = 0;
   int64_t balanced_added = 0;
   int64_t balanced_memory_bound = 0;
+  // Layouts that fit on none of the enumeration's splits but have a stage with room: the best
+  // by estimate were split by cost within the memory limit (rescue_tried) and `rescued` of them
+  // fit and joined the ranking (flagged memory_rescued and balanced_split; not in `fit`).
+  int64_t rescue_tried = 0;
+  int64_t rescued = 0;
   std::string explanation;                   // why the winner beats the runner-up
   // CPU offload was not searched (no --offload) though the profile describes its host.
   bool offload_untried = false;

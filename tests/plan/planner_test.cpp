@@ -292,6 +292,57 @@ TEST(Planner, RecomputesOnlyTheLayersMemoryNeeds) {
   EXPECT_LT(best->est.step_time_s, estimate::estimate_step(every, memory::compute_ledger(every)).step_time_s);
 }
 
+// A layout that fits on none of the enumeration's splits but has a pipeline stage with room is
+// split by cost within the memory limit (rescue_by_split). Llama 3.1 70B at 8k tokens on 32
+// H100s (batch 64, no headroom) and 64 (batch 128, 10% headroom): without recomputation the
+// early stages hold more micro-batches than the late ones (1F1B, interleaved; a V's stage 0
+// holds the most chunks), so moving layers off them makes such layouts fit. Each rescued layout
+// fits within the headroom and does not on its layer-count split.
+TEST(Planner, LayoutsThatFitOnlyOnABalancedSplitAreRescued) {
+  for (const auto& [gpus, headroom] : {std::pair<int64_t, double>{32, 0.0}, {64, 0.1}}) {
+    const Json j = {{"model", "llama3.1-70b"},
+                    {"hardware", "h100-sxm"},
+                    {"cluster", {{"num_gpus", gpus}}},
+                    {"training", {{"seq_len", 8192}, {"global_batch_size", 2 * gpus}}}};
+    PlanOptions o = small_options();
+    o.memory_headroom = headroom;
+    const PlanResult r = plan(j, "<plan-test>", "", o);
+    EXPECT_GT(r.rescued, 0) << "headroom " << headroom;
+    EXPECT_LE(r.rescued, r.rescue_tried);
+    const Json pj = plan_json(r, r.ranked.size());
+    EXPECT_EQ(pj["balanced_splits"]["rescued"].get<int64_t>(), r.rescued);
+    int64_t seen = 0;
+    for (size_t i = 0; i < r.ranked.size(); ++i) {
+      const Candidate& c = r.ranked[i];
+      EXPECT_EQ(pj["layouts"][i]["memory_rescued"].get<bool>(), c.memory_rescued);
+      if (!c.memory_rescued) continue;
+      ++seen;
+      EXPECT_TRUE(c.balanced_split);
+      const auto& p = c.rc.parallel;
+      ASSERT_GT(p.pp, 1);
+      const auto ledger = memory::compute_ledger(c.rc);
+      EXPECT_LE(ledger.peak().value(), (1.0 - headroom) * ledger.capacity.value()) << layout_text(p);
+      // The same layout on the layer-count split (every layer recomputed under full
+      // recomputation, the least memory it can take) is over the limit.
+      config::RunConfig counted = c.rc;
+      counted.parallel.recompute_layers = 0;
+      const int64_t L = c.rc.model.num_layers, v = p.pp * p.vpp;
+      if (L % v == 0) {
+        counted.parallel.set_split(-1, -1, {});
+      } else {
+        counted.parallel.set_split(-1, -1, config::balanced_stage_layers(L, v));
+      }
+      core::Issues issues;
+      config::derive_and_validate(counted, issues);
+      ASSERT_TRUE(issues.empty()) << issues.lines().front();
+      EXPECT_NE(counted.vstage_layers, c.rc.vstage_layers);
+      const auto even = memory::compute_ledger(counted);
+      EXPECT_GT(even.peak().value(), (1.0 - headroom) * even.capacity.value()) << layout_text(p);
+    }
+    EXPECT_GT(seen, 0) << "no rescued layout among the kept ones";
+  }
+}
+
 // Past the simulated cut, the best layout of each pipeline schedule (and of the layouts without
 // a pipeline) that none simulated is simulated when its estimate is below the slowest
 // simulated step: the estimate's error leans differently by schedule. Checked as a property of
@@ -403,6 +454,7 @@ TEST(Planner, UnevenSplitForLayersNotDividingPp) {
   ASSERT_FALSE(r.ranked.empty());
   bool interleaved = false;
   for (const auto& c : r.ranked) {
+    if (c.balanced_split) continue;  // split by cost, not by the enumeration's rule
     if (c.rc.parallel.vpp == 1) {
       // Megatron's shorter end stages: 14 layers between them, neither above a middle stage's 8.
       EXPECT_EQ(c.rc.parallel.first_stage_layers + c.rc.parallel.last_stage_layers, 14);
