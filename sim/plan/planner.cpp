@@ -152,6 +152,9 @@ std::string explain(const PlanResult& r, double headroom) {
   const Candidate& w = r.ranked.front();
   std::string s = "Best: " + layout_text(w.rc.parallel) + " at " + fmt("%.3f", w.step_s()) + " s per step (" +
                   fmt("%.1f", 100.0 * w.est.mfu * w.est.step_time_s / w.step_s()) + "% MFU).";
+  if (w.memory_rescued) {
+    s += " It fits only on this split: on every layer-count split the search gave it, a stage is over the memory limit.";
+  }
   if (const std::string note = memory_margin_note(w.peak_memory_bytes, w.est.memory.capacity.value(), headroom); !note.empty()) {
     s += " " + note;
   }

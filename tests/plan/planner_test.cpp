@@ -340,6 +340,8 @@ TEST(Planner, LayoutsThatFitOnlyOnABalancedSplitAreRescued) {
       EXPECT_GT(even.peak().value(), (1.0 - headroom) * even.capacity.value()) << layout_text(p);
     }
     EXPECT_GT(seen, 0) << "no rescued layout among the kept ones";
+    // The explanation says so when the winner is one.
+    EXPECT_EQ(r.explanation.find("fits only on this split") != std::string::npos, r.ranked.front().memory_rescued) << r.explanation;
   }
 }
 
