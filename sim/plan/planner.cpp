@@ -471,10 +471,17 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
     if (opt.offload && zero >= 3) out.push_back(config::Offload::kParams);
     return out;
   };
+  // Without a data-parallel group to shard over (dp * cp = 1, and for MoE models an expert
+  // data-parallel group of one), the ZeRO stages hold the same state as plain data parallelism
+  // and add only FSDP's gather buffers: such a layout keeps ZeRO 0, and a sharding only as the
+  // carrier of an offload (which differs by framework: FSDP copies each layer's gradient down
+  // as its backward ends, ZeRO-1 after the backward).
   auto shardings = [&](int64_t tp, int64_t cp, int64_t dp, int64_t ep_etp) {
     std::vector<Sharding> out;
+    const bool nothing_to_shard = !fixed("zero_stage") && !fixed("fsdp") && dp * cp == 1 && (!m.moe.enabled() || tp * dp * cp == ep_etp);
     auto add = [&](Sharding sh) {
       for (const config::Offload o : offloads(sh)) {
+        if (nothing_to_shard && (sh.fsdp || sh.zero > 0) && o == config::Offload::kNone) continue;
         sh.offload = o;
         out.push_back(sh);
       }
@@ -508,6 +515,8 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
         for (int64_t vpp : vpps) {
           if (vpp > 1 && pp < 2) continue;
           if (fixed("schedule") && bp.v_shape() && vpp != 2) continue;  // a V of two chunks
+          // A fixed schedule without virtual stages takes vpp 1; the interleaved one more.
+          if (fixed("schedule") && !bp.v_shape() && (bp.schedule == Schedule::kInterleaved) != (vpp > 1)) continue;
           std::vector<Schedule> scheds;
           if (fixed("schedule")) {
             scheds = {bp.schedule};

@@ -345,6 +345,34 @@ TEST(Planner, LayoutsThatFitOnlyOnABalancedSplitAreRescued) {
   }
 }
 
+// Without a data-parallel group (dp * cp = 1) a ZeRO stage shards nothing, so such layouts are
+// searched at ZeRO 0 only (a sharding stays where it carries an offload); a MoE model whose
+// experts are replicated over tp ranks (ep * etp < tp) still shards their state over that
+// expert-data-parallel group, so its ZeRO-1 stays.
+TEST(Planner, NoShardingWithoutADataParallelGroup) {
+  PlanOptions o = small_options();
+  o.top_k = 0;
+  const PlanResult dense = plan(run_8b(4), "<plan-test>", "", o);
+  int64_t solo = 0;
+  for (const auto& c : dense.ranked) {
+    const auto& p = c.rc.parallel;
+    if (p.dp * p.cp != 1) continue;
+    ++solo;
+    EXPECT_EQ(p.zero_stage, 0) << layout_text(p);
+    EXPECT_FALSE(p.fsdp) << layout_text(p);
+  }
+  EXPECT_GT(solo, 0);
+  const Json moe = {{"model", "qwen3-30b-a3b"},
+                    {"hardware", "b200"},  // where ZeRO-1 fits beside FSDP
+                    {"cluster", {{"num_gpus", 8}}},
+                    {"training", {{"seq_len", 4096}, {"global_batch_size", 32}}},
+                    {"parallel", {{"tp", 8}, {"ep", 1}, {"etp", 1}, {"pp", 1}, {"cp", 1}}}};
+  const PlanResult m = plan(moe, "<plan-test>", "", o);
+  std::set<int> zeros;
+  for (const auto& c : m.ranked) zeros.insert(c.rc.parallel.fsdp ? 3 : c.rc.parallel.zero_stage);
+  EXPECT_TRUE(zeros.count(1) > 0) << "ZeRO-1 shards the experts over 8 expert-data-parallel ranks";
+}
+
 // Past the simulated cut, the best layout of each pipeline schedule (and of the layouts without
 // a pipeline) that none simulated is simulated when its estimate is below the slowest
 // simulated step: the estimate's error leans differently by schedule. Checked as a property of
