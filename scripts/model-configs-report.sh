@@ -37,13 +37,13 @@ trap 'rm -rf "$tmp"' EXIT
   echo
   echo "## DeepSeek-V3 on 2,048 h800: the planner's end-stage split with MTP"
   echo
-  echo "\`stepcast plan RUN.json --top 3 --rows 1\` with RUN.json = deepseek-v3, h800, 2,048 GPUs, seq 4096, batch 15360, fp8, parallel {pp 16, ep 64, tp 1}, and \`training.mtp_layers\` as shown; then the same best layout with the split fixed at 2 first / 3 last layers (\`stepcast simulate\`)."
+  echo "\`stepcast plan RUN.json --top 3 --rows 1\` with RUN.json = deepseek-v3, h800, 2,048 GPUs, seq 4096, batch 15360, fp8, parallel {pp 16, ep 64, tp 1, schedule 1f1b} (Megatron-Core's first / last stage counts, which a V or interleaved schedule's virtual stages do not take), and \`training.mtp_layers\` as shown; then the same best layout with the split fixed at 2 first / 3 last layers (\`stepcast simulate\`)."
   echo
   echo "| mtp_layers | planner's best layout | step s | with first 2 / last 3: step s |"
   echo "|---:|---|---:|---:|"
   for mtp in 0 1; do
     run="$tmp/dsv3.json"
-    printf '{"model": "deepseek-v3", "hardware": "h800", "cluster": {"num_gpus": 2048}, "training": {"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8", "mtp_layers": %s}, "parallel": {"pp": 16, "ep": 64, "tp": 1}}\n' "$mtp" > "$run"
+    printf '{"model": "deepseek-v3", "hardware": "h800", "cluster": {"num_gpus": 2048}, "training": {"seq_len": 4096, "global_batch_size": 15360, "precision": "fp8", "mtp_layers": %s}, "parallel": {"pp": 16, "ep": 64, "tp": 1, "schedule": "1f1b"}}\n' "$mtp" > "$run"
     "$bin" plan "$run" --top 3 --rows 1 --json > "$tmp/plan.json"
     python3 - "$tmp/plan.json" "$run" "$tmp/fixed.json" <<'PY'
 import json, sys
