@@ -423,6 +423,11 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           if (layer_expert > 0) replicate_link += replicas(layer_expert, places.edp, places.edp_replicate);
         }
         const bool same_link = places.dp_replicate.intra_node() == where.intra_node();
+        // Whether a micro-batch's backward runs as an input-gradient pass and a later
+        // weight-gradient pass. DualPipeV splits only the few backwards that fill its cool-down
+        // and runs the rest whole, paired with another micro-batch's forward, so its
+        // per-micro-batch traffic is that of a whole backward.
+        const bool split_passes = p.split_backward() && p.schedule != config::Schedule::kDualPipeV;
         const double ag_link = unit_link(Collective::kAllGather, gather_bytes);
         const double rs_link = unit_link(Collective::kReduceScatter, reduce_bytes) + (same_link ? replicate_link : 0.0);
         const double own_link = same_link ? 0.0 : replicate_link;
@@ -435,7 +440,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           // Under ZB-H1 the reduce-scatters run in the W pass, which has no exchanges, and what
           // outlasts it spills into the next forward: the backward's share counts its gathers
           // over the input-gradient pass only, the forward's its gathers and that spill.
-          const bool zb_split = p.split_backward() && p.param_gather_overlap && p.grad_reduce_overlap;
+          const bool zb_split = split_passes && p.param_gather_overlap && p.grad_reduce_overlap;
           double f_traffic = p.param_gather_overlap ? L * ag_link : 0.0;
           double b_traffic = L * ((p.param_gather_overlap ? ag_link * bwd_gathers : 0.0) + (p.grad_reduce_overlap ? rs_link : 0.0));
           double b_pass = b;
@@ -460,7 +465,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
           exp_f = ag_in ? L * ag : beside_compute(L * ag, f_win, slow_here, L * wf) + ag / m;
           exp_b = (ag_in ? L * ag * bwd_gathers : beside_compute(L * ag * bwd_gathers, b_win, slow_here, L * wb * bwd_gathers)) +
                   (rs_in ? L * rs : beside_compute(L * rs, b_win, slow_here, L * wb) + rs / m);
-        } else if (p.split_backward()) {
+        } else if (split_passes) {
           // A split backward makes a layer's gradient final in its weight-gradient pass: the
           // gathers run beside the input-gradient pass, the reduce-scatters start in the W pass
           // and what outlasts it spills into the next forward, sharing the link with its gathers.
