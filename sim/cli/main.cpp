@@ -18,6 +18,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -177,6 +178,28 @@ std::string command_line(int argc, char** argv) {
   return s;
 }
 
+// A cost-balanced split of a run's layers on which it fits the GPU where its own split does not
+// (plan::balanced_split within the GPU's memory), and the bytes that leaves free; none where
+// the run has no pipeline, a hybrid pattern marks its stages, or no split the search reaches
+// fits.
+struct SplitFit {
+  std::vector<int64_t> layers;
+  double free_bytes = 0;
+};
+std::optional<SplitFit> fitting_split(const stepcast::config::RunConfig& rc) {
+  if (rc.parallel.pp <= 1 || !rc.model.pattern_stages.empty()) return std::nullopt;
+  const stepcast::plan::BalancedSplit bs = stepcast::plan::balanced_split(rc, 1.0);
+  if (bs.layers.empty() || !bs.fits || bs.layers == rc.vstage_layers) return std::nullopt;
+  stepcast::config::RunConfig r = rc;
+  r.parallel.set_split(-1, -1, bs.layers);
+  stepcast::core::Issues issues;
+  stepcast::config::derive_and_validate(r, issues);
+  if (!issues.empty()) return std::nullopt;
+  const auto l = stepcast::memory::compute_ledger(r);
+  if (!l.fits()) return std::nullopt;
+  return SplitFit{bs.layers, l.capacity.value() - l.peak().value()};
+}
+
 std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l) {
   char buf[256];
   if (l.peak() <= l.capacity && !l.host_fits()) {
@@ -188,8 +211,17 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
   std::snprintf(buf, sizeof buf, "does not fit: stage %lld needs %.2f GiB per GPU, the GPU has %.2f GiB (over by %.2f GiB)",
                 static_cast<long long>(l.peak_stage), l.peak().value() / 1073741824.0, l.capacity.value() / 1073741824.0,
                 (l.peak().value() - l.capacity.value()) / 1073741824.0);
-  const std::string hint = stepcast::memory::fit_hint(rc);
-  return hint.empty() ? std::string(buf) : std::string(buf) + "; " + hint;
+  std::string out = buf;
+  if (const std::string hint = stepcast::memory::fit_hint(rc); !hint.empty()) out += "; " + hint;
+  if (const auto split = fitting_split(rc)) {
+    // Stages hold different memory (1F1B keeps more micro-batches in flight on the early
+    // ones), so moving layers may make the layout fit as it is.
+    char more[160];
+    std::snprintf(more, sizeof more, " (parallel.stage_layers; %.2f GiB free; --balanced-split applies it)", split->free_bytes / 1073741824.0);
+    out += std::string(out.size() > std::strlen(buf) ? "; or" : "; it fits") + " with its layers split within memory as stages " +
+           stepcast::config::run_length_text(split->layers) + more;
+  }
+  return out;
 }
 
 // --balanced-split: the run with its pipeline split replaced by the cost-balanced one
@@ -1297,6 +1329,7 @@ int run(int argc, char** argv) {
         // What stderr says, for scripts: by how much, and the lightest recomputation that fits.
         j["overshoot_bytes"] = l.peak().value() - l.capacity.value();
         j["does_not_fit"] = fit_message(rc, l);
+        if (const auto split = fitting_split(rc)) j["fits_with_stage_layers"] = split->layers;
       }
       std::cout << j.dump(2) << "\n";
     } else {
