@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "sim/engine/schedule.hpp"
@@ -497,6 +499,39 @@ Bytes output_weight_grad_bytes(const config::RunConfig& rc) {
   return head * (1.0 + modules) + (mtp_layer + Bytes(k.T * k.linear(2.0 * k.col_in, k.h))) * modules;
 }
 
+const std::vector<std::vector<int32_t>>& held_envelope(Schedule sched, int64_t pp, int64_t stage, int64_t m, int64_t v) {
+  using Key = std::array<int64_t, 5>;
+  thread_local std::map<Key, std::vector<std::vector<int32_t>>> cache;
+  const Key key{static_cast<int64_t>(sched), pp, stage, m, v};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  const auto V = static_cast<size_t>(v);
+  std::vector<int32_t> counts(2 * V, 0);
+  std::set<std::vector<int32_t>> seen;
+  engine::for_each_action(sched, static_cast<int32_t>(pp), static_cast<int32_t>(stage), static_cast<int32_t>(m), static_cast<int32_t>(v),
+                          [&](const engine::Action& a) {
+                            const auto c = static_cast<size_t>(a.chunk);
+                            switch (a.phase) {
+                              case engine::Phase::kF: ++counts[c]; break;
+                              case engine::Phase::kB: --counts[c], ++counts[V + c]; break;
+                              case engine::Phase::kBW: --counts[c]; break;
+                              case engine::Phase::kW: --counts[V + c]; break;
+                            }
+                            seen.insert(counts);
+                          });
+  std::vector<std::vector<int32_t>> all(seen.begin(), seen.end()), top;
+  for (const auto& x : all) {
+    const bool bounded = std::any_of(all.begin(), all.end(), [&](const std::vector<int32_t>& y) {
+      if (y == x) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (y[i] < x[i]) return false;
+      }
+      return true;
+    });
+    if (!bounded) top.push_back(x);
+  }
+  return cache.emplace(key, std::move(top)).first->second;
+}
+
 Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   const int64_t v = rc.parallel.vpp;
   const bool interleaved = rc.parallel.schedule == Schedule::kInterleaved && v > 1;
@@ -521,16 +556,14 @@ Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage) {
   }
   const int64_t pp = rc.parallel.pp;
   const int64_t m = std::min<int64_t>(rc.num_microbatches, pp * (v + 4));
-  double held = 0, peak = 0;
-  engine::for_each_action(rc.parallel.schedule, static_cast<int32_t>(pp), static_cast<int32_t>(stage), static_cast<int32_t>(m),
-                          static_cast<int32_t>(v), [&](const engine::Action& a) {
-                            const auto c = static_cast<size_t>(a.chunk);
-                            held += a.phase == engine::Phase::kF    ? full[c]
-                                    : a.phase == engine::Phase::kB  ? kept[c] - full[c]
-                                    : a.phase == engine::Phase::kBW ? -full[c]
-                                                                    : -kept[c];
-                            peak = std::max(peak, held);
-                          });
+  double peak = 0;
+  for (const auto& counts : held_envelope(rc.parallel.schedule, pp, stage, m, v)) {
+    double held = 0;
+    for (int64_t c = 0; c < v; ++c) {
+      held += counts[static_cast<size_t>(c)] * full[static_cast<size_t>(c)] + counts[static_cast<size_t>(v + c)] * kept[static_cast<size_t>(c)];
+    }
+    peak = std::max(peak, held);
+  }
   return Bytes(peak);
 }
 

@@ -168,6 +168,15 @@ core::Bytes output_weight_grad_bytes(const config::RunConfig& rc);
 // counted until their W.
 core::Bytes stage_layer_activation_bytes(const config::RunConfig& rc, int64_t stage);
 
+// What stage `stage` of a schedule's order holds at each moment, as counts per chunk: in each
+// entry the first v count chunk c's forwards whose activations are held (stored until the
+// chunk's backward), the last v its split backwards whose weight-gradient inputs are held (until
+// their W). Only the entries no other entry bounds from above in every count are kept: held
+// bytes are these counts times non-negative per-chunk sizes, so the largest over them is the
+// largest over the whole walk (stage_layer_activation_bytes). Each order is walked once per
+// thread (the planner meets the same ones across many layouts).
+const std::vector<std::vector<int32_t>>& held_envelope(config::Schedule sched, int64_t pp, int64_t stage, int64_t m, int64_t v);
+
 MemoryLedger compute_ledger(const config::RunConfig& rc);
 // One layer's parameters on a rank before ZeRO sharding: {dense (split over tp), routed experts
 // (split over ep and etp)}, as the ledger counts them.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/config/run_config.hpp"
+#include "sim/engine/schedule.hpp"
 #include "sim/core/json_reader.hpp"
 
 namespace stepcast::memory {
@@ -33,6 +34,55 @@ StateBytes adam_bf16() {
 }
 
 // Mixed-precision Adam: 2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master) + 8 (m, v) = 16.
+// The envelope of a schedule's held counts gives the same peak as walking the order with the
+// bytes themselves, for every schedule that walks its order (interleaved, ZB-H1, ZB-V,
+// DualPipeV), every stage, and random per-chunk sizes (the weight-gradient share at most the
+// chunk's activations, as the ledger has it). Exact up to summation order.
+TEST(HeldEnvelope, PeakMatchesTheWalk) {
+  uint64_t seed = 2026;
+  auto uniform = [&] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(seed >> 11) / 9007199254740992.0;
+  };
+  struct Case {
+    config::Schedule sched;
+    int64_t pp, m, v;
+  };
+  using config::Schedule;
+  for (const Case& k : {Case{Schedule::kInterleaved, 4, 16, 2}, Case{Schedule::kInterleaved, 4, 24, 3}, Case{Schedule::kInterleaved, 8, 64, 8},
+                        Case{Schedule::kZbH1, 4, 12, 1}, Case{Schedule::kZbH1, 8, 5, 1}, Case{Schedule::kZbV, 4, 24, 2},
+                        Case{Schedule::kZbV, 8, 48, 2}, Case{Schedule::kDualPipeV, 4, 16, 2}, Case{Schedule::kDualPipeV, 8, 40, 2}}) {
+    for (int64_t s = 0; s < k.pp; ++s) {
+      const auto& env = held_envelope(k.sched, k.pp, s, k.m, k.v);
+      ASSERT_FALSE(env.empty());
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<double> full(static_cast<size_t>(k.v)), kept(static_cast<size_t>(k.v));
+        for (int64_t c = 0; c < k.v; ++c) {
+          full[static_cast<size_t>(c)] = 1.0 + 99.0 * uniform();
+          kept[static_cast<size_t>(c)] = full[static_cast<size_t>(c)] * uniform();
+        }
+        double held = 0, walk = 0;
+        engine::for_each_action(k.sched, static_cast<int32_t>(k.pp), static_cast<int32_t>(s), static_cast<int32_t>(k.m),
+                                static_cast<int32_t>(k.v), [&](const engine::Action& a) {
+                                  const auto c = static_cast<size_t>(a.chunk);
+                                  held += a.phase == engine::Phase::kF    ? full[c]
+                                          : a.phase == engine::Phase::kB  ? kept[c] - full[c]
+                                          : a.phase == engine::Phase::kBW ? -full[c]
+                                                                          : -kept[c];
+                                  walk = std::max(walk, held);
+                                });
+        double best = 0;
+        for (const auto& n : env) {
+          double x = 0;
+          for (int64_t c = 0; c < k.v; ++c) x += n[static_cast<size_t>(c)] * full[static_cast<size_t>(c)] + n[static_cast<size_t>(k.v + c)] * kept[static_cast<size_t>(c)];
+          best = std::max(best, x);
+        }
+        EXPECT_NEAR(best, walk, 1e-9 * walk) << "schedule " << static_cast<int>(k.sched) << " pp " << k.pp << " stage " << s;
+      }
+    }
+  }
+}
+
 TEST(ZeroBytes, AdamBf16IsSixteenBytes) {
   const StateBytes s = adam_bf16();
   EXPECT_DOUBLE_EQ(s.weights, 2.0);
