@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -518,10 +519,13 @@ const std::vector<std::vector<int32_t>>& held_envelope(Schedule sched, int64_t p
                             }
                             seen.insert(counts);
                           });
+  // Largest count sum first: an entry that bounds another has a larger sum, so it (or one that
+  // bounds it in turn) is already kept when the other is checked.
   std::vector<std::vector<int32_t>> all(seen.begin(), seen.end()), top;
+  auto sum = [](const std::vector<int32_t>& x) { return std::accumulate(x.begin(), x.end(), int64_t{0}); };
+  std::stable_sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return sum(a) > sum(b); });
   for (const auto& x : all) {
-    const bool bounded = std::any_of(all.begin(), all.end(), [&](const std::vector<int32_t>& y) {
-      if (y == x) return false;
+    const bool bounded = std::any_of(top.begin(), top.end(), [&](const std::vector<int32_t>& y) {
       for (size_t i = 0; i < x.size(); ++i) {
         if (y[i] < x[i]) return false;
       }
