@@ -186,21 +186,30 @@ struct SplitFit {
   std::vector<int64_t> layers;
   double free_bytes = 0;
 };
+// The run with its pipeline split replaced by `list` (the layers of every virtual stage),
+// validated again into `issues`.
+stepcast::config::RunConfig with_split(stepcast::config::RunConfig rc, const std::vector<int64_t>& list, stepcast::core::Issues& issues) {
+  rc.parallel.set_split(-1, -1, list);
+  stepcast::config::derive_and_validate(rc, issues);
+  return rc;
+}
+
 std::optional<SplitFit> fitting_split(const stepcast::config::RunConfig& rc) {
   if (rc.parallel.pp <= 1 || !rc.model.pattern_stages.empty()) return std::nullopt;
   const stepcast::plan::BalancedSplit bs = stepcast::plan::balanced_split(rc, 1.0);
   if (bs.layers.empty() || !bs.fits || bs.layers == rc.vstage_layers) return std::nullopt;
-  stepcast::config::RunConfig r = rc;
-  r.parallel.set_split(-1, -1, bs.layers);
   stepcast::core::Issues issues;
-  stepcast::config::derive_and_validate(r, issues);
+  const auto r = with_split(rc, bs.layers, issues);
   if (!issues.empty()) return std::nullopt;
   const auto l = stepcast::memory::compute_ledger(r);
   if (!l.fits()) return std::nullopt;
   return SplitFit{bs.layers, l.capacity.value() - l.peak().value()};
 }
 
-std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l) {
+// Why a run does not fit, with what would make it fit. `split`: fitting_split(rc), when the
+// caller has it already.
+std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l,
+                        const std::optional<SplitFit>& split) {
   char buf[256];
   if (l.peak() <= l.capacity && !l.host_fits()) {
     std::snprintf(buf, sizeof buf, "does not fit: the offloaded state (offload %s) takes %.1f GiB of host memory per node, a node has %.1f GiB",
@@ -212,16 +221,21 @@ std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::m
                 static_cast<long long>(l.peak_stage), l.peak().value() / 1073741824.0, l.capacity.value() / 1073741824.0,
                 (l.peak().value() - l.capacity.value()) / 1073741824.0);
   std::string out = buf;
-  if (const std::string hint = stepcast::memory::fit_hint(rc); !hint.empty()) out += "; " + hint;
-  if (const auto split = fitting_split(rc)) {
+  const std::string hint = stepcast::memory::fit_hint(rc);
+  if (!hint.empty()) out += "; " + hint;
+  if (split) {
     // Stages hold different memory (1F1B keeps more micro-batches in flight on the early
     // ones), so moving layers may make the layout fit as it is.
     char more[160];
     std::snprintf(more, sizeof more, " (parallel.stage_layers; %.2f GiB free; --balanced-split applies it)", split->free_bytes / 1073741824.0);
-    out += std::string(out.size() > std::strlen(buf) ? "; or" : "; it fits") + " with its layers split within memory as stages " +
+    out += std::string(hint.empty() ? "; it fits" : "; or") + " with its layers split within memory as stages " +
            stepcast::config::run_length_text(split->layers) + more;
   }
   return out;
+}
+
+std::string fit_message(const stepcast::config::RunConfig& rc, const stepcast::memory::MemoryLedger& l) {
+  return fit_message(rc, l, l.peak() > l.capacity ? fitting_split(rc) : std::nullopt);
 }
 
 // --balanced-split: the run with its pipeline split replaced by the cost-balanced one
@@ -237,9 +251,8 @@ stepcast::config::RunConfig with_balanced_split(stepcast::config::RunConfig rc, 
   const stepcast::plan::BalancedSplit bs = stepcast::plan::balanced_split(rc, 1.0);
   const std::vector<int64_t>& list = bs.layers;
   if (list.empty()) throw stepcast::core::UserError("--balanced-split: the layers cannot fill every virtual stage between the first and the last");
-  rc.parallel.set_split(-1, -1, list);
   stepcast::core::Issues issues;
-  stepcast::config::derive_and_validate(rc, issues);
+  rc = with_split(std::move(rc), list, issues);
   if (!issues.empty()) throw stepcast::core::UserError("--balanced-split: with stage_layers " + stepcast::config::run_length_text(list) + ": " + issues.lines().front());
   said = {{"stage_layers", list}, {"previous_stage_layers", before}, {"megatron", stepcast::plan::megatron_split_flag(rc)}};
   if (bs.memory_bound || !bs.fits) {
@@ -1322,21 +1335,24 @@ int run(int argc, char** argv) {
   if (mem->parsed()) {
     const auto rc = stepcast::config::load_run_file(mem_file, run_sets);
     const auto l = stepcast::memory::compute_ledger(rc);
+    // Why it does not fit and the split that would make it fit, worked out once.
+    const std::optional<SplitFit> split = l.peak() > l.capacity ? fitting_split(rc) : std::nullopt;
+    const std::string why = l.fits() ? std::string() : fit_message(rc, l, split);
     if (mem_json) {
       Json j = stepcast::report::ledger_json(l);
       j["run"] = stepcast::report::run_summary_json(rc);
       if (!l.fits()) {
         // What stderr says, for scripts: by how much, and the lightest recomputation that fits.
         j["overshoot_bytes"] = l.peak().value() - l.capacity.value();
-        j["does_not_fit"] = fit_message(rc, l);
-        if (const auto split = fitting_split(rc)) j["fits_with_stage_layers"] = split->layers;
+        j["does_not_fit"] = why;
+        if (split) j["fits_with_stage_layers"] = split->layers;
       }
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::report::ledger_table(rc, l);
     }
     if (!l.fits()) {
-      std::cerr << "stepcast: " << rc.source_name << ": " << fit_message(rc, l) << "\n";
+      std::cerr << "stepcast: " << rc.source_name << ": " << why << "\n";
       return kExitDoesNotFit;
     }
     return 0;

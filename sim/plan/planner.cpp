@@ -685,25 +685,27 @@ void add_balanced_splits(const RunConfig& base, const Json& par, const PlanOptio
 // (balanced_split): the best `tried` of them by estimate on their own split, each while that
 // estimate is below the `tried`-th kept layout's (or fewer than `tried` fit), so the head of the
 // ranking does not depend on `keep`. Those that fit join the kept layouts as balanced splits.
+// `rescuable`: (estimate on its own split, index into cands).
 void rescue_by_split(const RunConfig& base, const Json& par, const PlanOptions& opt, MemorySearch search,
-                     const std::vector<Parallel>& cands, std::vector<size_t> rescuable, const std::vector<double>& est_s,
-                     size_t tried, size_t keep, std::vector<Candidate>& ok, PlanResult& res) {
+                     const std::vector<Parallel>& cands, std::vector<std::pair<double, size_t>> rescuable, size_t tried, size_t keep,
+                     std::vector<Candidate>& ok, PlanResult& res) {
   if (!planner_splits(base, par) || rescuable.empty() || tried == 0) return;
-  std::stable_sort(rescuable.begin(), rescuable.end(), [&](size_t a, size_t b) { return est_s[a] < est_s[b]; });
+  std::stable_sort(rescuable.begin(), rescuable.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const double bar = ok.size() >= tried ? ok[tried - 1].est.step_time_s : std::numeric_limits<double>::infinity();
   std::set<std::string> known;
   for (const auto& c : ok) known.insert(layout_text(c.rc.parallel));
   search.rescue = false;
   std::vector<Candidate> more;
-  for (size_t j = 0; j < std::min(tried, rescuable.size()) && est_s[rescuable[j]] < bar; ++j) {
+  for (size_t j = 0; j < std::min(tried, rescuable.size()) && rescuable[j].first < bar; ++j) {
+    const Parallel& cand = cands[rescuable[j].second];
     RunConfig rc = base;
-    rc.parallel = cands[rescuable[j]];
+    rc.parallel = cand;
     core::Issues issues;
     config::derive_and_validate(rc, issues);
     if (!issues.empty()) continue;
     const BalancedSplit bs = balanced_split(rc, 1.0 - opt.memory_headroom);
     if (!bs.fits || bs.layers.empty() || bs.layers == rc.vstage_layers) continue;
-    Parallel p = cands[rescuable[j]];
+    Parallel p = cand;
     p.set_split(bs.layers);
     ++res.rescue_tried;
     Evaluated ev = evaluate(base, p, opt, search);
@@ -846,9 +848,12 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     return ta != tb ? ta < tb : a < b;
   };
   const size_t top = static_cast<size_t>(std::max(0, opt.top_k));
-  // Kept: what the caller asked for, and at least what the re-simulation below may reach (3K)
-  // and enough for the explanation to find a runner-up past any ties.
-  const size_t keep = opt.keep == 0 ? fits.size() : std::min(fits.size(), std::max({opt.keep, 3 * top, size_t{64}}));
+  // Refined: the head whose pipeline splits are balanced by cost (the re-simulation below
+  // reaches 3K; 64 at least, enough for the explanation to find a runner-up past any ties).
+  // Kept: what the caller asked for and at least that head (0: all).
+  const size_t refined = std::max(3 * top, size_t{64});
+  const size_t kept_at_most = opt.keep == 0 ? 0 : std::max(opt.keep, refined);
+  const size_t keep = kept_at_most == 0 ? fits.size() : std::min(fits.size(), kept_at_most);
   std::partial_sort(fits.begin(), fits.begin() + static_cast<long>(keep), fits.end(), by_estimate);
   std::vector<Candidate> ok;
   ok.reserve(keep);
@@ -859,17 +864,13 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     }
     ok.push_back(std::move(ev.c));
   }
-  add_balanced_splits(base, par, opt, search, cands, fits, std::max(3 * top, size_t{64}), opt.keep == 0 ? 0 : keep, ok, res);
+  add_balanced_splits(base, par, opt, search, cands, fits, refined, opt.keep == 0 ? 0 : keep, ok, res);
   {
-    std::vector<size_t> rescuable;
-    std::vector<double> est_s(scored.size(), 0.0);
+    std::vector<std::pair<double, size_t>> rescuable;
     for (size_t i = 0; i < scored.size(); ++i) {
-      if (!scored[i].rescuable) continue;
-      rescuable.push_back(i);
-      est_s[i] = scored[i].est_step_s;
+      if (scored[i].rescuable) rescuable.emplace_back(scored[i].est_step_s, i);
     }
-    rescue_by_split(base, par, opt, search, cands, std::move(rescuable), est_s, std::max(3 * top, size_t{64}),
-                    opt.keep == 0 ? 0 : std::max({opt.keep, 3 * top, size_t{64}}), ok, res);
+    rescue_by_split(base, par, opt, search, cands, std::move(rescuable), refined, kept_at_most, ok, res);
   }
 
   // Re-simulate the best K with the event engine and rank them by simulated step time. The

@@ -34,6 +34,25 @@ std::vector<double> group_costs(const std::vector<int64_t>& counts, const std::v
 
 double largest(const std::vector<double>& c) { return *std::max_element(c.begin(), c.end()); }
 
+// A random split problem: 3-10 layers weighing 0.5-3 each over `min_groups` to
+// `min_groups + spread - 1` groups, the first and last group with an end cost of 0-6.
+struct Problem {
+  int64_t n, groups;
+  std::vector<double> w, extra;
+};
+Problem random_problem(std::mt19937_64& rng, int64_t min_groups, uint64_t spread) {
+  std::uniform_real_distribution<double> weight(0.5, 3.0), end(0.0, 6.0);
+  Problem p;
+  p.n = 3 + static_cast<int64_t>(rng() % 8);
+  p.groups = min_groups + static_cast<int64_t>(rng() % spread);
+  p.w.resize(static_cast<size_t>(p.n));
+  for (auto& x : p.w) x = weight(rng);
+  p.extra.assign(static_cast<size_t>(p.groups), 0.0);
+  p.extra.front() += end(rng);
+  p.extra.back() += end(rng);
+  return p;
+}
+
 // Every split of n layers over `groups` (middle groups at least one layer).
 void every_split(int64_t n, int64_t groups, const std::function<void(const std::vector<int64_t>&)>& visit) {
   std::vector<int64_t> counts(static_cast<size_t>(groups), 0);
@@ -89,14 +108,8 @@ void expect_optimal(const std::vector<int64_t>& got, int64_t n, const std::vecto
 
 TEST(Split, MinMaxSplitIsOptimalAgainstEverySplit) {
   std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> weight(0.5, 3.0), end(0.0, 6.0);
   for (int trial = 0; trial < 200; ++trial) {
-    const int64_t n = 3 + static_cast<int64_t>(rng() % 8), groups = 1 + static_cast<int64_t>(rng() % 4);
-    std::vector<double> w(static_cast<size_t>(n));
-    for (auto& x : w) x = weight(rng);
-    std::vector<double> extra(static_cast<size_t>(groups), 0.0);
-    extra.front() += end(rng);
-    extra.back() += end(rng);
+    const auto [n, groups, w, extra] = random_problem(rng, 1, 4);
     const auto best = best_by_search(n, groups, w, extra);
     const auto got = min_max_split(w, extra, groups);
     ASSERT_EQ(static_cast<int64_t>(got.size()), groups) << "trial " << trial;
@@ -106,15 +119,9 @@ TEST(Split, MinMaxSplitIsOptimalAgainstEverySplit) {
 
 TEST(Split, CappedMinMaxSplitIsOptimalAgainstEverySplitWithinTheCaps) {
   std::mt19937_64 rng(11);
-  std::uniform_real_distribution<double> weight(0.5, 3.0), end(0.0, 6.0);
   int infeasible = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    const int64_t n = 3 + static_cast<int64_t>(rng() % 8), groups = 2 + static_cast<int64_t>(rng() % 3);
-    std::vector<double> w(static_cast<size_t>(n));
-    for (auto& x : w) x = weight(rng);
-    std::vector<double> extra(static_cast<size_t>(groups), 0.0);
-    extra.front() += end(rng);
-    extra.back() += end(rng);
+    const auto [n, groups, w, extra] = random_problem(rng, 2, 3);
     std::vector<int64_t> caps(static_cast<size_t>(groups));
     for (auto& c : caps) c = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
     const auto best = best_by_search(n, groups, w, extra, caps);
