@@ -72,7 +72,26 @@ std::string lower(std::string s) {
   return s;
 }
 
-enum class Family { kMegatronGpt, kGpt3, kLlama, kNemotron, kNemotronH, kMpt, kBloom, kQwenMoe, kGptOss, kMixtral, kDeepSeek, kUnknown };
+// kGptStyle: decoders of the GPT-3 lineage that the zoo lacks by name (OPT, MT-NLG, GPT-NeoX /
+// Pythia, GPT-J, Falcon, StarCoder, Gopher / Chinchilla, Galactica, CodeGen): a 2-matrix MLP of
+// 4h with LayerNorm, built like the Megatron GPT rows. kRecurrent: state-space and other
+// recurrent token mixers whose layer pattern a row does not give.
+enum class Family {
+  kMegatronGpt,
+  kGptStyle,
+  kGpt3,
+  kLlama,
+  kNemotron,
+  kNemotronH,
+  kMpt,
+  kBloom,
+  kQwenMoe,
+  kGptOss,
+  kMixtral,
+  kDeepSeek,
+  kRecurrent,
+  kUnknown
+};
 
 Family family_of(const Json& r) {
   const std::string m = lower(str(r, "model"));
@@ -84,6 +103,13 @@ Family family_of(const Json& r) {
       contains(m, "nemotron 3") || contains(m, "nemotron-3") || contains(m, "nemotron_3") || contains(m, "nemotron3"))
     return Family::kNemotronH;
   if (contains(m, "nemotron")) return Family::kNemotron;
+  // Recurrent and hybrid families before the transformer names they share (Falcon Mamba,
+  // Falcon-H1).
+  static const std::regex recurrent(R"(mamba|jamba|zamba|rwkv|xlstm|retnet|minimax|hymba|falcon[-_ ]?h1)");
+  if (std::regex_search(m, recurrent)) return Family::kRecurrent;
+  static const std::regex gpt_style(
+      R"(\bopt\b|mt[-_ ]?nlg|megatron[-_ ]turing|turing[-_ ]nlg|neox|pythia|gpt[-_ ]?j\b|falcon|starcoder|santacoder|gopher|chinchilla|galactica|codegen)");
+  if (std::regex_search(m, gpt_style)) return Family::kGptStyle;
   if (contains(m, "qwen3")) return Family::kQwenMoe;
   if (contains(m, "mixtral")) return Family::kMixtral;
   if (contains(m, "deepseek")) return Family::kDeepSeek;
@@ -212,6 +238,51 @@ std::vector<std::string> family_zoo(const Json& r, Family f) {
   return out;
 }
 
+// A dense row that gives no FFN width takes the convention `m` holds (GPT: 4h; a zoo member's
+// width scaled to the row's hidden size) unless the row's parameter count rules it out: the
+// parameters are affine in the width, so the width that gives the row's count is solved for and
+// rounded to a multiple of 128. The convention stands while it lands within 5% of the count, or
+// within one vocabulary x hidden matrix of it (tied or untied and padded embeddings are counted
+// differently from paper to paper), and also when the solved width is implausible (outside
+// hidden/2 .. 8 hidden: the count is then of something else).
+// Returns whether it changed the width.
+bool resolve_ffn(const Json& r, Json& m, const char* ffn_key, std::vector<std::string>& notes) {
+  if (has(r, "ffn_hidden") || inum(r, "moe_experts") > 0 || !(num(r, "params_b") > 0) || !m.contains(ffn_key)) return false;
+  auto params_with = [&](int64_t ffn, model::ModelSpec* spec) -> double {
+    Json trial = m;
+    trial[ffn_key] = ffn;
+    core::Issues issues;
+    try {
+      const model::ModelSpec ms = model::parse_model(trial, "$.model", issues, "");
+      if (!issues.empty()) return -1;
+      if (spec != nullptr) *spec = ms;
+      return ms.total_params();
+    } catch (const std::exception&) {
+      return -1;
+    }
+  };
+  const int64_t f0 = m[ffn_key].get<int64_t>();
+  model::ModelSpec spec;
+  const double p0 = params_with(f0, &spec);
+  const double p1 = params_with(f0 + 128, nullptr);
+  if (p0 <= 0 || p1 <= p0) return false;  // an invalid model is reported where the run is parsed
+  const double row_p = num(r, "params_b") * 1e9;
+  const double tolerance = std::max(0.05 * row_p, static_cast<double>(spec.vocab) * static_cast<double>(spec.hidden));
+  if (std::fabs(p0 - row_p) <= tolerance) return false;
+  const double solved = static_cast<double>(f0) + (row_p - p0) / ((p1 - p0) / 128.0);
+  const int64_t f = std::max<int64_t>(128, std::llround(solved / 128.0) * 128);
+  const auto fmt_b = [](double p) { return core::fmt("%.1f", p / 1e9) + "B"; };
+  if (f < spec.hidden / 2 || f > 8 * spec.hidden) {
+    notes.push_back("model: FFN width " + std::to_string(f0) + " (the convention; the row does not give it) gives " + fmt_b(p0) +
+                    " parameters against the row's " + fmt_b(row_p) + ", which no plausible width reaches; kept");
+    return false;
+  }
+  m[ffn_key] = f;
+  notes.push_back("model: FFN width " + std::to_string(f) + " solved from the row's " + fmt_b(row_p) + " parameters (the row does not give it; the convention's " +
+                  std::to_string(f0) + " would give " + fmt_b(p0) + ")");
+  return true;
+}
+
 // The row's model from the zoo: the family member whose dimensions match every one the row
 // gives (layers, hidden, heads, KV heads, FFN, vocab, experts), nearest in parameters when the
 // row gives none. When the row's dimensions match no member, the nearest member's
@@ -317,7 +388,19 @@ Json zoo_model_for(const Json& r, Family f, std::vector<std::string>& notes, std
   }
   if (has(r, "kv_heads") && !gpt2_keys) m["num_key_value_heads"] = inum(r, "kv_heads");
   if (has(r, "vocab")) m["vocab_size"] = inum(r, "vocab");
-  if (has(r, "ffn_hidden") && !m.contains("moe_intermediate_size")) m[gpt2_keys ? "n_inner" : "intermediate_size"] = inum(r, "ffn_hidden");
+  const char* ffn_key = gpt2_keys ? "n_inner" : "intermediate_size";
+  if (has(r, "ffn_hidden") && !m.contains("moe_intermediate_size")) {
+    m[ffn_key] = inum(r, "ffn_hidden");
+  } else if (!row_moe && m.contains(ffn_key) && m[ffn_key].is_number_integer()) {
+    // The member's FFN width in proportion to its hidden size (Llama 3: 3.5h), on the row's
+    // hidden size, in multiples of 256.
+    const model::ModelSpec z = model::zoo_model(best.name);
+    if (z.hidden != inum(r, "hidden") && z.hidden > 0) {
+      const double scaled = static_cast<double>(m[ffn_key].get<int64_t>()) * static_cast<double>(inum(r, "hidden")) / static_cast<double>(z.hidden);
+      m[ffn_key] = std::max<int64_t>(256, std::llround(scaled / 256.0) * 256);
+    }
+    resolve_ffn(r, m, ffn_key, notes);
+  }
   if (gpt2_keys && has(r, "seq_len")) m["n_positions"] = std::max(inum(r, "seq_len"), m.value("n_positions", int64_t{0}));
   for (const char* k : {"num_local_experts", "n_routed_experts", "num_experts"}) {
     if (m.contains(k) && has(r, "moe_experts")) m[k] = inum(r, "moe_experts");
@@ -359,6 +442,11 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
     reason = "row lacks layers/hidden/heads";
     return nullptr;
   }
+  if (f == Family::kGptStyle) {
+    notes.push_back("model: a GPT-lineage family the zoo lacks, taken as a GPT-style decoder (2-matrix GELU MLP, LayerNorm, learned positions, "
+                    "tied embeddings, biases) with the row's dimensions");
+  }
+  if (!has(r, "vocab")) notes.push_back("model: vocabulary 51,200 (GPT-2's, padded as Megatron pads it; the row does not give it)");
   Json m = {{"name", str(r, "model")},
             {"source", "data/published-runs.jsonl row " + str(r, "id")},
             {"num_hidden_layers", layers},
@@ -369,13 +457,15 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
             {"hidden_act", "gelu"},
             {"norm", "layernorm"},
             {"tie_word_embeddings", true}};
+  std::optional<size_t> four_h_note;
   if (has(r, "ffn_hidden")) {
     m["intermediate_size"] = inum(r, "ffn_hidden");
   } else {
     m["intermediate_size"] = 4 * hidden;
+    four_h_note = notes.size();
     notes.push_back("model: ffn = 4h (standard GPT; not given in the row)");
   }
-  if (f == Family::kMegatronGpt) {
+  if (f == Family::kMegatronGpt || f == Family::kGptStyle) {
     m["position_embedding"] = "learned";
     m["max_position_embeddings"] = inum(r, "seq_len");
     m["linear_bias"] = true;
@@ -395,6 +485,7 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
     notes.push_back("model: MPT as the llm-foundry benchmark configs build it: learned position embeddings (no ALiBi; "
                     "NumParams grows by d_model per position of the sequence), no biases, tied embeddings");
   }
+  if (four_h_note && resolve_ffn(r, m, "intermediate_size", notes)) notes.erase(notes.begin() + static_cast<std::ptrdiff_t>(*four_h_note));
   return m;
 }
 
@@ -564,6 +655,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   std::vector<std::string> notes;
   const std::string id = str(r, "id");
   const Family fam = family_of(r);
+  if (fam == Family::kRecurrent) {
+    reason = "model '" + str(r, "model") + "': a recurrent or hybrid (state-space) family, whose layer pattern a row does not give";
+    return false;
+  }
   if (fam == Family::kUnknown && !(has(r, "layers") && has(r, "hidden") && has(r, "heads"))) {
     reason = "model family not recognised and the row gives no layers/hidden/heads";
     return false;
@@ -703,7 +798,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     training["attention"] = "unfused";
     notes.push_back("training: unfused attention (no FlashAttention in this framework at the time)");
   }
-  if (fam == Family::kMegatronGpt && megatron_old) {
+  if ((fam == Family::kMegatronGpt || fam == Family::kGptStyle) && megatron_old) {
     training["dropout"] = true;
     notes.push_back("training: dropout 0.1 on hidden states and attention (Megatron GPT defaults)");
   }
@@ -773,7 +868,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     training["loss"] = "eager";
     notes.push_back("training: eager PyTorch cross-entropy on fp32-upcast logits (torchtitan loss_fn)");
   }
-  if (fam == Family::kMegatronGpt && precision_of(r) == "fp16" && !deepspeed) {
+  if ((fam == Family::kMegatronGpt || (fam == Family::kGptStyle && contains(fw, "megatron"))) && precision_of(r) == "fp16" && !deepspeed) {
     training["grad_dtype"] = "fp32";  // Megatron's fp16 training keeps fp32 main gradients
   }
 
@@ -1072,6 +1167,21 @@ std::string layout_string(const config::RunConfig& rc) {
   return o.str();
 }
 
+// Whether a row's TFLOP/s count model FLOPs (no recomputation) rather than the Megatron paper's
+// Eq. 3, which counts a recomputed forward: by the row's stated definition ("model" without
+// "recompute", "Eq. 3", "hardware" or "paper formula"); a row that states none is read as
+// Eq. 3 for the Megatron-LM and DeepSpeed rows that quote it and as model FLOPs otherwise.
+bool tflops_are_model_flops(const Json& r) {
+  const std::string d = lower(str(r, "tflops_definition"));
+  if (!d.empty()) {
+    const bool eq3 = contains(d, "eq.3") || contains(d, "eq. 3") || contains(d, "recompute") || contains(d, "hardware") ||
+                     contains(d, "paper formula") || contains(d, "megatron formula") || contains(d, "hfu");
+    return !eq3 && contains(d, "model");
+  }
+  const std::string fw = lower(str(r, "framework"));
+  return !(contains(fw, "megatron-lm") || contains(fw, "deepspeed"));
+}
+
 double measured_step(const Json& r, const config::RunConfig& rc, std::string& from) {
   if (has(r, "iteration_time_s")) {
     from = "iteration_time_s";
@@ -1085,12 +1195,21 @@ double measured_step(const Json& r, const config::RunConfig& rc, std::string& fr
     from = "tokens_per_s_total";
     return static_cast<double>(rc.tokens_per_step()) / num(r, "tokens_per_s_total");
   }
-  if (!has(r, "tflops_per_gpu") && has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu")) {
+  const double gpus = static_cast<double>(rc.cluster.num_gpus);
+  if (!has(r, "tflops_per_gpu") && has(r, "mfu")) {
     // MFU alone: the step that gives it with stepcast's model FLOPs (6 x parameters x tokens
-    // plus the attention term) and the row's peak.
-    from = "mfu (stepcast's model FLOPs, the row's peak)";
-    return estimate::model_flops_per_step(rc) /
-           (num(r, "mfu") * num(r, "mfu_peak_tflops_per_gpu") * 1e12 * static_cast<double>(rc.cluster.num_gpus));
+    // plus the attention term) and the row's peak, or, where the row states none, the profile's
+    // dense peak of the training precision (stepcast's own MFU, and the convention of the
+    // recipes that state theirs: NeMo's 989 / 1,979 TFLOP/s for BF16 / FP8 on H100).
+    const bool stated = has(r, "mfu_peak_tflops_per_gpu");
+    from = stated ? "mfu (stepcast's model FLOPs, the row's peak)" : "mfu (stepcast's model FLOPs, the profile's dense peak of the precision)";
+    const double peak = stated ? num(r, "mfu_peak_tflops_per_gpu") * 1e12 : rc.hardware.peak_for(rc.training.precision).value();
+    return estimate::model_flops_per_step(rc) / (num(r, "mfu") * peak * gpus);
+  }
+  if (has(r, "tflops_per_gpu") && tflops_are_model_flops(r)) {
+    // Model TFLOP/s (Megatron-Bridge's and most recipes' logs): the FLOPs without recomputation.
+    from = "tflops_per_gpu (stepcast's model FLOPs)";
+    return estimate::model_flops_per_step(rc) / (num(r, "tflops_per_gpu") * 1e12 * gpus);
   }
   if (has(r, "tflops_per_gpu")) {
     from = "tflops_per_gpu (Megatron Eq. 3)";
@@ -1425,8 +1544,7 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
                                    " (training_run, collective, gemm or hardware)"});
     return;
   }
-  if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") &&
-      !(has(r, "mfu") && has(r, "mfu_peak_tflops_per_gpu"))) {
+  if (!has(r, "iteration_time_s") && !has(r, "tokens_per_s_per_gpu") && !has(r, "tokens_per_s_total") && !has(r, "tflops_per_gpu") && !has(r, "mfu")) {
     res.skipped.push_back({id, "no measured step time or throughput"});
     return;
   }
@@ -1716,8 +1834,9 @@ std::string AccuracyResult::markdown() const {
        "writes them out) and predicted with the analytical estimate (`stepcast estimate`). Error = "
        "(predicted - measured) / measured step time. Where a row gives only throughput, the measured step time is "
        "global tokens / (tokens/s/GPU x GPUs) or global tokens / (tokens/s of the job); where it gives only MFU, "
-       "stepcast's model FLOPs / (MFU x the row's peak x GPUs); where it gives only TFLOP/s (Megatron 2021 paper), "
-       "it is the paper's Eq. 3 FLOPs (which count recomputation) / (TFLOP/s x GPUs).\n\n";
+       "stepcast's model FLOPs / (MFU x the row's peak, else the profile's dense peak of the precision, x GPUs); where it gives only "
+       "TFLOP/s, the Megatron paper's Eq. 3 FLOPs (which count recomputation) / (TFLOP/s x GPUs) for rows that quote that formula "
+       "(Megatron-LM and DeepSpeed rows that state no definition), stepcast's model FLOPs for rows that quote model TFLOP/s.\n\n";
   o << "The `simulate` columns run the same run files through the discrete-event simulator "
        "(`stepcast simulate`, one representative rank per pipeline stage).\n\n";
   o << "## Mean absolute percentage error by source\n\n| source | rows | estimate MAPE | estimate worst | simulate MAPE | simulate worst |\n"

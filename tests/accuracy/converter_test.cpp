@@ -118,6 +118,69 @@ TEST(PublishedRows, UnknownFamilyWithDimensions) {
   EXPECT_NE(reason.find("not recognised"), std::string::npos);
 }
 
+// Decoders of the GPT-3 lineage that the zoo lacks (OPT, MT-NLG, Falcon, ...) are built as GPT
+// decoders (a 2-matrix 4h MLP), not as a Llama; recurrent families are listed, not guessed.
+TEST(PublishedRows, GptLineageFamiliesAndRecurrentOnes) {
+  Json r = base_row();
+  r.update(Json{{"model", "OPT-175B"}, {"params_b", 175.0}, {"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"vocab", 50272}, {"seq_len", 2048}});
+  Json run = converted(r);
+  ASSERT_TRUE(run["model"].is_object());
+  EXPECT_EQ(run["model"]["hidden_act"], "gelu");
+  EXPECT_EQ(run["model"]["intermediate_size"], 4 * 12288);
+  const auto rc = config::parse_run(run, "<test>", "");
+  EXPECT_NEAR(rc.model.total_params() / 175e9, 1.0, 0.02);
+  EXPECT_NE(run["assumptions"].dump().find("GPT-style decoder"), std::string::npos);
+  for (const char* name : {"MT-NLG 530B", "Falcon-180B", "Pythia 12B", "GPT-NeoX-20B", "StarCoder 15B"}) {
+    Json g = r;
+    g["model"] = name;
+    EXPECT_EQ(converted(g)["model"]["hidden_act"], "gelu") << name;
+  }
+  for (const char* name : {"Jamba 1.5 Large", "Falcon-H1 34B", "Falcon Mamba 7B", "RWKV-6 14B"}) {
+    Json h = r;
+    h["model"] = name;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(h, run, reason)) << name;
+    EXPECT_NE(reason.find("recurrent or hybrid"), std::string::npos) << reason;
+  }
+}
+
+// A row without its FFN width takes the family's convention on its own hidden size, unless its
+// parameter count rules the convention out; then the width that gives the count.
+TEST(PublishedRows, FfnWidthFromTheParameterCount) {
+  // Code Llama 34B's shape (48 layers, 8192 wide, GQA 8, FFN 22016) without its FFN: the nearest
+  // member (Llama 2 70B, FFN 28672) would make it 41.6B; its 33.7B give the width back.
+  Json r = base_row();
+  r.update(Json{{"model", "Code Llama 34B"}, {"params_b", 33.7}, {"layers", 48}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"vocab", 32016}});
+  Json run = converted(r);
+  ASSERT_TRUE(run["model"].is_object());
+  const int64_t ffn = run["model"]["intermediate_size"].get<int64_t>();
+  EXPECT_NEAR(static_cast<double>(ffn) / 22016.0, 1.0, 0.01) << ffn;
+  EXPECT_EQ(ffn % 128, 0);
+  EXPECT_NE(run["assumptions"].dump().find("solved from the row's"), std::string::npos);
+  EXPECT_NEAR(config::parse_run(run, "<test>", "").model.total_params() / 33.7e9, 1.0, 0.01);
+  // An unknown family on a hidden size no member has: the member's ratio (Llama 3: 3.5h, 17920
+  // at 5120 wide) while the count agrees with it (14.9B), the width that gives the count (12.7B:
+  // 14336) when it does not.
+  r = base_row();
+  r.update(Json{{"model", "Acme 12B"}, {"params_b", 14.9}, {"layers", 40}, {"hidden", 5120}, {"heads", 40}, {"kv_heads", 8}, {"vocab", 131072}});
+  run = converted(r);
+  EXPECT_EQ(run["model"]["intermediate_size"], 17920);
+  EXPECT_EQ(run["assumptions"].dump().find("solved"), std::string::npos);
+  r["params_b"] = 12.7;
+  run = converted(r);
+  EXPECT_NEAR(run["model"]["intermediate_size"].get<double>() / 14336.0, 1.0, 0.01) << run["model"]["intermediate_size"];
+  // A count no plausible width reaches (a typo, or another quantity) keeps the convention (of
+  // the member nearest that count: Llama 3.1 405B's 3.25h).
+  r["params_b"] = 900.0;
+  run = converted(r);
+  EXPECT_EQ(run["model"]["intermediate_size"], 16640);
+  EXPECT_NE(run["assumptions"].dump().find("no plausible width"), std::string::npos);
+  // GPT rows: 4h stands while the count agrees.
+  r = base_row();
+  r.update(Json{{"model", "GPT 18.4B (Megatron)"}, {"params_b", 18.4}, {"layers", 40}, {"hidden", 6144}, {"heads", 48}, {"vocab", 51200}});
+  EXPECT_EQ(converted(r)["model"]["intermediate_size"], 4 * 6144);
+}
+
 // Layers that do not divide the (virtual) stages: Megatron's shorter first and last stages
 // without virtual stages, the balanced list with them; the run file validates either way.
 TEST(PublishedRows, UnevenSplits) {
@@ -458,6 +521,37 @@ TEST(PublishedRows, MeasuredStepFromThroughputOrMfu) {
   EXPECT_EQ(res.rows[0].measured_from, "tokens_per_s_total");
   const auto rc = config::parse_run(res.rows[1].run, "<test>", "");
   EXPECT_NEAR(res.rows[1].measured_s, estimate::model_flops_per_step(rc) / (0.4 * 989e12 * 64), 1e-9);
+}
+
+// An MFU without its peak is taken against the profile's dense peak of the training precision
+// (stepcast's own MFU); TFLOP/s follow their stated definition: model FLOPs, or the Megatron
+// paper's Eq. 3 (recomputation counted), which is also how unstated Megatron-LM rows read.
+TEST(PublishedRows, MfuWithoutPeakAndTflopsByDefinition) {
+  Json a = base_row();
+  a.erase("iteration_time_s");
+  a.update(Json{{"id", "mfu-no-peak"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"precision", "FP8"}, {"mfu", 0.3}});
+  Json b = a;
+  b.erase("mfu");
+  b.update(Json{{"id", "model-tflops"}, {"precision", "BF16"}, {"tflops_per_gpu", 400.0}, {"tflops_definition", "Model TFLOP/sec/GPU as reported by the recipe"}});
+  Json c = b;
+  c.update(Json{{"id", "eq3-tflops"}, {"tflops_definition", "achieved TFLOP/s per GPU (paper Eq.3, includes recompute)"}});
+  Json d = b;
+  d.erase("tflops_definition");
+  d.update(Json{{"id", "megatron-unstated"}, {"framework", "Megatron-LM (2021)"}});
+  const AccuracyResult res = accuracy_of({a, b, c, d}, "mfu-tflops.jsonl");
+  ASSERT_EQ(res.rows.size(), 4u);
+  const auto rc = config::parse_run(res.rows[0].run, "<test>", "");
+  const double flops = estimate::model_flops_per_step(rc);
+  const double fp8_peak = rc.hardware.peak_for(rc.training.precision).value();
+  EXPECT_NEAR(fp8_peak / 1979e12, 1.0, 1e-3);  // H100 dense FP8
+  EXPECT_NEAR(res.rows[0].measured_s, flops / (0.3 * fp8_peak * 64), 1e-9);
+  EXPECT_NE(res.rows[0].measured_from.find("profile's dense peak"), std::string::npos) << res.rows[0].measured_from;
+  EXPECT_NEAR(res.rows[1].measured_s, flops / (400e12 * 64), 1e-9);
+  EXPECT_NE(res.rows[1].measured_from.find("model FLOPs"), std::string::npos);
+  // Eq. 3 counts the recomputed forward on top: four passes against the model FLOPs' three.
+  EXPECT_NE(res.rows[2].measured_from.find("Eq. 3"), std::string::npos);
+  EXPECT_NEAR(res.rows[2].measured_s / res.rows[1].measured_s, 4.0 / 3.0, 0.05);
+  EXPECT_NE(res.rows[3].measured_from.find("Eq. 3"), std::string::npos);
 }
 
 // Collective and GEMM measurements are predicted with the cost model of the matching profile;
