@@ -1649,11 +1649,17 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
   row.run = run;
   if (has(r, "memory_gib_per_gpu")) {
     row.measured_mem_gib = num(r, "memory_gib_per_gpu");
-    const bool includes_runtime = contains(str(r, "memory_definition"), "nvidia-smi");
+    // What the row measured: the device's view of the process (nvidia-smi, NVML, rocm-smi:
+    // CUDA context and NCCL buffers included) or the framework's allocator (torch.cuda's peak
+    // reserved or allocated bytes: tensors only), which the ledger's runtime line is not part of.
+    const std::string def = lower(str(r, "memory_definition"));
+    const bool includes_runtime = contains(def, "nvidia-smi") || contains(def, "nvml") || contains(def, "rocm-smi");
     const double peak = e.memory.peak().value() - (includes_runtime ? 0.0 : e.memory.stages[static_cast<size_t>(e.memory.peak_stage)].runtime.value());
     row.predicted_mem_gib = peak / 1073741824.0;
     row.mem_error = (row.predicted_mem_gib - row.measured_mem_gib) / row.measured_mem_gib;
-    row.memory_basis = includes_runtime ? "nvidia-smi (includes CUDA context and NCCL buffers)" : "allocator reserved peak (excludes CUDA context and NCCL)";
+    row.memory_basis = includes_runtime               ? "nvidia-smi (includes CUDA context and NCCL buffers)"
+                       : contains(def, "allocated") ? "allocator allocated peak (live tensors; excludes CUDA context and NCCL)"
+                                                    : "allocator reserved peak (excludes CUDA context and NCCL)";
   }
   res.rows.push_back(row);
 }

@@ -118,6 +118,27 @@ TEST(PublishedRows, UnknownFamilyWithDimensions) {
   EXPECT_NE(reason.find("not recognised"), std::string::npos);
 }
 
+// A measured peak is compared on its own basis: the device's view (nvidia-smi, NVML) holds the
+// CUDA context and NCCL buffers, the allocator's (torch.cuda's reserved or allocated peak) does
+// not, so the ledger's runtime line is left out of the prediction for it.
+TEST(PublishedRows, MemoryRowsByWhatTheyMeasured) {
+  Json a = base_row();
+  a.update(Json{{"id", "smi"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"memory_gib_per_gpu", 60.0},
+                {"memory_definition", "NVML device memory used"}});
+  Json b = a;
+  b.update(Json{{"id", "allocated"}, {"memory_definition", "torch.cuda.max_memory_allocated()"}});
+  Json c = a;
+  c.update(Json{{"id", "reserved"}, {"memory_definition", "torch.cuda.max_memory_reserved()"}});
+  const AccuracyResult res = accuracy_of({a, b, c}, "memory.jsonl");
+  ASSERT_EQ(res.rows.size(), 3u);
+  EXPECT_NE(res.rows[0].memory_basis.find("nvidia-smi"), std::string::npos);
+  EXPECT_NE(res.rows[1].memory_basis.find("allocated"), std::string::npos);
+  EXPECT_NE(res.rows[2].memory_basis.find("reserved"), std::string::npos);
+  // Runtime reserved (CUDA context) plus the communicators: the device's view is the larger.
+  EXPECT_GT(res.rows[0].predicted_mem_gib - res.rows[1].predicted_mem_gib, 0.5);
+  EXPECT_DOUBLE_EQ(res.rows[1].predicted_mem_gib, res.rows[2].predicted_mem_gib);
+}
+
 // Decoders of the GPT-3 lineage that the zoo lacks (OPT, MT-NLG, Falcon, ...) are built as GPT
 // decoders (a 2-matrix 4h MLP), not as a Llama; recurrent families are listed, not guessed.
 TEST(PublishedRows, GptLineageFamiliesAndRecurrentOnes) {
