@@ -537,6 +537,10 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   LayerCost lc;
   auto& F = lc.fwd;
   auto& B = lc.bwd;
+  // A layer runs a few dozen operators per pass (the backward also the recomputed forward's):
+  // room for them up front, as the planner builds a layer for every layout it scores.
+  F.reserve(48);
+  B.reserve(112);
 
   // Tokens whose input a column-parallel linear keeps for its weight gradient: the sequence
   // shard under SP (re-gathered in backward) unless the all-gathered input is kept.

@@ -1,7 +1,6 @@
 #include "sim/mesh/rank_mesh.hpp"
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 #include "sim/core/error.hpp"
@@ -140,11 +139,20 @@ std::vector<std::vector<int64_t>> RankMesh::all_groups(Dim d) const {
 Placement place(const std::vector<int64_t>& ranks, int64_t gpus_per_node) {
   Placement p;
   p.size = static_cast<int64_t>(ranks.size());
-  std::map<int64_t, int64_t> per_node;
-  for (auto r : ranks) per_node[r / gpus_per_node]++;
-  p.nodes = static_cast<int64_t>(per_node.size());
+  // Ranks per node: the group's node ids in order (a group's ranks usually ascend already),
+  // counted by runs.
+  std::vector<int64_t> node_of(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) node_of[i] = ranks[i] / gpus_per_node;
+  if (!std::is_sorted(node_of.begin(), node_of.end())) std::sort(node_of.begin(), node_of.end());
+  p.nodes = 0;
   p.ranks_per_node = 0;
-  for (const auto& [node, count] : per_node) p.ranks_per_node = std::max(p.ranks_per_node, count);
+  for (size_t i = 0; i < node_of.size();) {
+    size_t j = i;
+    while (j < node_of.size() && node_of[j] == node_of[i]) ++j;
+    ++p.nodes;
+    p.ranks_per_node = std::max(p.ranks_per_node, static_cast<int64_t>(j - i));
+    i = j;
+  }
   const int64_t first_node = ranks.empty() ? 0 : ranks.front() / gpus_per_node;
   p.local_lo = static_cast<int>(gpus_per_node);
   p.local_hi = 0;

@@ -145,6 +145,25 @@ std::string compare_text(const Candidate& w, const Candidate& u, const std::stri
   return s;
 }
 
+std::optional<size_t> roomier_near_best(const std::vector<Candidate>& ranked) {
+  if (ranked.empty() || !ranked.front().simulated) return std::nullopt;
+  const Candidate& w = ranked.front();
+  const double capacity = w.est.memory.capacity.value();
+  if (!(capacity > 0)) return std::nullopt;
+  std::optional<size_t> best;
+  double lowest = w.peak_memory_bytes;
+  for (size_t i = 1; i < ranked.size(); ++i) {
+    const Candidate& c = ranked[i];
+    if (!c.simulated || c.step_s() > w.step_s() * (1.0 + kNearBest)) continue;
+    if (c.peak_memory_bytes < lowest) {
+      lowest = c.peak_memory_bytes;
+      best = i;
+    }
+  }
+  if (best && (w.peak_memory_bytes - lowest) / capacity >= kRoomierBy) return best;
+  return std::nullopt;
+}
+
 namespace {
 
 std::string explain(const PlanResult& r, double headroom) {
@@ -169,11 +188,20 @@ std::string explain(const PlanResult& r, double headroom) {
   if (equivalent > 0) {
     s += " " + std::to_string(equivalent) + (equivalent == 1 ? " other layout ties" : " other layouts tie") + " with it (within 0.1%).";
   }
-  if (ui >= r.ranked.size()) return s;
-  const Candidate& u = r.ranked[ui];
-  s += " The runner-up (" + layout_diff(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
-       fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
-  s += " " + compare_text(w, u);
+  if (ui < r.ranked.size()) {
+    const Candidate& u = r.ranked[ui];
+    s += " The runner-up (" + layout_diff(u.rc.parallel, w.rc.parallel) + ") takes " + fmt("%.3f", u.step_s()) + " s, " +
+         fmt("%.1f", 100.0 * (u.step_s() / w.step_s() - 1.0)) + "% longer.";
+    s += " " + compare_text(w, u);
+  }
+  if (r.roomier) {
+    const Candidate& c = r.ranked[*r.roomier];
+    const double capacity = w.est.memory.capacity.value();
+    s += " Within " + fmt("%.0f", 100.0 * kNearBest) + "% of its step, rank " + std::to_string(*r.roomier + 1) + " (" +
+         layout_diff(c.rc.parallel, w.rc.parallel) + ") leaves " + fmt("%.1f", 100.0 * (1.0 - c.peak_memory_bytes / capacity)) +
+         "% of GPU memory free against " + fmt("%.1f", 100.0 * (1.0 - w.peak_memory_bytes / capacity)) + "% at " + fmt("%.3f", c.step_s()) +
+         " s: the safer pick where the allocator or a longer sequence needs room.";
+  }
   return s;
 }
 
@@ -906,6 +934,7 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
     return layout_text(a.rc.parallel) < layout_text(b.rc.parallel);
   });
   res.ranked = std::move(ok);
+  res.roomier = roomier_near_best(res.ranked);
   res.explanation = explain(res, opt.memory_headroom);
   return res;
 }
@@ -1027,7 +1056,9 @@ Json plan_json(const PlanResult& r, size_t rows) {
   for (const auto& [k, v] : r.rejected) rej[k] = v;
   return {{"enumerated", r.enumerated}, {"fit", r.fit}, {"rejected", rej},
           {"balanced_splits", {{"tried", r.balanced_tried}, {"fit", r.balanced_added}, {"memory_bound", r.balanced_memory_bound},
-                                {"rescue_tried", r.rescue_tried}, {"rescued", r.rescued}}}, {"explanation", r.explanation}, {"layouts", list}};
+                                {"rescue_tried", r.rescue_tried}, {"rescued", r.rescued}}},
+          {"roomier_near_best", r.roomier ? Json(static_cast<int64_t>(*r.roomier + 1)) : Json(nullptr)},
+          {"explanation", r.explanation}, {"layouts", list}};
 }
 
 Json plan_detail(const Candidate& best) {

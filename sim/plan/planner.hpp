@@ -104,6 +104,10 @@ struct PlanResult {
   // fit and joined the ranking (flagged memory_rescued and balanced_split; not in `fit`).
   int64_t rescue_tried = 0;
   int64_t rescued = 0;
+  // Of the simulated layouts within kNearBest of the winner's step, the one whose peak leaves
+  // the most memory free, when that is at least kRoomierBy of the GPU's memory more than the
+  // winner leaves (an index into `ranked`): the pick for a run that needs allocator room.
+  std::optional<size_t> roomier;
   std::string explanation;                   // why the winner beats the runner-up
   // CPU offload was not searched (no --offload) though the profile describes its host.
   bool offload_untried = false;
@@ -130,6 +134,14 @@ Row row_of(const Candidate& c);
 std::string layout_diff(const config::Parallel& a, const config::Parallel& b);
 
 using memory::kAllocatorReserve;
+// Steps this close to the best are a tie at the model's resolution (its error on published
+// runs is several percent; between layouts of one model on one machine it is smaller, but not
+// 1%), and a layout with this much more memory free is worth naming beside the winner.
+inline constexpr double kNearBest = 0.01;
+inline constexpr double kRoomierBy = 0.05;
+// The simulated layout within kNearBest of the best step that leaves the most memory free, if
+// it leaves at least kRoomierBy of the memory more than the best (ranked best first).
+std::optional<size_t> roomier_near_best(const std::vector<Candidate>& ranked);
 // A warning when a layout's peak leaves less than kAllocatorReserve of memory free and the
 // search was not already held to that headroom (empty otherwise).
 std::string memory_margin_note(double peak_bytes, double capacity_bytes, double headroom);

@@ -255,6 +255,58 @@ TEST(Planner, ExplanationFlagsAWinnerWithoutRoomForTheAllocator) {
   EXPECT_EQ(roomy.explanation.find("--memory-headroom"), std::string::npos) << roomy.explanation;
 }
 
+// Among the simulated layouts within 1% of the best step, the one that leaves the most memory
+// free is named when it frees at least 5% of the GPU more than the winner: on synthetic
+// rankings (step, peak, simulated), and in a real plan's explanation and JSON when it exists.
+TEST(Planner, RoomierLayoutNearTheBestIsNamed) {
+  const double cap = 80.0 * 1073741824.0;
+  auto ranking = [&](std::vector<std::tuple<double, double, bool>> rows) {
+    std::vector<Candidate> out;
+    for (const auto& [step, peak_share, simulated] : rows) {
+      Candidate c;
+      c.simulated = simulated;
+      c.sim_step_s = step;
+      c.est.step_time_s = step;
+      c.est.memory.capacity = core::Bytes(cap);
+      c.peak_memory_bytes = peak_share * cap;
+      out.push_back(c);
+    }
+    return out;
+  };
+  // Rank 3 (index 2) is within 1% and frees 9% more; rank 4 frees more but is 2% slower; rank 2
+  // only 1% more.
+  EXPECT_EQ(roomier_near_best(ranking({{10.0, 0.99, true}, {10.05, 0.98, true}, {10.09, 0.90, true}, {10.2, 0.5, true}})), std::optional<size_t>(2));
+  // Nothing 5% roomier within 1%.
+  EXPECT_FALSE(roomier_near_best(ranking({{10.0, 0.99, true}, {10.05, 0.96, true}, {10.2, 0.5, true}})));
+  // Estimates only are not compared with a simulated winner.
+  EXPECT_FALSE(roomier_near_best(ranking({{10.0, 0.99, true}, {10.05, 0.5, false}})));
+  EXPECT_FALSE(roomier_near_best({}));
+
+  // Llama 3.1 70B on 64 H100s at 8k tokens: the winner (DualPipeV) fills memory, an
+  // interleaved layout within 1% leaves about a tenth of it free.
+  PlanOptions o;
+  o.threads = 2;
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 64}}},
+            {"training", {{"seq_len", 8192}, {"global_batch_size", 128}}}};
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_TRUE(r.roomier.has_value()) << r.explanation;
+  const Candidate& w = r.ranked.front();
+  const Candidate& c = r.ranked[*r.roomier];
+  EXPECT_TRUE(c.simulated);
+  EXPECT_LE(c.step_s(), w.step_s() * 1.01);
+  EXPECT_GE((w.peak_memory_bytes - c.peak_memory_bytes) / w.est.memory.capacity.value(), 0.05);
+  EXPECT_NE(r.explanation.find("rank " + std::to_string(*r.roomier + 1) + " ("), std::string::npos) << r.explanation;
+  EXPECT_EQ(plan_json(r, r.ranked.size())["roomier_near_best"], static_cast<int64_t>(*r.roomier + 1));
+  // The 8B on 16 GPUs has none: no safer-pick sentence, a null in the JSON.
+  const PlanResult small = plan(run_8b(), "<plan-test>", "", small_options());
+  if (!small.roomier) {
+    EXPECT_EQ(small.explanation.find("the safer pick"), std::string::npos);
+    EXPECT_TRUE(plan_json(small, small.ranked.size())["roomier_near_best"].is_null());
+  }
+}
+
 // Under full recomputation the planner recomputes the fewest layers per virtual stage that
 // fit (Megatron's block method): one layer fewer would not fit. Llama-3.1-70B on 16 H100s at
 // 8k tokens: without recomputation most layouts do not fit.
