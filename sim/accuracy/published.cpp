@@ -222,6 +222,8 @@ std::vector<std::string> family_zoo(const Json& r, Family f) {
     case Family::kNemotron: prefixes = {"nemotron4-"}; break;
     case Family::kNemotronH: prefixes = {"nemotron-h-", "nemotron-3-"}; break;
     case Family::kGpt3: prefixes = {"gpt3-"}; break;
+    case Family::kMegatronGpt:
+    case Family::kGptStyle: prefixes = {"gpt2-", "gpt3-"}; break;  // by parameter count, for rows without dimensions
     case Family::kQwenMoe: prefixes = {"qwen3-"}; break;
     case Family::kGptOss: prefixes = {"gpt-oss-"}; break;
     case Family::kMixtral: prefixes = {"mixtral-"}; break;
@@ -437,6 +439,11 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
     case Family::kDeepSeek:
     case Family::kUnknown: return zoo_model_for(r, f, notes, reason);
     default: break;
+  }
+  // A GPT row that gives only its parameter count is the zoo's GPT of that size (GPT-3 175B),
+  // within 25% of it, as other families' rows without dimensions are.
+  if ((f == Family::kMegatronGpt || f == Family::kGptStyle) && !(layers > 0 && hidden > 0) && num(r, "params_b") > 0) {
+    return zoo_model_for(r, f, notes, reason);
   }
   if (layers <= 0 || hidden <= 0 || heads <= 0) {
     reason = "row lacks layers/hidden/heads";

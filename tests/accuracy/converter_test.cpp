@@ -156,6 +156,15 @@ TEST(PublishedRows, GptLineageFamiliesAndRecurrentOnes) {
     g["model"] = name;
     EXPECT_EQ(converted(g)["model"]["hidden_act"], "gelu") << name;
   }
+  // Only a parameter count: the zoo's GPT of that size, or listed beyond 25% of every one.
+  Json only_count = base_row();
+  only_count.update(Json{{"model", "GPT-3 175B"}, {"params_b", 175.0}, {"seq_len", 2048}});
+  EXPECT_EQ(converted(only_count)["model"], "gpt3-175b");
+  only_count["model"] = "OPT-30B";
+  only_count["params_b"] = 30.0;
+  std::string why;
+  EXPECT_FALSE(row_to_run(only_count, run, why));
+  EXPECT_NE(why.find("within 25%"), std::string::npos) << why;
   for (const char* name : {"Jamba 1.5 Large", "Falcon-H1 34B", "Falcon Mamba 7B", "RWKV-6 14B"}) {
     Json h = r;
     h["model"] = name;
