@@ -19,6 +19,14 @@ namespace {
 
 using core::Json;
 
+// A run of a zoo model on H100s: GPUs, sequence length and global batch.
+Json h100_run(const char* model, int64_t gpus, int64_t seq, int64_t batch) {
+  return {{"model", model},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", gpus}}},
+          {"training", {{"seq_len", seq}, {"global_batch_size", batch}}}};
+}
+
 Json run_8b(int64_t gpus = 16) {
   return {{"model", "llama3.1-8b"},
           {"hardware", "h100-sxm"},
@@ -240,10 +248,7 @@ TEST(Planner, MemoryHeadroomRejectsLayoutsTooCloseToFull) {
 TEST(Planner, ExplanationFlagsAWinnerWithoutRoomForTheAllocator) {
   PlanOptions o = small_options();
   o.top_k = 1;
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 16}}},
-            {"training", {{"seq_len", 8192}, {"global_batch_size", 64}}}};
+  const Json j = h100_run("llama3.1-8b", 16, 8192, 64);
   const PlanResult tight = plan(j, "<plan-test>", "", o);
   ASSERT_FALSE(tight.ranked.empty());
   const Candidate& w = tight.ranked.front();
@@ -286,10 +291,7 @@ TEST(Planner, RoomierLayoutNearTheBestIsNamed) {
   // interleaved layout within 1% leaves about a tenth of it free.
   PlanOptions o;
   o.threads = 2;
-  Json j = {{"model", "llama3.1-70b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 64}}},
-            {"training", {{"seq_len", 8192}, {"global_batch_size", 128}}}};
+  const Json j = h100_run("llama3.1-70b", 64, 8192, 128);
   const PlanResult r = plan(j, "<plan-test>", "", o);
   ASSERT_TRUE(r.roomier.has_value()) << r.explanation;
   const Candidate& w = r.ranked.front();
