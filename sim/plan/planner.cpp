@@ -961,6 +961,14 @@ Row row_of(const Candidate& c) {
              c.est.tokens_per_s * scale, c.est.hfu * scale, c.est.tflops_per_gpu * scale};
 }
 
+std::vector<size_t> shown_ranks(const PlanResult& r, size_t rows) {
+  std::vector<size_t> shown;
+  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) shown.push_back(i);
+  // The explanation names the roomier layout near the best; it is shown even past the rows asked for.
+  if (r.roomier && *r.roomier >= shown.size() && *r.roomier < r.ranked.size()) shown.push_back(*r.roomier);
+  return shown;
+}
+
 std::string plan_table(const PlanResult& r, size_t rows) {
   std::ostringstream o;
   char buf[1024];
@@ -982,19 +990,21 @@ std::string plan_table(const PlanResult& r, size_t rows) {
   }
   o << "\n\n";
   // The layout column is as wide as the longest layout shown (at least 62), so the numbers line up.
-  const size_t shown = std::min(rows, r.ranked.size());
+  const std::vector<size_t> shown = shown_ranks(r, rows);
   std::vector<Row> table;
-  table.reserve(shown);
+  table.reserve(shown.size());
   int width = 62;
-  for (size_t i = 0; i < shown; ++i) {
+  for (const size_t i : shown) {
     table.push_back(row_of(r.ranked[i]));
     width = std::max(width, static_cast<int>(table.back().layout.size()));
   }
   std::snprintf(buf, sizeof buf, "%4s  %-*s %9s %9s %10s %6s %9s %7s %9s\n", "rank", width, "layout", "step s", "est s", "tok/s/GPU",
                 "MFU", "peak GiB", "bubble", "comm s");
   o << buf;
-  for (size_t i = 0; i < shown; ++i) {
-    const Row& x = table[i];
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const size_t i = shown[k];
+    if (k > 0 && i != shown[k - 1] + 1) o << "   ...\n";
+    const Row& x = table[k];
     std::snprintf(buf, sizeof buf, "%4zu  %-*s %9.3f %9.3f %10.1f %5.1f%% %9.2f %6.1f%% %9.3f%s\n", i + 1, width, x.layout.c_str(), x.step,
                   x.est_step, x.tok_gpu, 100.0 * x.mfu, x.peak_gib, 100.0 * x.bubble, x.comm, x.simulated ? "" : "  (estimate)");
     o << buf;
@@ -1010,7 +1020,7 @@ std::string plan_table(const PlanResult& r, size_t rows) {
 std::string plan_csv(const PlanResult& r, size_t rows) {
   std::ostringstream o;
   o << "rank,layout,step_time_s,estimate_step_time_s,simulated,tokens_per_s_per_gpu,mfu,peak_memory_gib,bubble_fraction,exposed_comm_s\n";
-  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) {
+  for (const size_t i : shown_ranks(r, rows)) {
     const Row x = row_of(r.ranked[i]);
     char buf[512];
     std::snprintf(buf, sizeof buf, "%zu,\"%s\",%.6f,%.6f,%d,%.3f,%.6f,%.4f,%.6f,%.6f\n", i + 1, x.layout.c_str(), x.step, x.est_step,
@@ -1022,7 +1032,7 @@ std::string plan_csv(const PlanResult& r, size_t rows) {
 
 Json plan_json(const PlanResult& r, size_t rows) {
   Json list = Json::array();
-  for (size_t i = 0; i < std::min(rows, r.ranked.size()); ++i) {
+  for (const size_t i : shown_ranks(r, rows)) {
     const auto& c = r.ranked[i];
     const Row x = row_of(c);
     const auto& p = c.rc.parallel;

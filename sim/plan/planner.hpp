@@ -159,7 +159,9 @@ std::string split_text(const config::Parallel& p);
 PlanResult plan(const core::Json& run, const std::string& source_name, const std::string& base_dir,
                 const PlanOptions& opt);
 
-// Output.
+// Output. Each shows the best `rows` layouts, and the roomier layout near the best where the
+// explanation names one ranked below them.
+std::vector<size_t> shown_ranks(const PlanResult& r, size_t rows);  // indices into r.ranked
 std::string plan_table(const PlanResult& r, size_t rows);
 std::string plan_csv(const PlanResult& r, size_t rows);
 core::Json plan_json(const PlanResult& r, size_t rows);

@@ -301,6 +301,17 @@ TEST(Planner, RoomierLayoutNearTheBestIsNamed) {
   EXPECT_GE((w.peak_memory_bytes - c.peak_memory_bytes) / w.est.memory.capacity.value(), 0.05);
   EXPECT_NE(r.explanation.find("rank " + std::to_string(*r.roomier + 1) + " ("), std::string::npos) << r.explanation;
   EXPECT_EQ(plan_json(r, r.ranked.size())["roomier_near_best"], static_cast<int64_t>(*r.roomier + 1));
+  // Fewer rows asked for than its rank: it is still shown, after the best, below a gap.
+  const std::string rank_text = std::to_string(*r.roomier + 1);
+  EXPECT_EQ(shown_ranks(r, 1), (std::vector<size_t>{0, *r.roomier}));
+  const std::string table = plan_table(r, 1);
+  EXPECT_NE(table.find("   ...\n" + std::string(4 - rank_text.size(), ' ') + rank_text + "  "), std::string::npos) << table;
+  const Json one = plan_json(r, 1)["layouts"];
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[1]["rank"], static_cast<int64_t>(*r.roomier + 1));
+  EXPECT_EQ(plan_csv(r, 1).find("\n" + rank_text + ",\""), plan_csv(r, 1).rfind("\n", plan_csv(r, 1).size() - 2));
+  // Rows enough to include it: no gap, no repeat.
+  EXPECT_EQ(shown_ranks(r, *r.roomier + 1).size(), *r.roomier + 1);
   // The 8B on 16 GPUs has none: no safer-pick sentence, a null in the JSON.
   const PlanResult small = plan(run_8b(), "<plan-test>", "", small_options());
   if (!small.roomier) {
