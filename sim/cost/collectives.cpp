@@ -200,8 +200,15 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
       const Duration t_fab = g > 1 ? intra.latency + on_node / intra.busbw : Duration(0);
       return std::max(t_net, t_fab);
     }
-    case Collective::kBroadcast:
-      return a_net * static_cast<double>(nodes - 1) + bytes / nic;
+    case Collective::kBroadcast: {
+      // NCCL pipelines the broadcast in chunks along the same rail-aligned rings (one per
+      // channel): every node receives the buffer once, spread over its g NICs, and passes it
+      // on over the node fabric, so the slower of the two sets the time after the first
+      // chunk's hops (nodes - 1 across the network, the rest inside nodes).
+      const Duration t_nic = Bytes(bytes.value() / dg) / nic;
+      const Duration t_fab = g > 1 ? Bytes(bytes.value() * (dg - 1.0) / dg) / intra.broadcast_busbw : Duration(0);
+      return a_net * static_cast<double>(nodes - 1) + intra.latency * static_cast<double>(n - nodes) + std::max(t_nic, t_fab);
+    }
     case Collective::kSendRecv:
       return a_net + bytes / Bandwidth(hw.network.nic_bandwidth.value() * hw.network.efficiency);
     case Collective::kScatter:
@@ -228,7 +235,7 @@ double link_bytes(Collective c, Bytes bytes, const mesh::Placement& where) {
     case Collective::kAllToAll: return S * (static_cast<double>(n) - g) / static_cast<double>(n);
     case Collective::kScatter:
     case Collective::kGather: return S * bus_factor(c, n);
-    case Collective::kBroadcast:
+    case Collective::kBroadcast: return S / g;  // the node's one copy, over its g rails
     case Collective::kSendRecv: return S;
   }
   return S;

@@ -195,6 +195,16 @@ TEST(Collectives, CrossNodeRingIsPipelinedOverNicAndFabric) {
              31.0 * hw.network.latency.value() + s.value() * 31.0 / 32.0 / 8.0 / nic);
   // What a rank sends over its NIC: its 1/8 of the node's ring traffic.
   expect_rel(link_bytes(Collective::kAllReduce, s, group), moved / 8.0);
+  // Broadcast pipelines along the same rings: each node takes the buffer in once over its 8
+  // rails (not all of it through one NIC), after 3 network hops and 28 NVLink hops.
+  const auto& nvl = hw.fabric.back();
+  expect_rel(collective_time(Collective::kBroadcast, s, group, hw).value(),
+             3.0 * hw.network.latency.value() + 28.0 * nvl.latency.value() + s.value() / 8.0 / nic);
+  expect_rel(link_bytes(Collective::kBroadcast, s, group), s.value() / 8.0);
+  EXPECT_LT(collective_time(Collective::kBroadcast, s, group, hw).value(), 1.1 * collective_time(Collective::kAllGather, s, group, hw).value());
+  // One rank per node: the whole buffer over each rank's one NIC.
+  const auto spread = mesh::place({0, 8, 16, 24}, 8);
+  expect_rel(collective_time(Collective::kBroadcast, s, spread, hw).value(), 3.0 * hw.network.latency.value() + s.value() / nic);
 }
 
 // A group of one, or an empty message, costs nothing.
