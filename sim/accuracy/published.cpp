@@ -770,8 +770,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   const std::string fw = lower(str(r, "framework"));
   const bool nemo = contains(fw, "nemo") || contains(fw, "megatron-bridge") || contains(fw, "megatron-core");
   const bool torchtitan = contains(fw, "torchtitan");
-  const bool megatron_old = contains(fw, "megatron-lm");
   const bool deepspeed = contains(fw, "deepspeed");
+  // Megatron-LM and Megatron-DeepSpeed took FlashAttention (--use-flash-attn) in 2023; rows
+  // from before (or of no stated year) ran their own softmax over the full score tensor.
+  const int64_t year = inum(r, "year", 0);
+  const bool pre_flash = year == 0 || year < 2023;
+  const bool megatron_old = contains(fw, "megatron-lm") && !nemo && pre_flash;
 
   Json training = {{"seq_len", inum(r, "seq_len")}, {"precision", precision_of(r)}};
   int64_t gbs = inum(r, "global_batch_seqs");
@@ -801,7 +805,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   training["global_batch_size"] = gbs;
 
   // Attention kernel and dropout by era/framework.
-  if (megatron_old || deepspeed || fam == Family::kBloom) {
+  if (megatron_old || (deepspeed && pre_flash) || fam == Family::kBloom) {
     training["attention"] = "unfused";
     notes.push_back("training: unfused attention (no FlashAttention in this framework at the time)");
   }
@@ -848,7 +852,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     training["fused_elementwise"] = false;
     notes.push_back("training: eager PyTorch element-wise kernels (no torch.compile in this run)");
   }
-  if (torchtitan || (fam == Family::kMpt && contains(str(r, "gpu_type"), "H100"))) {
+  if (torchtitan || (fam == Family::kMpt && contains(str(r, "gpu_type"), "H100")) || (deepspeed && !pre_flash && fam != Family::kBloom)) {
+    // (Megatron-DeepSpeed's --use-flash-attn-v2 calls flash-attn 2.)
     training["attention"] = "flash2";
     notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");
   }

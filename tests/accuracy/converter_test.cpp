@@ -379,6 +379,27 @@ TEST(PublishedRows, FreeMemorySaversBeforeRecomputation) {
   EXPECT_EQ(res.rows[0].run["parallel"]["recompute"], "full");
 }
 
+// Megatron-LM and Megatron-DeepSpeed ran their own softmax over the full score tensor until
+// they took FlashAttention in 2023: rows from before (or with no year) run unfused attention,
+// later ones and Megatron-Core ones the fused kernels (Megatron-DeepSpeed flash-attn 2).
+TEST(PublishedRows, AttentionKernelByFrameworkAndYear) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"num_gpus", 8}, {"global_batch_seqs", 64}});
+  auto attention = [&](const char* framework, int year) {
+    Json x = r;
+    x["framework"] = framework;
+    if (year > 0) x["year"] = year;
+    return converted(x)["training"].value("attention", std::string("fused"));
+  };
+  EXPECT_EQ(attention("Megatron-LM (PTD-P)", 2021), "unfused");
+  EXPECT_EQ(attention("Megatron-LM", 0), "unfused");
+  EXPECT_EQ(attention("Megatron-DeepSpeed", 2022), "unfused");
+  EXPECT_EQ(attention("Megatron-LM", 2024), "fused");
+  EXPECT_EQ(attention("Megatron-LM (Megatron-Core)", 2021), "fused");
+  EXPECT_EQ(attention("Megatron-DeepSpeed", 2023), "flash2");  // flash-attn 2
+  EXPECT_EQ(attention("NeMo 24.11 (Megatron-Core)", 0), "fused");
+}
+
 // An MoE row's expert tensor parallelism is the row's when it states one; otherwise Megatron's
 // default (etp = tp) applies and this layout (ep 32 x etp 2 over tp 2 x dp 16) is refused.
 TEST(PublishedRows, ExpertTensorParallelFromTheRow) {
