@@ -48,6 +48,15 @@ plan405_head=$($plan405_cmd | sed -n 1p)
 planmoe=$(plan_time $planmoe_cmd)
 planmoe_rss=$(peak_rss_gib $planmoe_cmd)
 planmoe_head=$($planmoe_cmd | sed -n 1p)
+# The largest MoE search: DeepSeek-V3 on 2,048 H800s in fp8 (about two million layouts), run
+# once (about a minute here): wall time, peak RSS and the first line of its output.
+plands_cmd="./build/stepcast plan --model deepseek-v3 --hardware h800 --gpus 2048 --seq 4096 --batch 4096 --precision fp8"
+IFS=$'\t' read -r plands plands_rss plands_head < <(python3 -c 'import resource, subprocess, sys, time
+t = time.monotonic()
+out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, check=True, text=True).stdout
+wall = time.monotonic() - t
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576
+print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands_cmd)
 {
   echo "# stepcast performance"
   echo
@@ -81,6 +90,7 @@ planmoe_head=$($planmoe_cmd | sed -n 1p)
   echo "- \`$plan405_cmd\`: $plan405 ($plan405_head)"
   echo "- \`$planoff_cmd\`: $planoff ($planoff_head)"
   echo "- \`$planmoe_cmd\`: $planmoe, peak RSS $planmoe_rss ($planmoe_head)"
+  echo "- \`$plands_cmd\`: $plands (one run), peak RSS $plands_rss ($plands_head)"
   echo
   for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
     echo "## $f"
@@ -108,6 +118,7 @@ planmoe_head=$($planmoe_cmd | sed -n 1p)
   echo "| plan llama3.1-405b on 16,384 GPUs (full space) | ${plan405} | < 10 s (issue 5) |"
   echo "| plan llama3.1-70b on 1,024 GPUs with --offload | ${planoff} | - |"
   echo "| plan qwen3-30b-a3b on 256 GPUs (MoE: ep, etp and selective recompute searched too) | ${planmoe}, ${planmoe_rss} peak RSS | - |"
+  echo "| plan deepseek-v3 on 2,048 h800 in fp8 (the largest MoE space here) | ${plands}, ${plands_rss} peak RSS | - |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 rm -rf "$tmp"
