@@ -104,6 +104,7 @@ struct MoeRouting {
   // allocations, quantization and GEMM launches) while the dropless routing's token counts
   // keep the host from running ahead. 0 for a single fused grouped kernel.
   double expert_overhead = 260e-6;
+  bool operator==(const MoeRouting&) const = default;
 };
 
 std::string to_string(Recompute r);
@@ -292,6 +293,7 @@ struct Parallel {
   // Sets the pipeline split to Megatron's end-stage counts (-1: unset) or, when `list` is
   // given, to the layers of every virtual stage, dropping whatever set it before (a pipeline
   // layout, embedding and loss slots). derive_and_validate checks it.
+  bool operator==(const Parallel&) const = default;
   void set_split(int64_t first, int64_t last, std::vector<int64_t> list = {}) {
     first_stage_layers = first;
     last_stage_layers = last;

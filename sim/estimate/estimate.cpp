@@ -286,10 +286,14 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
 StepEstimate estimate_step(const config::RunConfig& rc) { return estimate_step(rc, memory::compute_ledger(rc)); }
 
 StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger) {
+  return estimate_step(rc, std::move(ledger), nullptr);
+}
+
+StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger, WorkloadCache* cache) {
   const auto& p = rc.parallel;
   const auto& hw = rc.hardware;
   const double slow = hw.collective_slowdown();
-  WorkloadBuilder wb(rc);
+  const WorkloadBuilder wb(rc, cache);
   StepEstimate out;
   out.memory = std::move(ledger);
   const memory::StateBytes sb = memory::state_bytes(rc.training);

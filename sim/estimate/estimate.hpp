@@ -29,6 +29,8 @@
 
 namespace stepcast::estimate {
 
+class WorkloadCache;  // sim/estimate/workload.hpp
+
 struct Breakdown {
   double compute = 0;         // seconds of compute on the critical path (incl. recompute)
   double recompute = 0;       // part of compute spent recomputing forward work
@@ -59,6 +61,9 @@ double model_flops_per_step(const config::RunConfig& rc);
 StepEstimate estimate_step(const config::RunConfig& rc);
 // The same with the run's memory ledger already computed (the planner checks it first).
 StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger);
+// And with the layer costs of a matching earlier layout when `cache` has them (the planner's
+// search; the result is the same as without).
+StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger ledger, WorkloadCache* cache);
 
 // One micro-batch through one pipeline stage: the layer costs of its transformer layers (dense
 // and MoE) plus the embedding on the first stage and the output layer on the last, summed.

@@ -339,6 +339,39 @@ void linear_attention_mixer(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B
 }  // namespace
 
 WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
+  place_groups();
+  costs_ = build_costs(false);
+}
+
+WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc, WorkloadCache* cache) : rc_(rc) {
+  place_groups();
+  if (cache == nullptr) {
+    costs_ = build_costs(false);
+    return;
+  }
+  if (auto hit = cache->find(rc)) {
+    costs_ = std::move(hit);
+    return;
+  }
+  // Built with the layer as recompute full leaves it whenever recompute is full, so layouts
+  // that recompute fewer layers find it too; the operator lists are dropped.
+  std::shared_ptr<WorkloadCosts> built = build_costs(true);
+  auto lean = [](LayerCost& c) {
+    std::vector<Op>().swap(c.fwd);
+    std::vector<Op>().swap(c.bwd);
+  };
+  for (auto& kc : built->kinds) {
+    lean(kc.cost);
+    lean(kc.kept);
+  }
+  lean(built->embedding);
+  lean(built->output);
+  cache->insert(rc, built);
+  costs_ = std::move(built);
+}
+
+void WorkloadBuilder::place_groups() {
+  const auto& rc = rc_;
   const auto& p = rc.parallel;
   tokens_ = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
             static_cast<double>(p.cp);
@@ -361,6 +394,12 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
   if (p.pp > 1) {
     places_.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);
   }
+}
+
+std::shared_ptr<WorkloadCosts> WorkloadBuilder::build_costs(bool always_kept) const {
+  const auto& rc = rc_;
+  const auto& p = rc.parallel;
+  auto out = std::make_shared<WorkloadCosts>();
   std::vector<model::LayerKind> kinds = rc.model.layer_kinds();
   if (!rc.model.hybrid()) {
     // Transformer layers: the dense kind always (MoE models' leading dense layers, and callers
@@ -372,17 +411,77 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc) : rc_(rc) {
       if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
     }
   }
+  const bool kept = rc.partial_recompute() || (always_kept && p.recompute == config::Recompute::kFull);
   for (const auto& k : kinds) {
     KindCost kc{k, build_layer(k, p.recompute), {}};
-    if (rc.partial_recompute()) kc.kept = build_layer(k, config::Recompute::kNone);
-    kinds_.push_back(std::move(kc));
+    if (kept) kc.kept = build_layer(k, config::Recompute::kNone);
+    out->kinds.push_back(std::move(kc));
   }
-  embedding_ = build_embedding();
-  output_ = build_output();
+  out->embedding = build_embedding();
+  out->output = build_output();
+  return out;
+}
+
+WorkloadCache::Key WorkloadCache::key_of(const config::RunConfig& rc) {
+  Key k{rc.parallel, rc.num_microbatches, rc.padded_vocab};
+  // What a layer's cost does not depend on: where the layers sit in the pipeline and the order
+  // the schedule runs them in (WorkloadBuilder::layer picks the recomputed or kept cost per layer
+  // from the caller's own run).
+  config::Parallel& p = k.parallel;
+  p.vpp = 1;
+  p.schedule = config::Schedule::kOneFOneB;
+  p.set_split(-1, -1);  // (also the layout string and the embedding and loss slots)
+  p.recompute_layers = 0;
+  p.activation_offload_layers = 0;
+  return k;
+}
+
+size_t WorkloadCache::hash_of(const Key& k) {
+  const auto& p = k.parallel;
+  size_t h = 0;
+  for (const int64_t v : {p.tp, p.pp, p.dp, p.cp, p.ep, p.etp, p.micro_batch_size, p.dp_replicate, static_cast<int64_t>(p.zero_stage),
+                          static_cast<int64_t>(p.fsdp), static_cast<int64_t>(p.recompute), static_cast<int64_t>(p.recompute_modules),
+                          static_cast<int64_t>(p.cp_comm), static_cast<int64_t>(p.offload), k.microbatches}) {
+    h = h * 1000003u ^ static_cast<size_t>(v);
+  }
+  return h;
+}
+
+std::shared_ptr<const WorkloadCosts> WorkloadCache::find(const config::RunConfig& rc) const {
+  const Key k = key_of(rc);
+  const auto [lo, hi] = entries_.equal_range(hash_of(k));
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second.first == k) {
+      ++hits_;
+      return it->second.second;
+    }
+  }
+  ++misses_;
+  return nullptr;
+}
+
+void WorkloadCache::insert(const config::RunConfig& rc, std::shared_ptr<const WorkloadCosts> costs) {
+  if (capacity_ == 0) return;
+  Key k = key_of(rc);
+  const size_t h = hash_of(k);
+  const WorkloadCosts* id = costs.get();
+  entries_.emplace(h, std::make_pair(std::move(k), std::move(costs)));
+  order_.emplace_back(h, id);
+  while (order_.size() > capacity_) {
+    const auto [oh, oid] = order_.front();
+    order_.pop_front();
+    const auto [lo, hi] = entries_.equal_range(oh);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second.second.get() == oid) {
+        entries_.erase(it);
+        break;
+      }
+    }
+  }
 }
 
 const WorkloadBuilder::KindCost& WorkloadBuilder::find_kind(model::LayerKind kind) const {
-  for (const auto& kc : kinds_) {
+  for (const auto& kc : costs_->kinds) {
     if (kc.kind == kind) return kc;
   }
   throw std::logic_error("workload: the model has no " + kind.label() + " layer");

@@ -10,7 +10,10 @@
 // heads, ffn, experts and vocab divided by their parallel degree.
 #pragma once
 
+#include <deque>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/config/run_config.hpp"
@@ -111,9 +114,56 @@ struct GroupPlacements {
   mesh::Placement zero3;  // where ZeRO-3 / FSDP gathers and reduce-scatters run (dp_cp, or flat)
 };
 
+// What one layout's layers cost per micro-batch: each layer kind (with the run's recompute,
+// and as recompute full leaves it where it covers only some layers), the embedding and the
+// output layer.
+struct WorkloadCosts {
+  struct KindCost {
+    model::LayerKind kind;
+    LayerCost cost;
+    LayerCost kept;  // the layer as recompute full leaves it (partial recompute)
+  };
+  std::vector<KindCost> kinds;
+  LayerCost embedding, output;
+};
+
+// Layer costs shared between the layouts of one search that differ only where a layer's cost
+// does not: the pipeline split, the virtual stages, the schedule and how many layers full
+// recomputation covers (the planner scores hundreds of thousands of layouts, most of them
+// variations of one another). A layout matches an earlier one when every other parallel
+// setting, the micro-batch count and the padded vocabulary are equal; the model, hardware,
+// cluster and training blocks must be those of the search (one cache per search). Entries keep
+// each layer cost's totals, not its operator lists (LayerCost::fwd and bwd are empty), which is
+// all the analytical estimate reads. Holds at most `capacity` layouts, the oldest going first.
+// Not thread-safe: one per worker.
+class WorkloadCache {
+ public:
+  explicit WorkloadCache(size_t capacity = 4096) : capacity_(capacity) {}
+  [[nodiscard]] std::shared_ptr<const WorkloadCosts> find(const config::RunConfig& rc) const;
+  void insert(const config::RunConfig& rc, std::shared_ptr<const WorkloadCosts> costs);
+  [[nodiscard]] size_t hits() const { return hits_; }
+  [[nodiscard]] size_t misses() const { return misses_; }
+
+ private:
+  struct Key {
+    config::Parallel parallel;  // with the settings that do not change a layer's cost reset
+    int64_t microbatches = 0, padded_vocab = 0;
+    bool operator==(const Key&) const = default;
+  };
+  static Key key_of(const config::RunConfig& rc);
+  static size_t hash_of(const Key& k);
+  size_t capacity_;
+  std::unordered_multimap<size_t, std::pair<Key, std::shared_ptr<const WorkloadCosts>>> entries_;
+  std::deque<std::pair<size_t, const WorkloadCosts*>> order_;  // insertion order, for eviction
+  mutable size_t hits_ = 0, misses_ = 0;
+};
+
 class WorkloadBuilder {
  public:
   explicit WorkloadBuilder(const config::RunConfig& rc);
+  // With a cache: the layer costs of a matching earlier layout (operator lists empty), or
+  // built and stored for the next.
+  WorkloadBuilder(const config::RunConfig& rc, WorkloadCache* cache);
 
   // A transformer layer (attention + dense MLP, or attention + MoE) with the run's recompute.
   [[nodiscard]] const LayerCost& dense_layer() const { return kind_cost({model::Mixer::kAttention, model::Ffn::kDense}); }
@@ -128,8 +178,8 @@ class WorkloadBuilder {
   // recomputation when recompute full covers only some layers of each virtual stage (which layers
   // those are depends on the split; every virtual stage pays for the same number).
   [[nodiscard]] const LayerCost& layer_as_run(int64_t layer) const;
-  [[nodiscard]] const LayerCost& embedding() const { return embedding_; }
-  [[nodiscard]] const LayerCost& output_layer() const { return output_; }
+  [[nodiscard]] const LayerCost& embedding() const { return costs_->embedding; }
+  [[nodiscard]] const LayerCost& output_layer() const { return costs_->output; }
   [[nodiscard]] const GroupPlacements& placements() const { return places_; }
   // Tokens one rank processes per micro-batch.
   [[nodiscard]] double tokens() const { return tokens_; }
@@ -143,17 +193,15 @@ class WorkloadBuilder {
   LayerCost build_output() const;
   void finish(LayerCost& c) const;
 
+  void place_groups();
+  [[nodiscard]] std::shared_ptr<WorkloadCosts> build_costs(bool always_kept) const;
+
   const config::RunConfig& rc_;
   double tokens_ = 0;
   GroupPlacements places_;
-  struct KindCost {
-    model::LayerKind kind;
-    LayerCost cost;
-    LayerCost kept;  // the layer as recompute full leaves it (partial recompute)
-  };
+  using KindCost = WorkloadCosts::KindCost;
   [[nodiscard]] const KindCost& find_kind(model::LayerKind kind) const;
-  std::vector<KindCost> kinds_;
-  LayerCost embedding_, output_;
+  std::shared_ptr<const WorkloadCosts> costs_;
 };
 
 }  // namespace stepcast::estimate

@@ -14,6 +14,7 @@
 
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
+#include "sim/estimate/workload.hpp"
 #include "sim/memory/ledger.hpp"
 #include "sim/plan/split.hpp"
 #include "sim/report/output.hpp"
@@ -257,7 +258,9 @@ struct MemorySearch {
   bool rescue = false;  // estimate the layouts a memory-balanced split may make fit (Evaluated::rescuable)
 };
 
-Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, MemorySearch search) {
+// `cache`: the calling worker's layer costs of earlier layouts of this search (or none).
+Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, MemorySearch search,
+                   estimate::WorkloadCache* cache = nullptr) {
   Evaluated ev;
   RunConfig rc = base;
   rc.parallel = cand;
@@ -295,7 +298,7 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
       for (const auto& st : ledger.stages) lightest = std::min(lightest, st.total().value());
       if (lightest <= limit) {
         try {
-          ev.c.est = estimate::estimate_step(rc, std::move(ledger));
+          ev.c.est = estimate::estimate_step(rc, std::move(ledger), cache);
           ev.rescuable = true;
         } catch (const core::UserError&) {
           // not costable: stays rejected
@@ -315,7 +318,7 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
   }
   ev.c.peak_memory_bytes = ledger.peak().value();
   try {
-    ev.c.est = estimate::estimate_step(rc, std::move(ledger));
+    ev.c.est = estimate::estimate_step(rc, std::move(ledger), cache);
   } catch (const core::UserError& e) {
     // A layout the estimate cannot cost (a non-finite time from extreme profile values) is
     // rejected with its reason, not thrown out of the worker thread.
@@ -812,8 +815,11 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   std::vector<std::exception_ptr> failed(threads);
   auto work = [&](size_t worker, size_t lo, size_t hi) {
     try {
+      // Layouts next to each other in the enumeration differ mostly in their pipeline split,
+      // virtual stages and schedule, which leave each layer's cost as it is.
+      estimate::WorkloadCache cache;
       for (size_t i = lo; i < hi; ++i) {
-        Evaluated ev = evaluate(base, cands[i], opt, search);
+        Evaluated ev = evaluate(base, cands[i], opt, search, &cache);
         Scored& s = scored[i];
         s.ok = ev.ok;
         s.reason = std::move(ev.reason);

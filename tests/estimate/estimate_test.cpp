@@ -502,5 +502,65 @@ TEST(OperatorView, AddsUpToTheLayerPass) {
   EXPECT_NE(table.find("dense layer, backward"), std::string::npos) << table;
 }
 
+// The planner's layer-cost cache: layouts that differ only in their pipeline split, virtual
+// stages, schedule or how many layers full recomputation covers share one entry, and their
+// estimates are exactly those without the cache; any other setting (here tp, micro-batch, ZeRO
+// stage, recompute mode) is a different entry. Entries hold totals, not operator lists.
+TEST(WorkloadCache, SharesLayerCostsOnlyWhereTheyCannotDiffer) {
+  auto run = [](Json parallel) {
+    return Json{{"model", "qwen3-30b-a3b"},
+                {"hardware", "h100-sxm"},
+                {"cluster", {{"num_gpus", 32}}},
+                {"training", {{"seq_len", 4096}, {"global_batch_size", 64}}},
+                {"parallel", parallel}};
+  };
+  const Json base = {{"tp", 2}, {"pp", 4}, {"ep", 4}, {"etp", 1}, {"micro_batch_size", 1}, {"zero_stage", 1}, {"recompute", "full"}};
+  std::vector<Json> same;
+  same.push_back(base);
+  Json v = base;
+  v.update(Json{{"vpp", 2}, {"schedule", "interleaved"}});
+  same.push_back(v);
+  v.update(Json{{"schedule", "dualpipev"}});
+  same.push_back(v);
+  v = base;
+  v.update(Json{{"first_stage_layers", 13}, {"last_stage_layers", 11}});
+  same.push_back(v);
+  v = base;
+  v.update(Json{{"recompute_layers", 3}});  // partial: the kept cost is in the shared entry too
+  same.push_back(v);
+  v = base;
+  v.update(Json{{"schedule", "zb-h1"}});
+  same.push_back(v);
+  WorkloadCache cache;
+  for (size_t i = 0; i < same.size(); ++i) {
+    const RunConfig rc = parse(run(same[i]));
+    const StepEstimate plain = estimate_step(rc);
+    const StepEstimate cached = estimate_step(rc, memory::compute_ledger(rc), &cache);
+    EXPECT_EQ(cached.step_time_s, plain.step_time_s) << same[i].dump();
+    EXPECT_EQ(cached.breakdown.compute, plain.breakdown.compute) << same[i].dump();
+    EXPECT_EQ(cache.misses(), 1u) << same[i].dump();
+    EXPECT_EQ(cache.hits(), i) << same[i].dump();
+  }
+  ASSERT_NE(cache.find(parse(run(base))), nullptr);
+  EXPECT_TRUE(cache.find(parse(run(base)))->kinds.front().cost.fwd.empty());
+  for (const Json& change : {Json{{"tp", 4}}, Json{{"micro_batch_size", 2}}, Json{{"zero_stage", 0}}, Json{{"recompute", "selective"}}}) {
+    Json other = base;
+    other.update(change);
+    const RunConfig rc = parse(run(other));
+    EXPECT_EQ(cache.find(rc), nullptr) << change.dump();
+    EXPECT_EQ(estimate_step(rc, memory::compute_ledger(rc), &cache).step_time_s, estimate_step(rc).step_time_s) << change.dump();
+  }
+  // A cache of one keeps only the latest layout.
+  WorkloadCache one(1);
+  const RunConfig a = parse(run(base));
+  Json tp4 = base;
+  tp4["tp"] = 4;
+  const RunConfig b = parse(run(tp4));
+  (void)estimate_step(a, memory::compute_ledger(a), &one);
+  (void)estimate_step(b, memory::compute_ledger(b), &one);
+  EXPECT_EQ(one.find(a), nullptr);
+  EXPECT_NE(one.find(b), nullptr);
+}
+
 }  // namespace
 }  // namespace stepcast::estimate
