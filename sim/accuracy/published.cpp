@@ -880,8 +880,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     training["loss"] = "eager";
     notes.push_back("training: eager PyTorch cross-entropy on fp32-upcast logits (torchtitan loss_fn)");
   }
-  if ((fam == Family::kMegatronGpt || (fam == Family::kGptStyle && contains(fw, "megatron"))) && precision_of(r) == "fp16" && !deepspeed) {
-    training["grad_dtype"] = "fp32";  // Megatron's fp16 training keeps fp32 main gradients
+  if ((fam == Family::kMegatronGpt || contains(fw, "megatron")) && !deepspeed && !nemo && precision_of(r) != "fp32") {
+    // Megatron-LM keeps fp32 main gradients under fp16 (its fp16 optimizer) and bf16 or fp8
+    // (accumulate_allreduce_grads_in_fp32, forced on with --bf16) alike.
+    training["grad_dtype"] = "fp32";
+    if (precision_of(r) != "fp16") {
+      notes.push_back("training: fp32 main gradients, accumulated and reduced in fp32 (Megatron-LM forces it with bf16)");
+    }
   }
 
   Json parallel = {{"tp", tp}, {"pp", pp}, {"dp", dp}};

@@ -398,6 +398,18 @@ TEST(PublishedRows, AttentionKernelByFrameworkAndYear) {
   EXPECT_EQ(attention("Megatron-LM (Megatron-Core)", 2021), "fused");
   EXPECT_EQ(attention("Megatron-DeepSpeed", 2023), "flash2");  // flash-attn 2
   EXPECT_EQ(attention("NeMo 24.11 (Megatron-Core)", 0), "fused");
+  // Megatron-LM's main gradients are fp32 under fp16 and bf16 alike; DeepSpeed's follow its
+  // optimizer (BF16Optimizer: fp32 accumulation; fp16: the model dtype).
+  auto grads = [&](const char* framework, const char* precision) {
+    Json x = r;
+    x["framework"] = framework;
+    x["precision"] = precision;
+    return converted(x)["training"].value("grad_dtype", std::string("(precision)"));
+  };
+  EXPECT_EQ(grads("Megatron-LM", "BF16"), "fp32");
+  EXPECT_EQ(grads("Megatron-LM (PTD-P)", "FP16 mixed"), "fp32");
+  EXPECT_EQ(grads("Megatron-DeepSpeed", "BF16"), "fp32");
+  EXPECT_EQ(grads("Megatron-DeepSpeed", "FP16 mixed"), "fp16");
 }
 
 // An MoE row's expert tensor parallelism is the row's when it states one; otherwise Megatron's
