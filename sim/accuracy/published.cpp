@@ -1184,19 +1184,61 @@ std::string layout_string(const config::RunConfig& rc) {
   return o.str();
 }
 
-// Whether a row's TFLOP/s count model FLOPs (no recomputation) rather than the Megatron paper's
-// Eq. 3, which counts a recomputed forward: by the row's stated definition ("model" without
-// "recompute", "Eq. 3", "hardware" or "paper formula"); a row that states none is read as
-// Eq. 3 for the Megatron-LM and DeepSpeed rows that quote it and as model FLOPs otherwise.
-bool tflops_are_model_flops(const Json& r) {
+// What a row's TFLOP/s (or MFU) count: stepcast's model FLOPs (no recomputation, causal
+// attention); the Megatron paper's Eq. 3, which counts a recomputed forward; or what
+// Megatron-LM's training loop logs since Megatron-Core (num_floating_point_operations: three
+// passes, no recomputation, but the whole s x s attention, unmasked). By the row's stated
+// definition ("num_floating_point_operations" or Megatron-LM's logged throughput; "Eq. 3",
+// "recompute", "hardware", "HFU" or "paper formula"; "model"); a row that states none is read
+// by its framework: Megatron-LM from 2023 (Megatron-Core) its logged FLOPs, earlier Megatron-LM
+// and DeepSpeed rows Eq. 3, the rest model FLOPs.
+enum class FlopsDefinition { kModel, kEq3, kMegatronLogged };
+
+FlopsDefinition flops_definition(const Json& r) {
   const std::string d = lower(str(r, "tflops_definition"));
+  if (contains(d, "num_floating_point_operations") || contains(d, "megatron-lm log") || contains(d, "megatron-core log")) {
+    return FlopsDefinition::kMegatronLogged;
+  }
   if (!d.empty()) {
     const bool eq3 = contains(d, "eq.3") || contains(d, "eq. 3") || contains(d, "recompute") || contains(d, "hardware") ||
                      contains(d, "paper formula") || contains(d, "megatron formula") || contains(d, "hfu");
-    return !eq3 && contains(d, "model");
+    return !eq3 && contains(d, "model") ? FlopsDefinition::kModel : FlopsDefinition::kEq3;
   }
   const std::string fw = lower(str(r, "framework"));
-  return !(contains(fw, "megatron-lm") || contains(fw, "deepspeed"));
+  const int64_t year = inum(r, "year", 0);
+  const bool megatron_lm = contains(fw, "megatron-lm") && !contains(fw, "deepspeed");
+  if (megatron_lm && year >= 2023) return FlopsDefinition::kMegatronLogged;
+  return megatron_lm || contains(fw, "deepspeed") ? FlopsDefinition::kEq3 : FlopsDefinition::kModel;
+}
+
+bool tflops_are_model_flops(const Json& r) { return flops_definition(r) == FlopsDefinition::kModel; }
+
+// Megatron-LM's num_floating_point_operations for a transformer of attention layers (dense or
+// MoE MLPs): per token 12 h^2 (1 + g/a + s/h) q/h per attention layer (Q, K, V and output
+// projections and the unmasked s x s scores, x3 for forward and backward), 12 h f per MLP
+// layer (x3/2 gated; an MoE layer's f is top-k x the expert width plus the shared experts') and
+// 6 h V for the logits (padded vocabulary). Nullopt for the layer kinds it is not written for
+// here (multi-head latent attention, Mamba, linear attention).
+std::optional<double> megatron_logged_flops(const config::RunConfig& rc) {
+  const auto& m = rc.model;
+  if (m.mla.enabled() || m.hybrid()) return std::nullopt;
+  const double h = static_cast<double>(m.hidden), s = static_cast<double>(rc.training.seq_len);
+  const double q = static_cast<double>(m.heads * m.head_dim) / h;
+  const double gated = m.mlp == model::MlpKind::kGated ? 1.5 : 1.0;
+  double per_token = 6.0 * h * static_cast<double>(rc.padded_vocab > 0 ? rc.padded_vocab : m.vocab);
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const model::LayerKind k = m.layer_kind(l);
+    if (k.mixer != model::Mixer::kAttention) return std::nullopt;
+    per_token += 12.0 * h * h * q * (1.0 + static_cast<double>(m.kv_heads) / static_cast<double>(m.heads) + s / h);
+    double f = 0;
+    if (k.moe()) {
+      f = static_cast<double>(m.moe.top_k * m.moe.expert_ffn + m.moe.shared_experts * m.moe.shared_expert_ffn);
+    } else if (k.ffn != model::Ffn::kNone) {
+      f = static_cast<double>(m.ffn_hidden);
+    }
+    per_token += 12.0 * h * f * gated;
+  }
+  return per_token * static_cast<double>(rc.tokens_per_step());
 }
 
 double measured_step(const Json& r, const config::RunConfig& rc, std::string& from) {
@@ -1213,17 +1255,25 @@ double measured_step(const Json& r, const config::RunConfig& rc, std::string& fr
     return static_cast<double>(rc.tokens_per_step()) / num(r, "tokens_per_s_total");
   }
   const double gpus = static_cast<double>(rc.cluster.num_gpus);
+  const FlopsDefinition def = flops_definition(r);
+  const std::optional<double> logged = def == FlopsDefinition::kMegatronLogged ? megatron_logged_flops(rc) : std::nullopt;
   if (!has(r, "tflops_per_gpu") && has(r, "mfu")) {
     // MFU alone: the step that gives it with stepcast's model FLOPs (6 x parameters x tokens
-    // plus the attention term) and the row's peak, or, where the row states none, the profile's
-    // dense peak of the training precision (stepcast's own MFU, and the convention of the
-    // recipes that state theirs: NeMo's 989 / 1,979 TFLOP/s for BF16 / FP8 on H100).
+    // plus the attention term), or Megatron-LM's logged FLOPs for the rows that count those,
+    // and the row's peak, or, where the row states none, the profile's dense peak of the
+    // training precision (stepcast's own MFU, and the convention of the recipes that state
+    // theirs: NeMo's 989 / 1,979 TFLOP/s for BF16 / FP8 on H100).
     const bool stated = has(r, "mfu_peak_tflops_per_gpu");
-    from = stated ? "mfu (stepcast's model FLOPs, the row's peak)" : "mfu (stepcast's model FLOPs, the profile's dense peak of the precision)";
+    const std::string flops = logged ? "Megatron-LM's logged FLOPs" : "stepcast's model FLOPs";
+    from = "mfu (" + flops + (stated ? ", the row's peak)" : ", the profile's dense peak of the precision)");
     const double peak = stated ? num(r, "mfu_peak_tflops_per_gpu") * 1e12 : rc.hardware.peak_for(rc.training.precision).value();
-    return estimate::model_flops_per_step(rc) / (num(r, "mfu") * peak * gpus);
+    return (logged ? *logged : estimate::model_flops_per_step(rc)) / (num(r, "mfu") * peak * gpus);
   }
-  if (has(r, "tflops_per_gpu") && tflops_are_model_flops(r)) {
+  if (has(r, "tflops_per_gpu") && logged) {
+    from = "tflops_per_gpu (Megatron-LM's logged FLOPs)";
+    return *logged / (num(r, "tflops_per_gpu") * 1e12 * gpus);
+  }
+  if (has(r, "tflops_per_gpu") && (def == FlopsDefinition::kModel || def == FlopsDefinition::kMegatronLogged)) {
     // Model TFLOP/s (Megatron-Bridge's and most recipes' logs): the FLOPs without recomputation.
     from = "tflops_per_gpu (stepcast's model FLOPs)";
     return estimate::model_flops_per_step(rc) / (num(r, "tflops_per_gpu") * 1e12 * gpus);
@@ -1887,7 +1937,9 @@ std::string AccuracyResult::markdown() const {
        "global tokens / (tokens/s/GPU x GPUs) or global tokens / (tokens/s of the job); where it gives only MFU, "
        "stepcast's model FLOPs / (MFU x the row's peak, else the profile's dense peak of the precision, x GPUs); where it gives only "
        "TFLOP/s, the Megatron paper's Eq. 3 FLOPs (which count recomputation) / (TFLOP/s x GPUs) for rows that quote that formula "
-       "(Megatron-LM and DeepSpeed rows that state no definition), stepcast's model FLOPs for rows that quote model TFLOP/s.\n\n";
+       "(Megatron-LM before 2023 and DeepSpeed rows that state no definition), Megatron-LM's logged FLOPs "
+       "(num_floating_point_operations: no recomputation, unmasked attention) for Megatron-LM rows from 2023 and rows that name "
+       "it, stepcast's model FLOPs for rows that quote model TFLOP/s.\n\n";
   o << "The `simulate` columns run the same run files through the discrete-event simulator "
        "(`stepcast simulate`, one representative rank per pipeline stage).\n\n";
   o << "## Mean absolute percentage error by source\n\n| source | rows | estimate MAPE | estimate worst | simulate MAPE | simulate worst |\n"

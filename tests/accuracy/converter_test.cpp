@@ -664,6 +664,46 @@ TEST(PublishedRows, MfuWithoutPeakAndTflopsByDefinition) {
   EXPECT_NE(res.rows[3].measured_from.find("Eq. 3"), std::string::npos);
 }
 
+// Megatron-LM since Megatron-Core logs num_floating_point_operations: three passes, no
+// recomputation, the whole s x s attention. A 2023+ Megatron-LM row quoting TFLOP/s or MFU
+// without a definition, or one naming that function, is read with those FLOPs: Llama 3.1 8B at
+// 8,192 tokens counts 12 h^2 (1 + 8/32 + s/h) + 12 h f 3/2 per layer and 6 h V for the logits,
+// 57.9 GFLOP per token; models it is not written for (MLA) keep stepcast's model FLOPs.
+TEST(PublishedRows, MegatronLoggedFlops) {
+  Json r = base_row();
+  r.erase("iteration_time_s");
+  r.update(Json{{"id", "mlm-2024"}, {"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"framework", "Megatron-LM"}, {"year", 2024},
+                {"tp", 1}, {"pp", 1}, {"num_gpus", 8}, {"seq_len", 8192}, {"global_batch_seqs", 64}, {"tflops_per_gpu", 400.0}});
+  Json named = r;
+  named.update(Json{{"id", "named-2021"}, {"year", 2021}, {"tflops_definition", "Megatron-LM num_floating_point_operations / time"}});
+  Json early = r;
+  early.update(Json{{"id", "mlm-2021"}, {"year", 2021}});
+  Json mfu = r;
+  mfu.erase("tflops_per_gpu");
+  mfu.update(Json{{"id", "mlm-mfu"}, {"mfu", 0.4}, {"mfu_peak_tflops_per_gpu", 989}});
+  const AccuracyResult res = accuracy_of({r, named, early, mfu}, "mlm-logged.jsonl");
+  ASSERT_EQ(res.rows.size(), 4u);
+  const double h = 4096, s = 8192, f = 14336, V = 128256;
+  const double per_token = 32.0 * (12.0 * h * h * (1.0 + 8.0 / 32.0 + s / h) + 12.0 * h * f * 1.5) + 6.0 * h * V;
+  EXPECT_NEAR(per_token / 57.9e9, 1.0, 0.001);
+  const double tokens = 64.0 * 8192.0;
+  EXPECT_NEAR(res.rows[0].measured_s, per_token * tokens / (400e12 * 8), 1e-9);
+  EXPECT_NE(res.rows[0].measured_from.find("Megatron-LM's logged FLOPs"), std::string::npos) << res.rows[0].measured_from;
+  EXPECT_NEAR(res.rows[1].measured_s, res.rows[0].measured_s, 1e-12);
+  EXPECT_NE(res.rows[2].measured_from.find("Eq. 3"), std::string::npos) << res.rows[2].measured_from;
+  EXPECT_NEAR(res.rows[3].measured_s, per_token * tokens / (0.4 * 989e12 * 8), 1e-9);
+  // More than stepcast's causal model FLOPs: the unmasked attention counts twice the scores.
+  const auto rc = config::parse_run(res.rows[0].run, "<test>", "");
+  EXPECT_GT(per_token * tokens, estimate::model_flops_per_step(rc) * 1.03);
+  // DeepSeek-V3's latent attention: stepcast's model FLOPs.
+  Json mla = r;
+  mla.update(Json{{"id", "mlm-mla"}, {"model", "DeepSeek-V3"}, {"params_b", 671.0}, {"moe_experts", 256}, {"moe_topk", 8},
+                  {"num_gpus", 256}, {"tp", 1}, {"pp", 16}, {"ep", 16}, {"dp", 16}, {"seq_len", 4096}, {"global_batch_seqs", 256}});
+  const AccuracyResult m = accuracy_of({mla}, "mlm-mla.jsonl");
+  ASSERT_EQ(m.rows.size(), 1u) << (m.skipped.empty() ? "" : m.skipped[0].reason);
+  EXPECT_NE(m.rows[0].measured_from.find("model FLOPs"), std::string::npos) << m.rows[0].measured_from;
+}
+
 // Collective and GEMM measurements are predicted with the cost model of the matching profile;
 // a row's own scale-out network replaces the profile's; a peak statement without a size, a
 // board the SXM profiles do not describe, or an unknown dtype is listed with the reason.
