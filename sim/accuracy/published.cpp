@@ -774,7 +774,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   // Megatron-LM and Megatron-DeepSpeed took FlashAttention (--use-flash-attn) in 2023; rows
   // from before (or of no stated year) ran their own softmax over the full score tensor.
   const int64_t year = inum(r, "year", 0);
-  const bool pre_flash = year == 0 || year < 2023;
+  const bool pre_flash = year < 2023;
   const bool megatron_old = contains(fw, "megatron-lm") && !nemo && pre_flash;
 
   Json training = {{"seq_len", inum(r, "seq_len")}, {"precision", precision_of(r)}};
@@ -1211,8 +1211,6 @@ FlopsDefinition flops_definition(const Json& r) {
   return megatron_lm || contains(fw, "deepspeed") ? FlopsDefinition::kEq3 : FlopsDefinition::kModel;
 }
 
-bool tflops_are_model_flops(const Json& r) { return flops_definition(r) == FlopsDefinition::kModel; }
-
 // Megatron-LM's num_floating_point_operations for a transformer of attention layers (dense or
 // MoE MLPs): per token 12 h^2 (1 + g/a + s/h) q/h per attention layer (Q, K, V and output
 // projections and the unmasked s x s scores, x3 for forward and backward), 12 h f per MLP
@@ -1257,6 +1255,10 @@ double measured_step(const Json& r, const config::RunConfig& rc, std::string& fr
   const double gpus = static_cast<double>(rc.cluster.num_gpus);
   const FlopsDefinition def = flops_definition(r);
   const std::optional<double> logged = def == FlopsDefinition::kMegatronLogged ? megatron_logged_flops(rc) : std::nullopt;
+  // The FLOPs without recomputation the row counts (Megatron-LM's logged ones where it can be
+  // computed, else stepcast's model FLOPs).
+  const double counted = logged.value_or(estimate::model_flops_per_step(rc));
+  const std::string counted_name = logged ? "Megatron-LM's logged FLOPs" : "stepcast's model FLOPs";
   if (!has(r, "tflops_per_gpu") && has(r, "mfu")) {
     // MFU alone: the step that gives it with stepcast's model FLOPs (6 x parameters x tokens
     // plus the attention term), or Megatron-LM's logged FLOPs for the rows that count those,
@@ -1264,19 +1266,15 @@ double measured_step(const Json& r, const config::RunConfig& rc, std::string& fr
     // training precision (stepcast's own MFU, and the convention of the recipes that state
     // theirs: NeMo's 989 / 1,979 TFLOP/s for BF16 / FP8 on H100).
     const bool stated = has(r, "mfu_peak_tflops_per_gpu");
-    const std::string flops = logged ? "Megatron-LM's logged FLOPs" : "stepcast's model FLOPs";
-    from = "mfu (" + flops + (stated ? ", the row's peak)" : ", the profile's dense peak of the precision)");
+    from = "mfu (" + counted_name + (stated ? ", the row's peak)" : ", the profile's dense peak of the precision)");
     const double peak = stated ? num(r, "mfu_peak_tflops_per_gpu") * 1e12 : rc.hardware.peak_for(rc.training.precision).value();
-    return (logged ? *logged : estimate::model_flops_per_step(rc)) / (num(r, "mfu") * peak * gpus);
+    return counted / (num(r, "mfu") * peak * gpus);
   }
-  if (has(r, "tflops_per_gpu") && logged) {
-    from = "tflops_per_gpu (Megatron-LM's logged FLOPs)";
-    return *logged / (num(r, "tflops_per_gpu") * 1e12 * gpus);
-  }
-  if (has(r, "tflops_per_gpu") && (def == FlopsDefinition::kModel || def == FlopsDefinition::kMegatronLogged)) {
-    // Model TFLOP/s (Megatron-Bridge's and most recipes' logs): the FLOPs without recomputation.
-    from = "tflops_per_gpu (stepcast's model FLOPs)";
-    return estimate::model_flops_per_step(rc) / (num(r, "tflops_per_gpu") * 1e12 * gpus);
+  if (has(r, "tflops_per_gpu") && def != FlopsDefinition::kEq3) {
+    // Model TFLOP/s (Megatron-Bridge's and most recipes' logs) or Megatron-LM's logged ones:
+    // the FLOPs without recomputation.
+    from = "tflops_per_gpu (" + counted_name + ")";
+    return counted / (num(r, "tflops_per_gpu") * 1e12 * gpus);
   }
   if (has(r, "tflops_per_gpu")) {
     from = "tflops_per_gpu (Megatron Eq. 3)";
@@ -1631,26 +1629,28 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
     // over TP; Korthikanti et al. 2022, so not for earlier rows), then the distributed
     // optimizer (ZeRO-1: optimizer state sharded over the data-parallel ranks). Recomputation,
     // which costs a third more forward work, is tried only after them (below).
-    if (!memory::compute_ledger(rc).fits()) {
+    {
       const int64_t year = inum(r, "year", 0);
       const auto& par = run["parallel"];
       const int64_t tp = par.value("tp", int64_t{1}), dp = par.value("dp", int64_t{1}), cp = par.value("cp", int64_t{1});
-      const bool sp_open = tp > 1 && !has(r, "sp") && !par.contains("sp") && (year == 0 || year >= 2022);
-      const bool zero_open = dp * cp > 1 && !has(r, "zero_stage") && !has(r, "fsdp") && !par.value("fsdp", false) &&
-                             par.value("zero_stage", int64_t{0}) == 0;
-      for (const int saver : {0, 1}) {
-        if ((saver == 0 && !sp_open) || (saver == 1 && !zero_open) || memory::compute_ledger(rc).fits()) continue;
-        Json trial = run;
-        if (saver == 0) {
-          trial["parallel"]["sp"] = true;
-          trial["assumptions"].push_back("parallel: sequence parallelism with TP (not stated; the layout does not fit in memory without it)");
-        } else {
-          trial["parallel"]["zero_stage"] = 1;
-          trial["assumptions"].push_back("parallel: distributed optimizer (ZeRO-1) (not stated; the layout does not fit in memory without it)");
-        }
-        config::RunConfig trc = config::parse_run(trial, "published:" + id, "");
-        run = std::move(trial);
-        rc = std::move(trc);
+      struct Saver {
+        bool open;
+        const char* key;
+        Json value;
+        const char* what;
+      };
+      const Saver savers[] = {
+          {tp > 1 && !has(r, "sp") && !par.contains("sp") && (year == 0 || year >= 2022), "sp", true, "sequence parallelism with TP"},
+          {dp * cp > 1 && !has(r, "zero_stage") && !has(r, "fsdp") && !par.value("fsdp", false) && par.value("zero_stage", int64_t{0}) == 0,
+           "zero_stage", 1, "distributed optimizer (ZeRO-1)"}};
+      bool fits = memory::compute_ledger(rc).fits();
+      for (const Saver& sv : savers) {
+        if (fits) break;
+        if (!sv.open) continue;
+        run["parallel"][sv.key] = sv.value;
+        run["assumptions"].push_back(std::string("parallel: ") + sv.what + " (not stated; the layout does not fit in memory without it)");
+        rc = config::parse_run(run, "published:" + id, "");
+        fits = memory::compute_ledger(rc).fits();
       }
     }
     // A benchmark table that does not state its micro-batch ran the one its authors found

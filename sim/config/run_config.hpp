@@ -290,10 +290,10 @@ struct Parallel {
   // first N transformer layers of each stage copy the tensors they save for backward to host
   // memory after their forward and back before their backward, double-buffered. 0: none.
   int64_t activation_offload_layers = 0;
+  bool operator==(const Parallel&) const = default;
   // Sets the pipeline split to Megatron's end-stage counts (-1: unset) or, when `list` is
   // given, to the layers of every virtual stage, dropping whatever set it before (a pipeline
   // layout, embedding and loss slots). derive_and_validate checks it.
-  bool operator==(const Parallel&) const = default;
   void set_split(int64_t first, int64_t last, std::vector<int64_t> list = {}) {
     first_stage_layers = first;
     last_stage_layers = last;
