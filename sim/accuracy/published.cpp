@@ -129,11 +129,24 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     reason = "field 'gpu_type' not stated";
     return false;
   }
-  if (gpu_only && contains(gl, "gh200")) {
-    // A Grace Hopper superchip's GPU is the H100 die (132 SMs, H100's tensor-core peaks) with
-    // HBM3e, as the h200 profile describes it; its CPU, NVLink-C2C and node do not enter a GEMM.
-    hw = Json{{"base", "h200"}, {"name", "gh200-gpu"}, {"gpu", {{"name", g + " (H100 die)"}}}};
-    notes.push_back("hardware: a GH200's GPU is the H100 die with HBM3e: the h200 profile's GPU (a GEMM row needs no node)");
+  if (contains(gl, "gh200")) {
+    // The built-in gh200 profile is the quad node (4 superchips on an NVLink mesh, one NIC
+    // each) with the 96 GB HBM3 part; the 144 GB part carries H200's HBM3e stacks. A GEMM row
+    // measures the GPU alone, whatever node it sits in.
+    const int64_t per_node = inum(r, "gpus_per_node", 4);
+    if (!gpu_only && per_node > 4) {
+      reason = "no built-in hardware profile for " + std::to_string(per_node) + " GH200 per NVLink domain (gh200 is the quad node)";
+      return false;
+    }
+    static const std::regex hbm3e(R"(hbm3e|\b14[14]\s?gi?b\b)");
+    if (std::regex_search(gl, hbm3e) || std::regex_search(lower(str(r, "notes")), hbm3e)) {
+      hw = Json{{"base", "gh200"},
+                {"name", "gh200-144gb"},
+                {"gpu", {{"name", g + " (HBM3e)"}, {"memory", "140.4GiB"}, {"memory_bandwidth", "4.9TB/s"}}}};
+      notes.push_back("hardware: gh200 profile with the 144 GB HBM3e part: 140.4 GiB usable (H200's HBM3e stacks) at 4.9 TB/s (GH200 datasheet)");
+    } else {
+      hw = "gh200";
+    }
     return true;
   }
   // The RTX PRO 6000 Blackwell is a PCIe card; the built-in profile is the lab's 8-GPU machine
@@ -143,11 +156,11 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     notes.push_back("hardware: the rtx-pro-6000-pcie-8x profile: 8 cards on PCIe Gen5, pairs under PCIe switches, two CPU sockets (the PCIe lab's machine)");
     return true;
   }
-  // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs, Grace
-  // superchips): no profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
+  // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs): no
+  // profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
   // description of the node's fabric is not.
   static const std::regex nvl_board(R"(\bnvl\b)");
-  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board) || contains(gl, "gh200")) {
+  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board)) {
     reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
     return false;
   }
@@ -193,9 +206,11 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
 // GPUs per node as the simulator means it (one NVLink or PCIe domain). A GB200 or GB300 NVL72
 // row counts the 4 GPUs of a tray, but all 72 of a rack share NVLink: the job's GPUs per
 // domain is the largest divisor of its GPU count up to 72 (64 for 128 or 256 GPUs, 72 for 144).
+// A GH200 row that does not say is a quad node; any other, an 8-GPU node.
 int64_t gpus_per_nvlink_domain(const Json& r, const Json& hw, int64_t gpus, std::vector<std::string>& notes) {
-  const int64_t stated = inum(r, "gpus_per_node", 8);
   const std::string profile = hw.is_string() ? hw.get<std::string>() : "";
+  const bool quad = profile == "gh200" || (hw.is_object() && hw.value("base", "") == "gh200");
+  const int64_t stated = inum(r, "gpus_per_node", quad ? 4 : 8);
   if (profile != "gb200-nvl72" && profile != "gb300-nvl72") return stated;
   int64_t best = 1;
   for (int64_t d = 1; d <= std::min<int64_t>(72, gpus); ++d) {
@@ -1445,7 +1460,11 @@ bool predict_measurement(const Json& r, MeasurementResult& out, std::string& rea
   }
   Json hw_json;
   if (!hardware_for(r, hw_json, out.notes, reason, /*gpu_only=*/type == "gemm")) return false;
-  Json resolved = hw_json.is_string() ? hw::builtin_hardware_json(hw_json.get<std::string>()) : hw_json;
+  // The profile whose sources say what went into it: a built-in, or the built-in an override
+  // is based on.
+  Json resolved = hw_json.is_string()                                      ? hw::builtin_hardware_json(hw_json.get<std::string>())
+                  : hw_json.contains("base") && hw_json["base"].is_string() ? hw::builtin_hardware_json(hw_json["base"].get<std::string>())
+                                                                            : hw_json;
   if (type == "collective") {
     const auto c = cost::collective_from_name(str(r, "collective"));
     if (!c) {

@@ -361,6 +361,7 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
         t.latency = tr.get_duration("latency", false, 0.1).value_or(core::micros(5));
         t.base_latency = tr.get_duration("base_latency", false, 0.1).value_or(core::Duration(0));
         t.p2p_latency = tr.get_duration("p2p_latency", false, 0.1);
+        t.full_mesh = tr.get_bool("full_mesh", false);
         if (const Json* curve = tr.get_raw("size_curve"); curve != nullptr) {
           bool ok = curve->is_array() && !curve->empty();
           double last = 0.0;

@@ -51,6 +51,16 @@ struct FabricTier {
   // their operation. The time is interpolated log-log between the measured sizes; below the
   // first size it stays at the first point's time (the latency floor).
   std::map<std::string, std::vector<std::pair<double, double>>> op_curves;
+  // Every GPU of a domain has its own direct link to each other one (xGMI on MI300X-class
+  // platforms, NVLink between the GPUs of a quad GH200 node), with no switch: the ring plateaus
+  // are those of the whole domain, which drives all span - 1 links of each GPU; a group of n
+  // ranks inside it has only n - 1 of them.
+  bool full_mesh = false;
+  // Share of the ring plateaus a group with `ranks` GPUs in one domain of this tier reaches.
+  double mesh_share(int64_t ranks) const {
+    if (!full_mesh || span <= 1 || ranks >= span) return 1.0;
+    return static_cast<double>(std::max<int64_t>(1, ranks - 1)) / static_cast<double>(span - 1);
+  }
 };
 
 struct Network {

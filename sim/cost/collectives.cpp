@@ -100,14 +100,15 @@ double curve_fraction(const std::vector<std::pair<double, double>>& curve, doubl
 }
 
 Bandwidth plateau(Collective c, const hw::FabricTier& tier, int64_t n) {
-  if (c == Collective::kAllReduce) return tier.allreduce_busbw;
-  if (c == Collective::kReduceScatter) return tier.reduce_scatter_busbw;
-  if (c == Collective::kBroadcast && n > 2) return tier.broadcast_busbw;
-  if (c == Collective::kSendRecv || c == Collective::kBroadcast || c == Collective::kScatter ||
-      c == Collective::kGather) {
+  if (c == Collective::kSendRecv || c == Collective::kScatter || c == Collective::kGather || (c == Collective::kBroadcast && n <= 2)) {
     return tier.p2p_bandwidth;
   }
-  return tier.busbw;
+  // Ring collectives: on a full mesh a group smaller than the domain drives only its own links.
+  const double share = tier.mesh_share(n);
+  if (c == Collective::kAllReduce) return tier.allreduce_busbw * share;
+  if (c == Collective::kReduceScatter) return tier.reduce_scatter_busbw * share;
+  if (c == Collective::kBroadcast) return tier.broadcast_busbw * share;
+  return tier.busbw * share;
 }
 
 }  // namespace
@@ -172,7 +173,7 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
   auto flat_ring = [&](Collective op) {
     const double moved = bytes.value() * bus_factor(op, n);  // per rank, over the whole ring
     const Duration t_nic = Bytes(moved / dg) / nic;
-    const Duration t_fab = g > 1 ? Bytes(moved * (dg - 1.0) / dg) / intra.busbw : Duration(0);
+    const Duration t_fab = g > 1 ? Bytes(moved * (dg - 1.0) / dg) / (intra.busbw * intra.mesh_share(g)) : Duration(0);
     return a_net * static_cast<double>(ring_steps(op, n)) + std::max(t_nic, t_fab);
   };
   switch (c) {
@@ -197,7 +198,7 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
       const Bytes off_node(bytes.value() * static_cast<double>(n - g) / dn);
       const Bytes on_node(bytes.value() * static_cast<double>(g - 1) / dn);
       const Duration t_net = a_net + off_node / nic;
-      const Duration t_fab = g > 1 ? intra.latency + on_node / intra.busbw : Duration(0);
+      const Duration t_fab = g > 1 ? intra.latency + on_node / (intra.busbw * intra.mesh_share(g)) : Duration(0);
       return std::max(t_net, t_fab);
     }
     case Collective::kBroadcast: {
@@ -206,7 +207,7 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
       // on over the node fabric, so the slower of the two sets the time after the first
       // chunk's hops (nodes - 1 across the network, the rest inside nodes).
       const Duration t_nic = Bytes(bytes.value() / dg) / nic;
-      const Duration t_fab = g > 1 ? Bytes(bytes.value() * (dg - 1.0) / dg) / intra.broadcast_busbw : Duration(0);
+      const Duration t_fab = g > 1 ? Bytes(bytes.value() * (dg - 1.0) / dg) / (intra.broadcast_busbw * intra.mesh_share(g)) : Duration(0);
       return a_net * static_cast<double>(nodes - 1) + intra.latency * static_cast<double>(n - nodes) + std::max(t_nic, t_fab);
     }
     case Collective::kSendRecv:

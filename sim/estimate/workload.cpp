@@ -930,7 +930,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       op.nic_bytes = per_copy * distinct * (N - 1.0) / N;
       const auto& intra = c.hw.tier_for_span(0, static_cast<int>(std::max<int64_t>(1, w.ranks_per_node)) - 1);
       const Duration t_net = c.hw.network.latency + Bytes(op.nic_bytes) / c.hw.nic_bandwidth_per_gpu(w.nodes);
-      const Duration t_fab = intra.latency + Bytes(per_copy * k) / intra.busbw;
+      const Duration t_fab = intra.latency + Bytes(per_copy * k) / (intra.busbw * intra.mesh_share(w.ranks_per_node));
       op.time = std::max(t_net, t_fab);
       return op;
     };

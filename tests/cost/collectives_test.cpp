@@ -170,6 +170,62 @@ TEST(Collectives, InterNodeTimeGrowsWithRingSize) {
   EXPECT_GT(t64, t4);
 }
 
+// A full mesh (xGMI on MI300X, NVLink inside a quad GH200 node) has no switch: the profile's
+// ring plateau is the whole domain's, all span - 1 links of each GPU; a smaller group has only
+// the links among its GPUs. A switched fabric (NVSwitch) gives any group the same plateau.
+TEST(Collectives, FullMeshGroupsDriveOnlyTheirOwnLinks) {
+  const Bytes s(1073741824.0);
+  const auto mi = hw::builtin_hardware("mi300x");
+  const auto& xgmi = mi.fabric.back();
+  ASSERT_TRUE(xgmi.full_mesh);
+  const auto pair = mesh::place({0, 1}, mi.gpus_per_node);
+  const auto four = mesh::place({0, 1, 2, 3}, mi.gpus_per_node);
+  const auto eight = mesh::place({0, 1, 2, 3, 4, 5, 6, 7}, mi.gpus_per_node);
+  expect_rel(collective_time(Collective::kAllGather, s, eight, mi).value(),
+             ring_time(Collective::kAllGather, s, 8, xgmi.busbw, xgmi.latency).value());
+  // Two GPUs: one of the seven links (48 GB/s); four: three.
+  expect_rel(collective_time(Collective::kAllGather, s, pair, mi).value(),
+             ring_time(Collective::kAllGather, s, 2, xgmi.busbw * (1.0 / 7.0), xgmi.latency).value());
+  expect_rel(collective_time(Collective::kAllReduce, s, four, mi).value(),
+             ring_time(Collective::kAllReduce, s, 4, xgmi.allreduce_busbw * (3.0 / 7.0), xgmi.latency).value());
+  EXPECT_NEAR(xgmi.busbw.value() / 7.0, xgmi.p2p_bandwidth.value(), 1e-6 * xgmi.p2p_bandwidth.value());
+  // An all-to-all inside the pair moves its half over the one link.
+  expect_rel(collective_time(Collective::kAllToAll, s, pair, mi).value(),
+             xgmi.latency.value() + s.value() / 2.0 / xgmi.p2p_bandwidth.value(), 1e-6);
+
+  // The quad GH200 node: three NVLink4 links per GPU, 370 GB/s over all of them, 123 GB/s a pair.
+  const auto gh = hw::builtin_hardware("gh200");
+  ASSERT_EQ(gh.gpus_per_node, 4);
+  const auto& nvl = gh.fabric.back();
+  ASSERT_TRUE(nvl.full_mesh);
+  const auto gpair = mesh::place({0, 1}, gh.gpus_per_node);
+  const auto gfour = mesh::place({0, 1, 2, 3}, gh.gpus_per_node);
+  const double t4 = collective_time(Collective::kAllReduce, s, gfour, gh).value();
+  const double t2 = collective_time(Collective::kAllReduce, s, gpair, gh).value();
+  // 1 GiB reaches 0.97 of the plateau on the NVLink4 size curve.
+  expect_rel(busbw(Collective::kAllReduce, s, 4, Duration(t4)), 370e9 * 0.97);
+  expect_rel(busbw(Collective::kAllReduce, s, 2, Duration(t2)), 370e9 / 3.0 * 0.97);
+  // Across quad nodes a rank's ring traffic inside the node has only the links among the
+  // node's ranks of the group: two per node leave one link, slower than the 200 Gb/s NIC here
+  // only when the node's share of the ring is large, which it is not (1/2 on the NIC).
+  const auto two_by_two = mesh::place({0, 1, 4, 5}, gh.gpus_per_node);
+  ASSERT_EQ(two_by_two.nodes, 2);
+  const double moved = s.value() * 3.0 / 4.0;
+  const double t_nic = moved / 2.0 / gh.nic_bandwidth_per_gpu(2).value();
+  const double t_fab = moved / 2.0 / (nvl.busbw.value() / 3.0);
+  ASSERT_GT(t_nic, t_fab);
+  expect_rel(collective_time(Collective::kAllGather, s, two_by_two, gh).value(), 3.0 * gh.network.latency.value() + t_nic);
+
+  // NVSwitch: a pair of H100s rings at the node's plateau.
+  const auto h = hw::builtin_hardware("h100-sxm");
+  ASSERT_FALSE(h.fabric.back().full_mesh);
+  const auto hpair = mesh::place({0, 1}, h.gpus_per_node);
+  const auto height = mesh::place({0, 1, 2, 3, 4, 5, 6, 7}, h.gpus_per_node);
+  EXPECT_NEAR(busbw(Collective::kAllGather, s, 2, collective_time(Collective::kAllGather, s, hpair, h)),
+              busbw(Collective::kAllGather, s, 8, collective_time(Collective::kAllGather, s, height, h)),
+              0.02 * h.fabric.back().busbw.value());
+}
+
 // Whole nodes across the network: NCCL's ring runs over all 32 ranks, each rank's rail carries
 // 1/8 of its node's ring traffic while the other hops run on NVLink at the same time, so the
 // slower of the two sets the time (the NIC here), not their sum. Published check: 4 GiB on 4 x 8
