@@ -57,6 +57,9 @@ int64_t inum(const Json& r, const char* k, int64_t fallback = 0) {
   }
   return static_cast<int64_t>(std::llround(x));
 }
+// The year the row was published or run (0 when it does not say); the era of a framework's
+// kernels and defaults follows from it.
+int64_t row_year(const Json& r) { return inum(r, "year", 0); }
 // The first of these fields the row gives that is not a finite positive number, as a reason
 // that names it ("" when all are).
 std::string non_positive_field(const Json& r, std::initializer_list<const char*> fields) {
@@ -788,8 +791,7 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   const bool deepspeed = contains(fw, "deepspeed");
   // Megatron-LM and Megatron-DeepSpeed took FlashAttention (--use-flash-attn) in 2023; rows
   // from before (or of no stated year) ran their own softmax over the full score tensor.
-  const int64_t year = inum(r, "year", 0);
-  const bool pre_flash = year < 2023;
+  const bool pre_flash = row_year(r) < 2023;
   const bool megatron_old = contains(fw, "megatron-lm") && !nemo && pre_flash;
 
   Json training = {{"seq_len", inum(r, "seq_len")}, {"precision", precision_of(r)}};
@@ -1220,9 +1222,8 @@ FlopsDefinition flops_definition(const Json& r) {
     return !eq3 && contains(d, "model") ? FlopsDefinition::kModel : FlopsDefinition::kEq3;
   }
   const std::string fw = lower(str(r, "framework"));
-  const int64_t year = inum(r, "year", 0);
   const bool megatron_lm = contains(fw, "megatron-lm") && !contains(fw, "deepspeed");
-  if (megatron_lm && year >= 2023) return FlopsDefinition::kMegatronLogged;
+  if (megatron_lm && row_year(r) >= 2023) return FlopsDefinition::kMegatronLogged;
   return megatron_lm || contains(fw, "deepspeed") ? FlopsDefinition::kEq3 : FlopsDefinition::kModel;
 }
 
@@ -1649,7 +1650,7 @@ void process_row(const Json& r, const AccuracyOptions& opts, AccuracyResult& res
     // optimizer (ZeRO-1: optimizer state sharded over the data-parallel ranks). Recomputation,
     // which costs a third more forward work, is tried only after them (below).
     {
-      const int64_t year = inum(r, "year", 0);
+      const int64_t year = row_year(r);
       const auto& par = run["parallel"];
       const int64_t tp = par.value("tp", int64_t{1}), dp = par.value("dp", int64_t{1}), cp = par.value("cp", int64_t{1});
       struct Saver {
