@@ -160,10 +160,39 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     return true;
   }
   // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs): no
-  // profile rather than a wrong one. "H100 NVL" is such a pair, "NVLink" in a
-  // description of the node's fabric is not.
+  // profile rather than a wrong one for a training run, whose node they do not describe. "H100
+  // NVL" is such a pair, "NVLink" in a description of the node's fabric is not. A GEMM row
+  // measures the GPU alone: an H100 or A100 card is its SXM sibling's die (the same tensor cores
+  // and measured large-GEMM ceiling) at the card's datasheet peaks and memory.
   static const std::regex nvl_board(R"(\bnvl\b)");
-  if (contains(gl, "pcie") || std::regex_search(gl, nvl_board)) {
+  const bool board = contains(gl, "pcie") || std::regex_search(gl, nvl_board);
+  if (board && gpu_only && contains(g, "H100")) {
+    const bool nvl = std::regex_search(gl, nvl_board);
+    const char* bf16 = nvl ? "835.5TFLOPS" : "756.5TFLOPS";
+    hw = Json{{"base", "h100-sxm"},
+              {"name", nvl ? "h100-nvl-gpu" : "h100-pcie-gpu"},
+              {"gpu",
+               {{"name", g},
+                {"peak_flops", {{"bf16", bf16}, {"fp16", bf16}, {"fp8", nvl ? "1670.5TFLOPS" : "1513TFLOPS"}, {"tf32", nvl ? "417.5TFLOPS" : "378TFLOPS"}}},
+                {"memory", nvl ? "93.1GiB" : "79.6GiB"},
+                {"memory_bandwidth", nvl ? "3.9TB/s" : "2TB/s"}}}};
+    notes.push_back(nvl ? "hardware: H100 NVL card: the h100-sxm profile's GPU at the card's datasheet peaks (dense BF16 835.5, FP8 1,670.5 TFLOP/s; "
+                          "94 GB HBM3 at 3.9 TB/s); its 400 W limit against SXM's 700 W is not modelled (a GEMM row needs no node)"
+                        : "hardware: H100 PCIe card: the h100-sxm profile's GPU at the card's datasheet peaks (114 SMs: dense BF16 756.5, FP8 1,513 "
+                          "TFLOP/s; 80 GB HBM2e at 2 TB/s); its 350 W limit against SXM's 700 W is not modelled (a GEMM row needs no node)");
+    return true;
+  }
+  if (board && gpu_only && contains(g, "A100")) {
+    const bool forty = contains(g, "40GB") || contains(g, "40 GB");
+    hw = Json{{"base", forty ? "a100-sxm-40gb" : "a100-sxm-80gb"},
+              {"name", forty ? "a100-pcie-40gb-gpu" : "a100-pcie-80gb-gpu"},
+              {"gpu", {{"name", g}, {"memory_bandwidth", forty ? "1.555TB/s" : "1.935TB/s"}}}};
+    notes.push_back(std::string("hardware: A100 PCIe card: the A100 SXM profile's GPU (the same peaks), ") +
+                    (forty ? "40 GB HBM2 at 1,555 GB/s" : "80 GB HBM2e at 1,935 GB/s") +
+                    " (datasheet); its 250-300 W limit against SXM's 400 W is not modelled (a GEMM row needs no node)");
+    return true;
+  }
+  if (board) {
     reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
     return false;
   }

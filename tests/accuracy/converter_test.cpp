@@ -770,7 +770,24 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   EXPECT_EQ(gm.what, "bf16 4096x4096x4096");
   EXPECT_NEAR(gm.measured_s, 2.0 * 4096.0 * 4096 * 4096 / 700e12, 1e-12);
   EXPECT_GT(gm.predicted_s, 0.0);
+  // A GEMM on an H100 or A100 card: its SXM sibling's die at the card's datasheet peaks (the
+  // card's training rows stay unpredicted: PublishedRows.HardwareByBoard). Same efficiency, so
+  // the time past the kernel launch overhead (h100-sxm's 3 us) scales with the peak.
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  constexpr double kLaunch = 3e-6;
+  const double sxm = gm.predicted_s - kLaunch;
   g["gpu_type"] = "NVIDIA H100 NVL";
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.hardware, "h100-nvl-gpu");
+  EXPECT_NEAR(gm.predicted_s, kLaunch + sxm * 989.4 / 835.5, 1e-3 * sxm);
+  g["gpu_type"] = "NVIDIA H100 PCIe";
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.hardware, "h100-pcie-gpu");
+  EXPECT_NEAR(gm.predicted_s, kLaunch + sxm * 989.4 / 756.5, 1e-3 * sxm);
+  g["gpu_type"] = "NVIDIA A100 PCIe 40GB";
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.hardware, "a100-pcie-40gb-gpu");
+  g["gpu_type"] = "NVIDIA L40S PCIe";
   EXPECT_FALSE(predict_measurement(g, gm, reason));
   EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
   // A Grace Hopper superchip's GEMM: the gh200 profile (the 144 GB HBM3e part where the row
