@@ -27,6 +27,7 @@
 #include "sim/accuracy/published.hpp"
 #include "sim/accuracy/titan_import.hpp"
 #include "sim/config/hardware.hpp"
+#include "sim/config/framework_export.hpp"
 #include "sim/config/framework_import.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
@@ -647,6 +648,17 @@ int run(int argc, char** argv) {
   mem->add_option("run", mem_file, "run file (JSON)")->required();
   mem->add_flag("--json", mem_json, "print the ledger as JSON");
   mem->add_option("--set", run_sets, set_help)->allow_extra_args(false);
+
+  // export
+  std::string exp_framework, exp_file, exp_out;
+  bool exp_json = false;
+  auto* exp = app.add_subcommand("export", "a run file as a training framework's launch command (megatron: torchrun + Megatron-LM's pretrain_gpt.py "
+                                           "arguments for its model, batch, precision, layout, recomputation and overlap; import reads it back)");
+  exp->add_option("framework", exp_framework, "megatron")->required()->check(CLI::IsMember({"megatron"}));
+  exp->add_option("run", exp_file, "run file (JSON), e.g. with the parallel block of a layout `plan --json` ranked")->required();
+  exp->add_option("--set", run_sets, set_help)->allow_extra_args(false);
+  exp->add_option("--out", exp_out, "write the command here as a shell script (default: print it)")->check(kOutputFile);
+  exp->add_flag("--json", exp_json, "print {framework, launcher, args, notes} as JSON");
 
   // compare
   std::vector<std::string> cmp_files, cmp_sets_a, cmp_sets_b;
@@ -1329,6 +1341,19 @@ int run(int argc, char** argv) {
     } else {
       if (sim_balanced) std::cout << balanced_split_text(balanced);
       std::cout << stepcast::report::simulate_table(rc, r);
+    }
+    return 0;
+  }
+  if (exp->parsed()) {
+    const auto rc = stepcast::config::load_run_file(exp_file, run_sets);
+    const auto cmd = stepcast::config::export_megatron(rc);
+    const std::string text = exp_json ? Json{{"framework", cmd.framework}, {"launcher", cmd.launcher}, {"args", cmd.args}, {"notes", cmd.notes}}.dump(2) + "\n"
+                                      : stepcast::config::shell_text(cmd);
+    if (exp_out.empty()) {
+      std::cout << text;
+    } else {
+      write_text(exp_out, text);
+      std::cerr << "wrote " << exp_out << "\n";
     }
     return 0;
   }

@@ -85,7 +85,8 @@ const std::set<std::string> kSwitches = {
     "no-gradient-accumulation-fusion", "no-async-tensor-model-parallel-allreduce", "use-rotary-position-embeddings", "distributed-timeout-minutes",
     "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng",
     "squared-relu", "no-position-embedding", "apply-layernorm-1p", "is-hybrid-model", "no-bias-dropout-fusion", "no-rope-fusion", "use-checkpoint-args",
-    "no-save-optim", "no-save-rng", "exit-on-missing-checkpoint", "eval-only", "use-cpu-initialization", "overlap-p2p-communication"};
+    "no-save-optim", "no-save-rng", "exit-on-missing-checkpoint", "eval-only", "use-cpu-initialization", "overlap-p2p-communication",
+    "add-qkv-bias", "grad-reduce-in-bf16", "moe-pad-expert-input-to-capacity"};
 // Arguments that take a list of words (argparse nargs='*').
 const std::set<std::string> kLists = {"recompute-modules", "data-path", "train-data-path", "valid-data-path", "test-data-path"};
 
@@ -206,7 +207,9 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     assumptions.push_back("training: fp32 (neither --bf16 nor --fp16 is given)");
   }
   training["precision"] = precision;
-  if (precision != "fp32") {
+  if (precision != "fp32" && a.has("grad-reduce-in-bf16")) {
+    training["grad_dtype"] = "bf16";
+  } else if (precision != "fp32") {
     training["grad_dtype"] = "fp32";
     assumptions.push_back("training: fp32 main gradients, reduced in fp32 (Megatron's mixed-precision default)");
   }
@@ -270,6 +273,7 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     if (norm != "LayerNorm" && norm != "RMSNorm") throw core::UserError("--normalization: got '" + norm + "'; expected LayerNorm or RMSNorm");
     model["norm"] = norm == "RMSNorm" ? "rmsnorm" : "layernorm";
     model["linear_bias"] = !a.has("disable-bias-linear");
+    if (a.has("disable-bias-linear") && a.has("add-qkv-bias")) model["qkv_bias"] = true;
     if (!a.has("disable-bias-linear")) assumptions.push_back("model: biases on the linear layers (Megatron's default; --disable-bias-linear drops them)");
     (void)a.has("add-bias-linear");
     if (a.has("qk-layernorm")) model["qk_norm"] = true;
@@ -292,6 +296,10 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
         } else {
           model["moe_layer_freq"] = Reader::parse_int("moe-layer-freq", f, 1, L);
         }
+      }
+      if (a.has("moe-router-num-groups")) {
+        model["n_group"] = a.integer("moe-router-num-groups", 1, experts, 1);
+        model["topk_group"] = a.integer("moe-router-group-topk", 1, experts, 1);
       }
     }
     if (a.has("multi-latent-attention")) {
@@ -403,10 +411,18 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   if (a.has("account-for-embedding-in-pipeline-split")) parallel["account_for_embedding_in_pipeline_split"] = true;
   if (a.has("account-for-loss-in-pipeline-split")) parallel["account_for_loss_in_pipeline_split"] = true;
   if (a.has("pipeline-model-parallel-layout")) parallel["pipeline_layout"] = a.word("pipeline-model-parallel-layout");
-  const bool fsdp = a.has("use-torch-fsdp2") || a.has("use-megatron-fsdp") || a.has("use-custom-fsdp");
+  // Megatron-FSDP shards what --data-parallel-sharding-strategy says (its default: everything).
+  const std::string sharding = a.word("data-parallel-sharding-strategy", "optim_grads_params");
+  if (sharding != "optim_grads_params" && sharding != "optim_grads" && sharding != "optim" && sharding != "no_shard") {
+    throw core::UserError("--data-parallel-sharding-strategy: got '" + sharding + "'; expected no_shard, optim, optim_grads or optim_grads_params");
+  }
+  const bool any_fsdp = a.has("use-torch-fsdp2") || a.has("use-megatron-fsdp") || a.has("use-custom-fsdp");
+  const bool fsdp = any_fsdp && sharding == "optim_grads_params";
   if (fsdp) {
     parallel["fsdp"] = true;
-  } else if (a.has("use-distributed-optimizer")) {
+  } else if (any_fsdp && sharding == "optim_grads") {
+    parallel["zero_stage"] = 2;
+  } else if ((any_fsdp && sharding == "optim") || a.has("use-distributed-optimizer")) {
     parallel["zero_stage"] = 1;
   }
   if (a.has("num-distributed-optimizer-instances")) parallel["dp_replicate"] = a.integer("num-distributed-optimizer-instances", 1, 1 << 20, 1);
@@ -442,9 +458,9 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   parallel["grad_reduce_overlap"] = overlap_grad;
   parallel["param_gather_overlap"] = a.has("overlap-param-gather");
   if (a.has("tp-comm-overlap")) parallel["tp_comm_overlap"] = true;
-  if (dp * cp > 1 && !fsdp) {
+  if (dp * cp > 1 && !any_fsdp) {  // (Megatron-FSDP buckets by module, as stepcast's sharded runs do)
     parallel["bucket_layout"] = "megatron";
-    const double grad_bytes = precision == "fp32" || training.contains("grad_dtype") ? 4.0 : 2.0;
+    const double grad_bytes = precision == "fp32" || training.value("grad_dtype", "") == "fp32" ? 4.0 : 2.0;
     if (overlap_grad) {
       const int64_t params = a.has("ddp-bucket-size") ? a.integer("ddp-bucket-size", 1, kBig, 0) : std::max<int64_t>(40'000'000, 1'000'000 * dp * cp);
       parallel["bucket_mb"] = static_cast<double>(params) * grad_bytes / 1e6;
@@ -460,6 +476,17 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     if (d != "alltoall" && d != "allgather" && d != "flex") throw core::UserError("--moe-token-dispatcher-type: got '" + d + "'; expected alltoall, allgather or flex");
     parallel["moe"] = {{"dispatcher", d}};
   }
+  // Token dropping: experts take at most capacity x the balanced share, padded up to it with
+  // --moe-pad-expert-input-to-capacity.
+  if (a.has("moe-expert-capacity-factor")) {
+    const std::string w = a.word("moe-expert-capacity-factor");
+    char* end = nullptr;
+    const double cf = std::strtod(w.c_str(), &end);
+    if (w.empty() || end != w.c_str() + w.size() || !(cf > 0)) throw core::UserError("--moe-expert-capacity-factor: got '" + w + "'; expected a positive number");
+    if (!parallel.contains("moe")) parallel["moe"] = Json::object();
+    parallel["moe"]["capacity_factor"] = cf;
+    if (a.has("moe-pad-expert-input-to-capacity")) parallel["moe"]["pad_to_capacity"] = true;
+  }
 
   // Everything else: arguments with no modelled cost.
   // With a zoo model the architecture arguments are not read; the run says so (assumptions)
@@ -469,7 +496,7 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
                           "num-query-groups", "kv-channels", "untie-embeddings-and-output-weights", "position-embedding-type",
                           "no-position-embedding", "max-position-embeddings", "normalization", "disable-bias-linear", "add-bias-linear",
                           "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
-                          "moe-layer-freq", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
+                          "moe-layer-freq", "moe-router-num-groups", "moe-router-group-topk", "add-qkv-bias", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
                           "v-head-dim", "hybrid-override-pattern", "hybrid-layer-pattern", "experimental-attention-variant", "linear-attention-freq",
                           "linear-num-key-heads", "linear-num-value-heads", "linear-key-head-dim", "linear-value-head-dim", "linear-conv-kernel-dim",
                           "attention-output-gate", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",

@@ -1,0 +1,256 @@
+#include "sim/config/framework_export.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+
+namespace stepcast::config {
+
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+[[noreturn]] void cannot(const std::string& field, const std::string& why) {
+  throw core::UserError("export megatron: " + field + ": " + why);
+}
+
+}  // namespace
+
+ExportedCommand export_megatron(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  ExportedCommand out;
+  out.framework = "megatron";
+  auto& a = out.args;
+  auto flag = [&](const std::string& name) { a.push_back("--" + name); };
+  auto arg = [&](const std::string& name, const std::string& value) {
+    a.push_back("--" + name);
+    a.push_back(value);
+  };
+
+  // --- what Megatron-LM cannot run ---
+  if (m.hybrid() || !m.mixer_pattern.empty() || m.mamba.enabled() || m.linear.enabled()) {
+    cannot("model", "'" + m.name + "' has Mamba or linear-attention layers; pretrain_gpt.py builds attention layers only (export the layout by hand for pretrain_mamba.py)");
+  }
+  if (m.sliding_window > 0 || m.attention_chunk > 0) {
+    cannot("model", "'" + m.name + "' uses sliding-window or chunked attention, which these arguments do not describe");
+  }
+  if (m.position == model::PositionKind::kAlibi) cannot("model", "'" + m.name + "' uses ALiBi positions, which Megatron-LM's GPT model does not offer");
+  if (m.embedding_norm) cannot("model", "'" + m.name + "' normalizes its token embeddings (BLOOM style), which Megatron-LM's GPT model does not");
+  if (!m.moe.dense_layers.empty() || (m.moe.enabled() && m.moe.layer_freq > 1 && m.moe.layer_offset != 0)) {
+    cannot("model", "'" + m.name + "' places its MoE layers in a pattern --moe-layer-freq cannot state here (an interval from layer 0, or dense first layers)");
+  }
+  switch (p.schedule) {
+    case Schedule::kOneFOneB:
+    case Schedule::kInterleaved: break;
+    default:
+      cannot("parallel.schedule", "got " + to_string(p.schedule) + "; Megatron-LM runs 1f1b and interleaved (1f1b with vpp > 1)");
+  }
+  if (p.schedule == Schedule::kInterleaved && p.vpp <= 1) cannot("parallel.vpp", "the interleaved schedule needs vpp > 1");
+  if (p.offload != Offload::kNone) cannot("parallel.offload", "got " + to_string(p.offload) + "; CPU offload of the optimizer or parameters is not exported");
+  if (p.cp_comm == CpComm::kRotateAllGather && p.cp > 1) cannot("parallel.cp_comm", "rotate-allgather is PyTorch's context_parallel, not Transformer Engine's");
+  if (p.recompute == Recompute::kSelectiveOp) cannot("parallel.recompute", "selective-op is torchtitan's per-operator checkpointing; Megatron-LM's selective recomputation takes modules");
+  if (t.optimizer != Optimizer::kAdam && t.optimizer != Optimizer::kSgd) cannot("training.optimizer", "not adam or sgd");
+
+  // --- launcher ---
+  const int64_t per_node = rc.cluster.gpus_per_node;
+  out.launcher = {"torchrun", "--nnodes", num(rc.cluster.num_nodes()), "--nproc-per-node", num(std::min(per_node, rc.cluster.num_gpus)),
+                  "pretrain_gpt.py"};
+
+  // --- model ---
+  arg("num-layers", num(m.num_layers));
+  arg("hidden-size", num(m.hidden));
+  arg("num-attention-heads", num(m.heads));
+  if (m.kv_heads != m.heads && !m.mla.enabled()) {
+    flag("group-query-attention");
+    arg("num-query-groups", num(m.kv_heads));
+  }
+  if (!m.mla.enabled() && m.head_dim > 0 && m.head_dim * m.heads != m.hidden) arg("kv-channels", num(m.head_dim));
+  arg("ffn-hidden-size", num(m.ffn_hidden));
+  if (m.mlp == model::MlpKind::kGated) flag("swiglu");
+  if (m.norm == model::NormKind::kRmsNorm) arg("normalization", "RMSNorm");
+  if (m.position == model::PositionKind::kRotary) {
+    arg("position-embedding-type", "rope");
+  } else if (m.position == model::PositionKind::kNone) {
+    arg("position-embedding-type", "none");
+  }
+  arg("max-position-embeddings", num(std::max(m.max_positions, t.seq_len)));
+  if (!m.tied_embeddings) flag("untie-embeddings-and-output-weights");
+  if (!m.linear_bias) {
+    flag("disable-bias-linear");
+    if (m.qkv_bias) flag("add-qkv-bias");
+  }
+  if (m.qk_norm) flag("qk-layernorm");
+  arg("vocab-size", num(m.vocab));
+  arg("tokenizer-type", "NullTokenizer");
+  if (m.moe.enabled()) {
+    arg("num-experts", num(m.moe.num_experts));
+    arg("moe-router-topk", num(m.moe.top_k));
+    arg("moe-ffn-hidden-size", num(m.moe.expert_ffn));
+    if (m.moe.shared_experts > 0) arg("moe-shared-expert-intermediate-size", num(m.moe.shared_experts * m.moe.shared_expert_ffn));
+    if (m.moe.first_k_dense > 0) {
+      arg("moe-layer-freq", "([0]*" + num(m.moe.first_k_dense) + "+[1]*" + num(m.num_layers - m.moe.first_k_dense) + ")");
+    } else if (m.moe.layer_freq > 1) {
+      arg("moe-layer-freq", num(m.moe.layer_freq));
+    }
+    flag("moe-grouped-gemm");
+    const auto& mo = p.moe;
+    arg("moe-token-dispatcher-type", mo.dispatcher == MoeDispatcher::kAllGather ? "allgather" : mo.dispatcher == MoeDispatcher::kFlex ? "flex" : "alltoall");
+    if (mo.capacity_factor > 0) {
+      std::ostringstream cf;
+      cf << mo.capacity_factor;
+      arg("moe-expert-capacity-factor", cf.str());
+      if (mo.pad_to_capacity) flag("moe-pad-expert-input-to-capacity");
+    }
+    if (m.moe.groups > 0) {
+      arg("moe-router-num-groups", num(m.moe.groups));
+      arg("moe-router-group-topk", num(m.moe.group_topk));
+    }
+    if (mo.max_over_mean != 1.0 || mo.sigma > 0) out.notes.push_back("routing imbalance (parallel.moe) is what the run assumes of the data and router, not a setting");
+    if (mo.max_nodes_per_token > 0) {
+      out.notes.push_back("parallel.moe.max_nodes_per_token " + num(mo.max_nodes_per_token) +
+                          ": node-limited routing; Megatron-LM limits it through group-limited routing (--moe-router-num-groups / "
+                          "--moe-router-group-topk) when the groups line up with the nodes");
+    }
+  }
+  if (m.mla.enabled()) {
+    flag("multi-latent-attention");
+    if (m.mla.q_lora_rank > 0) arg("q-lora-rank", num(m.mla.q_lora_rank));
+    arg("kv-lora-rank", num(m.mla.kv_lora_rank));
+    arg("qk-head-dim", num(m.mla.qk_nope_head_dim));
+    arg("qk-pos-emb-head-dim", num(m.mla.qk_rope_head_dim));
+    arg("v-head-dim", num(m.mla.v_head_dim));
+  }
+  if (t.mtp_layers > 0) arg("mtp-num-layers", num(t.mtp_layers));
+
+  // --- training ---
+  arg("seq-length", num(t.seq_len));
+  arg("micro-batch-size", num(p.micro_batch_size));
+  arg("global-batch-size", num(t.global_batch_size));
+  switch (t.precision) {
+    case hw::Dtype::kBf16: flag("bf16"); break;
+    case hw::Dtype::kFp16: flag("fp16"); break;
+    case hw::Dtype::kFp8:
+      flag("bf16");
+      arg("fp8-format", "hybrid");
+      break;
+    case hw::Dtype::kFp32: break;
+    default: cannot("training.precision", "got " + hw::to_string(t.precision) + "; Megatron-LM trains in bf16, fp16, fp8 or fp32");
+  }
+  if (t.optimizer == Optimizer::kSgd) arg("optimizer", "sgd");
+  if (t.attention == AttentionImpl::kUnfused) {
+    arg("attention-backend", "unfused");
+  } else if (t.attention == AttentionImpl::kFlash2) {
+    arg("attention-backend", "flash");
+    out.notes.push_back("training.attention flash2: FlashAttention-2 through Transformer Engine's flash backend");
+  }
+
+  // --- layout ---
+  arg("tensor-model-parallel-size", num(p.tp));
+  arg("pipeline-model-parallel-size", num(p.pp));
+  if (p.cp > 1) {
+    arg("context-parallel-size", num(p.cp));
+    arg("cp-comm-type", p.cp_comm == CpComm::kAllGather ? "all_gather" : p.cp_comm == CpComm::kUlysses ? "a2a" : "p2p");
+  }
+  if (m.moe.enabled()) {
+    arg("expert-model-parallel-size", num(p.ep));
+    arg("expert-tensor-parallel-size", num(p.etp));
+  }
+  if (p.schedule == Schedule::kInterleaved) arg("virtual-pipeline-model-parallel-size", num(p.vpp));
+  if (p.sp) flag("sequence-parallel");
+  // The split: Megatron's even split unless the run's differs, then its first and last stage
+  // counts where those say it all, else the whole layout.
+  if (p.pp > 1) {
+    const auto& v = rc.vstage_layers;
+    const bool even = std::all_of(v.begin(), v.end(), [&](int64_t n) { return n == v.front(); });
+    if (!even) {
+      if (p.first_stage_layers >= 0 || p.last_stage_layers >= 0) {
+        if (p.first_stage_layers >= 0) arg("decoder-first-pipeline-num-layers", num(p.first_stage_layers));
+        if (p.last_stage_layers >= 0) arg("decoder-last-pipeline-num-layers", num(p.last_stage_layers));
+      } else {
+        arg("pipeline-model-parallel-layout", megatron_layout_text(v, t.mtp_layers));
+      }
+    }
+    if (p.embedding_slot) flag("account-for-embedding-in-pipeline-split");
+    if (p.loss_slot) flag("account-for-loss-in-pipeline-split");
+  }
+  if (p.fsdp || p.zero_stage == 3) {
+    flag("use-megatron-fsdp");
+    arg("data-parallel-sharding-strategy", "optim_grads_params");
+  } else if (p.zero_stage == 2) {
+    flag("use-megatron-fsdp");
+    arg("data-parallel-sharding-strategy", "optim_grads");
+  } else if (p.zero_stage == 1) {
+    flag("use-distributed-optimizer");
+  }
+  if (p.dp_replicate > 1) arg("num-distributed-optimizer-instances", num(p.dp_replicate));
+  if (p.recompute == Recompute::kFull) {
+    arg("recompute-granularity", "full");
+    if (p.recompute_layers > 0) {
+      arg("recompute-method", "block");
+      arg("recompute-num-layers", num(p.recompute_layers));
+    } else {
+      arg("recompute-method", "uniform");
+      arg("recompute-num-layers", "1");
+    }
+  } else if (p.recompute == Recompute::kSelective) {
+    arg("recompute-granularity", "selective");
+    const auto mods = recompute_module_list(p);
+    if (mods != std::vector<std::string>{"core_attn"}) {
+      a.push_back("--recompute-modules");
+      for (const auto& mod : mods) a.push_back(mod);
+    }
+  }
+  if (p.activation_offload_layers > 0) {
+    flag("cpu-offloading");
+    arg("cpu-offloading-num-layers", num(p.activation_offload_layers));
+  }
+  // Overlap and gradient buckets (Megatron-Core's DDP counts a bucket in parameters).
+  if (p.dp * p.cp > 1) {
+    if (p.grad_reduce_overlap) flag("overlap-grad-reduce");
+    if (p.param_gather_overlap && (p.zero_stage > 0 || p.fsdp)) flag("overlap-param-gather");
+    if (p.grad_reduce_overlap && !p.fsdp && p.zero_stage < 2) {
+      if (p.bucket_layout == BucketLayout::kMegatron) {
+        const double grad_bytes = hw::bytes_per_element(t.grad_dtype);
+        arg("ddp-bucket-size", num(std::max<int64_t>(1, static_cast<int64_t>(std::llround(p.bucket_mb * 1e6 / grad_bytes)))));
+      } else {
+        out.notes.push_back("gradient buckets: the run models " + core::fmt("%g", p.bucket_mb) +
+                            " MB buckets on every stage (PyTorch DDP's layout); Megatron-Core buckets max(40 M, 1 M x dp) parameters on the "
+                            "first stage's first chunk and one per chunk elsewhere (set parallel.bucket_layout megatron to model that)");
+      }
+    }
+  }
+  if (p.tp_comm_overlap) flag("tp-comm-overlap");
+  // Megatron-LM keeps fp32 main gradients under 16-bit and fp8 training unless told to reduce
+  // them in bf16.
+  if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32) {
+    if (t.grad_dtype != hw::Dtype::kBf16) cannot("training.grad_dtype", "got " + hw::to_string(t.grad_dtype) + "; Megatron-LM reduces gradients in fp32 or bf16");
+    flag("grad-reduce-in-bf16");
+  }
+  if (rc.scenario.present) out.notes.push_back("the run's scenario (stragglers, jitter, degraded links) describes the cluster, not the job");
+  out.notes.push_back("hardware " + rc.hardware.name + ", " + num(rc.cluster.num_gpus) + " GPUs: the launcher's node and process counts; data, "
+                      "checkpoint, logging and learning-rate arguments are the job's own");
+  return out;
+}
+
+std::string shell_text(const ExportedCommand& cmd) {
+  std::ostringstream o;
+  for (const auto& n : cmd.notes) o << "# " << n << "\n";
+  auto quoted = [](const std::string& w) {
+    if (w.find_first_of(" ()[]*'\"$|&;<>") == std::string::npos && !w.empty()) return w;
+    return "'" + w + "'";
+  };
+  for (size_t i = 0; i < cmd.launcher.size(); ++i) o << (i ? " " : "") << quoted(cmd.launcher[i]);
+  for (size_t i = 0; i < cmd.args.size(); ++i) {
+    const bool starts = cmd.args[i].rfind("--", 0) == 0;
+    o << (starts ? " \\\n    " : " ") << quoted(cmd.args[i]);
+  }
+  o << "\n";
+  return o.str();
+}
+
+}  // namespace stepcast::config

@@ -1,0 +1,36 @@
+// `stepcast export`: a run file as a training framework's launch configuration, the way back from
+// `stepcast import` once the planner has chosen a layout.
+//
+// megatron: a torchrun command for Megatron-LM's pretrain_gpt.py with the architecture (layers,
+// widths, heads, GQA, MLP kind, norm, positions, biases, MoE, multi-latent attention, MTP), the
+// batch, precision, layout (TP, PP with virtual stages and an uneven split, CP and its exchange,
+// EP / expert TP, sequence parallelism, the distributed optimizer or Megatron-FSDP's ZeRO-2 / 3
+// sharding), recomputation, activation offload, communication overlap and gradient buckets. A
+// setting Megatron-LM has no argument for (a zero-bubble or DualPipe schedule, GPipe, CPU
+// optimizer offload, a model with Mamba or linear-attention layers, sliding windows) is an error
+// naming the run-file field, rather than a command that would train something else. What the run
+// file models but no framework sets (routing imbalance, hardware, scenarios) is listed as notes.
+// `stepcast import megatron` reads the command back into the same layout and model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/config/run_config.hpp"
+
+namespace stepcast::config {
+
+struct ExportedCommand {
+  std::string framework;                 // "megatron"
+  std::vector<std::string> launcher;     // torchrun and its options, then the script
+  std::vector<std::string> args;         // the script's arguments, "--flag" and its value(s) as separate words
+  std::vector<std::string> notes;        // what the run models that the arguments do not carry
+};
+
+// Throws core::UserError naming the run-file field Megatron-LM cannot run.
+ExportedCommand export_megatron(const RunConfig& rc);
+
+// The command as a shell script: one argument per line with continuations, notes as comments.
+std::string shell_text(const ExportedCommand& cmd);
+
+}  // namespace stepcast::config

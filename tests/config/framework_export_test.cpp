@@ -1,0 +1,159 @@
+// `stepcast export megatron`: a run file as Megatron-LM launch arguments. Each exported command
+// is read back by `stepcast import megatron` and must give the same model and layout, so the
+// same predicted step; settings Megatron-LM cannot run are errors naming the run-file field.
+#include "sim/config/framework_export.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "sim/config/framework_import.hpp"
+#include "sim/config/run_config.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/json_reader.hpp"
+#include "sim/estimate/estimate.hpp"
+#include "sim/plan/planner.hpp"
+
+namespace stepcast::config {
+namespace {
+
+using core::Json;
+
+RunConfig run_of(const Json& j) { return parse_run(j, "<test>", ""); }
+
+// The run again after export and import (the profile named as the original's).
+RunConfig round_trip(const RunConfig& rc, const std::string& hardware) {
+  const ExportedCommand cmd = export_megatron(rc);
+  ImportOptions opt;
+  opt.hardware = hardware;
+  const Json imported = import_megatron(split_command_line(shell_text(cmd)), opt);
+  return run_of(imported);
+}
+
+std::string export_error(const Json& j) {
+  try {
+    (void)export_megatron(run_of(j));
+  } catch (const core::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_same_run(const RunConfig& a, const RunConfig& b) {
+  EXPECT_EQ(a.model.num_layers, b.model.num_layers);
+  EXPECT_EQ(a.model.hidden, b.model.hidden);
+  EXPECT_EQ(a.model.kv_heads, b.model.kv_heads);
+  EXPECT_EQ(a.model.ffn_hidden, b.model.ffn_hidden);
+  EXPECT_DOUBLE_EQ(a.model.total_params(), b.model.total_params());
+  EXPECT_EQ(a.cluster.num_gpus, b.cluster.num_gpus);
+  EXPECT_EQ(a.cluster.gpus_per_node, b.cluster.gpus_per_node);
+  EXPECT_EQ(a.training.seq_len, b.training.seq_len);
+  EXPECT_EQ(a.training.global_batch_size, b.training.global_batch_size);
+  EXPECT_EQ(a.training.precision, b.training.precision);
+  EXPECT_EQ(a.training.grad_dtype, b.training.grad_dtype);
+  EXPECT_EQ(a.training.mtp_layers, b.training.mtp_layers);
+  const auto& p = a.parallel;
+  const auto& q = b.parallel;
+  EXPECT_EQ(plan::layout_text(p), plan::layout_text(q));
+  EXPECT_EQ(p.schedule, q.schedule);
+  EXPECT_EQ(p.sp, q.sp);
+  EXPECT_EQ(p.recompute, q.recompute);
+  EXPECT_EQ(recompute_module_list(p), recompute_module_list(q));
+  EXPECT_EQ(p.recompute_layers, q.recompute_layers);
+  EXPECT_EQ(p.cp_comm, q.cp_comm);
+  EXPECT_EQ(a.vstage_layers, b.vstage_layers);
+  EXPECT_EQ(p.moe.dispatcher, q.moe.dispatcher);
+  EXPECT_DOUBLE_EQ(p.moe.capacity_factor, q.moe.capacity_factor);
+  EXPECT_EQ(p.moe.pad_to_capacity, q.moe.pad_to_capacity);
+  EXPECT_DOUBLE_EQ(p.bucket_mb, q.bucket_mb);
+  EXPECT_EQ(p.bucket_layout, q.bucket_layout);
+  // And so the same prediction (the zoo's model and the imported architecture cost the same).
+  const double ta = estimate::estimate_step(a).step_time_s;
+  const double tb = estimate::estimate_step(b).step_time_s;
+  EXPECT_NEAR(ta, tb, 1e-9 * ta);
+}
+
+// A dense GQA model on an interleaved pipeline with an uneven split, SP, CP, the distributed
+// optimizer, selective recomputation of named modules and Megatron-Core buckets.
+TEST(MegatronExport, DenseInterleavedLayoutRoundTrips) {
+  const Json j = Json::parse(R"({
+    "model": "llama3.1-70b", "hardware": "h100-sxm", "cluster": {"num_gpus": 256},
+    "training": {"seq_len": 8192, "global_batch_size": 512, "grad_dtype": "fp32"},
+    "parallel": {"tp": 4, "pp": 4, "cp": 2, "cp_comm": "allgather", "vpp": 5, "schedule": "interleaved", "sp": true,
+                 "zero_stage": 1, "recompute": "selective", "recompute_modules": ["core_attn", "mlp"],
+                 "bucket_layout": "megatron", "bucket_mb": 160, "first_stage_layers": 15, "last_stage_layers": 15}})");
+  const RunConfig rc = run_of(j);
+  const ExportedCommand cmd = export_megatron(rc);
+  const std::string text = shell_text(cmd);
+  for (const char* want : {"--tensor-model-parallel-size 4", "--virtual-pipeline-model-parallel-size 5", "--cp-comm-type all_gather",
+                           "--decoder-first-pipeline-num-layers 15", "--use-distributed-optimizer", "--recompute-modules core_attn mlp",
+                           "--ddp-bucket-size 40000000", "--group-query-attention", "torchrun --nnodes 32 --nproc-per-node 8"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  // fp32 main gradients are Megatron's default: no --grad-reduce-in-bf16.
+  EXPECT_EQ(text.find("grad-reduce-in-bf16"), std::string::npos);
+  expect_same_run(rc, round_trip(rc, "h100-sxm"));
+}
+
+// MoE with multi-latent attention, dense first layers, group-limited routing, MTP, fp8, full
+// recomputation of some layers, and a GPT-2 style model (learned positions, tied embeddings,
+// biases, LayerNorm) under Megatron-FSDP and under its ZeRO-2 strategy.
+TEST(MegatronExport, MoeMlaAndGptModelsRoundTrip) {
+  const RunConfig ds = run_of(Json::parse(R"({
+    "model": "deepseek-v3", "hardware": "h800", "cluster": {"num_gpus": 1024},
+    "training": {"seq_len": 4096, "global_batch_size": 1024, "precision": "fp8", "mtp_layers": 1},
+    "parallel": {"tp": 2, "pp": 8, "ep": 32, "etp": 1, "zero_stage": 1, "first_stage_layers": 5, "last_stage_layers": 8, "bucket_layout": "megatron", "bucket_mb": 256, "sp": true, "recompute": "full", "recompute_layers": 2,
+                 "moe": {"dispatcher": "alltoall", "capacity_factor": 1.25, "pad_to_capacity": true}}})"));
+  const std::string text = shell_text(export_megatron(ds));
+  for (const char* want : {"--multi-latent-attention", "--moe-layer-freq '([0]*3+[1]*58)'", "--moe-router-num-groups 8", "--mtp-num-layers 1",
+                           "--fp8-format hybrid", "--recompute-method block", "--moe-expert-capacity-factor 1.25", "--grad-reduce-in-bf16"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  expect_same_run(ds, round_trip(ds, "h800"));
+
+  Json gpt = Json::parse(R"({
+    "model": "gpt2-large", "hardware": "a100-sxm-80gb", "cluster": {"num_gpus": 16},
+    "training": {"seq_len": 1024, "global_batch_size": 64, "grad_dtype": "fp32"},
+    "parallel": {"tp": 1, "fsdp": true}})");
+  const RunConfig g = run_of(gpt);
+  const std::string gtext = shell_text(export_megatron(g));
+  EXPECT_EQ(gtext.find("--disable-bias-linear"), std::string::npos) << gtext;
+  EXPECT_EQ(gtext.find("--untie-embeddings"), std::string::npos) << gtext;
+  EXPECT_NE(gtext.find("--data-parallel-sharding-strategy optim_grads_params"), std::string::npos) << gtext;
+  expect_same_run(g, round_trip(g, "a100-sxm-80gb"));
+  gpt["parallel"] = Json{{"tp", 1}, {"zero_stage", 2}};
+  const RunConfig z2 = run_of(gpt);
+  EXPECT_NE(shell_text(export_megatron(z2)).find("--data-parallel-sharding-strategy optim_grads"), std::string::npos);
+  expect_same_run(z2, round_trip(z2, "a100-sxm-80gb"));
+}
+
+// What Megatron-LM has no argument for is an error naming the run-file field.
+TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
+  const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+                                   "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"tp": 2, "pp": 2}})");
+  EXPECT_EQ(export_error(base), "");
+  Json zbv = base;
+  zbv["parallel"]["schedule"] = "zbv";
+  zbv["parallel"]["vpp"] = 2;
+  EXPECT_NE(export_error(zbv).find("parallel.schedule: got zbv"), std::string::npos) << export_error(zbv);
+  Json gpipe = base;
+  gpipe["parallel"]["schedule"] = "gpipe";
+  EXPECT_NE(export_error(gpipe).find("parallel.schedule"), std::string::npos);
+  Json offload = base;
+  offload["parallel"] = Json{{"tp", 1}, {"zero_stage", 1}, {"offload", "optimizer"}};
+  EXPECT_NE(export_error(offload).find("parallel.offload"), std::string::npos) << export_error(offload);
+  Json titan_ac = base;
+  titan_ac["parallel"]["recompute"] = "selective-op";
+  EXPECT_NE(export_error(titan_ac).find("parallel.recompute"), std::string::npos);
+  Json hybrid = base;
+  hybrid["model"] = "nemotron-h-8b";
+  EXPECT_NE(export_error(hybrid).find("model: 'nemotron-h-8b' has Mamba"), std::string::npos) << export_error(hybrid);
+  Json windowed = base;
+  windowed["model"] = "gpt-oss-120b";
+  windowed["parallel"] = Json{{"tp", 1}, {"ep", 8}};
+  EXPECT_NE(export_error(windowed).find("sliding-window"), std::string::npos) << export_error(windowed);
+}
+
+}  // namespace
+}  // namespace stepcast::config
