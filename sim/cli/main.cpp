@@ -795,6 +795,10 @@ int run(int argc, char** argv) {
   plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
+  std::string plan_emit_run;
+  plan->add_option("--emit-run", plan_emit_run,
+                   "also write the best layout as a run file (the input run with its parallel block as ranked), for simulate, memory or export")
+      ->check(kOutputFile);
 
   // capacity
   RunFlags cap_run;
@@ -1150,6 +1154,21 @@ int run(int argc, char** argv) {
       return stepcast::plan::plan(run, plan_run.source, plan_run.base_dir, popt);
     }();
     if (!plan_csv_out.empty()) write_text(plan_csv_out, stepcast::plan::plan_csv(r, plan_rows));
+    if (!plan_emit_run.empty() && !r.ranked.empty()) {
+      // The input run with the best layout's settings over its parallel block (what the run file
+      // fixed stays), and its model and hardware files by absolute path.
+      Json best = run;
+      const Json ranked = stepcast::plan::plan_json(r, 1)["layouts"][0]["parallel"];
+      if (!best.contains("parallel") || !best["parallel"].is_object()) best["parallel"] = Json::object();
+      best["parallel"].update(ranked);
+      for (const char* k : {"model", "hardware"}) {
+        if (best.contains(k) && best[k].is_object() && best[k].contains("path") && best[k]["path"].is_string() &&
+            std::filesystem::path(best[k]["path"].get<std::string>()).is_relative()) {
+          best[k]["path"] = (std::filesystem::absolute(plan_run.base_dir) / best[k]["path"].get<std::string>()).lexically_normal().string();
+        }
+      }
+      write_text(plan_emit_run, best.dump(2) + "\n");
+    }
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);
       j.update(stepcast::report::provenance_json(cmdline));
