@@ -205,6 +205,45 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     run["parallel"].erase("vpp");
     kept.push_back("parallel: " + schedule + " as ZB-H1 (stepcast's zero-bubble schedules are ZB-H1 and ZB-V)");
   }
+  // The model parts' modules, where the config lists them: the split exactly (virtual stages in
+  // model order, pp of them per looped or V round).
+  if (const Json* parts = t.get("parallelism", "module_fqns_per_model_part"); parts != nullptr && pp > 1) {
+    if (!parts->is_array() || parts->empty() || parts->size() % static_cast<size_t>(pp) != 0) {
+      throw core::UserError("parallelism.module_fqns_per_model_part: expected a list of module-name lists, a multiple of pipeline_parallel_degree " +
+                            std::to_string(pp) + " of them");
+    }
+    Json counts = Json::array();
+    for (const auto& part : *parts) {
+      if (!part.is_array()) throw core::UserError("parallelism.module_fqns_per_model_part: each model part is a list of module names");
+      int64_t n = 0;
+      for (const auto& fqn : part) {
+        if (!fqn.is_string()) throw core::UserError("parallelism.module_fqns_per_model_part: got " + fqn.dump() + "; expected module names");
+        n += fqn.get<std::string>().rfind("layers.", 0) == 0 ? 1 : 0;
+      }
+      counts.push_back(n);
+    }
+    auto& par = run["parallel"];
+    par.erase("first_stage_layers");
+    par.erase("last_stage_layers");
+    par["stage_layers"] = counts;
+    if (parts->size() > static_cast<size_t>(pp)) {
+      par["vpp"] = static_cast<int64_t>(parts->size()) / pp;
+    } else {
+      par.erase("vpp");
+    }
+  }
+  // torch's context_parallel rotates K/V by all-gather (the harness's reading) or around the
+  // ring of peers (alltoall).
+  if (const std::string rotate = t.word("parallelism", "context_parallel_rotate_method", "allgather"); cp > 1 && rotate == "alltoall") {
+    run["parallel"]["cp_comm"] = "ring";
+  } else if (rotate != "allgather" && rotate != "alltoall") {
+    throw core::UserError("parallelism.context_parallel_rotate_method: got \"" + rotate + "\"; expected allgather or alltoall");
+  }
+  if (const std::string reshard = t.word("parallelism", "fsdp_reshard_after_forward", "default"); reshard == "never" || reshard == "always") {
+    run["parallel"]["reshard_after_forward"] = reshard == "always";
+  } else if (reshard != "default") {
+    throw core::UserError("parallelism.fsdp_reshard_after_forward: got \"" + reshard + "\"; expected default, always or never");
+  }
   run["assumptions"] = kept;
   if (optimizer == "sgd") run["training"]["optimizer"] = "sgd";
   run.erase("notes");  // the harness's

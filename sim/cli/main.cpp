@@ -652,13 +652,14 @@ int run(int argc, char** argv) {
   // export
   std::string exp_framework, exp_file, exp_out;
   bool exp_json = false;
-  auto* exp = app.add_subcommand("export", "a run file as a training framework's launch command (megatron: torchrun + Megatron-LM's pretrain_gpt.py "
-                                           "arguments for its model, batch, precision, layout, recomputation and overlap; import reads it back)");
-  exp->add_option("framework", exp_framework, "megatron")->required()->check(CLI::IsMember({"megatron"}));
+  auto* exp = app.add_subcommand("export", "a run file as a training framework's launch configuration (megatron: torchrun + Megatron-LM's pretrain_gpt.py "
+                                           "arguments for its model, batch, precision, layout, recomputation and overlap; torchtitan: a job config TOML); "
+                                           "import reads either back");
+  exp->add_option("framework", exp_framework, "megatron or torchtitan")->required()->check(CLI::IsMember({"megatron", "torchtitan"}));
   exp->add_option("run", exp_file, "run file (JSON), e.g. with the parallel block of a layout `plan --json` ranked")->required();
   exp->add_option("--set", run_sets, set_help)->allow_extra_args(false);
-  exp->add_option("--out", exp_out, "write the command here as a shell script (default: print it)")->check(kOutputFile);
-  exp->add_flag("--json", exp_json, "print {framework, launcher, args, notes} as JSON");
+  exp->add_option("--out", exp_out, "write it here (megatron: a shell script; torchtitan: the TOML; default: print it)")->check(kOutputFile);
+  exp->add_flag("--json", exp_json, "print it as JSON (megatron: {framework, launcher, args, notes}; torchtitan: {framework, model, config, notes})");
 
   // compare
   std::vector<std::string> cmp_files, cmp_sets_a, cmp_sets_b;
@@ -1365,9 +1366,16 @@ int run(int argc, char** argv) {
   }
   if (exp->parsed()) {
     const auto rc = stepcast::config::load_run_file(exp_file, run_sets);
-    const auto cmd = stepcast::config::export_megatron(rc);
-    const std::string text = exp_json ? Json{{"framework", cmd.framework}, {"launcher", cmd.launcher}, {"args", cmd.args}, {"notes", cmd.notes}}.dump(2) + "\n"
-                                      : stepcast::config::shell_text(cmd);
+    std::string text;
+    if (exp_framework == "torchtitan") {
+      const auto cfg = stepcast::config::export_torchtitan(rc);
+      text = exp_json ? Json{{"framework", cfg.framework}, {"model", cfg.model}, {"config", cfg.tables}, {"notes", cfg.notes}}.dump(2) + "\n"
+                      : stepcast::config::toml_text(cfg);
+    } else {
+      const auto cmd = stepcast::config::export_megatron(rc);
+      text = exp_json ? Json{{"framework", cmd.framework}, {"launcher", cmd.launcher}, {"args", cmd.args}, {"notes", cmd.notes}}.dump(2) + "\n"
+                      : stepcast::config::shell_text(cmd);
+    }
     if (exp_out.empty()) {
       std::cout << text;
     } else {

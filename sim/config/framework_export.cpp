@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 
 namespace stepcast::config {
+
+using core::Json;
 
 namespace {
 
@@ -235,6 +238,171 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   out.notes.push_back("hardware " + rc.hardware.name + ", " + num(rc.cluster.num_gpus) + " GPUs: the launcher's node and process counts; data, "
                       "checkpoint, logging and learning-rate arguments are the job's own");
   return out;
+}
+
+namespace {
+
+[[noreturn]] void titan_cannot(const std::string& field, const std::string& why) {
+  throw core::UserError("export torchtitan: " + field + ": " + why);
+}
+
+// torchtitan's [model] name and flavor for the zoo models it ships (those `import torchtitan`
+// reads back without --model).
+std::pair<std::string, std::string> titan_flavor(const std::string& zoo) {
+  static const std::map<std::string, std::pair<std::string, std::string>> kFlavors = {
+      {"llama3.1-8b", {"llama3", "8B"}}, {"llama3.1-70b", {"llama3", "70B"}}, {"llama3.1-405b", {"llama3", "405B"}}, {"deepseek-v3", {"deepseek_v3", "671B"}}};
+  const auto it = kFlavors.find(zoo);
+  return it == kFlavors.end() ? std::pair<std::string, std::string>{} : it->second;
+}
+
+}  // namespace
+
+ExportedConfig export_torchtitan(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  ExportedConfig out;
+  out.framework = "torchtitan";
+  out.model = m.name;
+  Json& doc = out.tables;
+  doc = Json::object();
+
+  // --- what torchtitan cannot run ---
+  if (p.zero_stage == 1 || p.zero_stage == 2) {
+    titan_cannot("parallel.zero_stage", "got " + std::to_string(p.zero_stage) + "; torchtitan shards data parallelism with FSDP2 (ZeRO-3, parallel.fsdp) or replicates it");
+  }
+  if (p.recompute == Recompute::kSelective) {
+    titan_cannot("parallel.recompute", "selective recomputation of modules is Megatron's; torchtitan checkpoints per operator (selective-op), every n-th layer, or all layers (full)");
+  }
+  if (p.cp > 1 && p.cp_comm != CpComm::kRing && p.cp_comm != CpComm::kRotateAllGather) {
+    titan_cannot("parallel.cp_comm", "got " + to_string(p.cp_comm) + "; torchtitan's context parallelism rotates K/V around the ring (ring, its alltoall rotation) or by all-gather (rotate-allgather)");
+  }
+  if (p.offload != Offload::kNone) titan_cannot("parallel.offload", "got " + to_string(p.offload) + "; CPU offload is not exported");
+  if (p.activation_offload_layers > 0) titan_cannot("parallel.activation_offload_layers", "torchtitan does not offload activations");
+  if (t.precision == hw::Dtype::kFp16) titan_cannot("training.precision", "got fp16; torchtitan trains in bf16 (fp8 linears through its float8 converter) or fp32");
+  if (p.pp > 1 && p.micro_batch_size > 0 && (t.global_batch_size / p.dp) % p.micro_batch_size != 0) {
+    titan_cannot("parallel.micro_batch_size", "does not divide the local batch");
+  }
+
+  // --- model ---
+  const auto [name, flavor] = titan_flavor(m.name);
+  Json model = Json::object();
+  if (!name.empty()) {
+    model["name"] = name;
+    model["flavor"] = flavor;
+  } else {
+    out.notes.push_back("model " + m.name + ": torchtitan ships no flavor of it here; set [model] name and flavor for your model definition "
+                        "(import it back with --model " + m.name + ")");
+  }
+  if (t.precision == hw::Dtype::kFp8) model["converters"] = Json::array({"float8"});
+  if (!model.empty()) doc["model"] = model;
+
+  // --- training ---
+  const int64_t local = t.global_batch_size / p.dp;  // per data-parallel rank per step
+  Json training = {{"seq_len", t.seq_len}, {"global_batch_size", t.global_batch_size},
+                   {"mixed_precision_param", t.precision == hw::Dtype::kFp32 ? "float32" : "bfloat16"}};
+  // Without a pipeline the local batch is one micro-batch, accumulated up to the global batch.
+  training["local_batch_size"] = p.pp > 1 ? local : p.micro_batch_size;
+  doc["training"] = training;
+  if (t.optimizer == Optimizer::kSgd) doc["optimizer"] = {{"name", "SGD"}};
+
+  // --- parallelism ---
+  Json par = {{"tensor_parallel_degree", p.tp}, {"pipeline_parallel_degree", p.pp}, {"context_parallel_degree", p.cp}};
+  if (p.fsdp || p.zero_stage == 3) {
+    par["data_parallel_replicate_degree"] = p.dp_replicate;
+    par["data_parallel_shard_degree"] = p.dp / p.dp_replicate;
+    // torchtitan's default reshards after forward without a pipeline and keeps the gathered
+    // parameters with one (where each micro-batch would gather them again).
+    if (p.pp > 1 && p.reshard_after_forward) par["fsdp_reshard_after_forward"] = "always";
+    if (p.pp == 1 && !p.reshard_after_forward) par["fsdp_reshard_after_forward"] = "never";
+  } else {
+    par["data_parallel_replicate_degree"] = p.dp;
+    par["data_parallel_shard_degree"] = 1;
+  }
+  if (m.moe.enabled()) par["expert_parallel_degree"] = p.ep;
+  if (p.tp_comm_overlap) par["enable_async_tensor_parallel"] = true;
+  if (p.cp > 1) par["context_parallel_rotate_method"] = p.cp_comm == CpComm::kRing ? "alltoall" : "allgather";
+  if (p.pp > 1) {
+    const char* schedule = nullptr;
+    switch (p.schedule) {
+      case Schedule::kGpipe: schedule = p.vpp > 1 ? "LoopedBFS" : "GPipe"; break;
+      case Schedule::kOneFOneB: schedule = "1F1B"; break;
+      case Schedule::kInterleaved: schedule = "Interleaved1F1B"; break;
+      case Schedule::kZbH1: schedule = "InterleavedZeroBubble"; break;
+      case Schedule::kZbV: schedule = "ZBVZeroBubble"; break;
+      case Schedule::kDualPipeV: schedule = "DualPipeV"; break;
+    }
+    if (p.schedule == Schedule::kZbH1 && p.vpp <= 1) {
+      titan_cannot("parallel.schedule", "zb-h1 with one stage per rank; torchtitan's zero-bubble schedules are InterleavedZeroBubble (vpp > 1) and ZBVZeroBubble");
+    }
+    par["pipeline_parallel_schedule"] = schedule;
+    par["pipeline_parallel_microbatch_size"] = p.micro_batch_size;
+    // Every model part's modules, in model order (the schedule places parts on ranks: looped
+    // for interleaved schedules, a V for ZBV and DualPipeV): the run's split exactly, whatever
+    // torchtitan's automatic split would weigh the embedding and output as.
+    Json parts = Json::array();
+    int64_t layer = 0;
+    for (size_t v = 0; v < rc.vstage_layers.size(); ++v) {
+      Json part = Json::array();
+      if (v == 0) part.push_back("tok_embeddings");
+      for (int64_t i = 0; i < rc.vstage_layers[v]; ++i) part.push_back("layers." + std::to_string(layer++));
+      if (v + 1 == rc.vstage_layers.size()) {
+        part.push_back("norm");
+        part.push_back("output");
+      }
+      parts.push_back(part);
+    }
+    par["module_fqns_per_model_part"] = parts;
+  }
+  doc["parallelism"] = par;
+
+  // --- activation checkpointing ---
+  Json ac = Json::object();
+  switch (p.recompute) {
+    case Recompute::kNone: ac["mode"] = "none"; break;
+    case Recompute::kSelectiveOp:
+      ac["mode"] = "selective";
+      ac["selective_ac_option"] = "op";
+      break;
+    case Recompute::kFull:
+      if (p.recompute_layers > 0) {
+        // torchtitan's layer-based selective AC checkpoints every n-th layer.
+        const int64_t per_stage = m.num_layers / p.pp;
+        if (per_stage % p.recompute_layers != 0) {
+          titan_cannot("parallel.recompute_layers", std::to_string(p.recompute_layers) + " of each stage's " + std::to_string(per_stage) +
+                                                         " layers is not one layer in every n, which torchtitan's layer-based AC checkpoints");
+        }
+        ac["mode"] = "selective";
+        ac["selective_ac_option"] = std::to_string(per_stage / p.recompute_layers);
+      } else {
+        ac["mode"] = "full";
+      }
+      break;
+    case Recompute::kSelective: break;
+  }
+  doc["activation_checkpoint"] = ac;
+  if (t.loss == LossImpl::kFused && t.fused_elementwise) doc["compile"] = {{"enable", true}, {"components", Json::array({"model", "loss"})}};
+
+  out.notes.push_back("hardware " + rc.hardware.name + ", " + std::to_string(rc.cluster.num_gpus) + " GPUs (" +
+                      std::to_string(rc.cluster.gpus_per_node) + " per node): torchrun's --nnodes " + std::to_string(rc.cluster.num_nodes()) +
+                      " --nproc-per-node " + std::to_string(std::min(rc.cluster.gpus_per_node, rc.cluster.num_gpus)) +
+                      "; dataset, checkpoint, optimizer settings and steps are the job's own");
+  out.notes.push_back("stepcast import torchtitan --config THIS.toml --gpus " + std::to_string(rc.cluster.num_gpus) + " --hardware " + rc.hardware.name +
+                      " predicts it with torchtitan's own runtime (FSDP2 mixed precision with fp32 parameters, its pipeline buffers), "
+                      "which can need more memory than this run");
+  return out;
+}
+
+std::string toml_text(const ExportedConfig& cfg) {
+  std::ostringstream o;
+  for (const auto& n : cfg.notes) o << "# " << n << "\n";
+  bool first = true;
+  for (const auto& [table, keys] : cfg.tables.items()) {
+    o << (first ? "" : "\n") << "[" << table << "]\n";
+    first = false;
+    for (const auto& [k, v] : keys.items()) o << k << " = " << v.dump() << "\n";
+  }
+  return o.str();
 }
 
 std::string shell_text(const ExportedCommand& cmd) {

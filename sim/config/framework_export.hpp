@@ -11,12 +11,20 @@
 // naming the run-file field, rather than a command that would train something else. What the run
 // file models but no framework sets (routing imbalance, hardware, scenarios) is listed as notes.
 // `stepcast import megatron` reads the command back into the same layout and model.
+//
+// torchtitan: a job config TOML ([model] name and flavor for the models torchtitan ships,
+// [training] batch, sequence and precision, [parallelism] degrees with HSDP, the pipeline
+// schedule, micro-batch and every model part's modules, async TP, the context-parallel rotation,
+// [activation_checkpoint], float8 converters). torchtitan shards data parallelism with FSDP2 or
+// replicates it: ZeRO-1/2, Megatron-style selective recomputation and the all-gather or Ulysses
+// context exchanges are errors naming the field. `stepcast import torchtitan` reads it back.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "sim/config/run_config.hpp"
+#include "sim/core/json_reader.hpp"
 
 namespace stepcast::config {
 
@@ -32,5 +40,18 @@ ExportedCommand export_megatron(const RunConfig& rc);
 
 // The command as a shell script: one argument per line with continuations, notes as comments.
 std::string shell_text(const ExportedCommand& cmd);
+
+struct ExportedConfig {
+  std::string framework;            // "torchtitan"
+  core::Json tables;                // TOML tables as JSON objects (table -> key -> value)
+  std::vector<std::string> notes;
+  std::string model;                // the stepcast model the config trains (import's --model when [model] has no flavor)
+};
+
+// Throws core::UserError naming the run-file field torchtitan cannot run.
+ExportedConfig export_torchtitan(const RunConfig& rc);
+
+// The config as TOML text (notes as comments).
+std::string toml_text(const ExportedConfig& cfg);
 
 }  // namespace stepcast::config

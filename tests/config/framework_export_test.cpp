@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "sim/accuracy/titan_import.hpp"
 #include "sim/config/framework_import.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
@@ -153,6 +154,103 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   windowed["model"] = "gpt-oss-120b";
   windowed["parallel"] = Json{{"tp", 1}, {"ep", 8}};
   EXPECT_NE(export_error(windowed).find("sliding-window"), std::string::npos) << export_error(windowed);
+}
+
+// torchtitan: the layout comes back from the TOML as it went out (the import then predicts it
+// with torchtitan's own runtime, so the step is not compared): FSDP2 with HSDP, op-level AC and
+// float8; a V-schedule pipeline with the run's uneven split as module lists; a MoE model with
+// expert parallelism that torchtitan ships no flavor of.
+RunConfig titan_round_trip(const RunConfig& rc, const std::string& hardware) {
+  const ExportedConfig cfg = export_torchtitan(rc);
+  ImportOptions opt;
+  opt.hardware = hardware;
+  opt.gpus = rc.cluster.num_gpus;
+  if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) opt.model = cfg.model;
+  const Json toml = parse_toml(toml_text(cfg), "<export>");
+  return run_of(accuracy::import_torchtitan(toml, "<export>", opt));
+}
+
+void expect_same_layout(const RunConfig& a, const RunConfig& b) {
+  EXPECT_EQ(a.model.name, b.model.name);
+  EXPECT_EQ(a.training.seq_len, b.training.seq_len);
+  EXPECT_EQ(a.training.global_batch_size, b.training.global_batch_size);
+  EXPECT_EQ(a.training.precision, b.training.precision);
+  const auto& p = a.parallel;
+  const auto& q = b.parallel;
+  EXPECT_EQ(plan::layout_text(p), plan::layout_text(q));
+  EXPECT_EQ(p.schedule, q.schedule);
+  EXPECT_EQ(p.vpp, q.vpp);
+  EXPECT_EQ(a.vstage_layers, b.vstage_layers);
+  EXPECT_EQ(p.recompute, q.recompute);
+  EXPECT_EQ(p.recompute_layers, q.recompute_layers);
+  EXPECT_EQ(p.dp_replicate, q.dp_replicate);
+  EXPECT_EQ(p.fsdp || p.zero_stage == 3, q.fsdp || q.zero_stage == 3);
+  EXPECT_EQ(p.reshard_after_forward, q.reshard_after_forward);
+  EXPECT_EQ(p.cp_comm, q.cp_comm);
+}
+
+TEST(TorchtitanExport, LayoutsRoundTrip) {
+  const RunConfig hsdp = run_of(Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 64},
+    "training": {"seq_len": 8192, "global_batch_size": 128, "precision": "fp8"},
+    "parallel": {"tp": 2, "fsdp": true, "dp_replicate": 4, "micro_batch_size": 1, "recompute": "selective-op"}})"));
+  const ExportedConfig cfg = export_torchtitan(hsdp);
+  const std::string text = toml_text(cfg);
+  for (const char* want : {"flavor = \"8B\"", "converters = [\"float8\"]", "data_parallel_replicate_degree = 4", "data_parallel_shard_degree = 8",
+                           "selective_ac_option = \"op\"", "local_batch_size = 1"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  expect_same_layout(hsdp, titan_round_trip(hsdp, "h100-sxm"));
+
+  const RunConfig zbv = run_of(Json::parse(R"({
+    "model": "llama3.1-70b", "hardware": "h100-sxm", "cluster": {"num_gpus": 128},
+    "training": {"seq_len": 8192, "global_batch_size": 256},
+    "parallel": {"tp": 8, "pp": 4, "cp": 2, "cp_comm": "ring", "vpp": 2, "schedule": "zbv", "fsdp": true, "micro_batch_size": 1,
+                 "recompute": "full", "recompute_layers": 5, "stage_layers": [9, 10, 10, 10, 10, 10, 10, 11]}})"));
+  const std::string ztext = toml_text(export_torchtitan(zbv));
+  for (const char* want : {"pipeline_parallel_schedule = \"ZBVZeroBubble\"", "context_parallel_rotate_method = \"alltoall\"",
+                           "fsdp_reshard_after_forward = \"always\"", "selective_ac_option = \"4\"", "\"layers.79\",\"norm\",\"output\"]]"}) {
+    EXPECT_NE(ztext.find(want), std::string::npos) << want << "\n" << ztext;
+  }
+  expect_same_layout(zbv, titan_round_trip(zbv, "h100-sxm"));
+
+  // A model torchtitan ships no flavor of: the config says so and import takes --model.
+  const RunConfig moe = run_of(Json::parse(R"({
+    "model": "qwen3-30b-a3b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+    "training": {"seq_len": 4096, "global_batch_size": 64},
+    "parallel": {"tp": 1, "ep": 8, "fsdp": true, "micro_batch_size": 2}})"));
+  const ExportedConfig dcfg = export_torchtitan(moe);
+  EXPECT_FALSE(dcfg.tables.contains("model"));
+  EXPECT_NE(dcfg.notes.front().find("--model qwen3-30b-a3b"), std::string::npos) << dcfg.notes.front();
+  EXPECT_EQ(dcfg.tables["parallelism"]["expert_parallel_degree"], 8);
+  expect_same_layout(moe, titan_round_trip(moe, "h100-sxm"));
+}
+
+TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
+  const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+                                   "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"tp": 2, "fsdp": true}})");
+  auto error = [](const Json& j) {
+    try {
+      (void)export_torchtitan(run_of(j));
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(base), "");
+  Json z1 = base;
+  z1["parallel"] = Json{{"tp", 2}, {"zero_stage", 1}};
+  EXPECT_NE(error(z1).find("parallel.zero_stage: got 1"), std::string::npos) << error(z1);
+  Json modules = base;
+  modules["parallel"]["recompute"] = "selective";
+  EXPECT_NE(error(modules).find("parallel.recompute"), std::string::npos) << error(modules);
+  Json ulysses = base;
+  ulysses["parallel"]["cp"] = 2;
+  ulysses["parallel"]["cp_comm"] = "ulysses";
+  EXPECT_NE(error(ulysses).find("parallel.cp_comm: got ulysses"), std::string::npos) << error(ulysses);
+  Json fp16 = base;
+  fp16["training"]["precision"] = "fp16";
+  EXPECT_NE(error(fp16).find("training.precision"), std::string::npos);
 }
 
 }  // namespace
