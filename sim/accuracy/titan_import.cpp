@@ -187,13 +187,13 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   for (const auto& a : run.value("assumptions", Json::array())) {
     if (a.is_string() && a.get<std::string>().rfind("hardware:", 0) != 0) kept.push_back(a);
   }
+  int64_t layer_sac = 0;  // layer-based SAC: every layer_sac-th layer fully checkpointed
   if (ac == "selective" && sac != "op") {
-    // Layer-based SAC: every n-th layer fully checkpointed.
-    const int64_t n = std::atoll(sac.c_str());
-    if (n <= 0) throw core::UserError("activation_checkpoint.selective_ac_option: got \"" + sac + "\"; expected \"op\" or a layer interval");
+    layer_sac = std::atoll(sac.c_str());
+    if (layer_sac <= 0) throw core::UserError("activation_checkpoint.selective_ac_option: got \"" + sac + "\"; expected \"op\" or a layer interval");
     run["parallel"]["recompute"] = "full";
-    run["parallel"]["recompute_layers"] = std::max<int64_t>(1, m.num_layers / (n * pp));
-    kept.push_back("parallel: layer-based selective AC every " + std::to_string(n) + " layers, as full recomputation of that share of each stage's layers");
+    kept.push_back("parallel: layer-based selective AC every " + std::to_string(layer_sac) +
+                   " layers, as full recomputation of that share of each virtual stage's layers");
   }
   if (pp > 1 && schedule == "GPipe") run["parallel"]["schedule"] = "gpipe";
   if (pp > 1 && (schedule == "ZBVZeroBubble" || schedule == "DualPipeV")) {
@@ -243,6 +243,10 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     run["parallel"]["reshard_after_forward"] = reshard == "always";
   } else if (reshard != "default") {
     throw core::UserError("parallelism.fsdp_reshard_after_forward: got \"" + reshard + "\"; expected default, always or never");
+  }
+  if (layer_sac > 0) {
+    const int64_t vstages = pp * run["parallel"].value("vpp", int64_t{1});
+    run["parallel"]["recompute_layers"] = std::max<int64_t>(1, m.num_layers / (layer_sac * vstages));
   }
   run["assumptions"] = kept;
   if (optimizer == "sgd") run["training"]["optimizer"] = "sgd";

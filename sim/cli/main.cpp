@@ -794,6 +794,11 @@ int run(int argc, char** argv) {
                  "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string plan_schedules;
   plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
+  plan->add_option("--framework", popt.framework,
+                   "keep only layouts this framework runs as they are, the ones `export` writes (megatron: 1F1B and interleaved schedules, no "
+                   "CPU offload; torchtitan: FSDP2 or DDP, no ZeRO-1/2, op-level or layer-interval recomputation); the others are rejected "
+                   "naming the setting")
+      ->check(CLI::IsMember({"megatron", "torchtitan"}));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
   std::string plan_emit_run;
@@ -1140,6 +1145,12 @@ int run(int argc, char** argv) {
       run["parallel"][key] = v;
     }
     if (!plan_schedules.empty()) popt.schedules = stepcast::plan::parse_schedules(plan_schedules, "--schedules");
+    // The schedules the framework runs, unless --schedules narrows them (torchtitan's zero-bubble
+    // schedules take virtual stages: InterleavedZeroBubble's is not searched, ZBV and DualPipeV are).
+    if (popt.schedules.empty() && popt.framework == "megatron") popt.schedules = stepcast::plan::parse_schedules("1f1b,interleaved", "--framework");
+    if (popt.schedules.empty() && popt.framework == "torchtitan") {
+      popt.schedules = stepcast::plan::parse_schedules("1f1b,interleaved,zbv,dualpipev", "--framework");
+    }
     popt.keep = plan_rows;  // the rows printed (at least what the re-simulation and explanation use)
     // A terminal sees the search's progress on one line, erased when the search ends.
     const bool plan_tty = ::isatty(2) != 0;

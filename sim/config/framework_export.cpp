@@ -16,11 +16,80 @@ namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-[[noreturn]] void cannot(const std::string& field, const std::string& why) {
-  throw core::UserError("export megatron: " + field + ": " + why);
-}
+std::string refusal(const std::string& field, const std::string& why) { return field + ": " + why; }
 
 }  // namespace
+
+std::string megatron_refusal(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  if (m.hybrid() || !m.mixer_pattern.empty() || m.mamba.enabled() || m.linear.enabled()) {
+    return refusal("model", "'" + m.name + "' has Mamba or linear-attention layers; pretrain_gpt.py builds attention layers only (export the layout by hand for pretrain_mamba.py)");
+  }
+  if (m.sliding_window > 0 || m.attention_chunk > 0) {
+    return refusal("model", "'" + m.name + "' uses sliding-window or chunked attention, which these arguments do not describe");
+  }
+  if (m.position == model::PositionKind::kAlibi) return refusal("model", "'" + m.name + "' uses ALiBi positions, which Megatron-LM's GPT model does not offer");
+  if (m.embedding_norm) return refusal("model", "'" + m.name + "' normalizes its token embeddings (BLOOM style), which Megatron-LM's GPT model does not");
+  if (!m.moe.dense_layers.empty() || (m.moe.enabled() && m.moe.layer_freq > 1 && m.moe.layer_offset != 0)) {
+    return refusal("model", "'" + m.name + "' places its MoE layers in a pattern --moe-layer-freq cannot state here (an interval from layer 0, or dense first layers)");
+  }
+  switch (p.schedule) {
+    case Schedule::kOneFOneB:
+    case Schedule::kInterleaved: break;
+    default:
+      return refusal("parallel.schedule", "got " + to_string(p.schedule) + "; Megatron-LM runs 1f1b and interleaved (1f1b with vpp > 1)");
+  }
+  if (p.schedule == Schedule::kInterleaved && p.vpp <= 1) return refusal("parallel.vpp", "the interleaved schedule needs vpp > 1");
+  if (p.offload != Offload::kNone) return refusal("parallel.offload", "got " + to_string(p.offload) + "; CPU offload of the optimizer or parameters is not exported");
+  if (p.cp_comm == CpComm::kRotateAllGather && p.cp > 1) return refusal("parallel.cp_comm", "rotate-allgather is PyTorch's context_parallel, not Transformer Engine's");
+  if (p.recompute == Recompute::kSelectiveOp) return refusal("parallel.recompute", "selective-op is torchtitan's per-operator checkpointing; Megatron-LM's selective recomputation takes modules");
+  if (t.optimizer != Optimizer::kAdam && t.optimizer != Optimizer::kSgd) return refusal("training.optimizer", "not adam or sgd");
+
+  if (t.precision != hw::Dtype::kBf16 && t.precision != hw::Dtype::kFp16 && t.precision != hw::Dtype::kFp8 && t.precision != hw::Dtype::kFp32) {
+    return refusal("training.precision", "got " + hw::to_string(t.precision) + "; Megatron-LM trains in bf16, fp16, fp8 or fp32");
+  }
+  if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kBf16) {
+    return refusal("training.grad_dtype", "got " + hw::to_string(t.grad_dtype) + "; Megatron-LM reduces gradients in fp32 or bf16");
+  }
+  return "";
+}
+
+std::string torchtitan_refusal(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  if (p.zero_stage == 1 || p.zero_stage == 2) {
+    return refusal("parallel.zero_stage", "got " + std::to_string(p.zero_stage) + "; torchtitan shards data parallelism with FSDP2 (ZeRO-3, parallel.fsdp) or replicates it");
+  }
+  if (p.recompute == Recompute::kSelective) {
+    return refusal("parallel.recompute", "selective recomputation of modules is Megatron's; torchtitan checkpoints per operator (selective-op), every n-th layer, or all layers (full)");
+  }
+  if (p.cp > 1 && p.cp_comm != CpComm::kRing && p.cp_comm != CpComm::kRotateAllGather) {
+    return refusal("parallel.cp_comm", "got " + to_string(p.cp_comm) + "; torchtitan's context parallelism rotates K/V around the ring (ring, its alltoall rotation) or by all-gather (rotate-allgather)");
+  }
+  if (p.offload != Offload::kNone) return refusal("parallel.offload", "got " + to_string(p.offload) + "; CPU offload is not exported");
+  if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "torchtitan does not offload activations");
+  if (t.precision == hw::Dtype::kFp16) return refusal("training.precision", "got fp16; torchtitan trains in bf16 (fp8 linears through its float8 converter) or fp32");
+  if (p.pp > 1 && p.micro_batch_size > 0 && (t.global_batch_size / p.dp) % p.micro_batch_size != 0) {
+    return refusal("parallel.micro_batch_size", "does not divide the local batch");
+  }
+
+  if (p.pp > 1 && p.schedule == Schedule::kZbH1 && p.vpp <= 1) {
+    return refusal("parallel.schedule", "zb-h1 with one stage per rank; torchtitan's zero-bubble schedules are InterleavedZeroBubble (vpp > 1) and ZBVZeroBubble");
+  }
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0) {
+    // The share of each virtual stage's layers that is recomputed, as one in every k layers.
+    const int64_t vstages = p.pp * std::max<int64_t>(1, p.vpp);
+    const int64_t per_vstage = m.num_layers / vstages;
+    if (m.num_layers % vstages != 0 || per_vstage % p.recompute_layers != 0) {
+      return refusal("parallel.recompute_layers", std::to_string(p.recompute_layers) + " of each virtual stage's layers is not one layer in every k "
+                                                 "of an even split, which torchtitan's layer-based AC checkpoints");
+    }
+  }
+  return "";
+}
 
 ExportedCommand export_megatron(const RunConfig& rc) {
   const auto& m = rc.model;
@@ -35,29 +104,7 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     a.push_back(value);
   };
 
-  // --- what Megatron-LM cannot run ---
-  if (m.hybrid() || !m.mixer_pattern.empty() || m.mamba.enabled() || m.linear.enabled()) {
-    cannot("model", "'" + m.name + "' has Mamba or linear-attention layers; pretrain_gpt.py builds attention layers only (export the layout by hand for pretrain_mamba.py)");
-  }
-  if (m.sliding_window > 0 || m.attention_chunk > 0) {
-    cannot("model", "'" + m.name + "' uses sliding-window or chunked attention, which these arguments do not describe");
-  }
-  if (m.position == model::PositionKind::kAlibi) cannot("model", "'" + m.name + "' uses ALiBi positions, which Megatron-LM's GPT model does not offer");
-  if (m.embedding_norm) cannot("model", "'" + m.name + "' normalizes its token embeddings (BLOOM style), which Megatron-LM's GPT model does not");
-  if (!m.moe.dense_layers.empty() || (m.moe.enabled() && m.moe.layer_freq > 1 && m.moe.layer_offset != 0)) {
-    cannot("model", "'" + m.name + "' places its MoE layers in a pattern --moe-layer-freq cannot state here (an interval from layer 0, or dense first layers)");
-  }
-  switch (p.schedule) {
-    case Schedule::kOneFOneB:
-    case Schedule::kInterleaved: break;
-    default:
-      cannot("parallel.schedule", "got " + to_string(p.schedule) + "; Megatron-LM runs 1f1b and interleaved (1f1b with vpp > 1)");
-  }
-  if (p.schedule == Schedule::kInterleaved && p.vpp <= 1) cannot("parallel.vpp", "the interleaved schedule needs vpp > 1");
-  if (p.offload != Offload::kNone) cannot("parallel.offload", "got " + to_string(p.offload) + "; CPU offload of the optimizer or parameters is not exported");
-  if (p.cp_comm == CpComm::kRotateAllGather && p.cp > 1) cannot("parallel.cp_comm", "rotate-allgather is PyTorch's context_parallel, not Transformer Engine's");
-  if (p.recompute == Recompute::kSelectiveOp) cannot("parallel.recompute", "selective-op is torchtitan's per-operator checkpointing; Megatron-LM's selective recomputation takes modules");
-  if (t.optimizer != Optimizer::kAdam && t.optimizer != Optimizer::kSgd) cannot("training.optimizer", "not adam or sgd");
+  if (const std::string why = megatron_refusal(rc); !why.empty()) throw core::UserError("export megatron: " + why);
 
   // --- launcher ---
   const int64_t per_node = rc.cluster.gpus_per_node;
@@ -142,7 +189,7 @@ ExportedCommand export_megatron(const RunConfig& rc) {
       arg("fp8-format", "hybrid");
       break;
     case hw::Dtype::kFp32: break;
-    default: cannot("training.precision", "got " + hw::to_string(t.precision) + "; Megatron-LM trains in bf16, fp16, fp8 or fp32");
+    default: break;  // (megatron_refusal)
   }
   if (t.optimizer == Optimizer::kSgd) arg("optimizer", "sgd");
   if (t.attention == AttentionImpl::kUnfused) {
@@ -231,7 +278,6 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   // Megatron-LM keeps fp32 main gradients under 16-bit and fp8 training unless told to reduce
   // them in bf16.
   if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32) {
-    if (t.grad_dtype != hw::Dtype::kBf16) cannot("training.grad_dtype", "got " + hw::to_string(t.grad_dtype) + "; Megatron-LM reduces gradients in fp32 or bf16");
     flag("grad-reduce-in-bf16");
   }
   if (rc.scenario.present) out.notes.push_back("the run's scenario (stragglers, jitter, degraded links) describes the cluster, not the job");
@@ -242,9 +288,6 @@ ExportedCommand export_megatron(const RunConfig& rc) {
 
 namespace {
 
-[[noreturn]] void titan_cannot(const std::string& field, const std::string& why) {
-  throw core::UserError("export torchtitan: " + field + ": " + why);
-}
 
 // torchtitan's [model] name and flavor for the zoo models it ships (those `import torchtitan`
 // reads back without --model).
@@ -267,22 +310,7 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
   Json& doc = out.tables;
   doc = Json::object();
 
-  // --- what torchtitan cannot run ---
-  if (p.zero_stage == 1 || p.zero_stage == 2) {
-    titan_cannot("parallel.zero_stage", "got " + std::to_string(p.zero_stage) + "; torchtitan shards data parallelism with FSDP2 (ZeRO-3, parallel.fsdp) or replicates it");
-  }
-  if (p.recompute == Recompute::kSelective) {
-    titan_cannot("parallel.recompute", "selective recomputation of modules is Megatron's; torchtitan checkpoints per operator (selective-op), every n-th layer, or all layers (full)");
-  }
-  if (p.cp > 1 && p.cp_comm != CpComm::kRing && p.cp_comm != CpComm::kRotateAllGather) {
-    titan_cannot("parallel.cp_comm", "got " + to_string(p.cp_comm) + "; torchtitan's context parallelism rotates K/V around the ring (ring, its alltoall rotation) or by all-gather (rotate-allgather)");
-  }
-  if (p.offload != Offload::kNone) titan_cannot("parallel.offload", "got " + to_string(p.offload) + "; CPU offload is not exported");
-  if (p.activation_offload_layers > 0) titan_cannot("parallel.activation_offload_layers", "torchtitan does not offload activations");
-  if (t.precision == hw::Dtype::kFp16) titan_cannot("training.precision", "got fp16; torchtitan trains in bf16 (fp8 linears through its float8 converter) or fp32");
-  if (p.pp > 1 && p.micro_batch_size > 0 && (t.global_batch_size / p.dp) % p.micro_batch_size != 0) {
-    titan_cannot("parallel.micro_batch_size", "does not divide the local batch");
-  }
+  if (const std::string why = torchtitan_refusal(rc); !why.empty()) throw core::UserError("export torchtitan: " + why);
 
   // --- model ---
   const auto [name, flavor] = titan_flavor(m.name);
@@ -332,9 +360,6 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
       case Schedule::kZbV: schedule = "ZBVZeroBubble"; break;
       case Schedule::kDualPipeV: schedule = "DualPipeV"; break;
     }
-    if (p.schedule == Schedule::kZbH1 && p.vpp <= 1) {
-      titan_cannot("parallel.schedule", "zb-h1 with one stage per rank; torchtitan's zero-bubble schedules are InterleavedZeroBubble (vpp > 1) and ZBVZeroBubble");
-    }
     par["pipeline_parallel_schedule"] = schedule;
     par["pipeline_parallel_microbatch_size"] = p.micro_batch_size;
     // Every model part's modules, in model order (the schedule places parts on ranks: looped
@@ -366,14 +391,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
       break;
     case Recompute::kFull:
       if (p.recompute_layers > 0) {
-        // torchtitan's layer-based selective AC checkpoints every n-th layer.
-        const int64_t per_stage = m.num_layers / p.pp;
-        if (per_stage % p.recompute_layers != 0) {
-          titan_cannot("parallel.recompute_layers", std::to_string(p.recompute_layers) + " of each stage's " + std::to_string(per_stage) +
-                                                         " layers is not one layer in every n, which torchtitan's layer-based AC checkpoints");
-        }
+        // torchtitan's layer-based selective AC checkpoints every k-th layer.
+        const int64_t per_vstage = m.num_layers / (p.pp * std::max<int64_t>(1, p.vpp));
         ac["mode"] = "selective";
-        ac["selective_ac_option"] = std::to_string(per_stage / p.recompute_layers);
+        ac["selective_ac_option"] = std::to_string(per_vstage / p.recompute_layers);
       } else {
         ac["mode"] = "full";
       }

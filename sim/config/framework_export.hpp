@@ -35,6 +35,11 @@ struct ExportedCommand {
   std::vector<std::string> notes;        // what the run models that the arguments do not carry
 };
 
+// Why the framework cannot run the run as it is ("FIELD: why"), or empty when it can. The
+// exporters refuse with it; the planner's --framework drops such layouts with it.
+std::string megatron_refusal(const RunConfig& rc);
+std::string torchtitan_refusal(const RunConfig& rc);
+
 // Throws core::UserError naming the run-file field Megatron-LM cannot run.
 ExportedCommand export_megatron(const RunConfig& rc);
 

@@ -1,5 +1,7 @@
 #include "sim/plan/planner.hpp"
 
+#include "sim/config/framework_export.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -12,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/config/framework_export.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
 #include "sim/estimate/workload.hpp"
@@ -272,6 +275,17 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     ev.message = line;
     return ev;
   }
+  // A layout the framework cannot run (PlanOptions::framework), named by the setting at fault.
+  auto refused = [&](const RunConfig& r) {
+    const std::string why = opt.framework == "megatron"     ? config::megatron_refusal(r)
+                            : opt.framework == "torchtitan" ? config::torchtitan_refusal(r)
+                                                            : std::string();
+    if (why.empty()) return false;
+    ev.reason = "not run by " + opt.framework + ": " + why.substr(0, why.find(": "));
+    ev.message = why;
+    return true;
+  };
+  if (refused(rc)) return ev;
   auto ledger = memory::compute_ledger(rc);
   if (search.offload_layers && rc.parallel.recompute == Recompute::kNone &&
       ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
@@ -311,10 +325,16 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     // Recompute only as many layers of each virtual stage as the memory needs (Megatron's
     // block method). When nothing needs recomputing the no-recompute candidate covers the
     // layout.
-    if (const int64_t n = memory::fewest_recompute_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
+    if (int64_t n = memory::fewest_recompute_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
+      // torchtitan checkpoints every k-th layer: as many layers as a whole interval gives.
+      const int64_t per_vstage = rc.model.num_layers / (rc.parallel.pp * rc.parallel.vpp);
+      if (opt.framework == "torchtitan") {
+        while (n < per_vstage && per_vstage % n != 0) ++n;
+      }
       rc.parallel.recompute_layers = n;
       ledger = memory::compute_ledger(rc);
     }
+    if (refused(rc)) return ev;
   }
   ev.c.peak_memory_bytes = ledger.peak().value();
   try {

@@ -42,6 +42,9 @@ struct PlanOptions {
   // interleaved with them, ZB-V and DualPipeV at vpp 2; GPipe only when listed). A framework without
   // zero-bubble schedules lists what it runs, e.g. {1f1b, interleaved}.
   std::vector<config::Schedule> schedules;
+  // Keep only layouts this framework runs as they are ("megatron", "torchtitan"; empty: any),
+  // the ones `stepcast export` writes: the others are rejected with the setting at fault.
+  std::string framework;
   // Ranked layouts returned in full (PlanResult::ranked), best first; every fitting layout is
   // still estimated and counted in PlanResult::fit. 0 keeps them all; otherwise at least
   // 3 * top_k (what the re-simulation may reach) and 64 (for the explanation's runner-up).

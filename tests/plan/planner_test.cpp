@@ -10,6 +10,7 @@
 
 #include <set>
 
+#include "sim/config/framework_export.hpp"
 #include "sim/core/error.hpp"
 #include "sim/estimate/estimate.hpp"
 #include "sim/memory/ledger.hpp"
@@ -200,6 +201,32 @@ TEST(Planner, SchedulesSearchedFollowTheList) {
       ADD_FAILURE() << bad;
     } catch (const core::UserError& e) {
       EXPECT_NE(std::string(e.what()).find("--schedules"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// --framework: every ranked layout is one the framework runs as it is (what `export` writes),
+// and the layouts it cannot run are counted under the setting at fault.
+TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
+  Json j = run_8b();
+  j["parallel"] = {{"recompute", "full"}};
+  for (const std::string fw : {"megatron", "torchtitan"}) {
+    PlanOptions o = small_options();
+    o.framework = fw;
+    const PlanResult r = plan(j, "<plan-test>", "", o);
+    ASSERT_FALSE(r.ranked.empty()) << fw;
+    for (const auto& c : r.ranked) {
+      EXPECT_EQ(fw == "megatron" ? config::megatron_refusal(c.rc) : config::torchtitan_refusal(c.rc), "") << fw << " " << layout_text(c.rc.parallel);
+    }
+    if (fw == "megatron") {
+      EXPECT_GT(r.rejected.count("not run by megatron: parallel.schedule"), 0u);
+    } else {
+      EXPECT_GT(r.rejected.at("not run by torchtitan: parallel.zero_stage"), 0);
+      // Recomputing every k-th layer: the memory search rounds its layer count up to a divisor.
+      for (const auto& c : r.ranked) {
+        const auto& p = c.rc.parallel;
+        if (p.recompute_layers > 0) EXPECT_EQ((32 / (p.pp * p.vpp)) % p.recompute_layers, 0) << layout_text(p);
+      }
     }
   }
 }
