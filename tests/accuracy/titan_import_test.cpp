@@ -129,6 +129,13 @@ enable = true
             std::string::npos);
   config::ImportOptions none;
   EXPECT_NE(err(base, none).find("--gpus"), std::string::npos);
+  // The keys `stepcast export torchtitan` writes, malformed.
+  const std::string pp2 = base + "[parallelism]\npipeline_parallel_degree = 2\n";
+  EXPECT_NE(err(pp2 + "module_fqns_per_model_part = [[\"layers.0\"], [\"layers.1\"], [\"layers.2\"]]\n", o).find("a multiple of pipeline_parallel_degree 2"),
+            std::string::npos);
+  EXPECT_NE(err(pp2 + "module_fqns_per_model_part = [[\"layers.0\"], [3]]\n", o).find("expected module names"), std::string::npos);
+  EXPECT_NE(err(pp2 + "context_parallel_rotate_method = \"ring\"\n", o).find("context_parallel_rotate_method"), std::string::npos);
+  EXPECT_NE(err(pp2 + "fsdp_reshard_after_forward = \"sometimes\"\n", o).find("fsdp_reshard_after_forward"), std::string::npos);
 }
 
 }  // namespace

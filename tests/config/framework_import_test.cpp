@@ -236,6 +236,9 @@ TEST(MegatronImport, BadArgumentsAreNamed) {
   EXPECT_NE(with({"--recompute-granularity", "most"}).find("--recompute-granularity"), std::string::npos);
   EXPECT_NE(with({"--normalization", "BatchNorm"}).find("--normalization"), std::string::npos);
   EXPECT_NE(error_of({"--num-layers", "2"}).find("GPU count"), std::string::npos);  // no --gpus, no torchrun
+  // Arguments `stepcast export megatron` writes, malformed.
+  EXPECT_NE(with({"--use-megatron-fsdp", "--data-parallel-sharding-strategy", "half"}).find("--data-parallel-sharding-strategy"), std::string::npos);
+  EXPECT_NE(with({"--num-experts", "8", "--moe-expert-capacity-factor", "-1"}).find("--moe-expert-capacity-factor"), std::string::npos);
 }
 
 // DeepSpeed: ZeRO-Infinity's CPU offload of parameters and optimizer, the batch arithmetic and
