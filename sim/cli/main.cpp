@@ -660,6 +660,8 @@ int run(int argc, char** argv) {
   exp->add_option("--set", run_sets, set_help)->allow_extra_args(false);
   exp->add_option("--out", exp_out, "write it here (megatron: a shell script; torchtitan: the TOML; default: print it)")->check(kOutputFile);
   exp->add_flag("--json", exp_json, "print it as JSON (megatron: {framework, launcher, args, notes}; torchtitan: {framework, model, config, notes})");
+  bool exp_allow_oom = false;
+  exp->add_flag("--allow-oom", exp_allow_oom, "export even when the layout does not fit");
 
   // compare
   std::vector<std::string> cmp_files, cmp_sets_a, cmp_sets_b;
@@ -1377,6 +1379,8 @@ int run(int argc, char** argv) {
   }
   if (exp->parsed()) {
     const auto rc = stepcast::config::load_run_file(exp_file, run_sets);
+    // A launch command for a layout that runs out of memory is refused as estimate refuses it.
+    if (!fits_or_says(rc, stepcast::memory::compute_ledger(rc), exp_allow_oom, rc.source_name)) return kExitDoesNotFit;
     std::string text;
     if (exp_framework == "torchtitan") {
       const auto cfg = stepcast::config::export_torchtitan(rc);
