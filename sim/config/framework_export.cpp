@@ -45,8 +45,6 @@ std::string megatron_refusal(const RunConfig& rc) {
   if (p.offload != Offload::kNone) return refusal("parallel.offload", "got " + to_string(p.offload) + "; CPU offload of the optimizer or parameters is not exported");
   if (p.cp_comm == CpComm::kRotateAllGather && p.cp > 1) return refusal("parallel.cp_comm", "rotate-allgather is PyTorch's context_parallel, not Transformer Engine's");
   if (p.recompute == Recompute::kSelectiveOp) return refusal("parallel.recompute", "selective-op is torchtitan's per-operator checkpointing; Megatron-LM's selective recomputation takes modules");
-  if (t.optimizer != Optimizer::kAdam && t.optimizer != Optimizer::kSgd) return refusal("training.optimizer", "not adam or sgd");
-
   if (t.precision != hw::Dtype::kBf16 && t.precision != hw::Dtype::kFp16 && t.precision != hw::Dtype::kFp8 && t.precision != hw::Dtype::kFp32) {
     return refusal("training.precision", "got " + hw::to_string(t.precision) + "; Megatron-LM trains in bf16, fp16, fp8 or fp32");
   }
@@ -72,10 +70,6 @@ std::string torchtitan_refusal(const RunConfig& rc) {
   if (p.offload != Offload::kNone) return refusal("parallel.offload", "got " + to_string(p.offload) + "; CPU offload is not exported");
   if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "torchtitan does not offload activations");
   if (t.precision == hw::Dtype::kFp16) return refusal("training.precision", "got fp16; torchtitan trains in bf16 (fp8 linears through its float8 converter) or fp32");
-  if (p.pp > 1 && p.micro_batch_size > 0 && (t.global_batch_size / p.dp) % p.micro_batch_size != 0) {
-    return refusal("parallel.micro_batch_size", "does not divide the local batch");
-  }
-
   if (p.pp > 1 && p.schedule == Schedule::kZbH1 && p.vpp <= 1) {
     return refusal("parallel.schedule", "zb-h1 with one stage per rank; torchtitan's zero-bubble schedules are InterleavedZeroBubble (vpp > 1) and ZBVZeroBubble");
   }
@@ -212,21 +206,21 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   }
   if (p.schedule == Schedule::kInterleaved) arg("virtual-pipeline-model-parallel-size", num(p.vpp));
   if (p.sp) flag("sequence-parallel");
-  // The split: Megatron's even split unless the run's differs, then its first and last stage
-  // counts where those say it all, else the whole layout.
+  // The split as the run gives it: first and last stage counts, or Megatron's split with the
+  // embedding and loss counted as layers, or (a listed or derived uneven split) the whole layout.
   if (p.pp > 1) {
     const auto& v = rc.vstage_layers;
     const bool even = std::all_of(v.begin(), v.end(), [&](int64_t n) { return n == v.front(); });
-    if (!even) {
-      if (p.first_stage_layers >= 0 || p.last_stage_layers >= 0) {
-        if (p.first_stage_layers >= 0) arg("decoder-first-pipeline-num-layers", num(p.first_stage_layers));
-        if (p.last_stage_layers >= 0) arg("decoder-last-pipeline-num-layers", num(p.last_stage_layers));
-      } else {
-        arg("pipeline-model-parallel-layout", megatron_layout_text(v, t.mtp_layers));
-      }
+    const bool listed = !p.stage_layer_list.empty() || !p.pipeline_layout.is_null();
+    if (p.first_stage_layers >= 0 || p.last_stage_layers >= 0) {
+      if (p.first_stage_layers >= 0) arg("decoder-first-pipeline-num-layers", num(p.first_stage_layers));
+      if (p.last_stage_layers >= 0) arg("decoder-last-pipeline-num-layers", num(p.last_stage_layers));
+    } else if ((p.embedding_slot || p.loss_slot) && !listed) {
+      if (p.embedding_slot) flag("account-for-embedding-in-pipeline-split");
+      if (p.loss_slot) flag("account-for-loss-in-pipeline-split");
+    } else if (!even || listed) {
+      arg("pipeline-model-parallel-layout", megatron_layout_text(v, t.mtp_layers));
     }
-    if (p.embedding_slot) flag("account-for-embedding-in-pipeline-split");
-    if (p.loss_slot) flag("account-for-loss-in-pipeline-split");
   }
   if (p.fsdp || p.zero_stage == 3) {
     flag("use-megatron-fsdp");
@@ -279,6 +273,8 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   // them in bf16.
   if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32) {
     flag("grad-reduce-in-bf16");
+    out.notes.push_back("training.grad_dtype bf16 (stepcast's default): --grad-reduce-in-bf16; for Megatron-LM's fp32 main gradients drop it "
+                        "and predict with training.grad_dtype fp32");
   }
   if (rc.scenario.present) out.notes.push_back("the run's scenario (stragglers, jitter, degraded links) describes the cluster, not the job");
   out.notes.push_back("hardware " + rc.hardware.name + ", " + num(rc.cluster.num_gpus) + " GPUs: the launcher's node and process counts; data, "
@@ -287,7 +283,6 @@ ExportedCommand export_megatron(const RunConfig& rc) {
 }
 
 namespace {
-
 
 // torchtitan's [model] name and flavor for the zoo models it ships (those `import torchtitan`
 // reads back without --model).
