@@ -1395,7 +1395,6 @@ int run(int argc, char** argv) {
       std::cout << text;
     } else {
       write_text(exp_out, text);
-      std::cerr << "wrote " << exp_out << "\n";
     }
     return 0;
   }
