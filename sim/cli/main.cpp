@@ -1183,15 +1183,47 @@ int run(int argc, char** argv) {
       }
       write_text(plan_emit_run, best.dump(2) + "\n");
     }
+    // --framework torchtitan: the winner once more with torchtitan's own runtime, as `import
+    // torchtitan` reads the exported config (its FSDP2 mixed precision, SDPA attention, loss and
+    // pipeline buffers, which the search's generic run file does not carry).
+    Json titan_runtime;
+    if (popt.framework == "torchtitan" && !r.ranked.empty()) {
+      const auto& best_rc = r.ranked.front().rc;
+      const auto cfg = stepcast::config::export_torchtitan(best_rc);
+      stepcast::config::ImportOptions io;
+      io.hardware = best_rc.hardware.name;
+      io.gpus = best_rc.cluster.num_gpus;
+      io.gpus_per_node = best_rc.cluster.gpus_per_node;
+      if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) io.model = cfg.model;
+      try {
+        const Json imported = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(stepcast::config::toml_text(cfg), "<export>"),
+                                                                    "<export>", io);
+        const auto rt = stepcast::config::parse_run(imported, "<torchtitan runtime>", "");
+        const auto e = stepcast::estimate::estimate_step(rt);
+        titan_runtime = {{"step_time_s", e.step_time_s}, {"mfu", e.mfu}, {"peak_memory_bytes", e.memory.peak().value()},
+                         {"fits", e.memory.fits()}};
+      } catch (const stepcast::core::UserError& err) {
+        titan_runtime = {{"error", err.what()}};  // e.g. a profile file, which import cannot name
+      }
+    }
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);
       j.update(stepcast::report::provenance_json(cmdline));
+      if (!titan_runtime.is_null()) j["framework_runtime"] = titan_runtime;
       j["title"] = run["model"].is_string() ? run["model"].get<std::string>() + " on " + run["cluster"]["num_gpus"].dump() + " GPUs"
                                             : plan_run.source;
       if (!r.ranked.empty()) j["detail"] = stepcast::plan::plan_detail(r.ranked.front());
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::plan::plan_table(r, plan_rows);
+      if (titan_runtime.contains("step_time_s")) {
+        std::printf("With torchtitan's own runtime (export torchtitan, then import; FSDP2 fp32 parameters, SDPA attention, its pipeline "
+                    "buffers), the best layout's estimate is %.3f s per step (%.1f%% MFU) at a %.2f GiB peak (%s).\n",
+                    titan_runtime["step_time_s"].get<double>(), 100.0 * titan_runtime["mfu"].get<double>(),
+                    titan_runtime["peak_memory_bytes"].get<double>() / 1073741824.0, titan_runtime["fits"].get<bool>() ? "fits" : "DOES NOT FIT");
+      } else if (titan_runtime.contains("error")) {
+        std::printf("torchtitan's own runtime not estimated: %s\n", titan_runtime["error"].get<std::string>().c_str());
+      }
     }
     if (r.ranked.empty()) {
       // Name the commonest reason, with one layout's full message when it was invalid.
