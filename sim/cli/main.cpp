@@ -165,6 +165,10 @@ constexpr int64_t kMaxCount = int64_t{1} << 24;
 constexpr const char* kSchedulesHelp =
     "pipeline schedules to search, comma-separated (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev; default all but gpipe), "
     "e.g. 1f1b,interleaved for a framework without zero-bubble schedules";
+const char* const kFrameworkHelp =
+    "search only layouts this framework runs as they are, the ones `export` writes (megatron: 1F1B and interleaved schedules, no "
+    "CPU offload; torchtitan: FSDP2 or DDP, no ZeRO-1/2, op-level or layer-interval recomputation); the others are rejected "
+    "naming the setting";
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
@@ -695,6 +699,7 @@ int run(int argc, char** argv) {
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string scl_schedules;
   scl->add_option("--schedules", scl_schedules, kSchedulesHelp);
+  scl->add_option("--framework", scl_opt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan"}));
   scl->add_flag("--json", scl_json, "print the points as JSON");
 
   // sensitivity
@@ -797,9 +802,7 @@ int run(int argc, char** argv) {
   std::string plan_schedules;
   plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
   plan->add_option("--framework", popt.framework,
-                   "keep only layouts this framework runs as they are, the ones `export` writes (megatron: 1F1B and interleaved schedules, no "
-                   "CPU offload; torchtitan: FSDP2 or DDP, no ZeRO-1/2, op-level or layer-interval recomputation); the others are rejected "
-                   "naming the setting")
+                   kFrameworkHelp)
       ->check(CLI::IsMember({"megatron", "torchtitan"}));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
@@ -835,6 +838,7 @@ int run(int argc, char** argv) {
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string cap_schedules;
   cap->add_option("--schedules", cap_schedules, kSchedulesHelp);
+  cap->add_option("--framework", sopt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan"}));
   std::string cap_storage_bw, cap_restart, cap_checkpoint_time;
   cap->add_flag("--goodput", sopt.size_for_goodput,
                 "size for the expected wall clock with failures, checkpoints and restarts (always estimated and printed)");
@@ -1055,6 +1059,7 @@ int run(int argc, char** argv) {
   if (cap->parsed()) {
     Json run = run_from_flags(cap_run, "capacity", false);
     if (!cap_schedules.empty()) sopt.plan.schedules = stepcast::plan::parse_schedules(cap_schedules, "--schedules");
+    stepcast::plan::apply_framework(sopt.plan, "--framework");
     if (sopt.tokens > 0 && sopt.tokens_per_param > 0) throw stepcast::core::UserError("capacity: give --tokens or --tokens-per-param, not both");
     // Checked by their validators when parsed.
     if (!cap_storage_bw.empty()) sopt.reliability.storage_bytes_per_s = stepcast::core::parse_bandwidth(cap_storage_bw).value();
@@ -1147,12 +1152,7 @@ int run(int argc, char** argv) {
       run["parallel"][key] = v;
     }
     if (!plan_schedules.empty()) popt.schedules = stepcast::plan::parse_schedules(plan_schedules, "--schedules");
-    // The schedules the framework runs, unless --schedules narrows them (torchtitan's zero-bubble
-    // schedules take virtual stages: InterleavedZeroBubble's is not searched, ZBV and DualPipeV are).
-    if (popt.schedules.empty() && popt.framework == "megatron") popt.schedules = stepcast::plan::parse_schedules("1f1b,interleaved", "--framework");
-    if (popt.schedules.empty() && popt.framework == "torchtitan") {
-      popt.schedules = stepcast::plan::parse_schedules("1f1b,interleaved,zbv,dualpipev", "--framework");
-    }
+    stepcast::plan::apply_framework(popt, "--framework");
     popt.keep = plan_rows;  // the rows printed (at least what the re-simulation and explanation use)
     // A terminal sees the search's progress on one line, erased when the search ends.
     const bool plan_tty = ::isatty(2) != 0;
@@ -1309,6 +1309,7 @@ int run(int argc, char** argv) {
   if (scl->parsed()) {
     Json run = run_from_flags(scl_run, "scaling", false);
     if (!scl_schedules.empty()) scl_opt.plan.schedules = stepcast::plan::parse_schedules(scl_schedules, "--schedules");
+    stepcast::plan::apply_framework(scl_opt.plan, "--framework");
     if (scl_opt.tokens > 0 && scl_opt.tokens_per_param > 0) throw stepcast::core::UserError("scaling: give --tokens or --tokens-per-param, not both");
     std::vector<int64_t> counts;
     {

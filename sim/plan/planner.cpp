@@ -796,6 +796,15 @@ std::vector<config::Schedule> parse_schedules(const std::string& list, const std
   return out;
 }
 
+void apply_framework(PlanOptions& opt, const std::string& option) {
+  if (opt.framework.empty()) return;
+  if (opt.framework != "megatron" && opt.framework != "torchtitan") {
+    throw core::UserError(option + ": got \"" + opt.framework + "\"; expected megatron or torchtitan");
+  }
+  if (!opt.schedules.empty()) return;
+  opt.schedules = parse_schedules(opt.framework == "megatron" ? "1f1b,interleaved" : "1f1b,interleaved,zbv,dualpipev", option);
+}
+
 PlanResult plan(const Json& run, const std::string& source_name, const std::string& base_dir, const PlanOptions& opt) {
   const Json par = run.contains("parallel") && run["parallel"].is_object() ? run["parallel"] : Json::object();
   const RunConfig base = config::parse_run(run, source_name, base_dir, false);

@@ -55,6 +55,11 @@ struct PlanOptions {
   std::function<void(const char* phase, size_t done, size_t total)> progress;
 };
 
+// Fills PlanOptions::schedules, when empty, with the schedules PlanOptions::framework runs
+// (megatron: 1F1B and interleaved; torchtitan: those and ZB-V and DualPipeV, whose zero-bubble
+// schedules take virtual stages). An unknown framework name is a UserError naming `option`.
+void apply_framework(PlanOptions& opt, const std::string& option);
+
 // A comma-separated list of schedule names (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev) for
 // PlanOptions::schedules; a bad or repeated name is a UserError naming `option`.
 std::vector<config::Schedule> parse_schedules(const std::string& list, const std::string& option);

@@ -210,6 +210,9 @@ TEST(Planner, SchedulesSearchedFollowTheList) {
 TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
   Json j = run_8b();
   j["parallel"] = {{"recompute", "full"}};
+  PlanOptions bad = small_options();
+  bad.framework = "jax";
+  EXPECT_THROW(apply_framework(bad, "--framework"), core::UserError);
   for (const std::string fw : {"megatron", "torchtitan"}) {
     PlanOptions o = small_options();
     o.framework = fw;
@@ -220,6 +223,11 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
     }
     if (fw == "megatron") {
       EXPECT_GT(r.rejected.count("not run by megatron: parallel.schedule"), 0u);
+      // With the framework's schedules searched, none is refused for its schedule.
+      PlanOptions m = o;
+      apply_framework(m, "--framework");
+      EXPECT_EQ(m.schedules, parse_schedules("1f1b,interleaved", "x"));
+      EXPECT_EQ(plan(j, "<plan-test>", "", m).rejected.count("not run by megatron: parallel.schedule"), 0u);
     } else {
       EXPECT_GT(r.rejected.at("not run by torchtitan: parallel.zero_stage"), 0);
       // Recomputing every k-th layer: the memory search rounds its layer count up to a divisor.
