@@ -175,7 +175,8 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
                {{"name", g},
                 {"peak_flops", {{"bf16", bf16}, {"fp16", bf16}, {"fp8", nvl ? "1670.5TFLOPS" : "1513TFLOPS"}, {"tf32", nvl ? "417.5TFLOPS" : "378TFLOPS"}}},
                 {"memory", nvl ? "93.1GiB" : "79.6GiB"},
-                {"memory_bandwidth", nvl ? "3.9TB/s" : "2TB/s"}}}};
+                {"memory_bandwidth", nvl ? "3.9TB/s" : "2TB/s"},
+                {"sm_count", nvl ? 132 : 114}}}};
     notes.push_back(nvl ? "hardware: H100 NVL card: the h100-sxm profile's GPU at the card's datasheet peaks (dense BF16 835.5, FP8 1,670.5 TFLOP/s; "
                           "94 GB HBM3 at 3.9 TB/s); its 400 W limit against SXM's 700 W is not modelled (a GEMM row needs no node)"
                         : "hardware: H100 PCIe card: the h100-sxm profile's GPU at the card's datasheet peaks (114 SMs: dense BF16 756.5, FP8 1,513 "

@@ -801,9 +801,7 @@ int run(int argc, char** argv) {
                  "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string plan_schedules;
   plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
-  plan->add_option("--framework", popt.framework,
-                   kFrameworkHelp)
-      ->check(CLI::IsMember({"megatron", "torchtitan"}));
+  plan->add_option("--framework", popt.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan"}));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
   std::string plan_emit_run;

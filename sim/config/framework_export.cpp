@@ -284,8 +284,8 @@ ExportedCommand export_megatron(const RunConfig& rc) {
 
 namespace {
 
-// torchtitan's [model] name and flavor for the zoo models it ships (those `import torchtitan`
-// reads back without --model).
+// torchtitan's [model] name and flavor for the zoo models it ships: the ones `import torchtitan`
+// maps back without --model (sim/accuracy/titan_import.cpp keeps the same four).
 std::pair<std::string, std::string> titan_flavor(const std::string& zoo) {
   static const std::map<std::string, std::pair<std::string, std::string>> kFlavors = {
       {"llama3.1-8b", {"llama3", "8B"}}, {"llama3.1-70b", {"llama3", "70B"}}, {"llama3.1-405b", {"llama3", "405B"}}, {"deepseek-v3", {"deepseek_v3", "671B"}}};

@@ -496,8 +496,8 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
                           "num-query-groups", "kv-channels", "untie-embeddings-and-output-weights", "position-embedding-type",
                           "no-position-embedding", "max-position-embeddings", "normalization", "disable-bias-linear", "add-bias-linear",
                           "qk-layernorm", "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
-                          "moe-layer-freq", "moe-router-num-groups", "moe-router-group-topk", "add-qkv-bias", "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
-                          "v-head-dim", "hybrid-override-pattern", "hybrid-layer-pattern", "experimental-attention-variant", "linear-attention-freq",
+                          "moe-layer-freq", "moe-router-num-groups", "moe-router-group-topk", "add-qkv-bias", "multi-latent-attention",
+                          "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "hybrid-override-pattern", "hybrid-layer-pattern", "experimental-attention-variant", "linear-attention-freq",
                           "linear-num-key-heads", "linear-num-value-heads", "linear-key-head-dim", "linear-value-head-dim", "linear-conv-kernel-dim",
                           "attention-output-gate", "hybrid-attention-ratio", "hybrid-mlp-ratio", "is-hybrid-model",
                           "mamba-head-dim", "mamba-num-heads", "mamba-state-dim", "mamba-num-groups"}) {

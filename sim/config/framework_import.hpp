@@ -8,7 +8,8 @@
 // framework's behaviour follow Megatron's arguments and defaults: the distributed optimizer is
 // ZeRO-1; Megatron-Core's DDP buckets only the first stage's first chunk, at
 // max(40 M, 1 M x dp) parameters when gradient reduction overlaps (one bucket otherwise); bf16
-// keeps fp32 main gradients. Every default the run file relies on is written to its
+// keeps fp32 main gradients unless --grad-reduce-in-bf16; Megatron-FSDP shards as
+// --data-parallel-sharding-strategy says (optim_grads_params: ZeRO-3, optim_grads: ZeRO-2). Every default the run file relies on is written to its
 // `assumptions`; arguments with no modelled cost (data, logging, checkpoints, learning rate, ...)
 // are listed in its `notes` as ignored. A malformed value, or an argument the run needs and
 // Megatron cannot derive without the tokenizer (--vocab-size), is an error naming the argument.

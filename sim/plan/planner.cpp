@@ -1,7 +1,5 @@
 #include "sim/plan/planner.hpp"
 
-#include "sim/config/framework_export.hpp"
-
 #include <algorithm>
 #include <atomic>
 #include <exception>
