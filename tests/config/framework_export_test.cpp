@@ -41,7 +41,25 @@ std::string export_error(const Json& j) {
   return "";
 }
 
+// What both exports must carry back: the batch, the precision and the layout with its split,
+// schedule and recomputation.
+void expect_same_layout(const RunConfig& a, const RunConfig& b) {
+  EXPECT_EQ(a.training.seq_len, b.training.seq_len);
+  EXPECT_EQ(a.training.global_batch_size, b.training.global_batch_size);
+  EXPECT_EQ(a.training.precision, b.training.precision);
+  const auto& p = a.parallel;
+  const auto& q = b.parallel;
+  EXPECT_EQ(plan::layout_text(p), plan::layout_text(q));
+  EXPECT_EQ(p.schedule, q.schedule);
+  EXPECT_EQ(p.vpp, q.vpp);
+  EXPECT_EQ(a.vstage_layers, b.vstage_layers);
+  EXPECT_EQ(p.recompute, q.recompute);
+  EXPECT_EQ(p.recompute_layers, q.recompute_layers);
+  EXPECT_EQ(p.cp_comm, q.cp_comm);
+}
+
 void expect_same_run(const RunConfig& a, const RunConfig& b) {
+  expect_same_layout(a, b);
   EXPECT_EQ(a.model.num_layers, b.model.num_layers);
   EXPECT_EQ(a.model.hidden, b.model.hidden);
   EXPECT_EQ(a.model.kv_heads, b.model.kv_heads);
@@ -49,21 +67,12 @@ void expect_same_run(const RunConfig& a, const RunConfig& b) {
   EXPECT_DOUBLE_EQ(a.model.total_params(), b.model.total_params());
   EXPECT_EQ(a.cluster.num_gpus, b.cluster.num_gpus);
   EXPECT_EQ(a.cluster.gpus_per_node, b.cluster.gpus_per_node);
-  EXPECT_EQ(a.training.seq_len, b.training.seq_len);
-  EXPECT_EQ(a.training.global_batch_size, b.training.global_batch_size);
-  EXPECT_EQ(a.training.precision, b.training.precision);
   EXPECT_EQ(a.training.grad_dtype, b.training.grad_dtype);
   EXPECT_EQ(a.training.mtp_layers, b.training.mtp_layers);
   const auto& p = a.parallel;
   const auto& q = b.parallel;
-  EXPECT_EQ(plan::layout_text(p), plan::layout_text(q));
-  EXPECT_EQ(p.schedule, q.schedule);
   EXPECT_EQ(p.sp, q.sp);
-  EXPECT_EQ(p.recompute, q.recompute);
   EXPECT_EQ(recompute_module_list(p), recompute_module_list(q));
-  EXPECT_EQ(p.recompute_layers, q.recompute_layers);
-  EXPECT_EQ(p.cp_comm, q.cp_comm);
-  EXPECT_EQ(a.vstage_layers, b.vstage_layers);
   EXPECT_EQ(p.moe.dispatcher, q.moe.dispatcher);
   EXPECT_DOUBLE_EQ(p.moe.capacity_factor, q.moe.capacity_factor);
   EXPECT_EQ(p.moe.pad_to_capacity, q.moe.pad_to_capacity);
@@ -170,23 +179,15 @@ RunConfig titan_round_trip(const RunConfig& rc, const std::string& hardware) {
   return run_of(accuracy::import_torchtitan(toml, "<export>", opt));
 }
 
-void expect_same_layout(const RunConfig& a, const RunConfig& b) {
+// torchtitan's own settings besides: the zoo model it names, the data-parallel sharding.
+void expect_same_titan_layout(const RunConfig& a, const RunConfig& b) {
+  expect_same_layout(a, b);
   EXPECT_EQ(a.model.name, b.model.name);
-  EXPECT_EQ(a.training.seq_len, b.training.seq_len);
-  EXPECT_EQ(a.training.global_batch_size, b.training.global_batch_size);
-  EXPECT_EQ(a.training.precision, b.training.precision);
   const auto& p = a.parallel;
   const auto& q = b.parallel;
-  EXPECT_EQ(plan::layout_text(p), plan::layout_text(q));
-  EXPECT_EQ(p.schedule, q.schedule);
-  EXPECT_EQ(p.vpp, q.vpp);
-  EXPECT_EQ(a.vstage_layers, b.vstage_layers);
-  EXPECT_EQ(p.recompute, q.recompute);
-  EXPECT_EQ(p.recompute_layers, q.recompute_layers);
   EXPECT_EQ(p.dp_replicate, q.dp_replicate);
   EXPECT_EQ(p.fsdp || p.zero_stage == 3, q.fsdp || q.zero_stage == 3);
   EXPECT_EQ(p.reshard_after_forward, q.reshard_after_forward);
-  EXPECT_EQ(p.cp_comm, q.cp_comm);
 }
 
 TEST(TorchtitanExport, LayoutsRoundTrip) {
@@ -200,7 +201,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
                            "selective_ac_option = \"op\"", "local_batch_size = 1"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   }
-  expect_same_layout(hsdp, titan_round_trip(hsdp, "h100-sxm"));
+  expect_same_titan_layout(hsdp, titan_round_trip(hsdp, "h100-sxm"));
 
   const RunConfig zbv = run_of(Json::parse(R"({
     "model": "llama3.1-70b", "hardware": "h100-sxm", "cluster": {"num_gpus": 128},
@@ -212,7 +213,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
                            "fsdp_reshard_after_forward = \"always\"", "selective_ac_option = \"2\"", "\"layers.79\",\"norm\",\"output\"]]"}) {
     EXPECT_NE(ztext.find(want), std::string::npos) << want << "\n" << ztext;
   }
-  expect_same_layout(zbv, titan_round_trip(zbv, "h100-sxm"));
+  expect_same_titan_layout(zbv, titan_round_trip(zbv, "h100-sxm"));
 
   // A model torchtitan ships no flavor of: the config says so and import takes --model.
   const RunConfig moe = run_of(Json::parse(R"({
@@ -223,7 +224,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
   EXPECT_FALSE(dcfg.tables.contains("model"));
   EXPECT_NE(dcfg.notes.front().find("--model qwen3-30b-a3b"), std::string::npos) << dcfg.notes.front();
   EXPECT_EQ(dcfg.tables["parallelism"]["expert_parallel_degree"], 8);
-  expect_same_layout(moe, titan_round_trip(moe, "h100-sxm"));
+  expect_same_titan_layout(moe, titan_round_trip(moe, "h100-sxm"));
 }
 
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
