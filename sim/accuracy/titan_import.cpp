@@ -6,6 +6,7 @@
 
 #include "models/model_spec.hpp"
 #include "sim/accuracy/published.hpp"
+#include "sim/config/framework_export.hpp"
 #include "sim/config/hardware.hpp"
 #include "sim/core/error.hpp"
 
@@ -82,16 +83,13 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   const std::string name = t.word("model", "name", ""), flavor = t.word("model", "flavor", "");
   std::string zoo = opt.model;
   if (zoo.empty()) {
-    static const std::map<std::string, std::string> kFlavors = {{"llama3/8B", "llama3.1-8b"},
-                                                                {"llama3/70B", "llama3.1-70b"},
-                                                                {"llama3/405B", "llama3.1-405b"},
-                                                                {"deepseek_v3/671B", "deepseek-v3"}};
-    const auto it = kFlavors.find(name + "/" + flavor);
-    if (it == kFlavors.end()) {
+    const auto& flavors = config::torchtitan_flavors();
+    const auto it = std::find_if(flavors.begin(), flavors.end(), [&](const config::TorchtitanFlavor& f) { return name == f.name && flavor == f.flavor; });
+    if (it == flavors.end()) {
       throw core::UserError("model.name / model.flavor: got \"" + name + "\" / \"" + flavor +
                             "\"; stepcast knows llama3 8B, 70B, 405B and deepseek_v3 671B: give --model (a zoo name or a model config file) for others");
     }
-    zoo = it->second;
+    zoo = it->zoo;
   }
   const Json model_json = config::model_reference(zoo);
   core::Issues issues;
@@ -253,6 +251,17 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   run.erase("notes");  // the harness's
   config::note_ignored(run, t.unread());
   return run;
+}
+
+config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc) {
+  const config::ExportedConfig cfg = config::export_torchtitan(rc);
+  config::ImportOptions opt;
+  opt.hardware = rc.hardware.name;
+  opt.gpus = rc.cluster.num_gpus;
+  opt.gpus_per_node = rc.cluster.gpus_per_node;
+  if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) opt.model = cfg.model;
+  const Json imported = import_torchtitan(config::parse_toml(config::toml_text(cfg), "<export>"), "<export>", opt);
+  return config::parse_run(imported, "<torchtitan runtime>", "");
 }
 
 }  // namespace stepcast::accuracy

@@ -11,10 +11,16 @@
 #include <string>
 
 #include "sim/config/framework_import.hpp"
+#include "sim/config/run_config.hpp"
 #include "sim/core/json_reader.hpp"
 
 namespace stepcast::accuracy {
 
 core::Json import_torchtitan(const core::Json& toml, const std::string& config_path, const config::ImportOptions& opt);
+
+// The run as torchtitan runs it: `export torchtitan`'s config of it imported back (its FSDP2
+// mixed precision, SDPA attention, loss and pipeline buffers). The run's hardware must be a
+// built-in profile; UserError otherwise, or where torchtitan cannot run the layout.
+config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc);
 
 }  // namespace stepcast::accuracy

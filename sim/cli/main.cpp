@@ -1186,17 +1186,8 @@ int run(int argc, char** argv) {
     // pipeline buffers, which the search's generic run file does not carry).
     Json titan_runtime;
     if (popt.framework == "torchtitan" && !r.ranked.empty()) {
-      const auto& best_rc = r.ranked.front().rc;
-      const auto cfg = stepcast::config::export_torchtitan(best_rc);
-      stepcast::config::ImportOptions io;
-      io.hardware = best_rc.hardware.name;
-      io.gpus = best_rc.cluster.num_gpus;
-      io.gpus_per_node = best_rc.cluster.gpus_per_node;
-      if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) io.model = cfg.model;
       try {
-        const Json imported = stepcast::accuracy::import_torchtitan(stepcast::config::parse_toml(stepcast::config::toml_text(cfg), "<export>"),
-                                                                    "<export>", io);
-        const auto rt = stepcast::config::parse_run(imported, "<torchtitan runtime>", "");
+        const auto rt = stepcast::accuracy::as_torchtitan_runs_it(r.ranked.front().rc);
         const auto e = stepcast::estimate::estimate_step(rt);
         titan_runtime = {{"step_time_s", e.step_time_s}, {"mfu", e.mfu}, {"peak_memory_bytes", e.memory.peak().value()},
                          {"fits", e.memory.fits()}};

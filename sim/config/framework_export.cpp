@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <sstream>
 
 #include "sim/core/error.hpp"
@@ -282,18 +281,11 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   return out;
 }
 
-namespace {
-
-// torchtitan's [model] name and flavor for the zoo models it ships: the ones `import torchtitan`
-// maps back without --model (sim/accuracy/titan_import.cpp keeps the same four).
-std::pair<std::string, std::string> titan_flavor(const std::string& zoo) {
-  static const std::map<std::string, std::pair<std::string, std::string>> kFlavors = {
-      {"llama3.1-8b", {"llama3", "8B"}}, {"llama3.1-70b", {"llama3", "70B"}}, {"llama3.1-405b", {"llama3", "405B"}}, {"deepseek-v3", {"deepseek_v3", "671B"}}};
-  const auto it = kFlavors.find(zoo);
-  return it == kFlavors.end() ? std::pair<std::string, std::string>{} : it->second;
+const std::vector<TorchtitanFlavor>& torchtitan_flavors() {
+  static const std::vector<TorchtitanFlavor> kFlavors = {
+      {"llama3.1-8b", "llama3", "8B"}, {"llama3.1-70b", "llama3", "70B"}, {"llama3.1-405b", "llama3", "405B"}, {"deepseek-v3", "deepseek_v3", "671B"}};
+  return kFlavors;
 }
-
-}  // namespace
 
 ExportedConfig export_torchtitan(const RunConfig& rc) {
   const auto& m = rc.model;
@@ -308,11 +300,12 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
   if (const std::string why = torchtitan_refusal(rc); !why.empty()) throw core::UserError("export torchtitan: " + why);
 
   // --- model ---
-  const auto [name, flavor] = titan_flavor(m.name);
+  const auto& flavors = torchtitan_flavors();
+  const auto shipped = std::find_if(flavors.begin(), flavors.end(), [&](const TorchtitanFlavor& f) { return m.name == f.zoo; });
   Json model = Json::object();
-  if (!name.empty()) {
-    model["name"] = name;
-    model["flavor"] = flavor;
+  if (shipped != flavors.end()) {
+    model["name"] = shipped->name;
+    model["flavor"] = shipped->flavor;
   } else {
     out.notes.push_back("model " + m.name + ": torchtitan ships no flavor of it here; set [model] name and flavor for your model definition "
                         "(import it back with --model " + m.name + ")");

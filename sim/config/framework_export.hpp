@@ -46,6 +46,15 @@ ExportedCommand export_megatron(const RunConfig& rc);
 // The command as a shell script: one argument per line with continuations, notes as comments.
 std::string shell_text(const ExportedCommand& cmd);
 
+// The zoo models torchtitan ships, with its [model] name and flavor for each (what export
+// writes and import reads back without --model).
+struct TorchtitanFlavor {
+  const char* zoo;
+  const char* name;
+  const char* flavor;
+};
+const std::vector<TorchtitanFlavor>& torchtitan_flavors();
+
 struct ExportedConfig {
   std::string framework;            // "torchtitan"
   core::Json tables;                // TOML tables as JSON objects (table -> key -> value)

@@ -169,15 +169,7 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
 // with torchtitan's own runtime, so the step is not compared): FSDP2 with HSDP, op-level AC and
 // float8; a V-schedule pipeline with the run's uneven split as module lists; a MoE model with
 // expert parallelism that torchtitan ships no flavor of.
-RunConfig titan_round_trip(const RunConfig& rc, const std::string& hardware) {
-  const ExportedConfig cfg = export_torchtitan(rc);
-  ImportOptions opt;
-  opt.hardware = hardware;
-  opt.gpus = rc.cluster.num_gpus;
-  if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) opt.model = cfg.model;
-  const Json toml = parse_toml(toml_text(cfg), "<export>");
-  return run_of(accuracy::import_torchtitan(toml, "<export>", opt));
-}
+RunConfig titan_round_trip(const RunConfig& rc) { return accuracy::as_torchtitan_runs_it(rc); }
 
 // torchtitan's own settings besides: the zoo model it names, the data-parallel sharding.
 void expect_same_titan_layout(const RunConfig& a, const RunConfig& b) {
@@ -201,7 +193,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
                            "selective_ac_option = \"op\"", "local_batch_size = 1"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   }
-  expect_same_titan_layout(hsdp, titan_round_trip(hsdp, "h100-sxm"));
+  expect_same_titan_layout(hsdp, titan_round_trip(hsdp));
 
   const RunConfig zbv = run_of(Json::parse(R"({
     "model": "llama3.1-70b", "hardware": "h100-sxm", "cluster": {"num_gpus": 128},
@@ -213,7 +205,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
                            "fsdp_reshard_after_forward = \"always\"", "selective_ac_option = \"2\"", "\"layers.79\",\"norm\",\"output\"]]"}) {
     EXPECT_NE(ztext.find(want), std::string::npos) << want << "\n" << ztext;
   }
-  expect_same_titan_layout(zbv, titan_round_trip(zbv, "h100-sxm"));
+  expect_same_titan_layout(zbv, titan_round_trip(zbv));
 
   // A model torchtitan ships no flavor of: the config says so and import takes --model.
   const RunConfig moe = run_of(Json::parse(R"({
@@ -224,7 +216,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
   EXPECT_FALSE(dcfg.tables.contains("model"));
   EXPECT_NE(dcfg.notes.front().find("--model qwen3-30b-a3b"), std::string::npos) << dcfg.notes.front();
   EXPECT_EQ(dcfg.tables["parallelism"]["expert_parallel_degree"], 8);
-  expect_same_titan_layout(moe, titan_round_trip(moe, "h100-sxm"));
+  expect_same_titan_layout(moe, titan_round_trip(moe));
 }
 
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {

@@ -233,7 +233,9 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
       // Recomputing every k-th layer: the memory search rounds its layer count up to a divisor.
       for (const auto& c : r.ranked) {
         const auto& p = c.rc.parallel;
-        if (p.recompute_layers > 0) EXPECT_EQ((32 / (p.pp * p.vpp)) % p.recompute_layers, 0) << layout_text(p);
+        if (p.recompute_layers > 0) {
+          EXPECT_EQ((32 / (p.pp * p.vpp)) % p.recompute_layers, 0) << layout_text(p);
+        }
       }
     }
   }
