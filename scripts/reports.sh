@@ -20,6 +20,7 @@ run bash scripts/schedule-examples.sh
 run bash scripts/offload-examples.sh
 run bash scripts/model-configs-report.sh
 run bash scripts/report-example.sh
+run bash scripts/probes.sh
 run ./build/tests/stepcast_input_mutations ./build/stepcast --report reports/robustness.md --simulate llama8b,moe_inline,mla_path,straggler \
   --rows data/published-runs.jsonl --sweep tests/data/sweep/mutation-base.sweep.json tests/data/mutation-bases/*.json
 echo "Reports that changed (the dates in their headers aside, review and commit):" >&2

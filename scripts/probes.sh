@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Checks of the model beyond the accuracy set, each with its command: rows of runs the harness has
+# not seen (data/probes/), and the hardware profiles' mechanisms on an example run. Writes
+# reports/probes.md. Needs a built ./build/stepcast. Usage: bash scripts/probes.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=reports/probes.md
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
+{
+  echo "# Probes: runs the accuracy set does not hold, and profile mechanisms"
+  echo
+  echo "Regenerate with \`bash scripts/probes.sh\` ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores)."
+  echo
+  echo "## MT-NLG 530B (Megatron-DeepSpeed, DGX A100)"
+  echo
+  echo "Rows in data/probes/mtnlg-530b.jsonl, predicted by the accuracy harness as published rows are."
+  echo
+  ./build/stepcast accuracy --data data/probes/mtnlg-530b.jsonl --out "$tmp/mtnlg.md" > /dev/null
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/mtnlg-530b.jsonl --out mtnlg.md"
+  grep '^| mtnlg' "$tmp/mtnlg.md" | head -3
+  echo '```'
+  echo
+  echo "## GH200: CPU offload over NVLink-C2C against PCIe"
+  echo
+  for hw in h100-sxm gh200; do run ./build/stepcast estimate configs/examples/llama3.1-8b-h100x1-offload.json --set hardware=$hw; done
+  echo
+  echo "## Full-mesh fabric: a TP pair on MI300X drives one xGMI link"
+  echo
+  run ./build/stepcast estimate configs/examples/llama3.1-70b-h100x256.json --set hardware=mi300x
+} > "$out"
+echo "wrote $out" >&2
