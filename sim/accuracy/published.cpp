@@ -159,42 +159,56 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
     notes.push_back("hardware: the rtx-pro-6000-pcie-8x profile: 8 cards on PCIe Gen5, pairs under PCIe switches, two CPU sockets (the PCIe lab's machine)");
     return true;
   }
-  // Board variants the built-in profiles do not describe (PCIe cards, NVL board pairs): no
-  // profile rather than a wrong one for a training run, whose node they do not describe. "H100
-  // NVL" is such a pair, "NVLink" in a description of the node's fabric is not. A GEMM row
-  // measures the GPU alone: an H100 or A100 card is its SXM sibling's die (the same tensor cores
-  // and measured large-GEMM ceiling) at the card's datasheet peaks and memory.
+  // PCIe cards: the 8-card PCIe server profiles (a100-pcie-80gb-8x, h100-pcie-8x,
+  // l40s-pcie-8x: pairs under PCIe switches, two sockets, no NVLink bridges). A card bridged by
+  // NVLink, or an NVL board pair ("H100 NVL"; "NVLink" in a description of an SXM node's fabric
+  // is not one), is a node no profile describes: no profile rather than a wrong one for a
+  // training run. A GEMM row measures the GPU alone: an H100 NVL card is the SXM sibling's die at
+  // the card's datasheet peaks.
   static const std::regex nvl_board(R"(\bnvl\b)");
-  const bool board = contains(gl, "pcie") || std::regex_search(gl, nvl_board);
-  if (board && gpu_only && contains(g, "H100")) {
-    const bool nvl = std::regex_search(gl, nvl_board);
-    const char* bf16 = nvl ? "835.5TFLOPS" : "756.5TFLOPS";
+  const bool nvl = std::regex_search(gl, nvl_board);
+  const bool pcie = contains(gl, "pcie") || contains(gl, "l40s");
+  const bool bridged = pcie && (contains(gl, "nvlink") || contains(lower(str(r, "intra_node_link")), "nvlink"));
+  if (pcie && (gpu_only || (!bridged && inum(r, "gpus_per_node", 8) <= 8))) {
+    const bool forty = contains(g, "40GB") || contains(g, "40 GB");
+    if (contains(g, "H100")) {
+      hw = "h100-pcie-8x";
+      return true;
+    }
+    if (contains(g, "A100") && !forty) {
+      hw = "a100-pcie-80gb-8x";
+      return true;
+    }
+    if (contains(g, "A100")) {
+      hw = Json{{"base", "a100-pcie-80gb-8x"},
+                {"name", "a100-pcie-40gb-8x"},
+                {"gpu", {{"name", g}, {"memory", "39.6GiB"}, {"memory_bandwidth", "1555GB/s"}, {"tdp_watts", 250}}},
+                {"efficiency", {{"sustained_clock", 0.855}}}};
+      notes.push_back("hardware: a100-pcie-80gb-8x with the 40 GB card: 39.6 GiB usable (as a100-sxm-40gb), HBM2 at 1,555 GB/s, 250 W: "
+                      "sustained clock (250/400)^(1/3) = 0.855 of boost (datasheet; the profile's power rule)");
+      return true;
+    }
+    if (contains(g, "L40S")) {
+      hw = "l40s-pcie-8x";
+      return true;
+    }
+  }
+  if (nvl && gpu_only && contains(g, "H100")) {
     hw = Json{{"base", "h100-sxm"},
-              {"name", nvl ? "h100-nvl-gpu" : "h100-pcie-gpu"},
+              {"name", "h100-nvl-gpu"},
               {"gpu",
                {{"name", g},
-                {"peak_flops", {{"bf16", bf16}, {"fp16", bf16}, {"fp8", nvl ? "1670.5TFLOPS" : "1513TFLOPS"}, {"tf32", nvl ? "417.5TFLOPS" : "378TFLOPS"}}},
-                {"memory", nvl ? "93.1GiB" : "79.6GiB"},
-                {"memory_bandwidth", nvl ? "3.9TB/s" : "2TB/s"},
-                {"sm_count", nvl ? 132 : 114}}}};
-    notes.push_back(nvl ? "hardware: H100 NVL card: the h100-sxm profile's GPU at the card's datasheet peaks (dense BF16 835.5, FP8 1,670.5 TFLOP/s; "
-                          "94 GB HBM3 at 3.9 TB/s); its 400 W limit against SXM's 700 W is not modelled (a GEMM row needs no node)"
-                        : "hardware: H100 PCIe card: the h100-sxm profile's GPU at the card's datasheet peaks (114 SMs: dense BF16 756.5, FP8 1,513 "
-                          "TFLOP/s; 80 GB HBM2e at 2 TB/s); its 350 W limit against SXM's 700 W is not modelled (a GEMM row needs no node)");
+                {"peak_flops", {{"bf16", "835.5TFLOPS"}, {"fp16", "835.5TFLOPS"}, {"fp8", "1670.5TFLOPS"}, {"tf32", "417.5TFLOPS"}}},
+                {"memory", "93.1GiB"},
+                {"memory_bandwidth", "3.9TB/s"}}}};
+    notes.push_back("hardware: H100 NVL card: the h100-sxm profile's GPU at the card's datasheet peaks (dense BF16 835.5, FP8 1,670.5 TFLOP/s; "
+                    "94 GB HBM3 at 3.9 TB/s); its 400 W limit against SXM's 700 W is not modelled (a GEMM row needs no node)");
     return true;
   }
-  if (board && gpu_only && contains(g, "A100")) {
-    const bool forty = contains(g, "40GB") || contains(g, "40 GB");
-    hw = Json{{"base", forty ? "a100-sxm-40gb" : "a100-sxm-80gb"},
-              {"name", forty ? "a100-pcie-40gb-gpu" : "a100-pcie-80gb-gpu"},
-              {"gpu", {{"name", g}, {"memory_bandwidth", forty ? "1.555TB/s" : "1.935TB/s"}}}};
-    notes.push_back(std::string("hardware: A100 PCIe card: the A100 SXM profile's GPU (the same peaks), ") +
-                    (forty ? "40 GB HBM2 at 1,555 GB/s" : "80 GB HBM2e at 1,935 GB/s") +
-                    " (datasheet); its 250-300 W limit against SXM's 400 W is not modelled (a GEMM row needs no node)");
-    return true;
-  }
-  if (board) {
-    reason = "no built-in hardware profile for GPU '" + g + "' (the SXM profiles do not describe this board or node)";
+  if (pcie || nvl) {
+    reason = "no built-in hardware profile for GPU '" + g + "'" +
+             (bridged || nvl ? " (NVLink-bridged cards: the PCIe server profiles have no bridges)"
+                             : pcie ? " (the PCIe server profiles hold A100, H100 and L40S cards, 8 per node)" : "");
     return false;
   }
   if (contains(g, "V100") && contains(g, "DGX-2H")) {

@@ -567,13 +567,35 @@ TEST(PublishedRows, HardwareByBoard) {
   Json r = base_row();
   r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"gpu_type", "H800 SXM5 80GB"}});
   EXPECT_EQ(converted(r)["hardware"], "h800");
-  for (const char* board : {"H100 PCIe 80GB", "H100 NVL 94GB"}) {
+  // PCIe cards: the 8-card PCIe server profiles; the 40 GB A100 card as an override of the
+  // 80 GB one. NVLink-bridged cards and NVL board pairs are nodes no profile describes.
+  for (const auto& [board, profile] : std::vector<std::pair<std::string, std::string>>{
+           {"H100 PCIe 80GB", "h100-pcie-8x"}, {"NVIDIA A100 80GB PCIe", "a100-pcie-80gb-8x"}, {"NVIDIA L40S", "l40s-pcie-8x"}}) {
+    r["gpu_type"] = board;
+    EXPECT_EQ(converted(r)["hardware"], profile) << board;
+  }
+  r["gpu_type"] = "A100 PCIe 40GB";
+  {
+    const Json a40 = converted(r)["hardware"];
+    EXPECT_EQ(a40["base"], "a100-pcie-80gb-8x");
+    EXPECT_EQ(a40["gpu"]["memory"], "39.6GiB");
+  }
+  for (const char* board : {"H100 NVL 94GB", "A100 80GB PCIe (NVLink bridge pairs)"}) {
     r["gpu_type"] = board;
     Json run;
     std::string reason;
     EXPECT_FALSE(row_to_run(r, run, reason)) << board;
     EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("NVLink-bridged"), std::string::npos) << reason;
   }
+  r["gpu_type"] = "H100 PCIe 80GB";
+  r["intra_node_link"] = "NVLink bridge";
+  {
+    Json run;
+    std::string reason;
+    EXPECT_FALSE(row_to_run(r, run, reason));
+  }
+  r.erase("intra_node_link");
   // GH200: the quad node (4 per NVLink domain unless the row says fewer), the 96 GB HBM3 part
   // unless the row names the 144 GB HBM3e one; no profile describes larger GH200 domains.
   r["gpu_type"] = "GH200 Grace Hopper";
@@ -770,9 +792,9 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   EXPECT_EQ(gm.what, "bf16 4096x4096x4096");
   EXPECT_NEAR(gm.measured_s, 2.0 * 4096.0 * 4096 * 4096 / 700e12, 1e-12);
   EXPECT_GT(gm.predicted_s, 0.0);
-  // A GEMM on an H100 or A100 card: its SXM sibling's die at the card's datasheet peaks (the
-  // card's training rows stay unpredicted: PublishedRows.HardwareByBoard). Same efficiency, so
-  // the time past the kernel launch overhead (h100-sxm's 3 us) scales with the peak.
+  // A GEMM on an H100 card: the SXM sibling's die at the card's datasheet peaks (an NVL card
+  // as an override of h100-sxm, a PCIe card as h100-pcie-8x). Same efficiency, so the time past
+  // the kernel launch overhead (h100-sxm's 3 us) scales with the peak.
   ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
   constexpr double kLaunch = 3e-6;
   const double sxm = gm.predicted_s - kLaunch;
@@ -782,12 +804,17 @@ TEST(PublishedRows, CollectiveAndGemmMeasurements) {
   EXPECT_NEAR(gm.predicted_s, kLaunch + sxm * 989.4 / 835.5, 1e-3 * sxm);
   g["gpu_type"] = "NVIDIA H100 PCIe";
   ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
-  EXPECT_EQ(gm.hardware, "h100-pcie-gpu");
+  EXPECT_EQ(gm.hardware, "h100-pcie-8x");
   EXPECT_NEAR(gm.predicted_s, kLaunch + sxm * 989.4 / 756.5, 1e-3 * sxm);
   g["gpu_type"] = "NVIDIA A100 PCIe 40GB";
   ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
-  EXPECT_EQ(gm.hardware, "a100-pcie-40gb-gpu");
+  EXPECT_EQ(gm.hardware, "a100-pcie-40gb-8x");
+  // An L40S runs at the lab card's measured bf16 ceiling (0.52) of its own 362 TFLOP/s peak.
   g["gpu_type"] = "NVIDIA L40S PCIe";
+  ASSERT_TRUE(predict_measurement(g, gm, reason)) << reason;
+  EXPECT_EQ(gm.hardware, "l40s-pcie-8x");
+  EXPECT_GT(gm.predicted_s - 4e-6, sxm * 989.4 * 0.803 / (362.05 * 0.52));
+  g["gpu_type"] = "NVIDIA A10G";
   EXPECT_FALSE(predict_measurement(g, gm, reason));
   EXPECT_NE(reason.find("no built-in hardware profile"), std::string::npos) << reason;
   // A Grace Hopper superchip's GEMM: the gh200 profile (the 144 GB HBM3e part where the row

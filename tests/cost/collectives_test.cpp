@@ -296,6 +296,38 @@ TEST(Topology, SocketLinkCapsRingsNotRootedTransfers) {
   EXPECT_GT(ag, 2.0 * sc);
 }
 
+// The 8-card PCIe server profiles reuse the lab machine's topology: at Gen5 (h100-pcie-8x) its
+// measured tiers as they are; at Gen4 (a100-pcie-80gb-8x, l40s-pcie-8x) the GPU-side rates
+// halved, so a ring across the sockets is bound by PCIe peer-to-peer, no longer by the socket
+// link, and a 1 GiB all-gather over the node takes 7/8 GiB at the Gen4 ring rate.
+TEST(Topology, PcieServerProfilesScaleTheLabLinks) {
+  const hw::HardwareProfile lab = hw::builtin_hardware("rtx-pro-6000-pcie-8x");
+  const hw::HardwareProfile h100 = hw::builtin_hardware("h100-pcie-8x");
+  ASSERT_TRUE(h100.has_topology);
+  ASSERT_EQ(h100.fabric.size(), lab.fabric.size());
+  for (size_t i = 0; i < lab.fabric.size(); ++i) {
+    EXPECT_DOUBLE_EQ(h100.fabric[i].busbw.value(), lab.fabric[i].busbw.value()) << i;
+    EXPECT_DOUBLE_EQ(h100.fabric[i].allreduce_busbw.value(), lab.fabric[i].allreduce_busbw.value()) << i;
+  }
+  mesh::Placement eight{8, 1, 8, 0, 7};
+  const Bytes gib(1073741824.0);
+  for (const char* name : {"a100-pcie-80gb-8x", "l40s-pcie-8x"}) {
+    const hw::HardwareProfile g4 = hw::builtin_hardware(name);
+    ASSERT_TRUE(g4.has_topology) << name;
+    const auto& t = g4.topology;
+    expect_rel(t.gpu_link.value(), lab.topology.gpu_link.value() / 2.0);
+    expect_rel(t.ring_bandwidth.value(), lab.topology.ring_bandwidth.value() / 2.0);
+    ASSERT_GT(t.socket_link.value() * t.socket_reduce_efficiency, t.ring_bandwidth.value());
+    const auto& node = g4.tier_for_span(0, 7);
+    EXPECT_DOUBLE_EQ(node.busbw.value(), t.ring_bandwidth.value()) << name;
+    EXPECT_DOUBLE_EQ(node.allreduce_busbw.value(), t.ring_bandwidth.value()) << name;
+    expect_rel(collective_time(Collective::kAllGather, gib, eight, g4).value(), gib.value() * 7.0 / 8.0 / t.ring_bandwidth.value(), 1e-3);
+    // The lab's Gen5 node is capped by its socket link, so Gen4 is slower by 19.2 / 10.1, not 2.
+    expect_rel(collective_time(Collective::kAllGather, gib, eight, g4).value() / collective_time(Collective::kAllGather, gib, eight, lab).value(),
+               lab.topology.socket_link.value() / t.ring_bandwidth.value(), 1e-3);
+  }
+}
+
 // Point-to-point floor: scatter, gather and send/recv take at least the profile's measured
 // point-to-point handshake (plus the step latency), which overlaps the data movement, so small
 // transfers sit at the floor and large ones are unchanged; profiles without the measurement
