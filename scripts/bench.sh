@@ -32,6 +32,9 @@ plan70_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpu
 plan405_cmd="./build/stepcast plan --model llama3.1-405b --hardware h100-sxm --gpus 16384 --seq 8192 --batch 2048"
 # The same 70B search with CPU offload tried on the sharded layouts (about twice the layouts).
 planoff_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 1024 --seq 8192 --batch 1024 --offload"
+# The same 70B search kept to torchtitan, each layout costed as torchtitan runs it (its exported
+# config imported back, per layout).
+plantt_cmd="./build/stepcast plan --model llama3.1-70b --hardware h100-sxm --gpus 1024 --seq 8192 --batch 1024 --framework torchtitan"
 # An MoE search (expert parallelism multiplies the space) with the process's peak memory.
 planmoe_cmd="./build/stepcast plan --model qwen3-30b-a3b --hardware h100-sxm --gpus 256 --seq 4096 --batch 1024"
 peak_rss_gib() {
@@ -43,6 +46,8 @@ plan70=$(plan_time $plan70_cmd)
 plan405=$(plan_time $plan405_cmd)
 planoff=$(plan_time $planoff_cmd)
 planoff_head=$($planoff_cmd | sed -n 1p)
+plantt=$(plan_time $plantt_cmd)
+plantt_head=$($plantt_cmd | sed -n 1p)
 plan70_head=$($plan70_cmd | sed -n 1p)  # sed reads to the end: no SIGPIPE under pipefail
 plan405_head=$($plan405_cmd | sed -n 1p)
 planmoe=$(plan_time $planmoe_cmd)
@@ -89,6 +94,7 @@ print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands_cmd)
   echo "- \`$plan70_cmd\`: $plan70 ($plan70_head)"
   echo "- \`$plan405_cmd\`: $plan405 ($plan405_head)"
   echo "- \`$planoff_cmd\`: $planoff ($planoff_head)"
+  echo "- \`$plantt_cmd\`: $plantt ($plantt_head)"
   echo "- \`$planmoe_cmd\`: $planmoe, peak RSS $planmoe_rss ($planmoe_head)"
   echo "- \`$plands_cmd\`: $plands (one run), peak RSS $plands_rss ($plands_head)"
   echo

@@ -82,7 +82,7 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   // The model: --model, else [model] name and flavor.
   const std::string name = t.word("model", "name", ""), flavor = t.word("model", "flavor", "");
   std::string zoo = opt.model;
-  if (zoo.empty()) {
+  if (zoo.empty() && opt.model_json.is_null()) {
     const auto& flavors = config::torchtitan_flavors();
     const auto it = std::find_if(flavors.begin(), flavors.end(), [&](const config::TorchtitanFlavor& f) { return name == f.name && flavor == f.flavor; });
     if (it == flavors.end()) {
@@ -91,7 +91,7 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     }
     zoo = it->zoo;
   }
-  const Json model_json = config::model_reference(zoo);
+  const Json model_json = opt.model_json.is_null() ? config::model_reference(zoo) : opt.model_json;
   core::Issues issues;
   const model::ModelSpec m = model::parse_model(model_json, "--model", issues, "");
   issues.throw_if_any();
@@ -168,6 +168,11 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     throw core::UserError("optimizer.name: got \"" + t.word("optimizer", "name", "") + "\"; stepcast models Adam, AdamW and SGD");
   }
   if (compiled) row["notes"] = "torch.compile";
+  // [compile] components (torchtitan's default: the model and the loss) compile the loss too:
+  // the upcast and log-softmax fuse, no fp32 copies of the logits. training.compile (2024)
+  // compiled the model alone.
+  bool compiled_loss = false;
+  if (t.flag("compile", "enable")) compiled_loss = t.get("compile", "components") == nullptr || t.lists("compile", "components", "loss");
   const hw::HardwareProfile profile = hw::builtin_hardware(opt.hardware);
   row["gpu_type"] = profile.gpu_name;
   row["gpus_per_node"] = opt.gpus_per_node > 0 ? opt.gpus_per_node : profile.gpus_per_node;
@@ -183,7 +188,13 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   run["name"] = "imported from torchtitan config " + std::filesystem::path(config_path).filename().string();
   Json kept = Json::array();
   for (const auto& a : run.value("assumptions", Json::array())) {
-    if (a.is_string() && a.get<std::string>().rfind("hardware:", 0) != 0) kept.push_back(a);
+    if (!a.is_string() || a.get<std::string>().rfind("hardware:", 0) == 0) continue;
+    if (compiled_loss && a.get<std::string>().rfind("training: eager PyTorch cross-entropy", 0) == 0) continue;
+    kept.push_back(a);
+  }
+  if (compiled_loss) {
+    run["training"]["loss"] = "fused";
+    kept.push_back("training: compiled cross-entropy (compile.components lists the loss)");
   }
   int64_t layer_sac = 0;  // layer-based SAC: every layer_sac-th layer fully checkpointed
   if (ac == "selective" && sac != "op") {
@@ -253,15 +264,23 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
   return run;
 }
 
-config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc) {
+config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc, const Json& model_json) {
   const config::ExportedConfig cfg = config::export_torchtitan(rc);
   config::ImportOptions opt;
-  opt.hardware = rc.hardware.name;
+  opt.model_json = model_json;
+  // The import names a built-in profile (its GPU is the published row's description the
+  // torchtitan mapping reads); the run's own profile, which may be a file or a built-in with
+  // overrides, replaces it once the run is parsed.
+  const auto names = hw::builtin_hardware_names();
+  const bool builtin = std::find(names.begin(), names.end(), rc.hardware.name) != names.end();
+  opt.hardware = builtin ? rc.hardware.name : "h100-sxm";
   opt.gpus = rc.cluster.num_gpus;
   opt.gpus_per_node = rc.cluster.gpus_per_node;
   if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) opt.model = cfg.model;
   const Json imported = import_torchtitan(config::parse_toml(config::toml_text(cfg), "<export>"), "<export>", opt);
-  return config::parse_run(imported, "<torchtitan runtime>", "");
+  config::RunConfig out = config::parse_run(imported, "<torchtitan runtime>", "");
+  out.hardware = rc.hardware;
+  return out;
 }
 
 }  // namespace stepcast::accuracy

@@ -19,8 +19,10 @@ namespace stepcast::accuracy {
 core::Json import_torchtitan(const core::Json& toml, const std::string& config_path, const config::ImportOptions& opt);
 
 // The run as torchtitan runs it: `export torchtitan`'s config of it imported back (its FSDP2
-// mixed precision, SDPA attention, loss and pipeline buffers). The run's hardware must be a
-// built-in profile; UserError otherwise, or where torchtitan cannot run the layout.
-config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc);
+// mixed precision, SDPA attention, loss and pipeline buffers), on the run's own hardware
+// profile. `model_json`: the run file's model as it gives it (a zoo name, an inline object or
+// {"path": an absolute path}), needed for a model outside the zoo; null: the zoo model of the
+// run's name. UserError where torchtitan cannot run the layout or the model.
+config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc, const core::Json& model_json = nullptr);
 
 }  // namespace stepcast::accuracy

@@ -167,8 +167,9 @@ constexpr const char* kSchedulesHelp =
     "e.g. 1f1b,interleaved for a framework without zero-bubble schedules";
 const char* const kFrameworkHelp =
     "search only layouts this framework runs as they are, the ones `export` writes (megatron: 1F1B and interleaved schedules, no "
-    "CPU offload; torchtitan: FSDP2 or DDP, no ZeRO-1/2, op-level or layer-interval recomputation); the others are rejected "
-    "naming the setting";
+    "CPU offload; torchtitan: FSDP2 or DDP, no ZeRO-1/2, op-level or layer-interval recomputation; deepspeed: ZeRO 0-3 data "
+    "parallelism alone, CPU offload, every layer or no layer recomputed); the others are rejected naming the setting. Under "
+    "torchtitan and deepspeed every layout is costed as that framework runs it (its exported config imported back)";
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
@@ -657,13 +658,13 @@ int run(int argc, char** argv) {
   std::string exp_framework, exp_file, exp_out;
   bool exp_json = false;
   auto* exp = app.add_subcommand("export", "a run file as a training framework's launch configuration (megatron: torchrun + Megatron-LM's pretrain_gpt.py "
-                                           "arguments for its model, batch, precision, layout, recomputation and overlap; torchtitan: a job config TOML); "
-                                           "import reads either back");
-  exp->add_option("framework", exp_framework, "megatron or torchtitan")->required()->check(CLI::IsMember({"megatron", "torchtitan"}));
+                                           "arguments for its model, batch, precision, layout, recomputation and overlap; torchtitan: a job config TOML; "
+                                           "deepspeed: a DeepSpeed config JSON); import reads each back");
+  exp->add_option("framework", exp_framework, "megatron, torchtitan or deepspeed")->required()->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
   exp->add_option("run", exp_file, "run file (JSON), e.g. with the parallel block of a layout `plan --json` ranked")->required();
   exp->add_option("--set", run_sets, set_help)->allow_extra_args(false);
-  exp->add_option("--out", exp_out, "write it here (megatron: a shell script; torchtitan: the TOML; default: print it)")->check(kOutputFile);
-  exp->add_flag("--json", exp_json, "print it as JSON (megatron: {framework, launcher, args, notes}; torchtitan: {framework, model, config, notes})");
+  exp->add_option("--out", exp_out, "write it here (megatron: a shell script; torchtitan: the TOML; deepspeed: the config JSON, its notes printed; default: print it, deepspeed's notes on stderr)")->check(kOutputFile);
+  exp->add_flag("--json", exp_json, "print it as JSON (megatron: {framework, launcher, args, notes}; torchtitan, deepspeed: {framework, model, config, notes})");
   bool exp_allow_oom = false;
   exp->add_flag("--allow-oom", exp_allow_oom, "export even when the layout does not fit");
 
@@ -699,7 +700,7 @@ int run(int argc, char** argv) {
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string scl_schedules;
   scl->add_option("--schedules", scl_schedules, kSchedulesHelp);
-  scl->add_option("--framework", scl_opt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan"}));
+  scl->add_option("--framework", scl_opt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
   scl->add_flag("--json", scl_json, "print the points as JSON");
 
   // sensitivity
@@ -801,7 +802,7 @@ int run(int argc, char** argv) {
                  "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string plan_schedules;
   plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
-  plan->add_option("--framework", popt.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan"}));
+  plan->add_option("--framework", popt.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
   std::string plan_emit_run;
@@ -836,7 +837,7 @@ int run(int argc, char** argv) {
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string cap_schedules;
   cap->add_option("--schedules", cap_schedules, kSchedulesHelp);
-  cap->add_option("--framework", sopt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan"}));
+  cap->add_option("--framework", sopt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
   std::string cap_storage_bw, cap_restart, cap_checkpoint_time;
   cap->add_flag("--goodput", sopt.size_for_goodput,
                 "size for the expected wall clock with failures, checkpoints and restarts (always estimated and printed)");
@@ -1181,37 +1182,22 @@ int run(int argc, char** argv) {
       }
       write_text(plan_emit_run, best.dump(2) + "\n");
     }
-    // --framework torchtitan: the winner once more with torchtitan's own runtime, as `import
-    // torchtitan` reads the exported config (its FSDP2 mixed precision, SDPA attention, loss and
-    // pipeline buffers, which the search's generic run file does not carry).
-    Json titan_runtime;
-    if (popt.framework == "torchtitan" && !r.ranked.empty()) {
-      try {
-        const auto rt = stepcast::accuracy::as_torchtitan_runs_it(r.ranked.front().rc);
-        const auto e = stepcast::estimate::estimate_step(rt);
-        titan_runtime = {{"step_time_s", e.step_time_s}, {"mfu", e.mfu}, {"peak_memory_bytes", e.memory.peak().value()},
-                         {"fits", e.memory.fits()}};
-      } catch (const stepcast::core::UserError& err) {
-        titan_runtime = {{"error", err.what()}};  // e.g. a profile file, which import cannot name
-      }
-    }
     if (plan_json) {
       Json j = stepcast::plan::plan_json(r, plan_rows);
       j.update(stepcast::report::provenance_json(cmdline));
-      if (!titan_runtime.is_null()) j["framework_runtime"] = titan_runtime;
+      if (!popt.framework.empty()) j["framework"] = popt.framework;
       j["title"] = run["model"].is_string() ? run["model"].get<std::string>() + " on " + run["cluster"]["num_gpus"].dump() + " GPUs"
                                             : plan_run.source;
       if (!r.ranked.empty()) j["detail"] = stepcast::plan::plan_detail(r.ranked.front());
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::plan::plan_table(r, plan_rows);
-      if (titan_runtime.contains("step_time_s")) {
-        std::printf("With torchtitan's own runtime (export torchtitan, then import; FSDP2 fp32 parameters, SDPA attention, its pipeline "
-                    "buffers), the best layout's estimate is %.3f s per step (%.1f%% MFU) at a %.2f GiB peak (%s).\n",
-                    titan_runtime["step_time_s"].get<double>(), 100.0 * titan_runtime["mfu"].get<double>(),
-                    titan_runtime["peak_memory_bytes"].get<double>() / 1073741824.0, titan_runtime["fits"].get<bool>() ? "fits" : "DOES NOT FIT");
-      } else if (titan_runtime.contains("error")) {
-        std::printf("torchtitan's own runtime not estimated: %s\n", titan_runtime["error"].get<std::string>().c_str());
+      if (popt.framework == "torchtitan" && !r.ranked.empty()) {
+        std::printf("Every layout is costed as torchtitan runs it (FSDP2 with fp32 sharded parameters and reductions, SDPA's FlashAttention-2, its "
+                    "loss and pipeline buffers): what `export torchtitan` of the --emit-run file, imported back, estimates.\n");
+      } else if (popt.framework == "deepspeed" && !r.ranked.empty()) {
+        std::printf("Every layout is costed as DeepSpeed runs it (ZeRO's gradient dtype and buckets, its BF16 optimizer, its overlap defaults and "
+                    "in-step parameter gathers): what `export deepspeed` of the --emit-run file, imported back, estimates.\n");
       }
     }
     if (r.ranked.empty()) {
@@ -1404,10 +1390,19 @@ int run(int argc, char** argv) {
     // A launch command for a layout that runs out of memory is refused as estimate refuses it.
     if (!fits_or_says(rc, stepcast::memory::compute_ledger(rc), exp_allow_oom, rc.source_name)) return kExitDoesNotFit;
     std::string text;
-    if (exp_framework == "torchtitan") {
-      const auto cfg = stepcast::config::export_torchtitan(rc);
-      text = exp_json ? Json{{"framework", cfg.framework}, {"model", cfg.model}, {"config", cfg.tables}, {"notes", cfg.notes}}.dump(2) + "\n"
-                      : stepcast::config::toml_text(cfg);
+    if (exp_framework == "torchtitan" || exp_framework == "deepspeed") {
+      const bool titan = exp_framework == "torchtitan";
+      const auto cfg = titan ? stepcast::config::export_torchtitan(rc) : stepcast::config::export_deepspeed(rc);
+      if (exp_json) {
+        text = Json{{"framework", cfg.framework}, {"model", cfg.model}, {"config", cfg.tables}, {"notes", cfg.notes}}.dump(2) + "\n";
+      } else if (titan) {
+        text = stepcast::config::toml_text(cfg);
+      } else {
+        // JSON holds no comments: the notes go beside the config (stderr when it is printed).
+        text = stepcast::config::json_config_text(cfg);
+        std::ostream& notes = exp_out.empty() ? std::cerr : std::cout;
+        for (const auto& n : cfg.notes) notes << "# " << n << "\n";
+      }
     } else {
       const auto cmd = stepcast::config::export_megatron(rc);
       text = exp_json ? Json{{"framework", cmd.framework}, {"launcher", cmd.launcher}, {"args", cmd.args}, {"notes", cmd.notes}}.dump(2) + "\n"

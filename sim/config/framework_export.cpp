@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "sim/config/framework_import.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 
@@ -401,6 +402,91 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
                       "which can need more memory than this run");
   return out;
 }
+
+std::string deepspeed_refusal(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  for (const auto& [field, degree] : {std::pair<const char*, int64_t>{"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}}) {
+    if (degree > 1) {
+      return refusal(field, "got " + num(degree) + "; a DeepSpeed config runs data parallelism with ZeRO alone (tensor, pipeline, context and "
+                            "expert parallelism come from the model code, as in Megatron-DeepSpeed)");
+    }
+  }
+  if (p.fsdp) return refusal("parallel.fsdp", "DeepSpeed shards with ZeRO (parallel.zero_stage 3), not PyTorch FSDP");
+  if (p.dp_replicate > 1) return refusal("parallel.dp_replicate", "got " + num(p.dp_replicate) + "; ZeRO++'s hierarchical partitioning is not exported");
+  if (p.recompute == Recompute::kSelective || p.recompute == Recompute::kSelectiveOp) {
+    return refusal("parallel.recompute", "got " + to_string(p.recompute) + "; with DeepSpeed the model's gradient checkpointing recomputes whole layers (full)");
+  }
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0 && p.recompute_layers < m.num_layers) {
+    return refusal("parallel.recompute_layers", num(p.recompute_layers) + " of " + num(m.num_layers) +
+                                                " layers; the model's gradient checkpointing (gradient_checkpointing_enable) recomputes every layer");
+  }
+  if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "DeepSpeed's config does not offload activations layer by layer");
+  if (t.precision != hw::Dtype::kBf16 && t.precision != hw::Dtype::kFp16 && t.precision != hw::Dtype::kFp32) {
+    return refusal("training.precision", "got " + hw::to_string(t.precision) + "; a DeepSpeed config trains in bf16, fp16 or fp32");
+  }
+  if (t.optimizer == Optimizer::kSgd) {
+    return refusal("training.optimizer", "got sgd; the exported config leaves the optimizer to the training script, whose default is AdamW");
+  }
+  return "";
+}
+
+ExportedConfig export_deepspeed(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  if (const std::string why = deepspeed_refusal(rc); !why.empty()) throw core::UserError("export deepspeed: " + why);
+  ExportedConfig out;
+  out.framework = "deepspeed";
+  out.model = m.name;
+  Json& c = out.tables;
+  c = Json::object();
+  c["train_batch_size"] = t.global_batch_size;
+  c["train_micro_batch_size_per_gpu"] = p.micro_batch_size;
+  c["gradient_accumulation_steps"] = rc.num_microbatches;
+  if (t.precision == hw::Dtype::kBf16) c["bf16"] = {{"enabled", true}};
+  if (t.precision == hw::Dtype::kFp16) c["fp16"] = {{"enabled", true}};
+  Json zero = {{"stage", p.zero_stage}, {"overlap_comm", p.grad_reduce_overlap}};
+  if (p.zero_stage <= 2 && p.dp > 1) {
+    // Gradient buckets in elements: DeepSpeed's BF16 optimizer (bf16, ZeRO-1, no offload)
+    // accumulates fp32 gradients, the others keep the model's dtype.
+    const bool bf16_optimizer = t.precision == hw::Dtype::kBf16 && p.zero_stage == 1 && p.offload == Offload::kNone;
+    const double bytes = bf16_optimizer || t.precision == hw::Dtype::kFp32 ? 4.0 : 2.0;
+    zero["reduce_bucket_size"] = static_cast<int64_t>(std::llround(p.bucket_mb * 1e6 / bytes));
+  }
+  if (p.offload == Offload::kOptimizer || p.offload == Offload::kParams) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (p.offload == Offload::kParams) zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  c["zero_optimization"] = zero;
+  const int64_t nodes = rc.cluster.num_nodes();
+  out.notes.push_back("launch: deepspeed --num_nodes " + num(nodes) + " --num_gpus " + num(std::min(rc.cluster.gpus_per_node, rc.cluster.num_gpus)) +
+                      " train.py --deepspeed ds_config.json (" + num(rc.cluster.num_gpus) + " GPUs of data parallelism)");
+  out.notes.push_back("model: " + m.name + ", sequences of " + num(t.seq_len) + " tokens (the training script's model and data)");
+  out.notes.push_back(p.recompute == Recompute::kFull ? "activation checkpointing: every layer (model.gradient_checkpointing_enable(), or the Trainer's --gradient_checkpointing)"
+                                                      : "activation checkpointing: off (the model keeps every layer's activations)");
+  out.notes.push_back("optimizer: the training script's AdamW (no optimizer block; the Hugging Face Trainer's default)");
+  out.notes.push_back("stepcast import deepspeed --config ds_config.json --model " + m.name + " --seq " + num(t.seq_len) + " --gpus " + num(rc.cluster.num_gpus) +
+                      " --recompute " + (p.recompute == Recompute::kFull ? "full" : "none") + " reads it back");
+  return out;
+}
+
+RunConfig as_deepspeed_runs_it(const RunConfig& rc, const Json& model_json) {
+  const ExportedConfig cfg = export_deepspeed(rc);
+  ImportOptions opt;
+  const auto names = hw::builtin_hardware_names();
+  opt.hardware = std::find(names.begin(), names.end(), rc.hardware.name) != names.end() ? rc.hardware.name : "h100-sxm";
+  opt.model = rc.model.name;
+  opt.model_json = model_json;
+  opt.seq_len = rc.training.seq_len;
+  opt.gpus = rc.cluster.num_gpus;
+  opt.gpus_per_node = rc.cluster.gpus_per_node;
+  opt.recompute = rc.parallel.recompute == Recompute::kFull ? "full" : "none";
+  RunConfig out = parse_run(import_deepspeed(cfg.tables, "<export>", opt), "<deepspeed runtime>", "");
+  out.hardware = rc.hardware;  // the run's own profile (a file, or a built-in with overrides)
+  return out;
+}
+
+std::string json_config_text(const ExportedConfig& cfg) { return cfg.tables.dump(2) + "\n"; }
 
 std::string toml_text(const ExportedConfig& cfg) {
   std::ostringstream o;

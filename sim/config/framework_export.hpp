@@ -68,4 +68,21 @@ ExportedConfig export_torchtitan(const RunConfig& rc);
 // The config as TOML text (notes as comments).
 std::string toml_text(const ExportedConfig& cfg);
 
+// deepspeed: a DeepSpeed config JSON for the Hugging Face Trainer or deepspeed.initialize: the
+// batch (global, per GPU, accumulation), bf16 / fp16, and ZeRO (stage, overlap_comm, the
+// gradient bucket in elements, CPU offload of the optimizer or the parameters). DeepSpeed's
+// config runs data parallelism alone: TP, PP, CP, EP, FSDP, HSDP, selective or partial
+// recomputation, fp8 and SGD are errors naming the field. What the config does not hold (the
+// launcher, the model, the sequence length, gradient checkpointing of every layer) is in the
+// notes. `stepcast import deepspeed` reads it back.
+std::string deepspeed_refusal(const RunConfig& rc);
+ExportedConfig export_deepspeed(const RunConfig& rc);
+// The config as JSON text (the notes are not part of it).
+std::string json_config_text(const ExportedConfig& cfg);
+// The run as DeepSpeed runs it: its exported config imported back (ZeRO's gradient dtype and
+// buckets, DeepSpeed's BF16 optimizer, its overlap defaults and in-step parameter all-gathers),
+// on the run's own hardware profile. `model_json`: the run file's model as it gives it (null:
+// the zoo model of the run's name).
+RunConfig as_deepspeed_runs_it(const RunConfig& rc, const core::Json& model_json = nullptr);
+
 }  // namespace stepcast::config

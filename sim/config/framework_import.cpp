@@ -812,7 +812,9 @@ bool ds_offloaded(const Json& zero, const char* key) {
 
 Json import_deepspeed(const Json& c, const std::string& config_path, const ImportOptions& opt) {
   if (!c.is_object()) throw core::UserError(config_path + ": expected a DeepSpeed config object");
-  if (opt.model.empty()) throw core::UserError("--model: required (a DeepSpeed config does not describe the model): a zoo name or a model config file");
+  if (opt.model.empty() && opt.model_json.is_null()) {
+    throw core::UserError("--model: required (a DeepSpeed config does not describe the model): a zoo name or a model config file");
+  }
   if (opt.seq_len <= 0) throw core::UserError("--seq: required (a DeepSpeed config does not hold the sequence length)");
   if (opt.gpus <= 0) throw core::UserError("--gpus: required (the DeepSpeed config does not say how many GPUs run it)");
   std::vector<std::string> assumptions, ignored;
@@ -823,7 +825,7 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   };
   const int64_t dp = opt.gpus;
   // The model: a zoo name, or a config file.
-  const Json model = model_reference(opt.model);
+  const Json model = opt.model_json.is_null() ? model_reference(opt.model) : opt.model_json;
   // Batch: any two of the three determine the third (train = micro x accumulation x dp).
   const Json* tb = get("train_batch_size");
   const Json* mb = get("train_micro_batch_size_per_gpu");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/accuracy/titan_import.hpp"
 #include "sim/config/framework_export.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/step_sim.hpp"
@@ -257,7 +259,32 @@ struct MemorySearch {
   bool recompute_layers = false;
   bool offload_layers = false;
   bool rescue = false;  // estimate the layouts a memory-balanced split may make fit (Evaluated::rescuable)
+  // --framework torchtitan / deepspeed: the run file's model as it gives it (as_framework_runs_it).
+  const Json* runtime_model = nullptr;
 };
+
+// --framework torchtitan or deepspeed: the layout as that framework runs it, its exported
+// config imported back (torchtitan: FSDP2's fp32 sharded parameters and fp32 gradient reduction,
+// SDPA's FlashAttention-2 kernels, its loss and pipeline buffers; DeepSpeed: ZeRO's gradient
+// dtype and buckets, its BF16 optimizer, its overlap defaults and in-step parameter gathers), so
+// the memory check, the recomputation the memory needs and the ranking are the framework's. The
+// candidate's own settings (layout, split, recomputation) go through unchanged; a run the
+// framework cannot express is rejected with the reason. Megatron-LM's round trip reproduces the
+// run file as it is (tests/config/framework_export_test.cpp), so its layouts are costed as given.
+bool as_framework_runs_it(RunConfig& rc, const std::string& framework, const Json* model_json, Evaluated& ev) {
+  if (framework != "torchtitan" && framework != "deepspeed") return true;
+  try {
+    const Json model = model_json != nullptr ? *model_json : Json();
+    RunConfig t = framework == "torchtitan" ? accuracy::as_torchtitan_runs_it(rc, model) : config::as_deepspeed_runs_it(rc, model);
+    t.source_name = rc.source_name;
+    rc = std::move(t);
+    return true;
+  } catch (const core::UserError& e) {
+    ev.reason = "not costed with " + framework + "'s runtime";
+    ev.message = e.what();
+    return false;
+  }
+}
 
 // `cache`: the calling worker's layer costs of earlier layouts of this search (or none).
 Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOptions& opt, MemorySearch search,
@@ -277,6 +304,7 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
   auto refused = [&](const RunConfig& r) {
     const std::string why = opt.framework == "megatron"     ? config::megatron_refusal(r)
                             : opt.framework == "torchtitan" ? config::torchtitan_refusal(r)
+                            : opt.framework == "deepspeed"  ? config::deepspeed_refusal(r)
                                                             : std::string();
     if (why.empty()) return false;
     ev.reason = "not run by " + opt.framework + ": " + why.substr(0, why.find(": "));
@@ -284,6 +312,7 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     return true;
   };
   if (refused(rc)) return ev;
+  if (!as_framework_runs_it(rc, opt.framework, search.runtime_model, ev)) return ev;
   auto ledger = memory::compute_ledger(rc);
   if (search.offload_layers && rc.parallel.recompute == Recompute::kNone &&
       ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
@@ -329,6 +358,8 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
       if (opt.framework == "torchtitan") {
         while (n < per_vstage && per_vstage % n != 0) ++n;
       }
+      // DeepSpeed: the model's gradient checkpointing recomputes every layer (0) or none.
+      if (opt.framework == "deepspeed") n = 0;
       rc.parallel.recompute_layers = n;
       ledger = memory::compute_ledger(rc);
     }
@@ -481,6 +512,8 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   std::vector<int64_t> eps{bp.ep};
   if (m.moe.enabled() && !fixed("ep")) eps = powers_of_two_upto(m.moe.num_experts);
   std::vector<Sharding> shards{{0, false}, {1, false}, {3, true}};
+  // DeepSpeed shards with ZeRO alone, every stage of it (ZeRO-2's sharded gradients are its own).
+  if (opt.framework == "deepspeed") shards = {{0, false}, {1, false}, {2, false}, {3, false}};
   if (fixed("zero_stage") || fixed("fsdp")) shards = {{bp.zero_stage, bp.fsdp}};
   // Selective recompute of the attention core only changes anything with unfused attention
   // (flash attention recomputes it anyway). MoE models also try Megatron-Core's cheap modules:
@@ -752,6 +785,7 @@ void rescue_by_split(const RunConfig& base, const Json& par, const PlanOptions& 
     core::Issues issues;
     config::derive_and_validate(rc, issues);
     if (!issues.empty()) continue;
+    if (Evaluated unused; !as_framework_runs_it(rc, opt.framework, search.runtime_model, unused)) continue;
     const BalancedSplit bs = balanced_split(rc, 1.0 - opt.memory_headroom);
     if (!bs.fits || bs.layers.empty() || bs.layers == rc.vstage_layers) continue;
     Parallel p = cand;
@@ -796,10 +830,15 @@ std::vector<config::Schedule> parse_schedules(const std::string& list, const std
 
 void apply_framework(PlanOptions& opt, const std::string& option) {
   if (opt.framework.empty()) return;
-  if (opt.framework != "megatron" && opt.framework != "torchtitan") {
-    throw core::UserError(option + ": got \"" + opt.framework + "\"; expected megatron or torchtitan");
+  if (opt.framework != "megatron" && opt.framework != "torchtitan" && opt.framework != "deepspeed") {
+    throw core::UserError(option + ": got \"" + opt.framework + "\"; expected megatron, torchtitan or deepspeed");
   }
   if (!opt.schedules.empty()) return;
+  // DeepSpeed's config runs no pipeline (deepspeed_refusal): one schedule, not six, per layout.
+  if (opt.framework == "deepspeed") {
+    opt.schedules = parse_schedules("1f1b", option);
+    return;
+  }
   opt.schedules = parse_schedules(opt.framework == "megatron" ? "1f1b,interleaved" : "1f1b,interleaved,zbv,dualpipev", option);
 }
 
@@ -812,6 +851,14 @@ PlanResult plan(const Json& run, const std::string& source_name, const std::stri
   search.recompute_layers = !par.contains("recompute") && !par.contains("recompute_layers");
   search.offload_layers = opt.offload && !par.contains("activation_offload_layers");
   search.rescue = planner_splits(base, par);
+  // A framework's runtime is costed from the model as the run file gives it, a model file's path
+  // made absolute (the round trip parses it from no directory).
+  Json runtime_model = run.contains("model") ? run["model"] : Json();
+  if (runtime_model.is_object() && runtime_model.contains("path") && runtime_model["path"].is_string() &&
+      std::filesystem::path(runtime_model["path"].get<std::string>()).is_relative()) {
+    runtime_model["path"] = (std::filesystem::absolute(base_dir.empty() ? "." : base_dir) / runtime_model["path"].get<std::string>()).lexically_normal().string();
+  }
+  if (!opt.framework.empty()) search.runtime_model = &runtime_model;
   if (opt.offload && !base.hardware.host.stated) {
     throw core::UserError(source_name + ": --offload: hardware '" + base.hardware.name +
                           "' does not describe its host (hardware.host: memory, memory_bandwidth, link), so offload cannot be costed");

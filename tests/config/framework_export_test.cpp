@@ -217,6 +217,34 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
   EXPECT_NE(dcfg.notes.front().find("--model qwen3-30b-a3b"), std::string::npos) << dcfg.notes.front();
   EXPECT_EQ(dcfg.tables["parallelism"]["expert_parallel_degree"], 8);
   expect_same_titan_layout(moe, titan_round_trip(moe));
+
+  // torchtitan's runtime of a run already in it is the same run (the planner costs each layout
+  // once; a second round trip must not drift): the step, the memory and the training settings.
+  for (const RunConfig* rc : {&hsdp, &zbv, &moe}) {
+    const RunConfig once = titan_round_trip(*rc);
+    const RunConfig twice = titan_round_trip(once);
+    EXPECT_EQ(twice.training.loss, once.training.loss);
+    EXPECT_EQ(twice.training.fused_elementwise, once.training.fused_elementwise);
+    EXPECT_EQ(twice.training.param_dtype, once.training.param_dtype);
+    const auto e1 = estimate::estimate_step(once);
+    const auto e2 = estimate::estimate_step(twice);
+    EXPECT_NEAR(e2.step_time_s, e1.step_time_s, 1e-9 * e1.step_time_s) << plan::layout_text(rc->parallel);
+    EXPECT_NEAR(e2.memory.peak().value(), e1.memory.peak().value(), 1.0) << plan::layout_text(rc->parallel);
+  }
+  // The compiled loss (torchtitan's [compile] components: the model and the loss) is costed as
+  // the fused loss the exported run had.
+  EXPECT_EQ(titan_round_trip(hsdp).training.loss, hsdp.training.loss);
+  // A profile that is not a built-in (a file, or a built-in with overrides) is the one costed.
+  Json custom = Json::parse(R"({
+    "model": "llama3.1-8b", "cluster": {"num_gpus": 16},
+    "hardware": {"base": "h100-sxm", "name": "h100-slow-hbm", "gpu": {"memory_bandwidth": "2TB/s"}},
+    "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"tp": 2, "fsdp": true, "micro_batch_size": 1}})");
+  const RunConfig slow = run_of(custom);
+  const RunConfig slow_titan = titan_round_trip(slow);
+  EXPECT_EQ(slow_titan.hardware.name, "h100-slow-hbm");
+  EXPECT_DOUBLE_EQ(slow_titan.hardware.hbm_bandwidth.value(), 2e12);
+  custom["hardware"] = "h100-sxm";
+  EXPECT_GT(estimate::estimate_step(slow_titan).step_time_s, estimate::estimate_step(titan_round_trip(run_of(custom))).step_time_s);
 }
 
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
@@ -244,6 +272,93 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
   Json fp16 = base;
   fp16["training"]["precision"] = "fp16";
   EXPECT_NE(error(fp16).find("training.precision"), std::string::npos);
+}
+
+// DeepSpeed: the config carries the batch, precision and ZeRO settings and comes back through
+// `import deepspeed` as the same layout, with DeepSpeed's runtime (its gradient dtype, BF16
+// optimizer, in-step parameter gathers); the bucket goes out in elements of the dtype the
+// gradients are reduced in.
+TEST(DeepspeedExport, ConfigsRoundTrip) {
+  const RunConfig z2 = run_of(Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+    "training": {"seq_len": 4096, "global_batch_size": 128},
+    "parallel": {"zero_stage": 2, "micro_batch_size": 2, "bucket_mb": 200, "recompute": "full"}})"));
+  const ExportedConfig cfg = export_deepspeed(z2);
+  EXPECT_EQ(cfg.tables["train_batch_size"], 128);
+  EXPECT_EQ(cfg.tables["train_micro_batch_size_per_gpu"], 2);
+  EXPECT_EQ(cfg.tables["gradient_accumulation_steps"], 4);
+  EXPECT_EQ(cfg.tables["bf16"]["enabled"], true);
+  EXPECT_EQ(cfg.tables["zero_optimization"]["stage"], 2);
+  EXPECT_EQ(cfg.tables["zero_optimization"]["reduce_bucket_size"], 100000000);  // 200 MB of bf16 gradients
+  EXPECT_NE(json_config_text(cfg).find("\"overlap_comm\": true"), std::string::npos) << json_config_text(cfg);
+  const RunConfig back = as_deepspeed_runs_it(z2);
+  expect_same_layout(z2, back);
+  EXPECT_DOUBLE_EQ(back.parallel.bucket_mb, 200.0);
+  EXPECT_FALSE(back.parallel.param_gather_overlap);  // ZeRO-2's gathers run inside DeepSpeed's optimizer step
+  // The notes carry what the config does not: the launcher, the sequence, the checkpointing.
+  std::string notes;
+  for (const auto& n : cfg.notes) notes += n + "\n";
+  for (const char* want : {"deepspeed --num_nodes 2 --num_gpus 8", "4096 tokens", "gradient_checkpointing_enable", "--recompute full"}) {
+    EXPECT_NE(notes.find(want), std::string::npos) << want << "\n" << notes;
+  }
+
+  // DeepSpeed's BF16 optimizer (bf16, ZeRO-1, no offload) reduces fp32 gradients: the same
+  // 200 MB bucket is half the elements.
+  Json j1 = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+    "training": {"seq_len": 4096, "global_batch_size": 128}, "parallel": {"zero_stage": 1, "micro_batch_size": 2, "bucket_mb": 200}})");
+  const RunConfig z1 = run_of(j1);
+  EXPECT_EQ(export_deepspeed(z1).tables["zero_optimization"]["reduce_bucket_size"], 50000000);
+  const RunConfig z1_back = as_deepspeed_runs_it(z1);
+  expect_same_layout(z1, z1_back);
+  EXPECT_EQ(z1_back.training.grad_dtype, hw::Dtype::kFp32);
+  EXPECT_DOUBLE_EQ(z1_back.parallel.bucket_mb, 200.0);
+
+  // ZeRO-3 with the parameters (and so the optimizer) offloaded to the CPU.
+  const RunConfig z3 = run_of(Json::parse(R"({"model": "llama3.1-70b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+    "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"zero_stage": 3, "micro_batch_size": 1, "offload": "params", "recompute": "full"}})"));
+  const ExportedConfig c3 = export_deepspeed(z3);
+  EXPECT_EQ(c3.tables["zero_optimization"]["offload_param"]["device"], "cpu");
+  EXPECT_EQ(c3.tables["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_FALSE(c3.tables["zero_optimization"].contains("reduce_bucket_size"));
+  const RunConfig z3_back = as_deepspeed_runs_it(z3);
+  expect_same_layout(z3, z3_back);
+  EXPECT_EQ(z3_back.parallel.offload, Offload::kParams);
+  EXPECT_TRUE(z3_back.parallel.zero3_recompute_regather);
+
+  // DeepSpeed's runtime of a run already in it is the same run.
+  for (const RunConfig* rc : {&z2, &z1, &z3}) {
+    const RunConfig once = as_deepspeed_runs_it(*rc);
+    const double e1 = estimate::estimate_step(once).step_time_s;
+    EXPECT_NEAR(estimate::estimate_step(as_deepspeed_runs_it(once)).step_time_s, e1, 1e-9 * e1) << plan::layout_text(rc->parallel);
+  }
+}
+
+TEST(DeepspeedExport, RefusesWhatAConfigCannotRun) {
+  const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+                                   "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"zero_stage": 1}})");
+  auto error = [](const Json& j) {
+    try {
+      (void)export_deepspeed(run_of(j));
+    } catch (const core::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(base), "");
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {Json{{"parallel", {{"tp", 2}}}}, "parallel.tp: got 2"},
+      {Json{{"parallel", {{"pp", 2}}}}, "parallel.pp: got 2"},
+      {Json{{"parallel", {{"zero_stage", nullptr}, {"fsdp", true}}}}, "parallel.fsdp"},
+      {Json{{"parallel", {{"recompute", "selective"}}}}, "parallel.recompute: got selective"},
+      {Json{{"parallel", {{"recompute", "full"}, {"recompute_layers", 8}}}}, "parallel.recompute_layers: 8 of 32"},
+      {Json{{"training", {{"precision", "fp8"}}}}, "training.precision: got fp8"},
+      {Json{{"training", {{"optimizer", "sgd"}}}}, "training.optimizer: got sgd"},
+  };
+  for (const auto& [patch, want] : cases) {
+    Json j = base;
+    j.merge_patch(patch);
+    EXPECT_NE(error(j).find(want), std::string::npos) << patch.dump() << ": " << error(j);
+  }
 }
 
 }  // namespace

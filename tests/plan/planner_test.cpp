@@ -10,6 +10,7 @@
 
 #include <set>
 
+#include "sim/accuracy/titan_import.hpp"
 #include "sim/config/framework_export.hpp"
 #include "sim/core/error.hpp"
 #include "sim/estimate/estimate.hpp"
@@ -213,15 +214,28 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
   PlanOptions bad = small_options();
   bad.framework = "jax";
   EXPECT_THROW(apply_framework(bad, "--framework"), core::UserError);
-  for (const std::string fw : {"megatron", "torchtitan"}) {
+  for (const std::string fw : {"megatron", "torchtitan", "deepspeed"}) {
     PlanOptions o = small_options();
     o.framework = fw;
     const PlanResult r = plan(j, "<plan-test>", "", o);
     ASSERT_FALSE(r.ranked.empty()) << fw;
     for (const auto& c : r.ranked) {
-      EXPECT_EQ(fw == "megatron" ? config::megatron_refusal(c.rc) : config::torchtitan_refusal(c.rc), "") << fw << " " << layout_text(c.rc.parallel);
+      const std::string why = fw == "megatron"     ? config::megatron_refusal(c.rc)
+                              : fw == "torchtitan" ? config::torchtitan_refusal(c.rc)
+                                                   : config::deepspeed_refusal(c.rc);
+      EXPECT_EQ(why, "") << fw << " " << layout_text(c.rc.parallel);
     }
-    if (fw == "megatron") {
+    if (fw == "deepspeed") {
+      // ZeRO data parallelism alone, costed as DeepSpeed runs it: the winner's estimate is what
+      // its layout over the input run, exported and imported back, estimates.
+      EXPECT_GT(r.rejected.at("not run by deepspeed: parallel.tp"), 0);
+      for (const auto& c : r.ranked) EXPECT_EQ(c.rc.parallel.dp, 16) << layout_text(c.rc.parallel);
+      Json best = j;
+      best["parallel"] = plan_json(r, 1)["layouts"][0]["parallel"];
+      const auto generic = config::parse_run(best, "<best>", "");
+      const double round_trip = estimate::estimate_step(config::as_deepspeed_runs_it(generic)).step_time_s;
+      EXPECT_NEAR(r.ranked.front().est.step_time_s, round_trip, 1e-9 * round_trip);
+    } else if (fw == "megatron") {
       EXPECT_GT(r.rejected.count("not run by megatron: parallel.schedule"), 0u);
       // With the framework's schedules searched, none is refused for its schedule.
       PlanOptions m = o;
@@ -237,7 +251,47 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
           EXPECT_EQ((32 / (p.pp * p.vpp)) % p.recompute_layers, 0) << layout_text(p);
         }
       }
+      // Every layout is costed as torchtitan runs it (FSDP2's fp32 sharded parameters, SDPA's
+      // FlashAttention-2), and the winner's estimate is what its layout over the input run,
+      // exported and imported back, estimates.
+      for (const auto& c : r.ranked) {
+        EXPECT_EQ(c.rc.training.attention, config::AttentionImpl::kFlash2) << layout_text(c.rc.parallel);
+        if (c.rc.parallel.fsdp) {
+          EXPECT_EQ(c.rc.training.param_dtype, hw::Dtype::kFp32) << layout_text(c.rc.parallel);
+        }
+      }
+      Json best = j;
+      best["parallel"] = plan_json(r, 1)["layouts"][0]["parallel"];
+      const auto generic = config::parse_run(best, "<best>", "");
+      const double round_trip = estimate::estimate_step(accuracy::as_torchtitan_runs_it(generic)).step_time_s;
+      EXPECT_NEAR(r.ranked.front().est.step_time_s, round_trip, 1e-9 * round_trip);
+      EXPECT_GT(round_trip, estimate::estimate_step(generic).step_time_s);
+      // Without --framework the same layout ranks with the generic run's costs.
+      PlanOptions any = small_options();
+      const PlanResult g = plan(j, "<plan-test>", "", any);
+      ASSERT_FALSE(g.ranked.empty());
+      EXPECT_NE(g.ranked.front().rc.training.attention, config::AttentionImpl::kFlash2);
     }
+  }
+}
+
+// --framework torchtitan costs the run's own model and hardware as torchtitan runs them: an
+// inline model outside the zoo (a Hugging Face config's keys) on a profile with overrides ranks
+// layouts, each with torchtitan's runtime on that profile.
+TEST(Planner, TorchtitanRuntimeTakesTheRunsOwnModelAndHardware) {
+  Json j = run_8b();
+  j["model"] = {{"num_hidden_layers", 16}, {"hidden_size", 2048}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+                {"intermediate_size", 8192}, {"vocab_size", 128256}, {"hidden_act", "silu"}};
+  j["hardware"] = {{"base", "h100-sxm"}, {"name", "h100-test-slow"}, {"gpu", {{"memory_bandwidth", "2TB/s"}}}};
+  PlanOptions o = small_options();
+  o.framework = "torchtitan";
+  const PlanResult r = plan(j, "<plan-test>", "", o);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(r.rejected.count("not costed with torchtitan's runtime"), 0u);
+  for (const auto& c : r.ranked) {
+    EXPECT_EQ(c.rc.model.num_layers, 16);
+    EXPECT_EQ(c.rc.hardware.name, "h100-test-slow");
+    EXPECT_EQ(c.rc.training.attention, config::AttentionImpl::kFlash2);
   }
 }
 
