@@ -66,9 +66,10 @@ Json import_accelerate(const Json& c, const std::string& config_path, const Impo
       if (used.count(k)) read.insert("deepspeed_config." + k);
     }
   } else if (type == "FSDP" || type == "MULTI_GPU" || type == "NO") {
-    Json training = {{"seq_len", opt.seq_len}, {"global_batch_size", opt.micro_batch * gas * gpus}, {"precision", mp == "no" ? "fp32" : mp}};
+    Json training = {{"seq_len", opt.seq_len}, {"global_batch_size", opt.micro_batch * gas * gpus}, {"precision", mp == "no" ? "fp32" : mp},
+                     {"attention", "flash2"}};
     Json parallel = {{"dp", gpus}, {"micro_batch_size", opt.micro_batch}};
-    std::vector<std::string> assumptions;
+    std::vector<std::string> assumptions{kSdpaAttention};
     if (opt.grad_accum <= 0) assumptions.push_back("training: no gradient accumulation (--grad-accum sets it)");
     if (type == "FSDP") {
       const Json* fc = get(c, "", "fsdp_config");

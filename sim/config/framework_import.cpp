@@ -761,6 +761,14 @@ namespace {
 
 bool is_auto(const Json& j) { return j.is_string() && j.get<std::string>() == "auto"; }
 
+}  // namespace
+
+const char* const kSdpaAttention =
+    "training: FlashAttention-2 class attention kernels (Hugging Face models call PyTorch SDPA, their default attn_implementation, "
+    "or flash-attn 2; Megatron-DeepSpeed --use-flash-attn-v2); training.attention sets another";
+
+namespace {
+
 // A DeepSpeed config value: a number (DeepSpeed also takes numbers written as strings), or
 // "auto", which the Hugging Face Trainer fills in: `fill` when the caller has it (0: not).
 double ds_number(const Json& j, const std::string& path, double lo, double hi, double fill = 0, const char* option = nullptr) {
@@ -852,7 +860,8 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   if (bf16 && fp16) throw core::UserError("bf16.enabled and fp16.enabled: both true; DeepSpeed takes one");
   const std::string precision = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
   if (!bf16 && !fp16) assumptions.push_back("training: fp32 (neither bf16 nor fp16 is enabled)");
-  Json training = {{"seq_len", opt.seq_len}, {"global_batch_size", gbs}, {"precision", precision}};
+  Json training = {{"seq_len", opt.seq_len}, {"global_batch_size", gbs}, {"precision", precision}, {"attention", "flash2"}};
+  assumptions.push_back(kSdpaAttention);
   std::string optimizer = "adam";
   if (const Json* o = get("optimizer"); o != nullptr && o->is_object() && o->contains("type")) {
     std::string t = (*o)["type"].is_string() ? (*o)["type"].get<std::string>() : "";

@@ -81,6 +81,10 @@ core::Json import_accelerate(const core::Json& config, const std::string& config
 // else is an error naming `path` and the line.
 core::Json parse_yaml(const std::string& text, const std::string& path);
 
+// The assumption the Hugging Face side of the importers (deepspeed, accelerate) records for its
+// FlashAttention-2 class attention.
+extern const char* const kSdpaAttention;
+
 // The run file for a DeepSpeed config (`config_path` names it in messages).
 core::Json import_deepspeed(const core::Json& config, const std::string& config_path, const ImportOptions& opt);
 
