@@ -301,11 +301,14 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     return ev;
   }
   // A layout the framework cannot run (PlanOptions::framework), named by the setting at fault.
+  auto why_refused = [&](const RunConfig& r) {
+    return opt.framework == "megatron"     ? config::megatron_refusal(r)
+           : opt.framework == "torchtitan" ? config::torchtitan_refusal(r)
+           : opt.framework == "deepspeed"  ? config::deepspeed_refusal(r)
+                                           : std::string();
+  };
   auto refused = [&](const RunConfig& r) {
-    const std::string why = opt.framework == "megatron"     ? config::megatron_refusal(r)
-                            : opt.framework == "torchtitan" ? config::torchtitan_refusal(r)
-                            : opt.framework == "deepspeed"  ? config::deepspeed_refusal(r)
-                                                            : std::string();
+    const std::string why = why_refused(r);
     if (why.empty()) return false;
     ev.reason = "not run by " + opt.framework + ": " + why.substr(0, why.find(": "));
     ev.message = why;
@@ -317,7 +320,11 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
   if (search.offload_layers && rc.parallel.recompute == Recompute::kNone &&
       ledger.peak().value() > (1.0 - opt.memory_headroom) * ledger.capacity.value()) {
     // Offload the activations of as few layers as the memory needs instead of recomputing.
-    if (const int64_t n = memory::fewest_offload_layers(rc, 1.0 - opt.memory_headroom); n > 0) {
+    // (Not for a framework that does not offload activations: torchtitan, DeepSpeed.)
+    RunConfig trial = rc;
+    trial.parallel.activation_offload_layers = 1;
+    const int64_t n = why_refused(trial).empty() ? memory::fewest_offload_layers(rc, 1.0 - opt.memory_headroom) : 0;
+    if (n > 0) {
       rc.parallel.activation_offload_layers = n;
       ledger = memory::compute_ledger(rc);
     }

@@ -225,6 +225,18 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
                                                    : config::deepspeed_refusal(c.rc);
       EXPECT_EQ(why, "") << fw << " " << layout_text(c.rc.parallel);
     }
+    // With --offload, the activation offload the memory search may add is not tried for a
+    // framework that does not run it (torchtitan, DeepSpeed).
+    PlanOptions off = o;
+    off.offload = true;
+    Json none = run_8b();
+    none["parallel"] = {{"recompute", "none"}};
+    for (const auto& c : plan(none, "<plan-test>", "", off).ranked) {
+      const std::string why = fw == "megatron"     ? config::megatron_refusal(c.rc)
+                              : fw == "torchtitan" ? config::torchtitan_refusal(c.rc)
+                                                   : config::deepspeed_refusal(c.rc);
+      EXPECT_EQ(why, "") << fw << " --offload " << layout_text(c.rc.parallel);
+    }
     if (fw == "deepspeed") {
       // ZeRO data parallelism alone, costed as DeepSpeed runs it: the winner's estimate is what
       // its layout over the input run, exported and imported back, estimates.
