@@ -32,14 +32,18 @@ RunConfig round_trip(const RunConfig& rc, const std::string& hardware) {
   return run_of(imported);
 }
 
-std::string export_error(const Json& j) {
+// The error an exporter gives for a run file (empty when it exports it).
+template <class Exporter>
+std::string error_of(Exporter exporter, const Json& j) {
   try {
-    (void)export_megatron(run_of(j));
+    (void)exporter(run_of(j));
   } catch (const core::UserError& e) {
     return e.what();
   }
   return "";
 }
+
+std::string export_error(const Json& j) { return error_of(export_megatron, j); }
 
 // What both exports must carry back: the batch, the precision and the layout with its split,
 // schedule and recomputation.
@@ -250,14 +254,7 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
   const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
                                    "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"tp": 2, "fsdp": true}})");
-  auto error = [](const Json& j) {
-    try {
-      (void)export_torchtitan(run_of(j));
-    } catch (const core::UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto error = [](const Json& j) { return error_of(export_torchtitan, j); };
   EXPECT_EQ(error(base), "");
   Json z1 = base;
   z1["parallel"] = Json{{"tp", 2}, {"zero_stage", 1}};
@@ -336,14 +333,7 @@ TEST(DeepspeedExport, ConfigsRoundTrip) {
 TEST(DeepspeedExport, RefusesWhatAConfigCannotRun) {
   const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
                                    "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"zero_stage": 1}})");
-  auto error = [](const Json& j) {
-    try {
-      (void)export_deepspeed(run_of(j));
-    } catch (const core::UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto error = [](const Json& j) { return error_of(export_deepspeed, j); };
   EXPECT_EQ(error(base), "");
   const std::vector<std::pair<Json, std::string>> cases = {
       {Json{{"parallel", {{"tp", 2}}}}, "parallel.tp: got 2"},
