@@ -168,8 +168,9 @@ constexpr const char* kSchedulesHelp =
 const char* const kFrameworkHelp =
     "search only layouts this framework runs as they are, the ones `export` writes (megatron: 1F1B and interleaved schedules, no "
     "CPU offload; torchtitan: FSDP2 or DDP, no ZeRO-1/2, op-level or layer-interval recomputation; deepspeed: ZeRO 0-3 data "
-    "parallelism alone, CPU offload, every layer or no layer recomputed); the others are rejected naming the setting. Under "
-    "torchtitan and deepspeed every layout is costed as that framework runs it (its exported config imported back)";
+    "parallelism alone, CPU offload, every layer or no layer recomputed; accelerate: FSDP or DDP data parallelism alone); the "
+    "others are rejected naming the setting. Under torchtitan, deepspeed and accelerate every layout is costed as that framework "
+    "runs it (its exported config imported back)";
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitDoesNotFit = 3;
@@ -659,12 +660,12 @@ int run(int argc, char** argv) {
   bool exp_json = false;
   auto* exp = app.add_subcommand("export", "a run file as a training framework's launch configuration (megatron: torchrun + Megatron-LM's pretrain_gpt.py "
                                            "arguments for its model, batch, precision, layout, recomputation and overlap; torchtitan: a job config TOML; "
-                                           "deepspeed: a DeepSpeed config JSON); import reads each back");
-  exp->add_option("framework", exp_framework, "megatron, torchtitan or deepspeed")->required()->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
+                                           "deepspeed: a DeepSpeed config JSON; accelerate: an Accelerate config YAML); import reads each back");
+  exp->add_option("framework", exp_framework, "megatron, torchtitan, deepspeed or accelerate")->required()->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed", "accelerate"}));
   exp->add_option("run", exp_file, "run file (JSON), e.g. with the parallel block of a layout `plan --json` ranked")->required();
   exp->add_option("--set", run_sets, set_help)->allow_extra_args(false);
-  exp->add_option("--out", exp_out, "write it here (megatron: a shell script; torchtitan: the TOML; deepspeed: the config JSON, its notes printed; default: print it, deepspeed's notes on stderr)")->check(kOutputFile);
-  exp->add_flag("--json", exp_json, "print it as JSON (megatron: {framework, launcher, args, notes}; torchtitan, deepspeed: {framework, model, config, notes})");
+  exp->add_option("--out", exp_out, "write it here (megatron: a shell script; torchtitan: the TOML; deepspeed: the config JSON, its notes printed; accelerate: the YAML; default: print it, deepspeed's notes on stderr)")->check(kOutputFile);
+  exp->add_flag("--json", exp_json, "print it as JSON (megatron: {framework, launcher, args, notes}; torchtitan, deepspeed, accelerate: {framework, model, config, notes})");
   bool exp_allow_oom = false;
   exp->add_flag("--allow-oom", exp_allow_oom, "export even when the layout does not fit");
 
@@ -700,7 +701,7 @@ int run(int argc, char** argv) {
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string scl_schedules;
   scl->add_option("--schedules", scl_schedules, kSchedulesHelp);
-  scl->add_option("--framework", scl_opt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
+  scl->add_option("--framework", scl_opt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed", "accelerate"}));
   scl->add_flag("--json", scl_json, "print the points as JSON");
 
   // sensitivity
@@ -802,7 +803,7 @@ int run(int argc, char** argv) {
                  "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string plan_schedules;
   plan->add_option("--schedules", plan_schedules, kSchedulesHelp);
-  plan->add_option("--framework", popt.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
+  plan->add_option("--framework", popt.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed", "accelerate"}));
   plan->add_flag("--json", plan_json, "print the ranked layouts as JSON");
   plan->add_option("--csv", plan_csv_out, "also write the ranked layouts as CSV here")->check(kOutputFile);
   std::string plan_emit_run;
@@ -837,7 +838,7 @@ int run(int argc, char** argv) {
                 "also try CPU offload: the optimizer's on sharded layouts, the parameters' too under FSDP (needs the profile's host)");
   std::string cap_schedules;
   cap->add_option("--schedules", cap_schedules, kSchedulesHelp);
-  cap->add_option("--framework", sopt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed"}));
+  cap->add_option("--framework", sopt.plan.framework, kFrameworkHelp)->check(CLI::IsMember({"megatron", "torchtitan", "deepspeed", "accelerate"}));
   std::string cap_storage_bw, cap_restart, cap_checkpoint_time;
   cap->add_flag("--goodput", sopt.size_for_goodput,
                 "size for the expected wall clock with failures, checkpoints and restarts (always estimated and printed)");
@@ -1198,6 +1199,9 @@ int run(int argc, char** argv) {
       } else if (popt.framework == "deepspeed" && !r.ranked.empty()) {
         std::printf("Every layout is costed as DeepSpeed runs it (ZeRO's gradient dtype and buckets, its BF16 optimizer, its overlap defaults and "
                     "in-step parameter gathers): what `export deepspeed` of the --emit-run file, imported back, estimates.\n");
+      } else if (popt.framework == "accelerate" && !r.ranked.empty()) {
+        std::printf("Every layout is costed as Accelerate runs it (its FSDP mixed precision, the models' SDPA attention): what `export accelerate` "
+                    "of the --emit-run file, imported back, estimates.\n");
       }
     }
     if (r.ranked.empty()) {
@@ -1390,13 +1394,16 @@ int run(int argc, char** argv) {
     // A launch command for a layout that runs out of memory is refused as estimate refuses it.
     if (!fits_or_says(rc, stepcast::memory::compute_ledger(rc), exp_allow_oom, rc.source_name)) return kExitDoesNotFit;
     std::string text;
-    if (exp_framework == "torchtitan" || exp_framework == "deepspeed") {
-      const bool titan = exp_framework == "torchtitan";
-      const auto cfg = titan ? stepcast::config::export_torchtitan(rc) : stepcast::config::export_deepspeed(rc);
+    if (exp_framework != "megatron") {
+      const auto cfg = exp_framework == "torchtitan" ? stepcast::config::export_torchtitan(rc)
+                       : exp_framework == "deepspeed" ? stepcast::config::export_deepspeed(rc)
+                                                      : stepcast::config::export_accelerate(rc);
       if (exp_json) {
         text = Json{{"framework", cfg.framework}, {"model", cfg.model}, {"config", cfg.tables}, {"notes", cfg.notes}}.dump(2) + "\n";
-      } else if (titan) {
+      } else if (exp_framework == "torchtitan") {
         text = stepcast::config::toml_text(cfg);
+      } else if (exp_framework == "accelerate") {
+        text = stepcast::config::yaml_text(cfg);
       } else {
         // JSON holds no comments: the notes go beside the config (stderr when it is printed).
         text = stepcast::config::json_config_text(cfg);

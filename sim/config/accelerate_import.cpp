@@ -15,7 +15,9 @@ using core::Json;
 
 Json import_accelerate(const Json& c, const std::string& config_path, const ImportOptions& opt) {
   if (!c.is_object()) throw core::UserError(config_path + ": expected an Accelerate config mapping");
-  if (opt.model.empty()) throw core::UserError("--model: required (an Accelerate config does not describe the model): a zoo name or a model config file");
+  if (opt.model.empty() && opt.model_json.is_null()) {
+    throw core::UserError("--model: required (an Accelerate config does not describe the model): a zoo name or a model config file");
+  }
   if (opt.seq_len <= 0) throw core::UserError("--seq: required (an Accelerate config does not hold the sequence length)");
   if (opt.micro_batch <= 0) throw core::UserError("--micro-batch: required (the per-device batch is the training script's, not the Accelerate config's)");
   std::set<std::string> read;
@@ -100,7 +102,7 @@ Json import_accelerate(const Json& c, const std::string& config_path, const Impo
       }
     }
     if (!opt.recompute.empty()) parallel["recompute"] = opt.recompute;
-    const Json model = model_reference(opt.model);
+    const Json model = opt.model_json.is_null() ? model_reference(opt.model) : opt.model_json;
     Json cluster = {{"num_gpus", gpus}};
     if (machines > 1 && gpus % machines == 0) cluster["gpus_per_node"] = gpus / machines;
     if (opt.gpus_per_node > 0) cluster["gpus_per_node"] = opt.gpus_per_node;

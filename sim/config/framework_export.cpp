@@ -488,6 +488,107 @@ RunConfig as_deepspeed_runs_it(const RunConfig& rc, const Json& model_json) {
 
 std::string json_config_text(const ExportedConfig& cfg) { return cfg.tables.dump(2) + "\n"; }
 
+std::string accelerate_refusal(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  for (const auto& [field, degree] : {std::pair<const char*, int64_t>{"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}}) {
+    if (degree > 1) {
+      return refusal(field, "got " + num(degree) + "; an Accelerate config runs data parallelism (FSDP or DDP) alone");
+    }
+  }
+  if (!p.fsdp && p.zero_stage > 0) {
+    return refusal("parallel.zero_stage", "got " + num(p.zero_stage) + "; Accelerate shards with FSDP (parallel.fsdp); ZeRO stages run through DeepSpeed (export deepspeed)");
+  }
+  if (p.dp_replicate > 1 && p.dp_replicate != rc.cluster.num_nodes()) {
+    return refusal("parallel.dp_replicate", "got " + num(p.dp_replicate) + "; Accelerate's HYBRID_SHARD keeps one replica per machine (" + num(rc.cluster.num_nodes()) + ")");
+  }
+  if (p.recompute == Recompute::kSelective || p.recompute == Recompute::kSelectiveOp) {
+    return refusal("parallel.recompute", "got " + to_string(p.recompute) + "; Accelerate checkpoints whole layers (fsdp_activation_checkpointing, or the model's gradient checkpointing)");
+  }
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0 && p.recompute_layers < m.num_layers) {
+    return refusal("parallel.recompute_layers", num(p.recompute_layers) + " of " + num(m.num_layers) + " layers; Accelerate checkpoints every layer");
+  }
+  if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "Accelerate's config does not offload activations layer by layer");
+  if (p.offload == Offload::kOptimizer) {
+    return refusal("parallel.offload", "got optimizer; FSDP offloads the parameters with their optimizer state (parallel.offload params)");
+  }
+  if (t.optimizer == Optimizer::kSgd) return refusal("training.optimizer", "got sgd; the config leaves the optimizer to the training script, read back as AdamW");
+  return "";
+}
+
+ExportedConfig export_accelerate(const RunConfig& rc) {
+  const auto& m = rc.model;
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  if (const std::string why = accelerate_refusal(rc); !why.empty()) throw core::UserError("export accelerate: " + why);
+  ExportedConfig out;
+  out.framework = "accelerate";
+  out.model = m.name;
+  Json& c = out.tables;
+  c = Json::object();
+  const int64_t nodes = rc.cluster.num_nodes();
+  c["compute_environment"] = "LOCAL_MACHINE";
+  c["distributed_type"] = p.fsdp ? "FSDP" : rc.cluster.num_gpus > 1 ? "MULTI_GPU" : "NO";
+  c["mixed_precision"] = t.precision == hw::Dtype::kFp32 ? "no" : hw::to_string(t.precision);
+  c["num_machines"] = nodes;
+  c["num_processes"] = rc.cluster.num_gpus;
+  c["machine_rank"] = 0;
+  if (p.fsdp) {
+    const char* strategy = p.dp_replicate > 1 ? "HYBRID_SHARD" : p.reshard_after_forward ? "FULL_SHARD" : "SHARD_GRAD_OP";
+    Json f = {{"fsdp_sharding_strategy", strategy},
+              {"fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"},
+              {"fsdp_offload_params", p.offload == Offload::kParams},
+              {"fsdp_activation_checkpointing", p.recompute == Recompute::kFull}};
+    if (p.dp_replicate > 1 && !p.reshard_after_forward) f["fsdp_reshard_after_forward"] = false;
+    c["fsdp_config"] = f;
+  }
+  const std::string recompute = p.recompute == Recompute::kFull ? "full" : "none";
+  out.notes.push_back("launch: accelerate launch --config_file accelerate.yaml train.py on each of the " + num(nodes) + " machine(s), machine_rank set per machine");
+  out.notes.push_back("the training script's: " + m.name + ", sequences of " + num(t.seq_len) + " tokens, " + num(p.micro_batch_size) +
+                      " per device and " + num(rc.num_microbatches) + " accumulation steps (--per_device_train_batch_size, --gradient_accumulation_steps)");
+  if (!p.fsdp) {
+    out.notes.push_back(p.recompute == Recompute::kFull ? "activation checkpointing: every layer (the model's gradient_checkpointing_enable())"
+                                                        : "activation checkpointing: off");
+  }
+  out.notes.push_back("optimizer: the training script's AdamW");
+  out.notes.push_back("stepcast import accelerate --config accelerate.yaml --model " + m.name + " --seq " + num(t.seq_len) + " --micro-batch " +
+                      num(p.micro_batch_size) + " --grad-accum " + num(rc.num_microbatches) + (p.fsdp ? "" : " --recompute " + recompute) + " reads it back");
+  return out;
+}
+
+RunConfig as_accelerate_runs_it(const RunConfig& rc, const Json& model_json) {
+  const ExportedConfig cfg = export_accelerate(rc);
+  ImportOptions opt;
+  const auto names = hw::builtin_hardware_names();
+  opt.hardware = std::find(names.begin(), names.end(), rc.hardware.name) != names.end() ? rc.hardware.name : "h100-sxm";
+  opt.model = rc.model.name;
+  opt.model_json = model_json;
+  opt.seq_len = rc.training.seq_len;
+  opt.micro_batch = rc.parallel.micro_batch_size;
+  opt.grad_accum = rc.num_microbatches;
+  opt.gpus_per_node = rc.cluster.gpus_per_node;
+  if (!rc.parallel.fsdp) opt.recompute = rc.parallel.recompute == Recompute::kFull ? "full" : "none";
+  RunConfig out = parse_run(import_accelerate(parse_yaml(yaml_text(cfg), "<export>"), "<export>", opt), "<accelerate runtime>", "");
+  out.hardware = rc.hardware;  // the run's own profile (a file, or a built-in with overrides)
+  return out;
+}
+
+std::string yaml_text(const ExportedConfig& cfg) {
+  std::ostringstream o;
+  for (const auto& n : cfg.notes) o << "# " << n << "\n";
+  auto scalar = [](const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  for (const auto& [k, v] : cfg.tables.items()) {
+    if (v.is_object()) {
+      o << k << ":\n";
+      for (const auto& [sk, sv] : v.items()) o << "  " << sk << ": " << scalar(sv) << "\n";
+    } else {
+      o << k << ": " << scalar(v) << "\n";
+    }
+  }
+  return o.str();
+}
+
 std::string toml_text(const ExportedConfig& cfg) {
   std::ostringstream o;
   for (const auto& n : cfg.notes) o << "# " << n << "\n";

@@ -85,4 +85,20 @@ std::string json_config_text(const ExportedConfig& cfg);
 // the zoo model of the run's name).
 RunConfig as_deepspeed_runs_it(const RunConfig& rc, const core::Json& model_json = nullptr);
 
+// accelerate: a Hugging Face Accelerate config YAML: FSDP (FULL_SHARD, SHARD_GRAD_OP without
+// resharding, HYBRID_SHARD with one replica per machine; parameter offload; activation
+// checkpointing of every layer), or DDP (MULTI_GPU) for unsharded data parallelism; mixed
+// precision, machines and processes. TP, PP, CP, EP, ZeRO-1/2 (DeepSpeed's: export deepspeed),
+// other replica counts, selective or partial recomputation, optimizer-only offload and SGD are
+// errors naming the field. The per-device batch, accumulation, sequence and model are the
+// script's: notes. `stepcast import accelerate` reads it back.
+std::string accelerate_refusal(const RunConfig& rc);
+ExportedConfig export_accelerate(const RunConfig& rc);
+// The config as YAML text (notes as comments).
+std::string yaml_text(const ExportedConfig& cfg);
+// The run as Accelerate runs it: its exported config imported back (its FSDP mixed precision:
+// parameters gathered and gradients reduced in the 16-bit type; SDPA attention), on the run's
+// own hardware profile. `model_json`: as as_deepspeed_runs_it's.
+RunConfig as_accelerate_runs_it(const RunConfig& rc, const core::Json& model_json = nullptr);
+
 }  // namespace stepcast::config

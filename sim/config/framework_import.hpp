@@ -51,7 +51,7 @@ struct ImportOptions {
   std::string precision{};
   int64_t gpus = 0;                   // 0: torchrun's --nnodes x --nproc-per-node from the arguments
   int64_t gpus_per_node = 0;          // 0: --nproc-per-node, else the profile's
-  // torchtitan, deepspeed: a run file's model as it gives it (a zoo name, an inline object, or
+  // torchtitan, deepspeed, accelerate: a run file's model as it gives it (a zoo name, an inline object, or
   // {"path": an absolute path}), taken instead of `model` (and torchtitan's [model] flavor).
   core::Json model_json{};
 };

@@ -259,23 +259,26 @@ struct MemorySearch {
   bool recompute_layers = false;
   bool offload_layers = false;
   bool rescue = false;  // estimate the layouts a memory-balanced split may make fit (Evaluated::rescuable)
-  // --framework torchtitan / deepspeed: the run file's model as it gives it (as_framework_runs_it).
+  // --framework torchtitan / deepspeed / accelerate: the run file's model as it gives it (as_framework_runs_it).
   const Json* runtime_model = nullptr;
 };
 
-// --framework torchtitan or deepspeed: the layout as that framework runs it, its exported
-// config imported back (torchtitan: FSDP2's fp32 sharded parameters and fp32 gradient reduction,
-// SDPA's FlashAttention-2 kernels, its loss and pipeline buffers; DeepSpeed: ZeRO's gradient
-// dtype and buckets, its BF16 optimizer, its overlap defaults and in-step parameter gathers), so
+// --framework torchtitan, deepspeed or accelerate: the layout as that framework runs it, its
+// exported config imported back (torchtitan: FSDP2's fp32 sharded parameters and fp32 gradient
+// reduction, SDPA's FlashAttention-2 kernels, its loss and pipeline buffers; DeepSpeed: ZeRO's
+// gradient dtype and buckets, its BF16 optimizer, its overlap defaults and in-step parameter
+// gathers; Accelerate: its FSDP mixed precision and the models' SDPA attention), so
 // the memory check, the recomputation the memory needs and the ranking are the framework's. The
 // candidate's own settings (layout, split, recomputation) go through unchanged; a run the
 // framework cannot express is rejected with the reason. Megatron-LM's round trip reproduces the
 // run file as it is (tests/config/framework_export_test.cpp), so its layouts are costed as given.
 bool as_framework_runs_it(RunConfig& rc, const std::string& framework, const Json* model_json, Evaluated& ev) {
-  if (framework != "torchtitan" && framework != "deepspeed") return true;
+  if (framework != "torchtitan" && framework != "deepspeed" && framework != "accelerate") return true;
   try {
     const Json model = model_json != nullptr ? *model_json : Json();
-    RunConfig t = framework == "torchtitan" ? accuracy::as_torchtitan_runs_it(rc, model) : config::as_deepspeed_runs_it(rc, model);
+    RunConfig t = framework == "torchtitan"  ? accuracy::as_torchtitan_runs_it(rc, model)
+                  : framework == "deepspeed" ? config::as_deepspeed_runs_it(rc, model)
+                                             : config::as_accelerate_runs_it(rc, model);
     t.source_name = rc.source_name;
     rc = std::move(t);
     return true;
@@ -305,6 +308,7 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
     return opt.framework == "megatron"     ? config::megatron_refusal(r)
            : opt.framework == "torchtitan" ? config::torchtitan_refusal(r)
            : opt.framework == "deepspeed"  ? config::deepspeed_refusal(r)
+           : opt.framework == "accelerate" ? config::accelerate_refusal(r)
                                            : std::string();
   };
   auto refused = [&](const RunConfig& r) {
@@ -365,8 +369,9 @@ Evaluated evaluate(const RunConfig& base, const Parallel& cand, const PlanOption
       if (opt.framework == "torchtitan") {
         while (n < per_vstage && per_vstage % n != 0) ++n;
       }
-      // DeepSpeed: the model's gradient checkpointing recomputes every layer (0) or none.
-      if (opt.framework == "deepspeed") n = 0;
+      // DeepSpeed, Accelerate: the model's gradient checkpointing (or FSDP's) recomputes every
+      // layer (0) or none.
+      if (opt.framework == "deepspeed" || opt.framework == "accelerate") n = 0;
       rc.parallel.recompute_layers = n;
       ledger = memory::compute_ledger(rc);
     }
@@ -521,6 +526,8 @@ std::vector<Parallel> enumerate_layouts(const RunConfig& base, const Json& par, 
   std::vector<Sharding> shards{{0, false}, {1, false}, {3, true}};
   // DeepSpeed shards with ZeRO alone, every stage of it (ZeRO-2's sharded gradients are its own).
   if (opt.framework == "deepspeed") shards = {{0, false}, {1, false}, {2, false}, {3, false}};
+  // Accelerate: DDP or FSDP (HYBRID_SHARD's one replica per machine comes with FSDP below).
+  if (opt.framework == "accelerate") shards = {{0, false}, {3, true}};
   if (fixed("zero_stage") || fixed("fsdp")) shards = {{bp.zero_stage, bp.fsdp}};
   // Selective recompute of the attention core only changes anything with unfused attention
   // (flash attention recomputes it anyway). MoE models also try Megatron-Core's cheap modules:
@@ -837,12 +844,12 @@ std::vector<config::Schedule> parse_schedules(const std::string& list, const std
 
 void apply_framework(PlanOptions& opt, const std::string& option) {
   if (opt.framework.empty()) return;
-  if (opt.framework != "megatron" && opt.framework != "torchtitan" && opt.framework != "deepspeed") {
-    throw core::UserError(option + ": got \"" + opt.framework + "\"; expected megatron, torchtitan or deepspeed");
+  if (opt.framework != "megatron" && opt.framework != "torchtitan" && opt.framework != "deepspeed" && opt.framework != "accelerate") {
+    throw core::UserError(option + ": got \"" + opt.framework + "\"; expected megatron, torchtitan, deepspeed or accelerate");
   }
   if (!opt.schedules.empty()) return;
-  // DeepSpeed's config runs no pipeline (deepspeed_refusal): one schedule, not six, per layout.
-  if (opt.framework == "deepspeed") {
+  // DeepSpeed's and Accelerate's configs run no pipeline: one schedule, not six, per layout.
+  if (opt.framework == "deepspeed" || opt.framework == "accelerate") {
     opt.schedules = parse_schedules("1f1b", option);
     return;
   }

@@ -42,10 +42,10 @@ struct PlanOptions {
   // interleaved with them, ZB-V and DualPipeV at vpp 2; GPipe only when listed). A framework without
   // zero-bubble schedules lists what it runs, e.g. {1f1b, interleaved}.
   std::vector<config::Schedule> schedules;
-  // Keep only layouts this framework runs as they are ("megatron", "torchtitan", "deepspeed";
-  // empty: any), the ones `stepcast export` writes: the others are rejected with the setting at
-  // fault. Under torchtitan and deepspeed each layout is costed as the framework runs it (its
-  // exported config imported back).
+  // Keep only layouts this framework runs as they are ("megatron", "torchtitan", "deepspeed",
+  // "accelerate"; empty: any), the ones `stepcast export` writes: the others are rejected with
+  // the setting at fault. Under torchtitan, deepspeed and accelerate each layout is costed as the
+  // framework runs it (its exported config imported back).
   std::string framework;
   // Ranked layouts returned in full (PlanResult::ranked), best first; every fitting layout is
   // still estimated and counted in PlanResult::fit. 0 keeps them all; otherwise at least
@@ -59,8 +59,8 @@ struct PlanOptions {
 
 // Fills PlanOptions::schedules, when empty, with the schedules PlanOptions::framework runs
 // (megatron: 1F1B and interleaved; torchtitan: those and ZB-V and DualPipeV, whose zero-bubble
-// schedules take virtual stages; deepspeed: no pipeline, 1F1B as the one placeholder). An
-// unknown framework name is a UserError naming `option`.
+// schedules take virtual stages; deepspeed, accelerate: no pipeline, 1F1B as the one
+// placeholder). An unknown framework name is a UserError naming `option`.
 void apply_framework(PlanOptions& opt, const std::string& option);
 
 // A comma-separated list of schedule names (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev) for

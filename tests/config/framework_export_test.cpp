@@ -351,5 +351,54 @@ TEST(DeepspeedExport, RefusesWhatAConfigCannotRun) {
   }
 }
 
+// Accelerate: the YAML carries the data-parallel sharding (FSDP's strategies, DDP), offload,
+// checkpointing and precision, and comes back through `import accelerate` as the same layout.
+TEST(AccelerateExport, ConfigsRoundTrip) {
+  const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
+    "training": {"seq_len": 4096, "global_batch_size": 128}, "parallel": {"fsdp": true, "micro_batch_size": 2, "recompute": "full"}})");
+  const RunConfig full = run_of(base);
+  const ExportedConfig cfg = export_accelerate(full);
+  const std::string text = yaml_text(cfg);
+  for (const char* want : {"distributed_type: FSDP", "fsdp_sharding_strategy: FULL_SHARD", "fsdp_activation_checkpointing: true", "mixed_precision: bf16",
+                           "num_machines: 2", "num_processes: 16", "--micro-batch 2 --grad-accum 4"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  const std::vector<std::pair<Json, std::string>> variants = {
+      {Json::object(), "FULL_SHARD"},
+      {Json{{"parallel", {{"reshard_after_forward", false}}}}, "SHARD_GRAD_OP"},
+      {Json{{"parallel", {{"dp_replicate", 2}}}}, "HYBRID_SHARD"},
+      {Json{{"parallel", {{"offload", "params"}}}}, "fsdp_offload_params: true"},
+      {Json{{"parallel", {{"fsdp", false}, {"recompute", "none"}}}}, "distributed_type: MULTI_GPU"},
+  };
+  for (const auto& [patch, want] : variants) {
+    Json j = base;
+    j.merge_patch(patch);
+    const RunConfig rc = run_of(j);
+    EXPECT_NE(yaml_text(export_accelerate(rc)).find(want), std::string::npos) << patch.dump();
+    const RunConfig back = as_accelerate_runs_it(rc);
+    expect_same_layout(rc, back);
+    EXPECT_EQ(back.parallel.dp_replicate, rc.parallel.dp_replicate) << patch.dump();
+    EXPECT_EQ(back.parallel.reshard_after_forward, rc.parallel.reshard_after_forward) << patch.dump();
+    EXPECT_EQ(back.parallel.offload, rc.parallel.offload) << patch.dump();
+    EXPECT_EQ(back.training.attention, AttentionImpl::kFlash2) << patch.dump();
+    // A second round trip is the same run.
+    const double e1 = estimate::estimate_step(back).step_time_s;
+    EXPECT_NEAR(estimate::estimate_step(as_accelerate_runs_it(back)).step_time_s, e1, 1e-9 * e1) << patch.dump();
+  }
+  const std::vector<std::pair<Json, std::string>> refused = {
+      {Json{{"parallel", {{"tp", 2}}}}, "parallel.tp: got 2"},
+      {Json{{"parallel", {{"fsdp", nullptr}, {"zero_stage", 1}}}}, "parallel.zero_stage: got 1"},
+      {Json{{"parallel", {{"dp_replicate", 4}}}}, "parallel.dp_replicate: got 4"},
+      {Json{{"parallel", {{"recompute_layers", 8}}}}, "parallel.recompute_layers: 8 of 32"},
+      {Json{{"training", {{"optimizer", "sgd"}}}}, "training.optimizer: got sgd"},
+  };
+  for (const auto& [patch, want] : refused) {
+    Json j = base;
+    j.merge_patch(patch);
+    const std::string why = error_of(export_accelerate, j);
+    EXPECT_NE(why.find(want), std::string::npos) << patch.dump() << ": " << why;
+  }
+}
+
 }  // namespace
 }  // namespace stepcast::config

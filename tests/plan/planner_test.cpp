@@ -214,7 +214,7 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
   PlanOptions bad = small_options();
   bad.framework = "jax";
   EXPECT_THROW(apply_framework(bad, "--framework"), core::UserError);
-  for (const std::string fw : {"megatron", "torchtitan", "deepspeed"}) {
+  for (const std::string fw : {"megatron", "torchtitan", "deepspeed", "accelerate"}) {
     PlanOptions o = small_options();
     o.framework = fw;
     const PlanResult r = plan(j, "<plan-test>", "", o);
@@ -222,7 +222,8 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
     for (const auto& c : r.ranked) {
       const std::string why = fw == "megatron"     ? config::megatron_refusal(c.rc)
                               : fw == "torchtitan" ? config::torchtitan_refusal(c.rc)
-                                                   : config::deepspeed_refusal(c.rc);
+                              : fw == "deepspeed"  ? config::deepspeed_refusal(c.rc)
+                                                   : config::accelerate_refusal(c.rc);
       EXPECT_EQ(why, "") << fw << " " << layout_text(c.rc.parallel);
     }
     // With --offload, the activation offload the memory search may add is not tried for a
@@ -234,18 +235,20 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
     for (const auto& c : plan(none, "<plan-test>", "", off).ranked) {
       const std::string why = fw == "megatron"     ? config::megatron_refusal(c.rc)
                               : fw == "torchtitan" ? config::torchtitan_refusal(c.rc)
-                                                   : config::deepspeed_refusal(c.rc);
+                              : fw == "deepspeed"  ? config::deepspeed_refusal(c.rc)
+                                                   : config::accelerate_refusal(c.rc);
       EXPECT_EQ(why, "") << fw << " --offload " << layout_text(c.rc.parallel);
     }
-    if (fw == "deepspeed") {
-      // ZeRO data parallelism alone, costed as DeepSpeed runs it: the winner's estimate is what
+    if (fw == "deepspeed" || fw == "accelerate") {
+      // Data parallelism alone, costed as the framework runs it: the winner's estimate is what
       // its layout over the input run, exported and imported back, estimates.
-      EXPECT_GT(r.rejected.at("not run by deepspeed: parallel.tp"), 0);
+      EXPECT_GT(r.rejected.at("not run by " + fw + ": parallel.tp"), 0);
       for (const auto& c : r.ranked) EXPECT_EQ(c.rc.parallel.dp, 16) << layout_text(c.rc.parallel);
       Json best = j;
       best["parallel"] = plan_json(r, 1)["layouts"][0]["parallel"];
       const auto generic = config::parse_run(best, "<best>", "");
-      const double round_trip = estimate::estimate_step(config::as_deepspeed_runs_it(generic)).step_time_s;
+      const double round_trip =
+          estimate::estimate_step(fw == "deepspeed" ? config::as_deepspeed_runs_it(generic) : config::as_accelerate_runs_it(generic)).step_time_s;
       EXPECT_NEAR(r.ranked.front().est.step_time_s, round_trip, 1e-9 * round_trip);
     } else if (fw == "megatron") {
       EXPECT_GT(r.rejected.count("not run by megatron: parallel.schedule"), 0u);
