@@ -403,31 +403,64 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
   return out;
 }
 
-std::string deepspeed_refusal(const RunConfig& rc) {
+namespace {
+
+// What a data-parallel-only launcher config (DeepSpeed's, Accelerate's) cannot run, besides its
+// own sharding rules: model-parallel degrees (`degrees_why`), checkpointing other than of every
+// layer or none, layer-wise activation offload, SGD (the config names no optimizer; its import
+// reads AdamW back). `who` names the framework in the messages.
+std::string data_parallel_refusal(const RunConfig& rc, const std::string& who, const std::string& degrees_why) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
-  const auto& t = rc.training;
   for (const auto& [field, degree] : {std::pair<const char*, int64_t>{"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}}) {
-    if (degree > 1) {
-      return refusal(field, "got " + num(degree) + "; a DeepSpeed config runs data parallelism with ZeRO alone (tensor, pipeline, context and "
-                            "expert parallelism come from the model code, as in Megatron-DeepSpeed)");
-    }
+    if (degree > 1) return refusal(field, "got " + num(degree) + "; " + degrees_why);
+  }
+  if (p.recompute == Recompute::kSelective || p.recompute == Recompute::kSelectiveOp) {
+    return refusal("parallel.recompute", "got " + to_string(p.recompute) + "; " + who + " checkpoints whole layers (the model's gradient checkpointing): full");
+  }
+  if (p.recompute == Recompute::kFull && p.recompute_layers > 0 && p.recompute_layers < m.num_layers) {
+    return refusal("parallel.recompute_layers", num(p.recompute_layers) + " of " + num(m.num_layers) + " layers; " + who + " checkpoints every layer");
+  }
+  if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", who + "'s config does not offload activations layer by layer");
+  if (rc.training.optimizer == Optimizer::kSgd) {
+    return refusal("training.optimizer", "got sgd; the exported config leaves the optimizer to the training script, read back as AdamW");
+  }
+  return "";
+}
+
+// Import options that read an exported config back as the run: its model (`model_json` for one
+// outside the zoo), sequence and GPUs, and a built-in profile for the import to name (the run's
+// own profile replaces it afterwards: with_own_hardware).
+ImportOptions runtime_import_options(const RunConfig& rc, const Json& model_json) {
+  ImportOptions opt;
+  const auto names = hw::builtin_hardware_names();
+  opt.hardware = std::find(names.begin(), names.end(), rc.hardware.name) != names.end() ? rc.hardware.name : "h100-sxm";
+  opt.model = rc.model.name;
+  opt.model_json = model_json;
+  opt.seq_len = rc.training.seq_len;
+  opt.gpus_per_node = rc.cluster.gpus_per_node;
+  return opt;
+}
+
+RunConfig with_own_hardware(RunConfig out, const RunConfig& rc) {
+  out.hardware = rc.hardware;  // the run's own profile (a file, or a built-in with overrides)
+  return out;
+}
+
+}  // namespace
+
+std::string deepspeed_refusal(const RunConfig& rc) {
+  const auto& p = rc.parallel;
+  const auto& t = rc.training;
+  if (std::string why = data_parallel_refusal(rc, "DeepSpeed", "a DeepSpeed config runs data parallelism with ZeRO alone (tensor, pipeline, context and "
+                                                               "expert parallelism come from the model code, as in Megatron-DeepSpeed)");
+      !why.empty()) {
+    return why;
   }
   if (p.fsdp) return refusal("parallel.fsdp", "DeepSpeed shards with ZeRO (parallel.zero_stage 3), not PyTorch FSDP");
   if (p.dp_replicate > 1) return refusal("parallel.dp_replicate", "got " + num(p.dp_replicate) + "; ZeRO++'s hierarchical partitioning is not exported");
-  if (p.recompute == Recompute::kSelective || p.recompute == Recompute::kSelectiveOp) {
-    return refusal("parallel.recompute", "got " + to_string(p.recompute) + "; with DeepSpeed the model's gradient checkpointing recomputes whole layers (full)");
-  }
-  if (p.recompute == Recompute::kFull && p.recompute_layers > 0 && p.recompute_layers < m.num_layers) {
-    return refusal("parallel.recompute_layers", num(p.recompute_layers) + " of " + num(m.num_layers) +
-                                                " layers; the model's gradient checkpointing (gradient_checkpointing_enable) recomputes every layer");
-  }
-  if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "DeepSpeed's config does not offload activations layer by layer");
   if (t.precision != hw::Dtype::kBf16 && t.precision != hw::Dtype::kFp16 && t.precision != hw::Dtype::kFp32) {
     return refusal("training.precision", "got " + hw::to_string(t.precision) + "; a DeepSpeed config trains in bf16, fp16 or fp32");
-  }
-  if (t.optimizer == Optimizer::kSgd) {
-    return refusal("training.optimizer", "got sgd; the exported config leaves the optimizer to the training script, whose default is AdamW");
   }
   return "";
 }
@@ -472,48 +505,26 @@ ExportedConfig export_deepspeed(const RunConfig& rc) {
 
 RunConfig as_deepspeed_runs_it(const RunConfig& rc, const Json& model_json) {
   const ExportedConfig cfg = export_deepspeed(rc);
-  ImportOptions opt;
-  const auto names = hw::builtin_hardware_names();
-  opt.hardware = std::find(names.begin(), names.end(), rc.hardware.name) != names.end() ? rc.hardware.name : "h100-sxm";
-  opt.model = rc.model.name;
-  opt.model_json = model_json;
-  opt.seq_len = rc.training.seq_len;
+  ImportOptions opt = runtime_import_options(rc, model_json);
   opt.gpus = rc.cluster.num_gpus;
-  opt.gpus_per_node = rc.cluster.gpus_per_node;
   opt.recompute = rc.parallel.recompute == Recompute::kFull ? "full" : "none";
-  RunConfig out = parse_run(import_deepspeed(cfg.tables, "<export>", opt), "<deepspeed runtime>", "");
-  out.hardware = rc.hardware;  // the run's own profile (a file, or a built-in with overrides)
-  return out;
+  return with_own_hardware(parse_run(import_deepspeed(cfg.tables, "<export>", opt), "<deepspeed runtime>", ""), rc);
 }
 
 std::string json_config_text(const ExportedConfig& cfg) { return cfg.tables.dump(2) + "\n"; }
 
 std::string accelerate_refusal(const RunConfig& rc) {
-  const auto& m = rc.model;
   const auto& p = rc.parallel;
-  const auto& t = rc.training;
-  for (const auto& [field, degree] : {std::pair<const char*, int64_t>{"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}}) {
-    if (degree > 1) {
-      return refusal(field, "got " + num(degree) + "; an Accelerate config runs data parallelism (FSDP or DDP) alone");
-    }
-  }
+  if (std::string why = data_parallel_refusal(rc, "Accelerate", "an Accelerate config runs data parallelism (FSDP or DDP) alone"); !why.empty()) return why;
   if (!p.fsdp && p.zero_stage > 0) {
     return refusal("parallel.zero_stage", "got " + num(p.zero_stage) + "; Accelerate shards with FSDP (parallel.fsdp); ZeRO stages run through DeepSpeed (export deepspeed)");
   }
   if (p.dp_replicate > 1 && p.dp_replicate != rc.cluster.num_nodes()) {
     return refusal("parallel.dp_replicate", "got " + num(p.dp_replicate) + "; Accelerate's HYBRID_SHARD keeps one replica per machine (" + num(rc.cluster.num_nodes()) + ")");
   }
-  if (p.recompute == Recompute::kSelective || p.recompute == Recompute::kSelectiveOp) {
-    return refusal("parallel.recompute", "got " + to_string(p.recompute) + "; Accelerate checkpoints whole layers (fsdp_activation_checkpointing, or the model's gradient checkpointing)");
-  }
-  if (p.recompute == Recompute::kFull && p.recompute_layers > 0 && p.recompute_layers < m.num_layers) {
-    return refusal("parallel.recompute_layers", num(p.recompute_layers) + " of " + num(m.num_layers) + " layers; Accelerate checkpoints every layer");
-  }
-  if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "Accelerate's config does not offload activations layer by layer");
   if (p.offload == Offload::kOptimizer) {
     return refusal("parallel.offload", "got optimizer; FSDP offloads the parameters with their optimizer state (parallel.offload params)");
   }
-  if (t.optimizer == Optimizer::kSgd) return refusal("training.optimizer", "got sgd; the config leaves the optimizer to the training script, read back as AdamW");
   return "";
 }
 
@@ -559,19 +570,11 @@ ExportedConfig export_accelerate(const RunConfig& rc) {
 
 RunConfig as_accelerate_runs_it(const RunConfig& rc, const Json& model_json) {
   const ExportedConfig cfg = export_accelerate(rc);
-  ImportOptions opt;
-  const auto names = hw::builtin_hardware_names();
-  opt.hardware = std::find(names.begin(), names.end(), rc.hardware.name) != names.end() ? rc.hardware.name : "h100-sxm";
-  opt.model = rc.model.name;
-  opt.model_json = model_json;
-  opt.seq_len = rc.training.seq_len;
+  ImportOptions opt = runtime_import_options(rc, model_json);
   opt.micro_batch = rc.parallel.micro_batch_size;
   opt.grad_accum = rc.num_microbatches;
-  opt.gpus_per_node = rc.cluster.gpus_per_node;
   if (!rc.parallel.fsdp) opt.recompute = rc.parallel.recompute == Recompute::kFull ? "full" : "none";
-  RunConfig out = parse_run(import_accelerate(parse_yaml(yaml_text(cfg), "<export>"), "<export>", opt), "<accelerate runtime>", "");
-  out.hardware = rc.hardware;  // the run's own profile (a file, or a built-in with overrides)
-  return out;
+  return with_own_hardware(parse_run(import_accelerate(parse_yaml(yaml_text(cfg), "<export>"), "<export>", opt), "<accelerate runtime>", ""), rc);
 }
 
 std::string yaml_text(const ExportedConfig& cfg) {
