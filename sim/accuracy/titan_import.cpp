@@ -266,21 +266,9 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
 
 config::RunConfig as_torchtitan_runs_it(const config::RunConfig& rc, const Json& model_json) {
   const config::ExportedConfig cfg = config::export_torchtitan(rc);
-  config::ImportOptions opt;
-  opt.model_json = model_json;
-  // The import names a built-in profile (its GPU is the published row's description the
-  // torchtitan mapping reads); the run's own profile, which may be a file or a built-in with
-  // overrides, replaces it once the run is parsed.
-  const auto names = hw::builtin_hardware_names();
-  const bool builtin = std::find(names.begin(), names.end(), rc.hardware.name) != names.end();
-  opt.hardware = builtin ? rc.hardware.name : "h100-sxm";
-  opt.gpus = rc.cluster.num_gpus;
-  opt.gpus_per_node = rc.cluster.gpus_per_node;
-  if (!cfg.tables.contains("model") || !cfg.tables["model"].contains("flavor")) opt.model = cfg.model;
+  const config::ImportOptions opt = config::runtime_import_options(rc, model_json);
   const Json imported = import_torchtitan(config::parse_toml(config::toml_text(cfg), "<export>"), "<export>", opt);
-  config::RunConfig out = config::parse_run(imported, "<torchtitan runtime>", "");
-  out.hardware = rc.hardware;
-  return out;
+  return config::with_own_hardware(config::parse_run(imported, "<torchtitan runtime>", ""), rc);
 }
 
 }  // namespace stepcast::accuracy

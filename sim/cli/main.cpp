@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -1193,15 +1194,14 @@ int run(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << stepcast::plan::plan_table(r, plan_rows);
-      if (popt.framework == "torchtitan" && !r.ranked.empty()) {
-        std::printf("Every layout is costed as torchtitan runs it (FSDP2 with fp32 sharded parameters and reductions, SDPA's FlashAttention-2, its "
-                    "loss and pipeline buffers): what `export torchtitan` of the --emit-run file, imported back, estimates.\n");
-      } else if (popt.framework == "deepspeed" && !r.ranked.empty()) {
-        std::printf("Every layout is costed as DeepSpeed runs it (ZeRO's gradient dtype and buckets, its BF16 optimizer, its overlap defaults and "
-                    "in-step parameter gathers): what `export deepspeed` of the --emit-run file, imported back, estimates.\n");
-      } else if (popt.framework == "accelerate" && !r.ranked.empty()) {
-        std::printf("Every layout is costed as Accelerate runs it (its FSDP mixed precision, the models' SDPA attention): what `export accelerate` "
-                    "of the --emit-run file, imported back, estimates.\n");
+      // The frameworks whose layouts the planner costs through their own runtime.
+      static const std::map<std::string, std::pair<const char*, const char*>> kCosted = {
+          {"torchtitan", {"torchtitan", "FSDP2 with fp32 sharded parameters and reductions, SDPA's FlashAttention-2, its loss and pipeline buffers"}},
+          {"deepspeed", {"DeepSpeed", "ZeRO's gradient dtype and buckets, its BF16 optimizer, its overlap defaults and in-step parameter gathers"}},
+          {"accelerate", {"Accelerate", "its FSDP mixed precision, the models' SDPA attention"}}};
+      if (const auto it = kCosted.find(popt.framework); it != kCosted.end() && !r.ranked.empty()) {
+        std::printf("Every layout is costed as %s runs it (%s): what `export %s` of the --emit-run file, imported back, estimates.\n",
+                    it->second.first, it->second.second, popt.framework.c_str());
       }
     }
     if (r.ranked.empty()) {

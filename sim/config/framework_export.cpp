@@ -18,6 +18,17 @@ std::string num(int64_t v) { return std::to_string(v); }
 
 std::string refusal(const std::string& field, const std::string& why) { return field + ": " + why; }
 
+// An exported config's start: the framework's refusal (empty: none) as one error naming the
+// export, else the config for the run's model with no tables yet.
+ExportedConfig start_config(const RunConfig& rc, const char* framework, const std::string& refused) {
+  if (!refused.empty()) throw core::UserError(std::string("export ") + framework + ": " + refused);
+  ExportedConfig out;
+  out.framework = framework;
+  out.model = rc.model.name;
+  out.tables = Json::object();
+  return out;
+}
+
 }  // namespace
 
 std::string megatron_refusal(const RunConfig& rc) {
@@ -292,13 +303,8 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const auto& t = rc.training;
-  ExportedConfig out;
-  out.framework = "torchtitan";
-  out.model = m.name;
+  ExportedConfig out = start_config(rc, "torchtitan", torchtitan_refusal(rc));
   Json& doc = out.tables;
-  doc = Json::object();
-
-  if (const std::string why = torchtitan_refusal(rc); !why.empty()) throw core::UserError("export torchtitan: " + why);
 
   // --- model ---
   const auto& flavors = torchtitan_flavors();
@@ -428,9 +434,8 @@ std::string data_parallel_refusal(const RunConfig& rc, const std::string& who, c
   return "";
 }
 
-// Import options that read an exported config back as the run: its model (`model_json` for one
-// outside the zoo), sequence and GPUs, and a built-in profile for the import to name (the run's
-// own profile replaces it afterwards: with_own_hardware).
+}  // namespace
+
 ImportOptions runtime_import_options(const RunConfig& rc, const Json& model_json) {
   ImportOptions opt;
   const auto names = hw::builtin_hardware_names();
@@ -438,16 +443,15 @@ ImportOptions runtime_import_options(const RunConfig& rc, const Json& model_json
   opt.model = rc.model.name;
   opt.model_json = model_json;
   opt.seq_len = rc.training.seq_len;
+  opt.gpus = rc.cluster.num_gpus;
   opt.gpus_per_node = rc.cluster.gpus_per_node;
   return opt;
 }
 
 RunConfig with_own_hardware(RunConfig out, const RunConfig& rc) {
-  out.hardware = rc.hardware;  // the run's own profile (a file, or a built-in with overrides)
+  out.hardware = rc.hardware;
   return out;
 }
-
-}  // namespace
 
 std::string deepspeed_refusal(const RunConfig& rc) {
   const auto& p = rc.parallel;
@@ -469,12 +473,8 @@ ExportedConfig export_deepspeed(const RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const auto& t = rc.training;
-  if (const std::string why = deepspeed_refusal(rc); !why.empty()) throw core::UserError("export deepspeed: " + why);
-  ExportedConfig out;
-  out.framework = "deepspeed";
-  out.model = m.name;
+  ExportedConfig out = start_config(rc, "deepspeed", deepspeed_refusal(rc));
   Json& c = out.tables;
-  c = Json::object();
   c["train_batch_size"] = t.global_batch_size;
   c["train_micro_batch_size_per_gpu"] = p.micro_batch_size;
   c["gradient_accumulation_steps"] = rc.num_microbatches;
@@ -506,7 +506,6 @@ ExportedConfig export_deepspeed(const RunConfig& rc) {
 RunConfig as_deepspeed_runs_it(const RunConfig& rc, const Json& model_json) {
   const ExportedConfig cfg = export_deepspeed(rc);
   ImportOptions opt = runtime_import_options(rc, model_json);
-  opt.gpus = rc.cluster.num_gpus;
   opt.recompute = rc.parallel.recompute == Recompute::kFull ? "full" : "none";
   return with_own_hardware(parse_run(import_deepspeed(cfg.tables, "<export>", opt), "<deepspeed runtime>", ""), rc);
 }
@@ -532,12 +531,8 @@ ExportedConfig export_accelerate(const RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const auto& t = rc.training;
-  if (const std::string why = accelerate_refusal(rc); !why.empty()) throw core::UserError("export accelerate: " + why);
-  ExportedConfig out;
-  out.framework = "accelerate";
-  out.model = m.name;
+  ExportedConfig out = start_config(rc, "accelerate", accelerate_refusal(rc));
   Json& c = out.tables;
-  c = Json::object();
   const int64_t nodes = rc.cluster.num_nodes();
   c["compute_environment"] = "LOCAL_MACHINE";
   c["distributed_type"] = p.fsdp ? "FSDP" : rc.cluster.num_gpus > 1 ? "MULTI_GPU" : "NO";

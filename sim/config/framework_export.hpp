@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/config/framework_import.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/json_reader.hpp"
 
@@ -67,6 +68,13 @@ ExportedConfig export_torchtitan(const RunConfig& rc);
 
 // The config as TOML text (notes as comments).
 std::string toml_text(const ExportedConfig& cfg);
+
+// Reading an exported config back as the run (the as_*_runs_it round trips): import options
+// with the run's model (`model_json` for one outside the zoo), sequence and GPUs, and a built-in
+// profile for the import to name, the run's own where it is one; with_own_hardware then puts
+// the run's own profile (a file, or a built-in with overrides) into the imported run.
+ImportOptions runtime_import_options(const RunConfig& rc, const core::Json& model_json);
+RunConfig with_own_hardware(RunConfig imported, const RunConfig& rc);
 
 // deepspeed: a DeepSpeed config JSON for the Hugging Face Trainer or deepspeed.initialize: the
 // batch (global, per GPU, accumulation), bf16 / fp16, and ZeRO (stage, overlap_comm, the
