@@ -865,6 +865,26 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   }
   training["global_batch_size"] = gbs;
 
+  // Fine-tuning rows: LoRA's rank and target layers, and packed sequences whose attention runs
+  // per document (the row's mean document length).
+  const std::string finetune = lower(str(r, "finetune"));
+  if (finetune == "lora") {
+    Json lora = {{"rank", inum(r, "lora_rank", 0)}};
+    if (has(r, "lora_targets")) lora["targets"] = r.at("lora_targets");
+    training["lora"] = lora;
+    notes.push_back("training: LoRA rank " + std::to_string(inum(r, "lora_rank", 0)) + " on " +
+                    (has(r, "lora_targets") ? r.at("lora_targets").dump() : std::string("every attention and MLP projection")) +
+                    "; the base model frozen");
+  } else if (!finetune.empty() && finetune != "sft") {
+    reason = "finetune \"" + finetune + "\": only full fine-tuning (sft) and LoRA are modelled";
+    return false;
+  }
+  if (inum(r, "packed_document_tokens", 0) > 0) {
+    training["packed_document_tokens"] = inum(r, "packed_document_tokens");
+    notes.push_back("training: packed sequences, attention per document of " + std::to_string(inum(r, "packed_document_tokens")) +
+                    " tokens on average (the row's estimate)");
+  }
+
   // Attention kernel and dropout by era/framework.
   if (megatron_old || (deepspeed && pre_flash) || fam == Family::kBloom) {
     training["attention"] = "unfused";

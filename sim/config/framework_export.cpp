@@ -31,10 +31,19 @@ ExportedConfig start_config(const RunConfig& rc, const char* framework, const st
 
 }  // namespace
 
+// LoRA runs come from a fine-tuning recipe (NeMo / Megatron-Bridge PEFT, Hugging Face PEFT in
+// the training script), which none of the exported configs describes.
+static std::string lora_refusal(const RunConfig& rc, const std::string& who) {
+  if (!rc.training.lora.enabled()) return "";
+  return refusal("training.lora", "rank " + std::to_string(rc.training.lora.rank) + "; " + who +
+                                      " trains every parameter, and LoRA adapters come from the fine-tuning recipe (PEFT), not from this config");
+}
+
 std::string megatron_refusal(const RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const auto& t = rc.training;
+  if (std::string why = lora_refusal(rc, "pretrain_gpt.py"); !why.empty()) return why;
   if (m.hybrid() || !m.mixer_pattern.empty() || m.mamba.enabled() || m.linear.enabled()) {
     return refusal("model", "'" + m.name + "' has Mamba or linear-attention layers; pretrain_gpt.py builds attention layers only (export the layout by hand for pretrain_mamba.py)");
   }
@@ -69,6 +78,7 @@ std::string torchtitan_refusal(const RunConfig& rc) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
   const auto& t = rc.training;
+  if (std::string why = lora_refusal(rc, "torchtitan"); !why.empty()) return why;
   if (p.zero_stage == 1 || p.zero_stage == 2) {
     return refusal("parallel.zero_stage", "got " + std::to_string(p.zero_stage) + "; torchtitan shards data parallelism with FSDP2 (ZeRO-3, parallel.fsdp) or replicates it");
   }
@@ -418,6 +428,7 @@ namespace {
 std::string data_parallel_refusal(const RunConfig& rc, const std::string& who, const std::string& degrees_why) {
   const auto& m = rc.model;
   const auto& p = rc.parallel;
+  if (std::string why = lora_refusal(rc, who + "'s config"); !why.empty()) return why;
   for (const auto& [field, degree] : {std::pair<const char*, int64_t>{"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.cp", p.cp}, {"parallel.ep", p.ep}}) {
     if (degree > 1) return refusal(field, "got " + num(degree) + "; " + degrees_why);
   }

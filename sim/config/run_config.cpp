@@ -87,6 +87,20 @@ std::string to_string(CpComm c) {
 
 std::string to_string(Optimizer o) { return o == Optimizer::kAdam ? "adam" : "sgd"; }
 
+const std::vector<std::string>& lora_target_names() {
+  static const std::vector<std::string> names{"qkv", "o_proj", "fc1", "fc2"};
+  return names;
+}
+
+uint32_t lora_target_of(std::string_view name) {
+  if (name.starts_with("shared.")) name.remove_prefix(7);
+  if (name == "qkv" || name == "q_proj" || name == "q_down" || name == "q_up" || name == "kv_down" || name == "kv_up") return kLoraQkv;
+  if (name == "o_proj") return kLoraOProj;
+  if (name == "fc1") return kLoraFc1;
+  if (name == "fc2") return kLoraFc2;
+  return 0;
+}
+
 namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;
@@ -98,6 +112,34 @@ void parse_cluster(ObjectReader r, RunConfig& rc) {
   if (!g && !r.has("num_gpus")) r.issues().add(r.child_path("num_gpus"), "required integer is missing");
   rc.cluster.num_gpus = g.value_or(0);
   rc.cluster.gpus_per_node = r.get_int("gpus_per_node", 1, 1024, 0);
+  r.finish();
+}
+
+void parse_lora(ObjectReader r, Lora& l) {
+  l.rank = r.require_int("rank", 1, 65536);
+  const auto& names = lora_target_names();
+  std::string allowed;
+  for (const auto& x : names) allowed += (allowed.empty() ? "" : ", ") + x;
+  if (const Json* tj = r.get_raw("targets"); tj != nullptr) {
+    const std::string path = r.child_path("targets");
+    if (!tj->is_array() || tj->empty()) {
+      r.issues().add(path, "must be a non-empty list of linear layers (" + allowed + ")");
+    } else {
+      for (size_t i = 0; i < tj->size(); ++i) {
+        const Json& x = (*tj)[i];
+        const auto it = x.is_string() ? std::find(names.begin(), names.end(), x.get<std::string>()) : names.end();
+        if (it == names.end()) {
+          r.issues().add(path + "[" + std::to_string(i) + "]", "got " + x.dump() + "; allowed: " + allowed);
+          continue;
+        }
+        const uint32_t bit = 1u << static_cast<uint32_t>(it - names.begin());
+        if ((l.targets & bit) != 0) r.issues().add(path + "[" + std::to_string(i) + "]", "\"" + *it + "\" is listed twice");
+        l.targets |= bit;
+      }
+    }
+  } else {
+    l.targets = kLoraQkv | kLoraOProj | kLoraFc1 | kLoraFc2;
+  }
   r.finish();
 }
 
@@ -130,6 +172,14 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.fp8_saved_inputs = r.get_bool("fp8_saved_inputs", t.precision == hw::Dtype::kFp8);
   if (t.fp8_saved_inputs && t.precision != hw::Dtype::kFp8) {
     r.issues().add(r.child_path("fp8_saved_inputs"), "got true; saving linear-layer inputs in fp8 needs precision fp8");
+  }
+  if (const Json* lj = r.get_raw("lora"); lj != nullptr) parse_lora(ObjectReader(*lj, r.child_path("lora"), r.issues()), t.lora);
+  if (auto d = r.get_int("packed_document_tokens", 1, kMaxDim); d) {
+    t.packed_document_tokens = *d;
+    if (t.seq_len > 0 && *d > t.seq_len) {
+      r.issues().add(r.child_path("packed_document_tokens"),
+                     "got " + n(*d) + "; a packed document cannot be longer than the sequence (seq_len " + n(t.seq_len) + ")");
+    }
   }
   r.finish();
 }

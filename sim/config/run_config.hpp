@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -127,6 +128,29 @@ struct Cluster {
   [[nodiscard]] int64_t num_nodes() const { return (num_gpus + gpus_per_node - 1) / gpus_per_node; }
 };
 
+// LoRA (low-rank adaptation, parameter-efficient fine-tuning): the base model is frozen and
+// only low-rank adapters beside the targeted linear layers train (A: input width x rank, B: rank x
+// output width; under TP each adapter is split the way its layer is on the split side and
+// replicated on the rank side). Frozen layers skip their weight-gradient GEMMs and keep no
+// gradients or optimizer state; a frozen linear that carries no adapter keeps no input for
+// backward either.
+enum LoraTarget : uint32_t {
+  kLoraQkv = 1u << 0,   // the attention's input projections (QKV, or MLA's down/up projections)
+  kLoraOProj = 1u << 1, // the attention's output projection
+  kLoraFc1 = 1u << 2,   // the MLP's first projection (dense layers and shared experts)
+  kLoraFc2 = 1u << 3,   // the MLP's second projection
+};
+const std::vector<std::string>& lora_target_names();  // in bit order
+struct Lora {
+  int64_t rank = 0;       // 0: no LoRA, every parameter trains
+  uint32_t targets = 0;   // LoraTarget bits
+  [[nodiscard]] bool enabled() const { return rank > 0; }
+};
+// The LoRA target a linear layer of the workload belongs to (its operator name: "qkv",
+// "o_proj", "fc1", "shared.fc2", ...); 0 for layers no target covers (routed experts, router,
+// Mamba and linear-attention projections, the output head, MTP projections).
+uint32_t lora_target_of(std::string_view linear_name);
+
 struct Training {
   int64_t seq_len = 0;
   int64_t global_batch_size = 0;  // sequences per optimizer step
@@ -172,6 +196,16 @@ struct Training {
   // projection, three norms and a second pass through the shared output head and loss.
   // A hub config's num_nextn_predict_layers describes the checkpoint and does not set it.
   int64_t mtp_layers = 0;
+  // Parameter-efficient fine-tuning (training.lora); rank 0 trains every parameter.
+  Lora lora;
+  // Sequence packing: each sequence holds documents of this many tokens on average and the
+  // attention kernels run per document (variable-length FlashAttention over cu_seqlens), so a
+  // query sees the keys of its own document only. 0: one document per sequence.
+  int64_t packed_document_tokens = 0;
+  // The tokens one attention call spans: a packed document, or the whole sequence.
+  [[nodiscard]] int64_t attention_span() const {
+    return packed_document_tokens > 0 && packed_document_tokens < seq_len ? packed_document_tokens : seq_len;
+  }
 };
 
 struct Parallel {

@@ -203,13 +203,15 @@ class RankBuilder {
   // host; under either offload the reduce-scatter copies its gradient shard down after it, on
   // the same stream.
   std::pair<TaskId, TaskId> unit_collective(Task t, Collective op, const Slot& sl, double bytes_per_param, uint32_t name) {
-    const double expert = sl.expert_params();
     const auto& pl = b_.wb_.placements();
     const bool up = op == Collective::kAllGather;
+    // Gathers carry every parameter, reductions the gradients of those that train.
+    const double expert = up ? sl.expert_params() : sl.trainable_expert_params();
+    const double all = up ? sl.params : sl.trainable_params();
     const bool copies = up ? p_.offload == config::Offload::kParams : p_.offload != config::Offload::kNone;
-    const double shard = (sl.params - expert) / static_cast<double>(pl.zero3.size) + expert / static_cast<double>(pl.edp.size);
+    const double shard = (all - expert) / static_cast<double>(pl.zero3.size) + expert / static_cast<double>(pl.edp.size);
     const TaskId copy_up = copies && up ? host_copy(t, shard * b_.sb_.weights, true) : kNone;
-    auto [first, last] = dp_reduce(t, op, (sl.params - expert) * bytes_per_param, pl.zero3, pl.dp_replicate, name);
+    auto [first, last] = dp_reduce(t, op, (all - expert) * bytes_per_param, pl.zero3, pl.dp_replicate, name);
     if (expert > 0) {
       const auto experts = dp_reduce(t, op, expert * bytes_per_param, pl.edp, pl.edp_replicate, name);
       g_.depend(last, experts.first);
@@ -421,7 +423,7 @@ class RankBuilder {
         if (!p_.no_sync) per_mb_bwd_[static_cast<size_t>(a.mb)][slot_index] = ids.last;
         // FSDP: reduce-scatter this layer's gradient (every micro-batch, or only the last when
         // unsharded gradients are accumulated).
-        if (fsdp_ && (p_.reshard_after_forward || b_.m_ == 1 || a.mb == b_.m_ - 1)) {
+        if (fsdp_ && sl->trainable_params() > 0 && (p_.reshard_after_forward || b_.m_ == 1 || a.mb == b_.m_ - 1)) {
           Task c = dp_base_;
           c.stream = Stream::kDpReduce;
           c.kind = TaskKind::kDpComm;
@@ -796,8 +798,8 @@ std::vector<GradBucket> gradient_buckets(const std::vector<Slot>& slots, const s
     for (auto it = c->rbegin(); it != c->rend(); ++it) {
       const Slot& sl = slots[*it];
       ready = *it;
-      for (auto t = sl.expert_tensors.rbegin(); t != sl.expert_tensors.rend(); ++t) add(1, *t);
-      for (auto t = sl.tensors.rbegin(); t != sl.tensors.rend(); ++t) add(0, *t);
+      for (auto t = sl.trainable_expert.rbegin(); t != sl.trainable_expert.rend(); ++t) add(1, *t);
+      for (auto t = sl.trainable.rbegin(); t != sl.trainable.rend(); ++t) add(0, *t);
     }
     if (megatron) {
       flush(1);
@@ -824,8 +826,24 @@ void StepBuilder::build_slots() {
       return compute.value() > 0 ? graph_->kernel_share_index(kernel.value() / compute.value()) : uint16_t{0};
     };
     const bool split_w = p_.split_backward();
+    const bool lora = rc_.training.lora.enabled();
     auto make = [&](const LayerCost* lc, int32_t layer, std::vector<double> tensors, std::vector<double> experts = {}) {
       Slot out{lc, layer, 0.0, std::move(tensors), std::move(experts)};
+      if (lora) {
+        // The frozen base stays out of the reductions; a layer's adapters (A, B per adapted
+        // linear) are its trainable tensors and add to what its gathers carry.
+        if (layer >= 0 && layer < m.num_layers) {
+          const double r = static_cast<double>(rc_.training.lora.rank);
+          for (const auto& [in, outw] : memory::lora_adapted_linears(rc_, m.layer_kind(layer))) {
+            out.trainable.push_back(r * in);
+            out.trainable.push_back(r * outw);
+          }
+        }
+        out.tensors.insert(out.tensors.end(), out.trainable.begin(), out.trainable.end());
+      } else {
+        out.trainable = out.tensors;
+        out.trainable_expert = out.expert_tensors;
+      }
       for (double x : out.tensors) out.params += x;
       for (double x : out.expert_tensors) out.params += x;
       out.fwd_kernel = share(lc->fwd_kernel, lc->fwd_compute);

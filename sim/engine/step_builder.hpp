@@ -34,9 +34,24 @@ struct Slot {
   // The compute kernel in flight of each pass, as TaskGraph::kernel_share_index gives it:
   // forward, backward (its input-gradient part when the schedule splits it off), weight gradient.
   uint16_t fwd_kernel = 0, bwd_kernel = 0, weight_kernel = 0;
+  // The tensors that train, in registration order: the parameter tensors, or under LoRA
+  // (training.lora) the adapters alone. Gradient buckets and reduce-scatters carry these;
+  // ZeRO-3 / FSDP gathers carry every parameter.
+  std::vector<double> trainable{}, trainable_expert{};
   [[nodiscard]] double expert_params() const {
     double x = 0;
     for (double t : expert_tensors) x += t;
+    return x;
+  }
+  [[nodiscard]] double trainable_params() const {
+    double x = 0;
+    for (double t : trainable) x += t;
+    for (double t : trainable_expert) x += t;
+    return x;
+  }
+  [[nodiscard]] double trainable_expert_params() const {
+    double x = 0;
+    for (double t : trainable_expert) x += t;
     return x;
   }
 };

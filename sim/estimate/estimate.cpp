@@ -20,13 +20,14 @@ using cost::Collective;
 
 double model_flops_per_step(const config::RunConfig& rc) {
   const auto& m = rc.model;
-  const double s = static_cast<double>(rc.training.seq_len);
+  // A packed sequence's attention runs per document (training.packed_document_tokens).
+  const double s = static_cast<double>(rc.training.attention_span());
   const double tokens = static_cast<double>(rc.tokens_per_step());
   const double d_qk = m.mla.enabled() ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
                                       : static_cast<double>(m.head_dim);
   const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
   double sk = s;
-  if (const double keys = m.local_keys_per_query(rc.training.seq_len); keys > 0) {
+  if (const double keys = m.local_keys_per_query(rc.training.attention_span()); keys > 0) {
     // A local layer's query sees `keys` keys on average instead of ~s/2.
     sk = s * (1.0 - m.sliding_layer_fraction) + 2.0 * keys * m.sliding_layer_fraction;
   }
@@ -44,9 +45,15 @@ double model_flops_per_step(const config::RunConfig& rc) {
   // Multi-token prediction: per module one more layer (attention term included), the 2h -> h
   // projection and another pass through the output head (Megatron counts them the same way).
   const double mtp = static_cast<double>(rc.training.mtp_layers);
-  const double mtp_flops = mtp * (6.0 * (m.mtp_layer_active_params() + static_cast<double>(m.vocab * m.hidden)) +
+  // LoRA: the frozen weights' forward and input-gradient GEMMs, 4 FLOPs per parameter and token
+  // (no weight gradient); the adapters' forward and backward 6; the attention, SSM and
+  // recurrent terms in full (their backward carries the input gradient).
+  const bool lora = rc.training.lora.enabled();
+  const double per_param = lora ? 4.0 : 6.0;
+  const double mtp_flops = mtp * (per_param * (m.mtp_layer_active_params() + static_cast<double>(m.vocab * m.hidden)) +
                                   attn / static_cast<double>(std::max<int64_t>(1, m.num_attention_layers())));
-  return tokens * (6.0 * m.flop_params() + attn + ssm + linear + mtp_flops);
+  const double adapters = lora ? 6.0 * memory::lora_model_params(rc) : 0.0;
+  return tokens * (per_param * m.flop_params() + adapters + attn + ssm + linear + mtp_flops);
 }
 
 Duration sharded_collective_time(Collective c, Bytes bytes, const mesh::Placement& shard, const mesh::Placement& replicate,
@@ -253,7 +260,7 @@ double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& 
   const int zero = p.effective_zero();
   const double shard_dense = zero >= 1 ? static_cast<double>(std::max<int64_t>(1, p.shard_group())) : 1.0;
   const double n_edp = static_cast<double>(p.expert_shard_group());
-  const double local = st.dense_params / shard_dense + st.expert_params / (zero >= 1 ? n_edp : 1.0);
+  const double local = st.trainable_dense_params / shard_dense + st.trainable_expert_params / (zero >= 1 ? n_edp : 1.0);
   // Read master, moments and gradient; write master, moments and the 16-bit weights. Without a
   // separate master copy the weights are the master: read and written.
   const bool master = rc.training.master_weights && rc.training.precision != hw::Dtype::kFp32 &&
@@ -357,21 +364,25 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // A layer's dense parameters go over the ZeRO-3 group, its routed experts over the
       // expert-data-parallel group they are sharded on, one collective after the other.
       const double layer_dense = st.dense_params / L, layer_expert = st.expert_params / L;
+      // The reduce-scatters carry the gradients of what trains (under LoRA the adapters alone).
+      const double grad_dense = st.trainable_dense_params / L, grad_expert = st.trainable_expert_params / L;
       const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
       const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
       auto unit_time = [&](Collective op, double bytes_per_param) {
-        double t = sharded_collective_time(op, Bytes(layer_dense * bytes_per_param), places.zero3, places.dp_replicate, hw).value();
-        if (layer_expert > 0) {
-          t += sharded_collective_time(op, Bytes(layer_expert * bytes_per_param), places.edp, places.edp_replicate, hw).value();
-        }
+        const bool up = op == Collective::kAllGather;
+        const double d = up ? layer_dense : grad_dense, x = up ? layer_expert : grad_expert;
+        if (d <= 0 && x <= 0) return 0.0;
+        double t = sharded_collective_time(op, Bytes(d * bytes_per_param), places.zero3, places.dp_replicate, hw).value();
+        if (x > 0) t += sharded_collective_time(op, Bytes(x * bytes_per_param), places.edp, places.edp_replicate, hw).value();
         return t;
       };
       // CPU offload: each reduce-scatter copies its gradient shard down to the host after it,
       // and with offloaded parameters each gather first copies the rank's shard up, on the
       // same stream.
       const double shard = layer_dense / static_cast<double>(places.zero3.size) + layer_expert / static_cast<double>(places.edp.size);
+      const double grad_shard = grad_dense / static_cast<double>(places.zero3.size) + grad_expert / static_cast<double>(places.edp.size);
       const double up = p.offload == config::Offload::kParams ? shard * sb.weights / hw.host.link.value() : 0.0;
-      const double down = p.offload != config::Offload::kNone ? shard * sb.gradients / hw.host.link.value() : 0.0;
+      const double down = p.offload != config::Offload::kNone ? grad_shard * sb.gradients / hw.host.link.value() : 0.0;
       const double ag = unit_time(Collective::kAllGather, gather_bytes) + up;
       const double rs = unit_time(Collective::kReduceScatter, reduce_bytes) + down;
       // Each of a layer's collectives (dense, then experts) beside a pass waits for its kernel.
@@ -410,8 +421,10 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         const auto& where = places.zero3;
         const double link = on_nic ? hw.nic_bandwidth_per_gpu().value() : hw.fabric_port_bandwidth(rc.cluster.gpus_per_node).value();
         auto unit_link = [&](Collective op, double bytes_per_param) {
-          double b = cost::link_bytes(op, Bytes(layer_dense * bytes_per_param), where);
-          if (layer_expert > 0) b += cost::link_bytes(op, Bytes(layer_expert * bytes_per_param), places.edp);
+          const bool up = op == Collective::kAllGather;
+          const double d = up ? layer_dense : grad_dense, x = up ? layer_expert : grad_expert;
+          double b = cost::link_bytes(op, Bytes(d * bytes_per_param), where);
+          if (x > 0) b += cost::link_bytes(op, Bytes(x * bytes_per_param), places.edp);
           return b / link;
         };
         // Hybrid sharding: each reduced shard's all-reduce across the replicas loads the link
@@ -423,8 +436,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
             const double bytes = cost::link_bytes(Collective::kAllReduce, Bytes(params * reduce_bytes / static_cast<double>(shard.size)), rp);
             return bytes / (rp.intra_node() ? hw.fabric_port_bandwidth(rc.cluster.gpus_per_node) : hw.nic_bandwidth_per_gpu()).value();
           };
-          replicate_link = replicas(layer_dense, where, places.dp_replicate);
-          if (layer_expert > 0) replicate_link += replicas(layer_expert, places.edp, places.edp_replicate);
+          replicate_link = replicas(grad_dense, where, places.dp_replicate);
+          if (grad_expert > 0) replicate_link += replicas(grad_expert, places.edp, places.edp_replicate);
         }
         const bool same_link = places.dp_replicate.intra_node() == where.intra_node();
         // Whether a micro-batch's backward runs as an input-gradient pass and a later
@@ -656,23 +669,31 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       double largest_dense = 0;
       const auto kinds = rc.model.mixed() ? rc.model.layer_kinds() : std::vector<model::LayerKind>{model::LayerKind{}};
       for (const auto& kind : kinds) {
+        if (rc.training.lora.enabled()) {
+          for (const auto& [in, out] : memory::lora_adapted_linears(rc, kind)) {
+            largest_dense = std::max(largest_dense, static_cast<double>(rc.training.lora.rank) * std::max(in, out));
+          }
+          continue;
+        }
         for (const double x : layer_tensors(rc, kind).dense) largest_dense = std::max(largest_dense, x);
       }
       const double bucket = std::max(p.bucket_mb * 1e6, largest_dense * sb.gradients);
-      BucketPlan dense = stage_buckets(grad_op, st.dense_params * sb.gradients, bucket, places.dp_cp, places.dp_replicate, hw, p, s);
-      const double expert_bucket = st.expert_params > 0 && st.layers > 0
-                                       ? std::max(p.bucket_mb * 1e6, st.expert_params / static_cast<double>(st.layers) * sb.gradients)
+      // The gradients of what trains (under LoRA the adapters alone).
+      const double grad_dense = st.trainable_dense_params, grad_expert = st.trainable_expert_params;
+      BucketPlan dense = stage_buckets(grad_op, grad_dense * sb.gradients, bucket, places.dp_cp, places.dp_replicate, hw, p, s);
+      const double expert_bucket = grad_expert > 0 && st.layers > 0
+                                       ? std::max(p.bucket_mb * 1e6, grad_expert / static_cast<double>(st.layers) * sb.gradients)
                                        : p.bucket_mb * 1e6;
-      BucketPlan expert = stage_buckets(grad_op, st.expert_params * sb.gradients, expert_bucket, places.edp, places.edp_replicate, hw, p, s);
+      BucketPlan expert = stage_buckets(grad_op, grad_expert * sb.gradients, expert_bucket, places.edp, places.edp_replicate, hw, p, s);
       double last = std::max(dense.last, expert.last).value();
       double total = (dense.total + expert.total).value();
       if (p.offload != config::Offload::kNone) {
         // ZeRO-Offload: each reduced shard goes down to the host after its bucket, on the same
         // stream: the stage's whole gradient shard, the last bucket's share after the backward.
         const double link = hw.host.link.value();
-        total += (st.dense_params / static_cast<double>(places.dp_cp.size) + st.expert_params / static_cast<double>(places.edp.size)) *
+        total += (grad_dense / static_cast<double>(places.dp_cp.size) + grad_expert / static_cast<double>(places.edp.size)) *
                  sb.gradients / link;
-        last += std::min(bucket, st.dense_params * sb.gradients) / static_cast<double>(places.dp_cp.size) / link;
+        last += std::min(bucket, grad_dense * sb.gradients) / static_cast<double>(places.dp_cp.size) / link;
       }
       // The buckets that run beside the backward wait for its kernels (not the last, after it).
       const double waits = std::max(0.0, dense.count - 1.0) * kernel_wait(bwd_kernel[static_cast<size_t>(s)], places.dp_cp) +
@@ -708,8 +729,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       if (zero >= 1) {
         // The same buckets hold the parameters (in the weights' dtype).
         const double wb = sb.gradients > 0 ? sb.weights / sb.gradients : 1.0;
-        BucketPlan ag_d = stage_buckets(Collective::kAllGather, st.dense_params * sb.weights, bucket * wb, places.dp_cp, places.dp_replicate, hw, p, s);
-        BucketPlan ag_e = stage_buckets(Collective::kAllGather, st.expert_params * sb.weights, expert_bucket * wb, places.edp, places.edp_replicate, hw, p, s);
+        BucketPlan ag_d = stage_buckets(Collective::kAllGather, grad_dense * sb.weights, bucket * wb, places.dp_cp, places.dp_replicate, hw, p, s);
+        BucketPlan ag_e = stage_buckets(Collective::kAllGather, grad_expert * sb.weights, expert_bucket * wb, places.edp, places.edp_replicate, hw, p, s);
         const double ag_total = (ag_d.total + ag_e.total).value();
         // Overlapped, every bucket but the first waits for the forward's kernels.
         const double ag_waits = std::max(0.0, ag_d.count - 1.0) * kernel_wait(fwd_kernel[static_cast<size_t>(s)], places.dp_cp) +

@@ -114,28 +114,56 @@ void add_gemm_backward(const Ctx& c, std::vector<Op>& bwd, const Op& f, double m
 }
 
 // FP8 linear layers quantise their inputs (read 16-bit, write 8-bit) and, in backward, the
-// incoming gradient and the transposed copies the wgrad GEMM needs.
+// incoming gradient and (with a weight gradient) the transposed copies the wgrad GEMM needs.
 void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
-                   double m, double n, double k) {
+                   double m, double n, double k, bool weight_grad = true) {
   if (c.gemm_dtype != hw::Dtype::kFp8) return;
   fwd.push_back(mem_op(c, name + ".cast", 3.0 * m * k));
-  bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + 3.0 * m * k));
+  bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + (weight_grad ? 3.0 * m * k : 0.0)));
+}
+
+// A LoRA adapter beside a frozen linear layer (m tokens, k in, n out): x A (k x rank), then
+// (x A) B (rank x n) added to the layer's output; backward the input gradient through B and A
+// (added to the layer's) and both weight gradients. The adapters run in the 16-bit activation
+// dtype, as the frameworks keep them out of fp8.
+void add_lora(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name, double m, double n, double k) {
+  Ctx a = c;
+  a.gemm_dtype = c.act_dtype;
+  const double r = static_cast<double>(c.rc.training.lora.rank);
+  fwd.push_back(gemm_op(a, name + ".lora_a", m, r, k));
+  fwd.push_back(gemm_op(a, name + ".lora_b", m, n, r));
+  fwd.back().saved_bytes = c.e * m * r;
+  fwd.push_back(mem_op(c, name + ".lora_add", 3.0 * c.e * m * n));
+  bwd.push_back(gemm_op(a, name + ".lora_b.dgrad", m, r, n));
+  bwd.push_back(gemm_op(a, name + ".lora_b.wgrad", r, n, m, 1.0, true));
+  bwd.push_back(gemm_op(a, name + ".lora_a.dgrad", m, k, r));
+  bwd.push_back(gemm_op(a, name + ".lora_a.wgrad", k, r, m, 1.0, true));
+  bwd.push_back(mem_op(c, name + ".lora_dx_add", 3.0 * c.e * m * k));
 }
 
 // A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts. `saved`: the bytes of its
-// input the forward keeps for the weight gradient (Op::saved_bytes).
+// input the forward keeps for the weight gradient (Op::saved_bytes). Under LoRA
+// (training.lora) the layer is frozen: no weight gradient, and no input kept unless it carries
+// an adapter (config::lora_target_of its name), whose own work follows it.
 Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
                 double m, double n, double k, double batch = 1.0, double saved = 0.0) {
+  const auto& lora = c.rc.training.lora;
+  const bool adapted = lora.enabled() && (lora.targets & config::lora_target_of(name)) != 0;
   Op f = gemm_op(c, name, m, n, k, batch);
-  f.saved_bytes = saved;
+  f.saved_bytes = lora.enabled() && !adapted ? 0.0 : saved;
   const Duration t = f.time;
   fwd.push_back(f);
-  add_gemm_backward(c, bwd, f, m, n, k, batch);
-  add_fp8_casts(c, fwd, bwd, name, m * batch, n, k);
+  if (lora.enabled()) {
+    bwd.push_back(gemm_op(c, name + ".dgrad", m, k, n, batch));
+  } else {
+    add_gemm_backward(c, bwd, f, m, n, k, batch);
+  }
+  add_fp8_casts(c, fwd, bwd, name, m * batch, n, k, !lora.enabled());
   if (c.weight_cast_fwd > 0) {
     fwd.push_back(mem_op(c, name + ".weight_cast", c.weight_cast_fwd * n * k * batch));
-    bwd.push_back(mem_op(c, name + ".weight_grad_cast", c.weight_cast_bwd * n * k * batch));
+    if (!lora.enabled()) bwd.push_back(mem_op(c, name + ".weight_grad_cast", c.weight_cast_bwd * n * k * batch));
   }
+  if (adapted) add_lora(c, fwd, bwd, name, m * batch, n, k);
   return t;
 }
 
@@ -586,9 +614,19 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   c.bwd_kernel = in_flight(c.bwd, any);
   c.bwd_input_kernel = in_flight(c.bwd, [](const Op& o) { return !o.weight_grad; });
   c.bwd_weight_kernel = in_flight(c.bwd, [](const Op& o) { return o.weight_grad; });
-  // Backward model FLOPs are exactly twice the forward GEMM/attention FLOPs.
   c.hardware_flops += c.model_flops;
-  c.model_flops = c.model_flops * 3.0;
+  if (rc_.training.lora.enabled()) {
+    // LoRA: frozen layers skip their weight gradients, so the backward's model FLOPs are what
+    // it runs, less any recomputed forward.
+    double bwd = 0;
+    for (const auto& o : c.bwd) {
+      if (o.kind != OpKind::kComm && o.kind != OpKind::kHost && !o.name.starts_with("recompute.")) bwd += o.flops.value();
+    }
+    c.model_flops = c.model_flops + Flops(bwd);
+  } else {
+    // Backward model FLOPs are exactly twice the forward GEMM/attention FLOPs.
+    c.model_flops = c.model_flops * 3.0;
+  }
 }
 
 LayerTensors layer_tensors(const config::RunConfig& rc, model::LayerKind kind) {
@@ -708,12 +746,17 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   const double d_qk = m.mla.enabled() ? static_cast<double>(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
                                       : static_cast<double>(m.head_dim);
   const double d_v = m.mla.enabled() ? static_cast<double>(m.mla.v_head_dim) : static_cast<double>(m.head_dim);
+  // Packed sequences (training.packed_document_tokens): the kernels run per document, so the
+  // flash kernels see s / span sequences of span tokens each (unfused attention computes the
+  // whole masked score matrix).
+  const bool flash = rc_.training.attention != config::AttentionImpl::kUnfused;
+  const double span = flash ? static_cast<double>(rc_.training.attention_span()) : s;
   auto attention_times = [&](double sk, bool causal = true, bool banded = false) {
-    cost::AttentionShape a{static_cast<double>(p.micro_batch_size), heads_local, s / cp, sk, d_qk, d_v, causal, banded};
+    cost::AttentionShape a{static_cast<double>(p.micro_batch_size) * s / span, heads_local, span / cp, sk, d_qk, d_v, causal, banded};
     if (p.cp_comm == config::CpComm::kUlysses && p.cp > 1) {
       // Ulysses: full sequence, heads split over cp.
       a.heads = heads_local / cp;
-      a.sq = s;
+      a.sq = span;
     }
     Duration f, b;
     if (rc_.training.attention != config::AttentionImpl::kUnfused) {
@@ -726,7 +769,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     }
     return std::make_tuple(f, b, a.forward_flops());
   };
-  auto [af_full, ab_full, fl_full] = attention_times(s);
+  auto [af_full, ab_full, fl_full] = attention_times(span);
   // Causal CP without load balancing: rank cp-1's queries attend to the whole sequence, cp-1/2
   // blocks of work against cp/2 on a balanced rank, and every ring hop waits for it.
   const bool unbalanced_cp = p.cp > 1 && !p.cp_load_balance && p.cp_comm != config::CpComm::kUlysses;
@@ -740,7 +783,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   // Local layers: every query sees `keys` keys on average (the mask is already counted), at
   // most the full causal cost (a window near the sequence skips almost nothing). Unfused
   // attention computes the whole score matrix and masks it, so a window saves nothing there.
-  const double keys = rc_.training.attention == config::AttentionImpl::kUnfused ? 0.0 : m.local_keys_per_query(rc_.training.seq_len);
+  const double keys = !flash ? 0.0 : m.local_keys_per_query(static_cast<int64_t>(span));
   if (keys > 0) {
     auto [af_w, ab_w, fl_w] = attention_times(keys, false, true);
     const double w = m.sliding_layer_fraction;

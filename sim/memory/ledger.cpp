@@ -137,6 +137,67 @@ Bytes cp_attention_working_bytes(const config::RunConfig& rc) {
   return Bytes(e * kv_el * cp + 3.0 * 4.0 * kv_el + 4.0 * T * w.q);
 }
 
+std::vector<std::pair<double, double>> lora_adapted_linears(const config::RunConfig& rc, model::LayerKind kind, bool whole) {
+  std::vector<std::pair<double, double>> out;
+  const auto& lora = rc.training.lora;
+  if (!lora.enabled()) return out;
+  const auto& m = rc.model;
+  const double t = whole ? 1.0 : static_cast<double>(rc.parallel.tp);
+  const double h = static_cast<double>(m.hidden);
+  auto targeted = [&](uint32_t target) { return (lora.targets & target) != 0; };
+  if (kind.mixer == model::Mixer::kAttention) {
+    config::AttentionWidths w = config::attention_widths(rc, false);
+    if (whole) {
+      const double tp = static_cast<double>(rc.parallel.tp);
+      w.q *= tp;
+      w.k *= tp;
+      w.out *= tp;
+    }
+    if (targeted(config::kLoraQkv)) {
+      if (m.mla.enabled()) {
+        // As estimate::WorkloadBuilder builds them: the down-projections whole on every rank,
+        // the up-projections split by heads.
+        const double qr = static_cast<double>(m.mla.q_lora_rank), kvr = static_cast<double>(m.mla.kv_lora_rank);
+        if (m.mla.q_lora_rank > 0) {
+          out.emplace_back(h, qr);
+          out.emplace_back(qr, w.q);
+        } else {
+          out.emplace_back(h, w.q);
+        }
+        out.emplace_back(h, kvr + static_cast<double>(m.mla.qk_rope_head_dim));
+        out.emplace_back(kvr, static_cast<double>(m.heads) / t * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim));
+      } else {
+        out.emplace_back(h, w.q * (m.attn_output_gate ? 2.0 : 1.0) + 2.0 * w.k);
+      }
+    }
+    if (targeted(config::kLoraOProj)) out.emplace_back(w.out, h);
+  }
+  if (kind.ffn == model::Ffn::kNone) return out;
+  // The dense MLP, or a MoE layer's shared experts (routed experts carry no adapters).
+  const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
+  const double f_local = kind.moe() ? static_cast<double>(m.moe.shared_experts * m.moe.shared_expert_ffn) / t
+                                    : static_cast<double>(m.ffn_hidden) / t;
+  if (f_local <= 0) return out;
+  if (targeted(config::kLoraFc1)) out.emplace_back(h, gate * f_local);
+  if (targeted(config::kLoraFc2)) out.emplace_back(f_local, h);
+  return out;
+}
+
+double lora_layer_params(const config::RunConfig& rc, model::LayerKind kind) {
+  double widths = 0;
+  for (const auto& [in, out] : lora_adapted_linears(rc, kind)) widths += in + out;
+  return static_cast<double>(rc.training.lora.rank) * widths;
+}
+
+double lora_model_params(const config::RunConfig& rc) {
+  if (!rc.training.lora.enabled()) return 0;
+  double widths = 0;
+  for (int64_t l = 0; l < rc.model.num_layers; ++l) {
+    for (const auto& [in, out] : lora_adapted_linears(rc, rc.model.layer_kind(l), true)) widths += in + out;
+  }
+  return static_cast<double>(rc.training.lora.rank) * widths;
+}
+
 namespace {
 
 // One layer's saved activations as if the run used recompute mode `mode` (its selective
@@ -173,8 +234,16 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   // Each block (token mixer, MLP) keeps its norm's input and its first linear layer's input.
   const double blocks = (kind.mixer != model::Mixer::kNone ? 1.0 : 0.0) + (mlp_block ? 1.0 : 0.0);
   double replicated = blocks * e * h;
-  if (kind.mixer != model::Mixer::kNone) replicated += norm_recomputed && mla && attention ? 0.0 : li * h;
-  if (mlp_block) replicated += norm_recomputed && moe_layer ? 0.0 : li * h;
+  // Under LoRA a frozen linear layer without an adapter keeps no input (it has no weight
+  // gradient); an adapted one keeps its input for the adapter's and the adapter's rank-wide
+  // intermediate (counted with the split terms).
+  const auto& lora = rc.training.lora;
+  auto keeps_input = [&](uint32_t target) { return !lora.enabled() || (lora.targets & target) != 0; };
+  const bool mlp_adapted = !moe_layer || m.moe.shared_experts > 0;
+  if (kind.mixer != model::Mixer::kNone && (kind.mixer == model::Mixer::kAttention ? keeps_input(config::kLoraQkv) : !lora.enabled())) {
+    replicated += norm_recomputed && mla && attention ? 0.0 : li * h;
+  }
+  if (mlp_block && keeps_input(config::kLoraFc1) && (mlp_adapted || !lora.enabled())) replicated += norm_recomputed && moe_layer ? 0.0 : li * h;
   if (rc.training.dropout) replicated += blocks * h;
   // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
   // when the framework expands them before the call (selective recompute rebuilds them from
@@ -183,11 +252,13 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   const config::AttentionWidths w = config::attention_widths(rc, rc.training.repeat_kv && mode != Recompute::kSelective);
   const double q_w = w.q, kv_w = w.k, out_w = w.out;
   // MLA: the latent inputs of the up-projections (replicated).
-  if (m.mla.enabled() && attention) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
+  if (m.mla.enabled() && attention && keeps_input(config::kLoraQkv)) replicated += li * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
   // The attention kernel keeps its output for its own backward; with fp8 inputs the output
   // projection keeps its quantized copy beside it.
   const double qkv = recomputes(config::kRecomputeMlaUpProj) && mla ? 0.0 : e * (q_w + kv_w + kv_w);
-  double split = attention ? qkv + e * out_w + (rc.training.fp8_saved_inputs ? out_w : 0.0) : 0.0;
+  double split = attention ? qkv + e * out_w + (rc.training.fp8_saved_inputs && keeps_input(config::kLoraOProj) ? out_w : 0.0) : 0.0;
+  // LoRA: each adapter keeps x A (rank wide) for B's gradient.
+  if (lora.enabled()) split += e * static_cast<double>(lora.rank) * static_cast<double>(lora_adapted_linears(rc, kind).size());
   // An output-gated attention keeps the gate and the kernel's output beside the gated product.
   if (attention && m.attn_output_gate) split += e * (q_w + out_w);
   if (kind.mixer == model::Mixer::kLinear) {
@@ -196,7 +267,8 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
     const auto& la = m.linear;
     const double key = static_cast<double>(la.key_width()) / t, value = static_cast<double>(la.value_width()) / t,
                  v_heads = static_cast<double>(la.v_heads) / t;
-    split += e * (2.0 * key + 2.0 * value + 2.0 * v_heads) + e * (2.0 * key + value) + 8.0 * v_heads + e * value + li * value;
+    split += e * (2.0 * key + 2.0 * value + 2.0 * v_heads) + e * (2.0 * key + value) + 8.0 * v_heads + e * value +
+             (lora.enabled() ? 0.0 : li * value);
   }
   if (kind.mixer == model::Mixer::kMamba) {
     // Mamba-2 (estimate::WorkloadBuilder's mixer): the in_proj output (z, x, B, C, dt) and the
@@ -208,11 +280,11 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
     const double d = static_cast<double>(mb.d_inner()) / t,
                  gn = std::max(static_cast<double>(mb.groups) / t, cpd) * static_cast<double>(mb.state),
                  heads = static_cast<double>(mb.heads) / t;
-    split += e * (2.0 * d + 2.0 * gn + heads) + e * d + 8.0 * heads + li * d;
+    split += e * (2.0 * d + 2.0 * gn + heads) + e * d + 8.0 * heads + (lora.enabled() ? 0.0 : li * d);
   }
   // Per MLP width element: the first projection's outputs (gate and up, or the pre-activation)
   // for the activation's backward, and the activation's output as the second projection's input.
-  const double mlp_bytes = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + li;
+  const double mlp_bytes = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + (keeps_input(config::kLoraFc2) ? li : 0.0);
   if (kind.ffn == model::Ffn::kDense) {
     if (!recomputes(config::kRecomputeMlp)) split += mlp_bytes * static_cast<double>(m.ffn_hidden) / t;
   } else if (moe_layer && !recomputes(config::kRecomputeMoe)) {
@@ -221,8 +293,11 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
     const double etp = static_cast<double>(p.etp);
     // Per routed token copy: the permuted input and the expert's MLP activations (without the
     // activation's output when moe_act is recomputed); routing probabilities in fp32 per expert.
-    const double expert_bytes = mlp_bytes - (recomputes(config::kRecomputeMoeAct) ? li : 0.0);
-    const double routed = k * (li * h + expert_bytes * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
+    // Under LoRA the routed experts are frozen without adapters: their linear inputs stay out.
+    const double expert_li = lora.enabled() ? 0.0 : li;
+    const double expert_act = (m.mlp == model::MlpKind::kGated ? 2.0 : 1.0) * e + expert_li;
+    const double expert_bytes = expert_act - (recomputes(config::kRecomputeMoeAct) ? expert_li : 0.0);
+    const double routed = k * (expert_li * h + expert_bytes * static_cast<double>(mo.expert_ffn) / etp) * (etp / t);
     split += routed + 4.0 * static_cast<double>(mo.num_experts) / t;
     if (mo.shared_experts > 0 && !recomputes(config::kRecomputeSharedExperts)) {
       split += mlp_bytes * static_cast<double>(mo.shared_experts * mo.shared_expert_ffn) / t;
@@ -692,6 +767,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.stage = s;
     st.layers = rc.stage_layers[static_cast<size_t>(s)];
     double dense_params = 0, expert_params = 0, largest_layer = 0;
+    double adapters = 0, largest_adapters = 0;  // LoRA adapter parameters (training.lora)
     int64_t moe_layers = 0;
     const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
@@ -699,9 +775,12 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     for (const int64_t l : layer_ids) {
       if (m.is_moe_layer(l)) ++moe_layers;
       const auto [layer_dense, layer_expert] = layer_param_split(rc, l);
-      dense_params += layer_dense;
+      const double layer_adapters = lora_layer_params(rc, m.layer_kind(l));
+      dense_params += layer_dense + layer_adapters;
       expert_params += layer_expert;
-      largest_layer = std::max(largest_layer, layer_dense + layer_expert);
+      adapters += layer_adapters;
+      largest_adapters = std::max(largest_adapters, layer_adapters);
+      largest_layer = std::max(largest_layer, layer_dense + layer_expert + layer_adapters);
     }
     const double vh = static_cast<double>(rc.padded_vocab) * h / t;
     // The head's stage holds an output matrix of its own unless it ties to the embedding on the
@@ -739,22 +818,27 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.dense_params = dense_params;
     st.expert_params = expert_params;
     st.largest_layer_params = largest_layer;
+    // Under LoRA only the adapters train; the frozen base keeps its weights alone.
+    const bool lora = rc.training.lora.enabled();
+    st.trainable_dense_params = lora ? adapters : dense_params;
+    st.trainable_expert_params = lora ? 0.0 : expert_params;
+    const double trainable = st.trainable_params();
 
-    auto shard = [&](double params, int64_t n, double bytes_w, double bytes_g, double bytes_o, Bytes& w, Bytes& g, Bytes& o) {
+    auto shard = [&](double params, double trained, int64_t n, Bytes& w, Bytes& g, Bytes& o) {
       const double dn = static_cast<double>(std::max<int64_t>(1, n));
-      w += Bytes(params * bytes_w / (zero >= 3 ? dn : 1.0));
-      g += Bytes(params * bytes_g / (zero >= 2 ? dn : 1.0));
-      o += Bytes(params * bytes_o / (zero >= 1 ? dn : 1.0));
+      w += Bytes(params * sb.weights / (zero >= 3 ? dn : 1.0));
+      g += Bytes(trained * sb.gradients / (zero >= 2 ? dn : 1.0));
+      o += Bytes(trained * sb.optimizer / (zero >= 1 ? dn : 1.0));
     };
-    shard(dense_params, n_dense, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
-    shard(expert_params, n_expert, sb.weights, sb.gradients, sb.optimizer, st.weights, st.gradients, st.optimizer);
-    if (rc.training.lp_grads && zero < 3) st.gradients += Bytes((dense_params + expert_params) * e);
+    shard(dense_params, st.trainable_dense_params, n_dense, st.weights, st.gradients, st.optimizer);
+    shard(expert_params, st.trainable_expert_params, n_expert, st.weights, st.gradients, st.optimizer);
+    if (rc.training.lp_grads && zero < 3) st.gradients += Bytes(trainable * e);
     if (p.offload != config::Offload::kNone) {
       // CPU offload: the optimizer shard and an fp32 gradient shard for the CPU step live in
       // host memory; a reduced gradient shard (ZeRO-2/3) goes there instead of staying on the
       // GPU, and offloaded parameters leave their shard on the host too.
-      const double local = dense_params / static_cast<double>(std::max<int64_t>(1, n_dense)) +
-                           expert_params / static_cast<double>(std::max<int64_t>(1, n_expert));
+      const double local = st.trainable_dense_params / static_cast<double>(std::max<int64_t>(1, n_dense)) +
+                           st.trainable_expert_params / static_cast<double>(std::max<int64_t>(1, n_expert));
       st.host = st.optimizer + Bytes(local * 4.0);
       st.optimizer = Bytes(0);
       if (zero >= 2) st.gradients = Bytes(0);
@@ -854,7 +938,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // Per micro-batch: the final norm's input and the LM head's input (the sequence shard
       // under SP, re-gathered in backward, unless the gathered input is kept).
       const bool keeps_gathered = sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
-      const double head_input = e * h * tokens / (sp && !keeps_gathered ? t : 1.0);
+      // A frozen head (LoRA) keeps no input: it has no weight gradient.
+      const double head_input = rc.training.lora.enabled() ? 0.0 : e * h * tokens / (sp && !keeps_gathered ? t : 1.0);
       st.activations += Bytes((boundary + head_input) * head_inflight);
       if (rc.training.mtp_layers > 0) {
         // Each module: its layer's activations (recomputed as the model's layers are, as
@@ -873,7 +958,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // param_gather_overlap off), and the running unit's unsharded gradient.
       const double wc = hw::bytes_per_element(rc.training.gather_dtype);
       const double prefetched = p.param_gather_overlap ? largest_layer : 0.0;
-      const double gathered = (largest_unit + prefetched) * wc + largest_unit * sb.gradients;
+      const double gathered = (largest_unit + prefetched) * wc + (lora ? largest_adapters : largest_unit) * sb.gradients;
       st.buffers += Bytes(gathered);
       if (!p.reshard_after_forward) {
         const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));
@@ -882,12 +967,12 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         st.buffers += Bytes(st.params * wc);
         // Without resharding, gradients of all micro-batches but the last are accumulated
         // unsharded (no reduce-scatter until the last), in the reduction dtype.
-        if (rc.num_microbatches > 1) st.buffers += Bytes(st.params * sb.gradients * (1.0 - 1.0 / dn));
+        if (rc.num_microbatches > 1) st.buffers += Bytes(trainable * sb.gradients * (1.0 - 1.0 / dn));
       }
     } else if (p.dp * p.cp > 1 && p.bucket_layout == config::BucketLayout::kDdp) {
       // One bucket's communication buffer (no larger than the stage's gradients); Megatron-Core
       // reduces its buckets in place in the contiguous gradient buffer.
-      st.buffers += Bytes(std::min(p.bucket_mb * 1e6, (dense_params + expert_params) * sb.gradients));
+      st.buffers += Bytes(std::min(p.bucket_mb * 1e6, trainable * sb.gradients));
     }
     st.buffers += Bytes(flex_dispatch_buffer_bytes(rc));
     const auto [multi, pairs] = nccl_communicators(rc, s);

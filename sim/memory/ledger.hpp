@@ -57,6 +57,10 @@ struct StageMemory {
   double params = 0;          // parameters held by one rank of this stage (before ZeRO sharding)
   double dense_params = 0;    // of which sharded over dp*cp (non-expert)
   double expert_params = 0;   // of which sharded over the expert-data-parallel group
+  // Parameters that train (gradients, optimizer state, data-parallel reduction): all of them,
+  // or under LoRA (training.lora) only the adapters, which params and dense_params include.
+  double trainable_dense_params = 0, trainable_expert_params = 0;
+  [[nodiscard]] double trainable_params() const { return trainable_dense_params + trainable_expert_params; }
   double largest_layer_params = 0;
   core::Bytes weights, gradients, optimizer;
   core::Bytes activations;    // stored activations for all in-flight micro-batches
@@ -105,6 +109,16 @@ StateBytes state_bytes(const config::Training& t);
 double zero_bytes_per_param(const StateBytes& s, int zero_stage, int64_t n);
 
 // Activation bytes of one transformer layer for one micro-batch on one rank.
+// LoRA adapter parameters of one layer on one rank (0 without training.lora): rank x (input +
+// output width) per targeted linear layer, with each width as that rank holds it (the TP-split
+// side divided by tp, the other whole; MLA's down-projections are not split).
+double lora_layer_params(const config::RunConfig& rc, model::LayerKind kind);
+// Per adapter, the widths (input, output) of the linear layers one layer adapts on one rank, in
+// forward order; lora_layer_params is rank x the sum of their widths.
+// `whole`: the unsplit widths (as with tp 1), for counting the model's adapter parameters.
+std::vector<std::pair<double, double>> lora_adapted_linears(const config::RunConfig& rc, model::LayerKind kind, bool whole = false);
+// Every layer's adapters, unsplit: the adapter parameters the model trains.
+double lora_model_params(const config::RunConfig& rc);
 core::Bytes layer_activation_bytes(const config::RunConfig& rc, bool moe_layer);
 core::Bytes layer_activation_bytes(const config::RunConfig& rc, model::LayerKind kind);
 
