@@ -191,19 +191,23 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   const int zero = p.effective_zero();
   const double n = static_cast<double>(prog.dp_group.size());
   const double n_edp = static_cast<double>(prog.edp_group.size());
-  double params = 0, expert = 0;
+  // Every parameter is stored; gradients and optimizer state exist for those that train (under
+  // LoRA the adapters alone).
+  double params = 0, expert = 0, trained = 0, trained_expert = 0;
   for (const auto& sl : slots) {
     params += sl.params;
     expert += sl.expert_params();
+    trained += sl.trainable_params();
+    trained_expert += sl.trainable_expert_params();
   }
-  const double dense = params - expert;
-  auto sharded = [&](double bytes_per_param, int from_stage) {
-    return dense * bytes_per_param / (zero >= from_stage ? n : 1.0) + expert * bytes_per_param / (zero >= from_stage ? n_edp : 1.0);
+  auto sharded = [&](bool all, double bytes_per_param, int from_stage) {
+    const double x = all ? expert : trained_expert, d = (all ? params : trained) - x;
+    return d * bytes_per_param / (zero >= from_stage ? n : 1.0) + x * bytes_per_param / (zero >= from_stage ? n_edp : 1.0);
   };
-  prog.weight_bytes = sharded(sbytes.weights, 3);
-  prog.gradient_bytes = sharded(sbytes.gradients, 2);
-  prog.optimizer_bytes = sharded(sbytes.optimizer, 1);
-  prog.local_params = sharded(1.0, 1);
+  prog.weight_bytes = sharded(true, sbytes.weights, 3);
+  prog.gradient_bytes = sharded(false, sbytes.gradients, 2);
+  prog.optimizer_bytes = sharded(false, sbytes.optimizer, 1);
+  prog.local_params = sharded(false, 1.0, 1);
   // ZeRO-3 / FSDP reduce each layer's gradient on its own instead of in buckets.
   const auto buckets = zero >= 3 ? std::vector<engine::GradBucket>{}
                                  : engine::gradient_buckets(slots, chunk_slots, sbytes.gradients, p, s);
@@ -282,7 +286,8 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   // the reduce-scatter that ends it.
   auto grad_begin = [&](size_t k, int32_t mb) -> int32_t {
     if (!fsdp) return -1;
-    const double bytes = slots[k].params * sbytes.gradients;
+    const double bytes = slots[k].trainable_params() * sbytes.gradients;
+    if (bytes <= 0) return -1;
     if (reduce_each) return em.alloc(bytes, "unsharded gradients", mb, slots[k].layer);
     if (kept_grads.count(k) == 0) kept_grads[k] = em.alloc(bytes, "accumulated unsharded gradients", mb, slots[k].layer);
     return -1;
@@ -292,8 +297,12 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
   // A unit's collective: its dense parameters over the data-parallel group, then its routed
   // experts over the expert-data-parallel group, as the simulation issues them.
   auto fsdp_collective = [&](cost::Collective c, const engine::Slot& sl, double bytes_per_param, int32_t mb) {
-    const double unit_expert = sl.expert_params();
-    for (const auto& [share, group] : {std::pair{sl.params - unit_expert, Group::kDp}, std::pair{unit_expert, Group::kEdp}}) {
+    // Gathers carry every parameter, reduce-scatters the gradients of those that train.
+    const bool up = c == cost::Collective::kAllGather;
+    const double unit_expert = up ? sl.expert_params() : sl.trainable_expert_params();
+    const double unit_all = up ? sl.params : sl.trainable_params();
+    if (!up && unit_all <= 0) return;
+    for (const auto& [share, group] : {std::pair{unit_all - unit_expert, Group::kDp}, std::pair{unit_expert, Group::kEdp}}) {
       if (group == Group::kEdp && share <= 0) continue;
       if (c == cost::Collective::kReduceScatter) {
         dp_reduce(c, group == Group::kEdp, share * bytes_per_param, false, mb, sl.layer);
@@ -314,7 +323,7 @@ Program build_program(const config::RunConfig& rc, int64_t rank) {
     return id;
   };
   auto grad_end = [&](size_t k, int32_t mb, int32_t grad) {
-    if (!fsdp || (!reduce_each && mb != m - 1)) return;
+    if (!fsdp || (!reduce_each && mb != m - 1) || slots[k].trainable_params() <= 0) return;
     fsdp_collective(cost::Collective::kReduceScatter, slots[k], reduce_bytes, mb);
     em.free(reduce_each ? grad : kept_grads[k], mb, slots[k].layer);
   };
