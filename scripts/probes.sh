@@ -23,6 +23,18 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep '^| mtnlg' "$tmp/mtnlg.md" | head -3
   echo '```'
   echo
+  echo "## Fine-tuning: LoRA and full SFT (NeMo 24.07, DGX-H100, FP8, packed sequences)"
+  echo
+  echo "Rows in data/probes/nemo-finetune-2407.jsonl (NVIDIA NeMo's performance summary, fine-tuning table): LoRA as"
+  echo "NeMo 1.0 sets it by default (rank 32 on QKV), SQuAD packed to 4,096 tokens with an estimated 200-token mean"
+  echo "document (training.packed_document_tokens). Measured step = global tokens / (tokens/s/GPU x GPUs)."
+  echo
+  ./build/stepcast accuracy --data data/probes/nemo-finetune-2407.jsonl --out "$tmp/ft.md" > /dev/null
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/nemo-finetune-2407.jsonl --out finetune.md"
+  grep '^| nemo2407' "$tmp/ft.md"
+  echo '```'
+  echo
   echo "## GH200: CPU offload over NVLink-C2C against PCIe"
   echo
   for hw in h100-sxm gh200; do run ./build/stepcast estimate configs/examples/llama3.1-8b-h100x1-offload.json --set hardware=$hw; done
