@@ -327,7 +327,7 @@ void write_text(const std::string& path, const std::string& text) {
 // A run file given by path, by flags, or by a file with flags overriding it (plan, capacity).
 struct RunFlags {
   std::string file, model, hardware, precision;
-  int64_t gpus = 0, gpus_per_node = 0, seq = 0, batch = 0;
+  int64_t gpus = 0, gpus_per_node = 0, seq = 0, batch = 0, lora_rank = 0;
   std::string source = "<flags>", base_dir;
 };
 
@@ -341,6 +341,10 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string
   cmd->add_option("--seq", f.seq, "sequence length")->check(count_range(1, kMaxCount));
   cmd->add_option("--batch", f.batch, "global batch size (sequences)")->check(count_range(1, kMaxCount));
   cmd->add_option("--precision", f.precision, "training precision (bf16, fp16, fp8, fp32)");
+  cmd->add_option("--lora", f.lora_rank,
+                  "LoRA fine-tuning: the base model frozen, adapters of this rank on every attention and MLP projection "
+                  "(training.lora; a run file's lora block keeps its targets)")
+      ->check(count_range(1, 65536));
 }
 
 Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
@@ -366,6 +370,11 @@ Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
   if (f.seq > 0) run["training"]["seq_len"] = f.seq;
   if (f.batch > 0) run["training"]["global_batch_size"] = f.batch;
   if (!f.precision.empty()) run["training"]["precision"] = f.precision;
+  if (f.lora_rank > 0) {
+    Json& lora = run["training"]["lora"];
+    if (!lora.is_object()) lora = Json::object();
+    lora["rank"] = f.lora_rank;
+  }
   return run;
 }
 

@@ -140,6 +140,7 @@ void parse_lora(ObjectReader r, Lora& l) {
   } else {
     l.targets = kLoraQkv | kLoraOProj | kLoraFc1 | kLoraFc2;
   }
+  l.nf4 = r.get_choice("base_quantization", {"none", "nf4"}, "none") == "nf4";
   r.finish();
 }
 
@@ -866,6 +867,17 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     }
     issues.add("$.training.precision", "got \"" + hw::to_string(t.precision) + "\"; hardware '" + rc.hardware.name +
                                            "' has no dense peak for it (it has " + has + ")");
+  }
+  if (t.lora.nf4) {
+    // QLoRA dequantizes each 4-bit weight to a 16-bit compute dtype; sharded 4-bit storage
+    // (FSDP-QLoRA) is not modelled.
+    if (t.precision != hw::Dtype::kBf16 && t.precision != hw::Dtype::kFp16) {
+      issues.add("$.training.lora.base_quantization", "\"nf4\" dequantizes to a 16-bit compute dtype; precision is \"" +
+                                                         hw::to_string(t.precision) + "\" (use bf16 or fp16)");
+    }
+    if (rc.parallel.effective_zero() >= 3) {
+      issues.add("$.training.lora.base_quantization", "\"nf4\" with ZeRO-3 / FSDP (sharded 4-bit weights) is not modelled; use zero_stage 0-2");
+    }
   }
   if (t.attention != AttentionImpl::kUnfused && rc.hardware.name == "v100-sxm-32gb") {
     issues.add("$.training.attention", "flash attention kernels need Ampere or newer; use \"unfused\" on V100");

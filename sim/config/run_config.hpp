@@ -144,8 +144,15 @@ const std::vector<std::string>& lora_target_names();  // in bit order
 struct Lora {
   int64_t rank = 0;       // 0: no LoRA, every parameter trains
   uint32_t targets = 0;   // LoraTarget bits
+  // QLoRA: the frozen transformer layers' weights stored as 4-bit NormalFloat with double-
+  // quantized block scales (4.127 bits per weight), dequantized to the compute dtype before
+  // each forward and input-gradient GEMM. false: stored in param_dtype.
+  bool nf4 = false;
   [[nodiscard]] bool enabled() const { return rank > 0; }
 };
+// Bytes per NF4 weight: 4 bits, an fp8 absmax per 64-weight block and an fp32 scale per 256
+// blocks (QLoRA's double quantization: 0.127 bits of constants per weight).
+inline constexpr double kNf4BytesPerWeight = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
 // The LoRA target a linear layer of the workload belongs to (its operator name: "qkv",
 // "o_proj", "fc1", "shared.fc2", ...); 0 for layers no target covers (routed experts, router,
 // Mamba and linear-attention projections, the output head, MTP projections).

@@ -145,6 +145,10 @@ void add_lora(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
 // input the forward keeps for the weight gradient (Op::saved_bytes). Under LoRA
 // (training.lora) the layer is frozen: no weight gradient, and no input kept unless it carries
 // an adapter (config::lora_target_of its name), whose own work follows it.
+// QLoRA quantizes the transformer layers' linear weights; the output head and the multi-token
+// prediction projection stay in the 16-bit dtype.
+bool quantized_base(const std::string& name) { return name != "lm_head" && !name.starts_with("mtp."); }
+
 Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
                 double m, double n, double k, double batch = 1.0, double saved = 0.0) {
   const auto& lora = c.rc.training.lora;
@@ -162,6 +166,13 @@ Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const 
   if (c.weight_cast_fwd > 0) {
     fwd.push_back(mem_op(c, name + ".weight_cast", c.weight_cast_fwd * n * k * batch));
     if (!lora.enabled()) bwd.push_back(mem_op(c, name + ".weight_grad_cast", c.weight_cast_bwd * n * k * batch));
+  }
+  if (lora.nf4 && quantized_base(name)) {
+    // QLoRA: the 4-bit weight is dequantized to the compute dtype before the forward GEMM and
+    // again before the input-gradient GEMM (read the NF4 blocks, write 16-bit).
+    const double bytes = (config::kNf4BytesPerWeight + c.e) * n * k * batch;
+    fwd.push_back(mem_op(c, name + ".dequant", bytes));
+    bwd.push_back(mem_op(c, name + ".dequant_bwd", bytes));
   }
   if (adapted) add_lora(c, fwd, bwd, name, m * batch, n, k);
   return t;

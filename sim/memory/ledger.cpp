@@ -768,6 +768,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.layers = rc.stage_layers[static_cast<size_t>(s)];
     double dense_params = 0, expert_params = 0, largest_layer = 0;
     double adapters = 0, largest_adapters = 0;  // LoRA adapter parameters (training.lora)
+    double layer_weights = 0;                    // the transformer layers' own (QLoRA quantizes them)
     int64_t moe_layers = 0;
     const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
@@ -778,6 +779,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       const double layer_adapters = lora_layer_params(rc, m.layer_kind(l));
       dense_params += layer_dense + layer_adapters;
       expert_params += layer_expert;
+      layer_weights += layer_dense + layer_expert;
       adapters += layer_adapters;
       largest_adapters = std::max(largest_adapters, layer_adapters);
       largest_layer = std::max(largest_layer, layer_dense + layer_expert + layer_adapters);
@@ -824,6 +826,10 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.trainable_expert_params = lora ? 0.0 : expert_params;
     const double trainable = st.trainable_params();
 
+    // QLoRA: the transformer layers' frozen weights in 4-bit NF4 (norms counted with them); the
+    // embedding, head and adapters in param_dtype. Each linear's weight is dequantized to a
+    // 16-bit copy around its GEMMs (the largest one at a time, in the working set).
+    const bool nf4 = rc.training.lora.nf4;
     auto shard = [&](double params, double trained, int64_t n, Bytes& w, Bytes& g, Bytes& o) {
       const double dn = static_cast<double>(std::max<int64_t>(1, n));
       w += Bytes(params * sb.weights / (zero >= 3 ? dn : 1.0));
@@ -832,6 +838,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     };
     shard(dense_params, st.trainable_dense_params, n_dense, st.weights, st.gradients, st.optimizer);
     shard(expert_params, st.trainable_expert_params, n_expert, st.weights, st.gradients, st.optimizer);
+    if (nf4) st.weights -= Bytes(layer_weights * (sb.weights - config::kNf4BytesPerWeight));  // ZeRO-3 refused with nf4
     if (rc.training.lp_grads && zero < 3) st.gradients += Bytes(trainable * e);
     if (p.offload != config::Offload::kNone) {
       // CPU offload: the optimizer shard and an fp32 gradient shard for the CPU step live in
@@ -878,6 +885,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.transient = p.recompute == Recompute::kFull ? full_layer * 2.0 : full_layer;
     // A context-parallel attention backward also holds the exchanged K/V and its accumulators.
     st.transient += cp_attention_working_bytes(rc);
+    // QLoRA: the 16-bit copy of the largest weight being dequantized around its GEMM.
+    if (nf4) st.transient += Bytes(e * largest_parameter_tensor(rc, false));
     if (rc.training.lp_grads && zero < 3) {
       // Accumulating each micro-batch's 16-bit gradients into the fp32 buffer casts one
       // parameter's gradient at a time to fp32 (grad.to(float32) before the add), so the largest

@@ -201,6 +201,41 @@ TEST(Packing, AttentionRunsPerDocument) {
   EXPECT_LT(model_flops_per_step(packed), model_flops_per_step(whole));
 }
 
+// QLoRA: the transformer layers' frozen weights in 4-bit NF4 with double-quantized scales,
+// dequantized around each forward and input-gradient GEMM.
+TEST(Lora, Nf4BaseWeights) {
+  EXPECT_NEAR(config::kNf4BytesPerWeight * 8.0, 4.127, 0.001) << "QLoRA's 4-bit weights plus 0.127 bits of constants";
+  const RunConfig lora = parse(llama7b({{"rank", 16}}));
+  const RunConfig q = parse(llama7b({{"rank", 16}, {"base_quantization", "nf4"}}));
+  EXPECT_TRUE(q.training.lora.nf4);
+  const auto sl = memory::compute_ledger(lora).stages[0];
+  const auto sq = memory::compute_ledger(q).stages[0];
+  // Llama 2 7B: 32 layers of 202,383,360 parameters (norms included) go to NF4; the embedding,
+  // head, final norm and adapters stay in bf16.
+  const double layers = 32.0 * memory::layer_param_split(q, 0).first;
+  EXPECT_DOUBLE_EQ(layers, 32.0 * 202383360.0);
+  EXPECT_NEAR(sq.weights.value(), sl.weights.value() - layers * (2.0 - config::kNf4BytesPerWeight), 1.0);
+  EXPECT_DOUBLE_EQ(sq.gradients.value(), sl.gradients.value());
+  EXPECT_GT(sq.transient.value(), sl.transient.value()) << "the dequantized copy of the largest weight";
+  const WorkloadBuilder wq(q);
+  const LayerCost& layer = wq.dense_layer();
+  const Op* dq = find_op(layer.fwd, "fc1.dequant");
+  ASSERT_NE(dq, nullptr);
+  EXPECT_DOUBLE_EQ(dq->bytes.value(), (config::kNf4BytesPerWeight + 2.0) * 2.0 * 11008.0 * 4096.0);
+  EXPECT_NE(find_op(layer.bwd, "fc1.dequant_bwd"), nullptr);
+  EXPECT_EQ(find_op(wq.output_layer().fwd, "lm_head.dequant"), nullptr) << "the head stays in bf16";
+  EXPECT_GT(estimate_step(q).step_time_s, estimate_step(lora).step_time_s);
+  // Refused where the dequantization or the sharding is not modelled.
+  EXPECT_NE(test::parse_error(llama7b({{"rank", 16}, {"base_quantization", "int4"}}), "<t>").find("$.training.lora.base_quantization"),
+            std::string::npos);
+  Json fp8 = llama7b({{"rank", 16}, {"base_quantization", "nf4"}});
+  fp8["training"]["precision"] = "fp8";
+  EXPECT_NE(test::parse_error(fp8, "<t>").find("$.training.lora.base_quantization"), std::string::npos);
+  Json fsdp = llama7b({{"rank", 16}, {"base_quantization", "nf4"}});
+  fsdp["parallel"] = {{"fsdp", true}};
+  EXPECT_NE(test::parse_error(fsdp, "<t>").find("$.training.lora.base_quantization"), std::string::npos);
+}
+
 TEST(Lora, ExportsRefuseNamingTheField) {
   const RunConfig lora = parse(llama7b({{"rank", 16}}));
   for (const char* fw : {"megatron", "torchtitan", "deepspeed", "accelerate"}) {
