@@ -22,7 +22,7 @@ double daly_optimal_interval(double delta, double mtbf_s) {
   return std::sqrt(2.0 * delta * mtbf_s) * (1.0 + std::sqrt(r) / 3.0 + r / 9.0) - delta;
 }
 
-Goodput expected_goodput(const ReliabilityInput& in, double step_s, double steps, int64_t gpus, double state_bytes) {
+Goodput expected_goodput(const ReliabilityInput& in, double step_s, double steps, int64_t gpus, double state_bytes, double load_bytes) {
   auto positive = [](double v, const char* what) {
     if (!(v > 0) || !std::isfinite(v)) throw core::UserError(std::string(what) + " must be positive, got " + std::to_string(v));
   };
@@ -43,7 +43,7 @@ Goodput expected_goodput(const ReliabilityInput& in, double step_s, double steps
   g.state_bytes = state_bytes;
   g.storage_bytes_per_s = in.storage_bytes_per_s > 0 ? in.storage_bytes_per_s : kLlama3StorageBytesPerSPerGpu * static_cast<double>(gpus);
   g.save_s = in.checkpoint_save_s >= 0 ? in.checkpoint_save_s : state_bytes / g.storage_bytes_per_s;
-  g.load_s = state_bytes / g.storage_bytes_per_s;
+  g.load_s = (load_bytes >= 0 ? load_bytes : state_bytes) / g.storage_bytes_per_s;
   g.restart_s = in.restart_overhead_s + g.load_s;
   g.solve_s = step_s * steps;
   const double M = g.cluster_mtbf_s;

@@ -65,6 +65,9 @@ double daly_optimal_interval(double delta, double mtbf_s);
 
 // The run of `steps` steps of `step_s` seconds on `gpus` GPUs with `state_bytes` of training
 // state. Throws core::UserError naming the option for a non-positive input.
-Goodput expected_goodput(const ReliabilityInput& in, double step_s, double steps, int64_t gpus, double state_bytes);
+// `load_bytes`: what a restart reads back, when more than the checkpoint (a LoRA run reloads
+// its frozen base beside the adapters' checkpoint); < 0: the checkpoint.
+Goodput expected_goodput(const ReliabilityInput& in, double step_s, double steps, int64_t gpus, double state_bytes,
+                         double load_bytes = -1);
 
 }  // namespace stepcast::capacity

@@ -63,10 +63,19 @@ struct Rejections {
 };
 
 // A checkpoint holds the weights and the optimizer state (its fp32 master copy included), not
-// the gradients.
+// the gradients; under LoRA only the adapters', the frozen base being on storage already.
 double checkpoint_bytes(const config::RunConfig& rc) {
   const memory::StateBytes sb = memory::state_bytes(rc.training);
-  return rc.model.total_params() * (sb.weights + sb.optimizer);
+  const double trained = rc.training.lora.enabled() ? memory::lora_model_params(rc) : rc.model.total_params();
+  return trained * (sb.weights + sb.optimizer);
+}
+
+// What a restart reads back: the checkpoint, and under LoRA the frozen base too (in its stored
+// dtype; 4-bit under QLoRA).
+double restart_read_bytes(const config::RunConfig& rc) {
+  if (!rc.training.lora.enabled()) return checkpoint_bytes(rc);
+  const double per_weight = rc.training.lora.nf4 ? config::kNf4BytesPerWeight : memory::state_bytes(rc.training).weights;
+  return checkpoint_bytes(rc) + rc.model.total_params() * per_weight;
 }
 
 // A sized result's figures from the planner's best layout on g GPUs.
@@ -106,9 +115,9 @@ SizingResult size_for_deadline(const Json& run_in, const std::string& source_nam
   if (!(r.tokens > 0)) throw core::UserError("capacity: give a token budget (--tokens) or --tokens-per-param");
   const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
   r.steps = r.tokens / seq_tokens;
-  const double state_bytes = checkpoint_bytes(base);
+  const double state_bytes = checkpoint_bytes(base), read_bytes = restart_read_bytes(base);
   auto goodput_on = [&](int64_t gpus, double step_s) {
-    return capacity::expected_goodput(opt.reliability, step_s, r.steps, gpus, state_bytes);
+    return capacity::expected_goodput(opt.reliability, step_s, r.steps, gpus, state_bytes, read_bytes);
   };
   r.sized_for_goodput = opt.size_for_goodput;
   const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
@@ -278,7 +287,7 @@ std::vector<ScalingPoint> scaling(const Json& run_in, const std::string& source_
   const double seq_tokens = static_cast<double>(base.training.global_batch_size * base.training.seq_len);
   const double tokens = opt.tokens > 0 ? opt.tokens : opt.tokens_per_param * base.model.total_params();
   const double steps = tokens > 0 ? tokens / seq_tokens : 0.0;
-  const double state_bytes = checkpoint_bytes(base);
+  const double state_bytes = checkpoint_bytes(base), read_bytes = restart_read_bytes(base);
   const int64_t gpn = base.cluster.gpus_per_node > 0 ? base.cluster.gpus_per_node : base.hardware.gpus_per_node;
   std::vector<ScalingPoint> out;
   for (int64_t g : counts) {
@@ -304,7 +313,7 @@ std::vector<ScalingPoint> scaling(const Json& run_in, const std::string& source_
         p.r.met = true;
         const Candidate& best = pr.ranked.front();
         fill_from_layout(p.r, best, g, gpn, opt,
-                         steps > 0 ? capacity::expected_goodput(opt.reliability, best.step_s(), steps, g, state_bytes) : capacity::Goodput{});
+                         steps > 0 ? capacity::expected_goodput(opt.reliability, best.step_s(), steps, g, state_bytes, read_bytes) : capacity::Goodput{});
       }
     } catch (const core::UserError& e) {
       p.error = e.what();

@@ -50,6 +50,28 @@ std::string sizing_error(const Json& run, const SizingOptions& o) {
   return "accepted";
 }
 
+// A LoRA run checkpoints its adapters (weights and optimizer state) alone; a restart reads the
+// frozen base back beside them.
+TEST(Sizing, LoraCheckpointsTheAdapters) {
+  Json run = run_8b();
+  run["training"]["lora"] = {{"rank", 16}};
+  SizingOptions o = options(7);
+  o.tokens = 1e9;
+  o.tokens_per_param = 0;
+  const SizingResult lora = size_for_deadline(run, "<sizing-test>", "", o);
+  const SizingResult full = size_for_deadline(run_8b(), "<sizing-test>", "", o);
+  ASSERT_TRUE(lora.met);
+  ASSERT_TRUE(full.met);
+  // Llama 3.1 8B with rank-16 adapters on every projection: 32 layers x 16 x ((4096 + 6144) +
+  // (4096 + 4096) + (4096 + 28672) + (14336 + 4096)) = 35.7 M parameters, 14 bytes each in the
+  // checkpoint (bf16 weights, fp32 master and Adam moments; no gradients).
+  const double adapters = 32.0 * 16.0 * (4096 + 6144 + 4096 + 4096 + 4096 + 28672 + 14336 + 4096);
+  EXPECT_DOUBLE_EQ(lora.goodput.state_bytes, adapters * 14.0);
+  EXPECT_NEAR(full.goodput.state_bytes / lora.goodput.state_bytes, 8.03e9 / adapters, 0.01 * 8.03e9 / adapters);
+  // The restart reads the bf16 base and the checkpoint.
+  EXPECT_GT(lora.goodput.load_s, lora.goodput.save_s * 10.0);
+}
+
 TEST(Sizing, SmallestClusterMeetingTheDeadline) {
   const SizingOptions o = options(7);
   const SizingResult r = size_for_deadline(run_8b(), "<sizing-test>", "", o);
