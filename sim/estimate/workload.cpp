@@ -122,33 +122,47 @@ void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, con
   bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + (weight_grad ? 3.0 * m * k : 0.0)));
 }
 
+// Where a LoRA adapter's rank-wide intermediate x A needs summing across the TP group: beside a
+// row-parallel layer (o_proj, fc2) each rank's A sees its slice of the input, so x A is a partial
+// sum reduced in forward before B; beside a column-parallel layer A sees the whole input but the
+// gradient reaching x A through the rank's slice of B is partial, reduced in backward before A's
+// gradients. Beside a layer that is not split (MLA's down-projections) nothing is reduced.
+enum class LoraTpReduce { kNone, kForward, kBackward };
+
 // A LoRA adapter beside a frozen linear layer (m tokens, k in, n out): x A (k x rank), then
 // (x A) B (rank x n) added to the layer's output; backward the input gradient through B and A
 // (added to the layer's) and both weight gradients. The adapters run in the 16-bit activation
-// dtype, as the frameworks keep them out of fp8.
-void add_lora(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name, double m, double n, double k) {
+// dtype, as the frameworks keep them out of fp8. The TP reduction of x A (m x rank elements) is
+// an all-reduce on the TP group, small and latency-bound.
+void add_lora(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name, double m, double n, double k,
+              LoraTpReduce reduce) {
   Ctx a = c;
   a.gemm_dtype = c.act_dtype;
   const double r = static_cast<double>(c.rc.training.lora.rank);
+  auto tp_reduce = [&](const std::string& op_name) {
+    return comm_op(c, op_name, CommKind::kTp, Collective::kAllReduce, m * r * c.e, c.places.tp);
+  };
   fwd.push_back(gemm_op(a, name + ".lora_a", m, r, k));
+  if (reduce == LoraTpReduce::kForward) fwd.push_back(tp_reduce(name + ".lora_a.tp_reduce"));
   fwd.push_back(gemm_op(a, name + ".lora_b", m, n, r));
   fwd.back().saved_bytes = c.e * m * r;
   fwd.push_back(mem_op(c, name + ".lora_add", 3.0 * c.e * m * n));
   bwd.push_back(gemm_op(a, name + ".lora_b.dgrad", m, r, n));
   bwd.push_back(gemm_op(a, name + ".lora_b.wgrad", r, n, m, 1.0, true));
+  if (reduce == LoraTpReduce::kBackward) bwd.push_back(tp_reduce(name + ".lora_b.dgrad.tp_reduce"));
   bwd.push_back(gemm_op(a, name + ".lora_a.dgrad", m, k, r));
   bwd.push_back(gemm_op(a, name + ".lora_a.wgrad", k, r, m, 1.0, true));
   bwd.push_back(mem_op(c, name + ".lora_dx_add", 3.0 * c.e * m * k));
 }
 
-// A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts. `saved`: the bytes of its
-// input the forward keeps for the weight gradient (Op::saved_bytes). Under LoRA
-// (training.lora) the layer is frozen: no weight gradient, and no input kept unless it carries
-// an adapter (config::lora_target_of its name), whose own work follows it.
 // QLoRA quantizes the transformer layers' linear weights; the output head and the multi-token
 // prediction projection stay in the 16-bit dtype.
 bool quantized_base(const std::string& name) { return name != "lm_head" && !name.starts_with("mtp."); }
 
+// A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts. `saved`: the bytes of its
+// input the forward keeps for the weight gradient (Op::saved_bytes). Under LoRA
+// (training.lora) the layer is frozen: no weight gradient, and no input kept unless it carries
+// an adapter (config::lora_target_of its name), whose own work follows it.
 Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
                 double m, double n, double k, double batch = 1.0, double saved = 0.0) {
   const auto& lora = c.rc.training.lora;
@@ -174,7 +188,14 @@ Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const 
     fwd.push_back(mem_op(c, name + ".dequant", bytes));
     bwd.push_back(mem_op(c, name + ".dequant_bwd", bytes));
   }
-  if (adapted) add_lora(c, fwd, bwd, name, m * batch, n, k);
+  if (adapted) {
+    const uint32_t target = config::lora_target_of(name);
+    const bool split = c.t > 1 && !name.ends_with("_down");
+    const LoraTpReduce reduce = !split ? LoraTpReduce::kNone
+                                : (target == config::kLoraOProj || target == config::kLoraFc2) ? LoraTpReduce::kForward
+                                                                                                : LoraTpReduce::kBackward;
+    add_lora(c, fwd, bwd, name, m * batch, n, k, reduce);
+  }
   return t;
 }
 
@@ -807,7 +828,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   af.kind = OpKind::kAttention;
   af.time = attn_f;
   af.flops = attn_flops;
-  af.attention = cost::AttentionShape{static_cast<double>(p.micro_batch_size), heads_local, s / cp, s, d_qk, d_v, true};
+  af.attention = cost::AttentionShape{static_cast<double>(p.micro_batch_size) * s / span, heads_local, span / cp, span, d_qk, d_v, true};
   af.saved_bytes = e * T * (q_width + 2.0 * kv_att);
   if (rc_.training.attention == config::AttentionImpl::kUnfused) {
     af.score_bytes = heads_local * s * T * (e + (rc_.training.dropout ? 1.0 + e : 0.0));
@@ -1174,10 +1195,13 @@ LayerCost WorkloadBuilder::build_embedding() const {
     lc.fwd.push_back(mem_op(c, "embedding_norm", 2.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
     lc.fwd.back().saved_bytes = c.e * h * c.T_rep;
   }
-  // Backward: scatter-add of token gradients into the (dense) embedding gradient.
+  // Backward: scatter-add of token gradients into the (dense) embedding gradient. Under LoRA the
+  // embedding is frozen and nothing below it needs a gradient, so the backward stops here.
   const double vocab_local = static_cast<double>(rc_.padded_vocab) / c.t;
-  if (m.embedding_norm) lc.bwd.push_back(mem_op(c, "embedding_norm.bwd", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
-  lc.bwd.push_back(mem_op(c, "embedding.grad", 2.0 * c.re * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
+  if (!rc_.training.lora.enabled()) {
+    if (m.embedding_norm) lc.bwd.push_back(mem_op(c, "embedding_norm.bwd", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+    lc.bwd.push_back(mem_op(c, "embedding.grad", 2.0 * c.re * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
+  }
   finish(lc);
   return lc;
 }
@@ -1231,8 +1255,10 @@ LayerCost WorkloadBuilder::build_output() const {
         lc.fwd.push_back(comm_op(c, "mtp.embedding.tp_reduce", CommKind::kTp,
                                  c.sp ? Collective::kReduceScatter : Collective::kAllReduce, c.T * h * c.e, places_.tp));
       }
-      lc.bwd.push_back(mem_op(c, "mtp.embedding.grad",
-                              2.0 * c.e * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
+      if (!rc_.training.lora.enabled()) {
+        lc.bwd.push_back(mem_op(c, "mtp.embedding.grad",
+                                2.0 * c.e * c.T * h + hw::bytes_per_element(rc_.training.grad_dtype) * vocab_local * h));
+      }
       lc.fwd.push_back(mem_op(c, "mtp.norms", 4.0 * c.e * h * c.T_rep * eager_factor(c, Eager::kNorm)));
       lc.bwd.push_back(mem_op(c, "mtp.norms.bwd", 8.0 * c.e * h * c.T_rep));
       const size_t pf = lc.fwd.size(), pb = lc.bwd.size();

@@ -235,8 +235,8 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   const double blocks = (kind.mixer != model::Mixer::kNone ? 1.0 : 0.0) + (mlp_block ? 1.0 : 0.0);
   double replicated = blocks * e * h;
   // Under LoRA a frozen linear layer without an adapter keeps no input (it has no weight
-  // gradient); an adapted one keeps its input for the adapter's and the adapter's rank-wide
-  // intermediate (counted with the split terms).
+  // gradient); an adapted one keeps its input for the adapter's weight gradient, and the
+  // adapter's rank-wide intermediate (counted with the split terms).
   const auto& lora = rc.training.lora;
   auto keeps_input = [&](uint32_t target) { return !lora.enabled() || (lora.targets & target) != 0; };
   const bool mlp_adapted = !moe_layer || m.moe.shared_experts > 0;

@@ -143,6 +143,38 @@ TEST(Lora, FrozenLayersSkipTheirWeightGradients) {
   EXPECT_LT(cl.model_flops.value(), 0.7 * cf.model_flops.value());
 }
 
+// Under TP each adapter's rank-wide x A is summed across the group once: in forward beside a
+// row-parallel layer (A sees an input slice), in backward beside a column-parallel one (the
+// gradient through the rank's slice of B is partial). m x rank elements in the activation dtype.
+TEST(Lora, TensorParallelAdaptersReduceTheirRankWideIntermediate) {
+  Json j = llama7b({{"rank", 16}});
+  j["parallel"]["tp"] = 2;
+  const RunConfig rc = parse(j);
+  const WorkloadBuilder wb(rc);
+  const LayerCost& l = wb.dense_layer();
+  const double bytes = 4096.0 * 16.0 * 2.0;  // one micro-batch of 4,096 tokens, rank 16, bf16
+  for (const std::string row : {"o_proj", "fc2"}) {
+    const Op* f = find_op(l.fwd, row + ".lora_a.tp_reduce");
+    ASSERT_NE(f, nullptr) << row;
+    EXPECT_EQ(f->comm, CommKind::kTp);
+    EXPECT_EQ(f->collective, cost::Collective::kAllReduce);
+    EXPECT_DOUBLE_EQ(f->bytes.value(), bytes);
+    EXPECT_EQ(find_op(l.bwd, row + ".lora_b.dgrad.tp_reduce"), nullptr) << row;
+  }
+  for (const std::string col : {"qkv", "fc1"}) {
+    const Op* b = find_op(l.bwd, col + ".lora_b.dgrad.tp_reduce");
+    ASSERT_NE(b, nullptr) << col;
+    EXPECT_DOUBLE_EQ(b->bytes.value(), bytes);
+    EXPECT_EQ(find_op(l.fwd, col + ".lora_a.tp_reduce"), nullptr) << col;
+  }
+  // Without TP there is nothing to reduce.
+  const RunConfig one = parse(llama7b({{"rank", 16}}));
+  const WorkloadBuilder w1(one);
+  for (const auto* ops : {&w1.dense_layer().fwd, &w1.dense_layer().bwd}) {
+    for (const auto& o : *ops) EXPECT_EQ(o.name.find("tp_reduce"), std::string::npos) << o.name;
+  }
+}
+
 // MFU's model FLOPs: 4 per frozen parameter and token (forward and input gradient), 6 per
 // adapter parameter, attention in full.
 TEST(Lora, ModelFlopsCountForwardAndInputGradient) {
