@@ -148,9 +148,10 @@ std::vector<std::pair<double, double>> lora_adapted_linears(const config::RunCon
   if (kind.mixer == model::Mixer::kAttention) {
     config::AttentionWidths w = config::attention_widths(rc, false);
     if (whole) {
+      // The model's own widths: K and V heads a rank replicates (kv_heads < tp) count once.
       const double tp = static_cast<double>(rc.parallel.tp);
       w.q *= tp;
-      w.k *= tp;
+      w.k = m.mla.enabled() ? w.k * tp : static_cast<double>(m.kv_heads * m.head_dim);
       w.out *= tp;
     }
     if (targeted(config::kLoraQkv)) {

@@ -97,6 +97,21 @@ TEST(Lora, AdapterParameters) {
     if (o.weight_grad) adapter_weights += o.gemm.m * o.gemm.n;  // a wgrad GEMM's output is its weight
   }
   EXPECT_DOUBLE_EQ(adapter_weights, per_rank);
+
+  // A GQA model with 2 KV heads of 128 on tp 8: each rank holds one KV head, each head on four
+  // ranks, but the model's adapters count each head once, whatever the layout.
+  Json gqa = llama7b({{"rank", 8}, {"targets", {"qkv"}}});
+  gqa["model"] = {{"num_hidden_layers", 4}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+                  {"num_key_value_heads", 2}, {"intermediate_size", 11008}, {"vocab_size", 32000},
+                  {"hidden_act", "silu"}};
+  Json gqa_tp8 = gqa;
+  gqa_tp8["parallel"]["tp"] = 8;
+  const double qkv = 8.0 * (4096 + 4096 + 2 * 2 * 128);
+  EXPECT_DOUBLE_EQ(memory::lora_model_params(parse(gqa)), 4.0 * qkv);
+  EXPECT_DOUBLE_EQ(memory::lora_model_params(parse(gqa_tp8)), 4.0 * qkv);
+  const model::LayerKind layer{model::Mixer::kAttention, model::Ffn::kDense};
+  EXPECT_DOUBLE_EQ(memory::lora_layer_params(parse(gqa_tp8), layer), 8.0 * (4096 + 512 + 2 * 128))
+      << "per rank: the input whole, its query slice and one replicated K and V head";
 }
 
 TEST(Lora, FrozenBaseKeepsNoGradientsOrOptimizerState) {
