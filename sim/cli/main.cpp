@@ -328,6 +328,7 @@ void write_text(const std::string& path, const std::string& text) {
 struct RunFlags {
   std::string file, model, hardware, precision;
   int64_t gpus = 0, gpus_per_node = 0, seq = 0, batch = 0, lora_rank = 0;
+  bool qlora = false;
   std::string source = "<flags>", base_dir;
 };
 
@@ -345,6 +346,9 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string
                   "LoRA fine-tuning: the base model frozen, adapters of this rank on every attention and MLP projection "
                   "(training.lora; a run file's lora block keeps its targets)")
       ->check(count_range(1, 65536));
+  cmd->add_flag("--qlora", f.qlora,
+                "QLoRA: the frozen base stored in 4-bit NormalFloat (training.lora.base_quantization nf4); "
+                "needs --lora or a run file's lora block");
 }
 
 Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
@@ -374,6 +378,13 @@ Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
     Json& lora = run["training"]["lora"];
     if (!lora.is_object()) lora = Json::object();
     lora["rank"] = f.lora_rank;
+  }
+  if (f.qlora) {
+    Json& lora = run["training"]["lora"];
+    if (!lora.is_object()) {
+      throw stepcast::core::UserError("--qlora quantizes the frozen base of a LoRA run: give --lora RANK (or a run file with training.lora)");
+    }
+    lora["base_quantization"] = "nf4";
   }
   return run;
 }
