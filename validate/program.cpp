@@ -60,6 +60,7 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
     refuse("parallel.recompute_modules other than [\"core_attn\"] (only the attention core is recomputed)");
   if (rc.training.loss != config::LossImpl::kFused) refuse("training.loss \"eager\"");
   if (rc.training.lp_grads) refuse("training.lp_grads");
+  if (rc.training.lora.nf4) refuse("training.lora.base_quantization \"nf4\" (no 4-bit dequantization kernel is linked; the base is stored in param_dtype)");
   // Pipeline-runtime buffers of other frameworks that the executor does not hold.
   if (p.keep_stage_outputs) refuse("parallel.keep_stage_outputs (stage outputs are released once sent)");
   if (p.keep_step_outputs != config::StepOutputs::kNone) refuse("parallel.keep_step_outputs (stage outputs are released once sent)");

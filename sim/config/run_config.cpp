@@ -869,14 +869,16 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
                                            "' has no dense peak for it (it has " + has + ")");
   }
   if (t.lora.nf4) {
-    // QLoRA dequantizes each 4-bit weight to a 16-bit compute dtype; sharded 4-bit storage
-    // (FSDP-QLoRA) is not modelled.
+    // QLoRA dequantizes each 4-bit weight to a 16-bit compute dtype. Under ZeRO-3 / FSDP the
+    // packed 4-bit weights are sharded and gathered (FSDP-QLoRA); keeping them on the host is
+    // not modelled.
     if (t.precision != hw::Dtype::kBf16 && t.precision != hw::Dtype::kFp16) {
       issues.add("$.training.lora.base_quantization", "\"nf4\" dequantizes to a 16-bit compute dtype; precision is \"" +
                                                          hw::to_string(t.precision) + "\" (use bf16 or fp16)");
     }
-    if (rc.parallel.effective_zero() >= 3) {
-      issues.add("$.training.lora.base_quantization", "\"nf4\" with ZeRO-3 / FSDP (sharded 4-bit weights) is not modelled; use zero_stage 0-2");
+    if (rc.parallel.offload == Offload::kParams) {
+      issues.add("$.training.lora.base_quantization", "\"nf4\" with parallel.offload \"params\" (4-bit weights on the host) is not "
+                                                     "modelled; offload \"optimizer\" or none");
     }
   }
   if (t.attention != AttentionImpl::kUnfused && rc.hardware.name == "v100-sxm-32gb") {

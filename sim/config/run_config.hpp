@@ -153,6 +153,11 @@ struct Lora {
 // Bytes per NF4 weight: 4 bits, an fp8 absmax per 64-weight block and an fp32 scale per 256
 // blocks (QLoRA's double quantization: 0.127 bits of constants per weight).
 inline constexpr double kNf4BytesPerWeight = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
+// Of those, the packed 4-bit data (what ZeRO-3 / FSDP shards and gathers: FSDP-QLoRA stores the
+// packed weights as a 16-bit tensor FSDP can flatten) and the block constants, which stay
+// replicated on every rank beside the shard (bitsandbytes keeps them outside the parameter).
+inline constexpr double kNf4PackedBytesPerWeight = 0.5;
+inline constexpr double kNf4ScaleBytesPerWeight = kNf4BytesPerWeight - kNf4PackedBytesPerWeight;
 // The LoRA target a linear layer of the workload belongs to (its operator name: "qkv",
 // "o_proj", "fc1", "shared.fc2", ...); 0 for layers no target covers (routed experts, router,
 // Mamba and linear-attention projections, the output head, MTP projections).

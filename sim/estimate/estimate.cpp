@@ -368,12 +368,15 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double grad_dense = st.trainable_dense_params / L, grad_expert = st.trainable_expert_params / L;
       const double gather_bytes = hw::bytes_per_element(rc.training.gather_dtype);
       const double reduce_bytes = hw::bytes_per_element(rc.training.reduce_dtype);
+      // Gathers carry QLoRA's quantized layer weights packed (StageMemory::gathered_bytes).
       auto unit_time = [&](Collective op, double bytes_per_param) {
         const bool up = op == Collective::kAllGather;
         const double d = up ? layer_dense : grad_dense, x = up ? layer_expert : grad_expert;
         if (d <= 0 && x <= 0) return 0.0;
-        double t = sharded_collective_time(op, Bytes(d * bytes_per_param), places.zero3, places.dp_replicate, hw).value();
-        if (x > 0) t += sharded_collective_time(op, Bytes(x * bytes_per_param), places.edp, places.edp_replicate, hw).value();
+        const double db = up ? st.gathered_bytes(d, bytes_per_param) : d * bytes_per_param;
+        const double xb = up ? st.gathered_bytes(x, bytes_per_param, true) : x * bytes_per_param;
+        double t = sharded_collective_time(op, Bytes(db), places.zero3, places.dp_replicate, hw).value();
+        if (x > 0) t += sharded_collective_time(op, Bytes(xb), places.edp, places.edp_replicate, hw).value();
         return t;
       };
       // CPU offload: each reduce-scatter copies its gradient shard down to the host after it,

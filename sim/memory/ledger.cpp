@@ -769,7 +769,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     st.layers = rc.stage_layers[static_cast<size_t>(s)];
     double dense_params = 0, expert_params = 0, largest_layer = 0;
     double adapters = 0, largest_adapters = 0;  // LoRA adapter parameters (training.lora)
-    double layer_weights = 0;                    // the transformer layers' own (QLoRA quantizes them)
+    double layer_dense_weights = 0, layer_expert_weights = 0;  // the layers' own (QLoRA quantizes them)
     int64_t moe_layers = 0;
     const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
@@ -780,7 +780,8 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       const double layer_adapters = lora_layer_params(rc, m.layer_kind(l));
       dense_params += layer_dense + layer_adapters;
       expert_params += layer_expert;
-      layer_weights += layer_dense + layer_expert;
+      layer_dense_weights += layer_dense;
+      layer_expert_weights += layer_expert;
       adapters += layer_adapters;
       largest_adapters = std::max(largest_adapters, layer_adapters);
       largest_layer = std::max(largest_layer, layer_dense + layer_expert + layer_adapters);
@@ -817,6 +818,9 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       }
     }
     largest_unit = std::max(largest_unit, dense_params + expert_params - before_head);
+    // The largest unit that is not a transformer layer (embedding, output layer), for QLoRA's
+    // gather buffers, where layers are gathered packed.
+    const double largest_vocab_unit = std::max(before_head - before_embedding, dense_params + expert_params - before_head);
     st.params = dense_params + expert_params;
     st.dense_params = dense_params;
     st.expert_params = expert_params;
@@ -829,8 +833,13 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
 
     // QLoRA: the transformer layers' frozen weights in 4-bit NF4 (norms counted with them); the
     // embedding, head and adapters in param_dtype. Each linear's weight is dequantized to a
-    // 16-bit copy around its GEMMs (the largest one at a time, in the working set).
+    // 16-bit copy around its GEMMs (the largest one at a time, in the working set). Under
+    // ZeRO-3 / FSDP the packed 4 bits are sharded and the block constants stay whole.
     const bool nf4 = rc.training.lora.nf4;
+    if (nf4) {
+      st.quantized_dense_params = layer_dense_weights;
+      st.quantized_expert_params = layer_expert_weights;
+    }
     auto shard = [&](double params, double trained, int64_t n, Bytes& w, Bytes& g, Bytes& o) {
       const double dn = static_cast<double>(std::max<int64_t>(1, n));
       w += Bytes(params * sb.weights / (zero >= 3 ? dn : 1.0));
@@ -839,7 +848,13 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     };
     shard(dense_params, st.trainable_dense_params, n_dense, st.weights, st.gradients, st.optimizer);
     shard(expert_params, st.trainable_expert_params, n_expert, st.weights, st.gradients, st.optimizer);
-    if (nf4) st.weights -= Bytes(layer_weights * (sb.weights - config::kNf4BytesPerWeight));  // ZeRO-3 refused with nf4
+    if (nf4) {
+      auto stored_in_nf4 = [&](double params, int64_t n) {
+        const double dn = zero >= 3 ? static_cast<double>(std::max<int64_t>(1, n)) : 1.0;
+        return params * ((sb.weights - config::kNf4PackedBytesPerWeight) / dn - config::kNf4ScaleBytesPerWeight);
+      };
+      st.weights -= Bytes(stored_in_nf4(layer_dense_weights, n_dense) + stored_in_nf4(layer_expert_weights, n_expert));
+    }
     if (rc.training.lp_grads && zero < 3) st.gradients += Bytes(trainable * e);
     if (p.offload != config::Offload::kNone) {
       // CPU offload: the optimizer shard and an fp32 gradient shard for the CPU step live in
@@ -966,15 +981,19 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // stored fp32 parameters): the unit running (a layer, or the embedding or output layer
       // when larger) and a layer prefetched beside it (none when gathers are issued in line,
       // param_gather_overlap off), and the running unit's unsharded gradient.
+      // QLoRA gathers its layers' packed 4-bit weights (the block constants stay resident).
       const double wc = hw::bytes_per_element(rc.training.gather_dtype);
-      const double prefetched = p.param_gather_overlap ? largest_layer : 0.0;
-      const double gathered = (largest_unit + prefetched) * wc + (lora ? largest_adapters : largest_unit) * sb.gradients;
+      const double layer_wc = nf4 ? config::kNf4PackedBytesPerWeight : wc;
+      const double prefetched = p.param_gather_overlap ? largest_layer * layer_wc : 0.0;
+      const double running = nf4 ? std::max(largest_layer * layer_wc, largest_vocab_unit * wc) : largest_unit * wc;
+      const double gathered = running + prefetched + (lora ? largest_adapters : largest_unit) * sb.gradients;
       st.buffers += Bytes(gathered);
       if (!p.reshard_after_forward) {
         const double dn = static_cast<double>(std::max<int64_t>(1, n_dense));
         // The gathered (unsharded) parameters are a separate allocation beside the resident
         // shard, in the compute dtype, for the whole step.
-        st.buffers += Bytes(st.params * wc);
+        const double quantized = st.quantized_dense_params + st.quantized_expert_params;
+        st.buffers += Bytes((st.params - quantized) * wc + quantized * config::kNf4PackedBytesPerWeight);
         // Without resharding, gradients of all micro-batches but the last are accumulated
         // unsharded (no reduce-scatter until the last), in the reduction dtype.
         if (rc.num_microbatches > 1) st.buffers += Bytes(trainable * sb.gradients * (1.0 - 1.0 / dn));

@@ -60,6 +60,17 @@ struct StageMemory {
   // Parameters that train (gradients, optimizer state, data-parallel reduction): all of them,
   // or under LoRA (training.lora) only the adapters, which params and dense_params include.
   double trainable_dense_params = 0, trainable_expert_params = 0;
+  // QLoRA (training.lora.base_quantization nf4): the transformer layers' frozen weights stored in
+  // 4 bits (config::kNf4BytesPerWeight), which the ZeRO-3 / FSDP gathers carry packed; 0 otherwise.
+  double quantized_dense_params = 0, quantized_expert_params = 0;
+  // The bytes one gather of `params` dense parameters of this stage carries (quantized layer
+  // weights packed, the rest in the gather dtype); `expert` for routed experts.
+  [[nodiscard]] double gathered_bytes(double params, double gather_bytes, bool expert = false) const {
+    const double all = expert ? expert_params : dense_params;
+    const double q = expert ? quantized_expert_params : quantized_dense_params;
+    const double share = all > 0 ? q / all : 0.0;
+    return params * (share * config::kNf4PackedBytesPerWeight + (1.0 - share) * gather_bytes);
+  }
   [[nodiscard]] double trainable_params() const { return trainable_dense_params + trainable_expert_params; }
   double largest_layer_params = 0;
   core::Bytes weights, gradients, optimizer;

@@ -178,10 +178,16 @@ BalancedSplit balanced_split(const config::RunConfig& rc, double memory_fraction
     double fwd = lc.fwd_time().value(), bwd = lc.bwd_time().value();
     if (zero3) {
       const auto [dense, expert] = memory::layer_param_split(rc, l);
-      const double ag = sharded(cost::Collective::kAllGather, dense, gather_bytes, places.zero3, places.dp_replicate) +
-                        sharded(cost::Collective::kAllGather, expert, gather_bytes, places.edp, places.edp_replicate);
-      const double rs = sharded(cost::Collective::kReduceScatter, dense, reduce_bytes, places.zero3, places.dp_replicate) +
-                        sharded(cost::Collective::kReduceScatter, expert, reduce_bytes, places.edp, places.edp_replicate);
+      // Under LoRA the layer's adapters are gathered beside it and alone reduced; QLoRA's
+      // frozen weights are gathered packed.
+      const bool lora = rc.training.lora.enabled();
+      const double adapters = lora ? memory::lora_layer_params(rc, rc.model.layer_kind(l)) : 0.0;
+      const double base_bytes = rc.training.lora.nf4 ? config::kNf4PackedBytesPerWeight : gather_bytes;
+      const double ag = sharded(cost::Collective::kAllGather, dense * base_bytes + adapters * gather_bytes, 1.0, places.zero3, places.dp_replicate) +
+                        sharded(cost::Collective::kAllGather, expert, base_bytes, places.edp, places.edp_replicate);
+      const double rs = lora ? sharded(cost::Collective::kReduceScatter, adapters, reduce_bytes, places.zero3, places.dp_replicate)
+                             : sharded(cost::Collective::kReduceScatter, dense, reduce_bytes, places.zero3, places.dp_replicate) +
+                                   sharded(cost::Collective::kReduceScatter, expert, reduce_bytes, places.edp, places.edp_replicate);
       fwd = std::max(fwd, ag);
       bwd = std::max(bwd, (p.reshard_after_forward ? ag : 0.0) + rs);
     }

@@ -278,9 +278,47 @@ TEST(Lora, Nf4BaseWeights) {
   Json fp8 = llama7b({{"rank", 16}, {"base_quantization", "nf4"}});
   fp8["training"]["precision"] = "fp8";
   EXPECT_NE(test::parse_error(fp8, "<t>").find("$.training.lora.base_quantization"), std::string::npos);
-  Json fsdp = llama7b({{"rank", 16}, {"base_quantization", "nf4"}});
-  fsdp["parallel"] = {{"fsdp", true}};
-  EXPECT_NE(test::parse_error(fsdp, "<t>").find("$.training.lora.base_quantization"), std::string::npos);
+  Json offload = llama7b({{"rank", 16}, {"base_quantization", "nf4"}});
+  offload["parallel"] = {{"fsdp", true}, {"offload", "params"}};
+  EXPECT_NE(test::parse_error(offload, "<t>").find("$.training.lora.base_quantization"), std::string::npos);
+}
+
+// FSDP-QLoRA: the packed 4-bit layer weights are sharded over the FSDP group (the block
+// constants stay whole on every rank) and gathered packed, a quarter of a bf16 gather.
+TEST(Lora, FsdpQloraShardsAndGathersThePackedBase) {
+  Json jq = llama7b({{"rank", 16}, {"base_quantization", "nf4"}});
+  jq["parallel"] = {{"micro_batch_size", 1}, {"fsdp", true}};
+  Json jb = llama7b({{"rank", 16}});
+  jb["parallel"] = jq["parallel"];
+  const RunConfig q = parse(jq), b = parse(jb);
+  const auto sq = memory::compute_ledger(q).stages[0], sb = memory::compute_ledger(b).stages[0];
+  const double layers = 32.0 * memory::layer_param_split(q, 0).first;
+  EXPECT_DOUBLE_EQ(sq.quantized_dense_params, layers);
+  EXPECT_DOUBLE_EQ(sb.quantized_dense_params, 0.0);
+  const double per_weight = config::kNf4PackedBytesPerWeight / 8.0 + config::kNf4ScaleBytesPerWeight;
+  EXPECT_NEAR(sq.weights.value(), sb.weights.value() - layers * (2.0 / 8.0 - per_weight), 1.0);
+  EXPECT_LT(sq.buffers.value(), sb.buffers.value()) << "a gathered layer is held packed";
+
+  // The simulated per-layer gathers: packed base plus bf16 adapters against all bf16. The
+  // range allows the bandwidth curve's dependence on message size (101 MB against 405 MB).
+  engine::SimOptions keep;
+  keep.keep_timeline = true;
+  auto gather_time = [&](const RunConfig& rc) {
+    const engine::SimResult r = engine::simulate_step(rc, keep);
+    double t = 0;
+    for (const auto& task : r.graph->tasks()) {
+      if (task.kind == engine::TaskKind::kDpComm && task.layer == 5 && r.graph->name(task.name) == "all-gather params") {
+        t += static_cast<double>(task.duration);
+      }
+    }
+    return t;
+  };
+  const double tq = gather_time(q), tb = gather_time(b);
+  ASSERT_GT(tb, 0.0);
+  EXPECT_GT(tq / tb, 0.2);
+  EXPECT_LT(tq / tb, 0.32);
+  const engine::SimResult rq = engine::simulate_step(q);
+  EXPECT_NEAR(rq.step.step_time_s / estimate_step(q).step_time_s, 1.0, 0.05);
 }
 
 TEST(Lora, ExportsRefuseNamingTheField) {

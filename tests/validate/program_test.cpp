@@ -493,6 +493,8 @@ TEST(ValidateProgram, InFlightActivationsFollowTheSchedule) {
 TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"attention", "flash"}}), "cpu", "training.attention");
   expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
+  expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}, {"lora", {{"rank", 4}, {"base_quantization", "nf4"}}}}),
+                 "cuda", "training.lora.base_quantization");
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 4}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}, {}, 4), "cpu"));
