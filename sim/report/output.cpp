@@ -31,6 +31,7 @@ Json ledger_json(const memory::MemoryLedger& l) {
     stages.push_back({{"stage", s.stage},
                       {"layers", s.layers},
                       {"params_per_gpu", s.params},
+                      {"trainable_params_per_gpu", s.trainable_params()},
                       {"weights_bytes", s.weights.value()},
                       {"gradients_bytes", s.gradients.value()},
                       {"optimizer_bytes", s.optimizer.value()},
@@ -152,6 +153,14 @@ std::string ledger_table(const config::RunConfig& rc, const memory::MemoryLedger
   }
   if (kept) o << "kept: stage outputs held from their forward until the step ends (parallel.keep_step_outputs)\n";
   const auto& pk = l.stages[static_cast<size_t>(l.peak_stage)];
+  if (rc.training.lora.enabled()) {
+    // What trains per GPU on the peak stage: the adapters, against the frozen base beside them.
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "LoRA rank %lld: %.1fM trainable parameters per GPU on stage %lld of %.2fB (%.2f%%); the base is frozen",
+                  static_cast<long long>(rc.training.lora.rank), pk.trainable_params() / 1e6, static_cast<long long>(pk.stage),
+                  pk.params / 1e9, pk.params > 0 ? 100.0 * pk.trainable_params() / pk.params : 0.0);
+    o << buf << (rc.training.lora.nf4 ? " and stored in 4-bit NF4 (transformer layers)\n" : "\n");
+  }
   if (pk.nccl.value() > 0) {
     o << "runtime on stage " << pk.stage << ": CUDA context " << gib(pk.runtime - pk.nccl) << " GiB + NCCL buffers "
       << gib(pk.nccl) << " GiB (" << pk.communicators + pk.pair_communicators << " communicators";
