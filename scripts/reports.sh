@@ -16,6 +16,7 @@ run ./build/stepcast accuracy --data data/megatron-bridge-archive.jsonl --out re
 run ./build/stepcast pcie-lab --out reports/pcie-lab.md
 run bash scripts/estimate-vs-simulate.sh 150
 run bash scripts/capacity-examples.sh
+run bash scripts/finetune-examples.sh
 run bash scripts/schedule-examples.sh
 run bash scripts/offload-examples.sh
 run bash scripts/model-configs-report.sh
