@@ -92,6 +92,23 @@ const std::vector<std::string>& lora_target_names() {
   return names;
 }
 
+std::vector<std::string> lora_target_list(uint32_t targets) {
+  std::vector<std::string> out;
+  const auto& names = lora_target_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if ((targets & (1u << i)) != 0) out.push_back(names[i]);
+  }
+  return out;
+}
+
+std::string lora_label(const Lora& lora) {
+  if (!lora.enabled()) return "none";
+  std::string s = "rank " + std::to_string(lora.rank) + " on ";
+  const auto targets = lora_target_list(lora.targets);
+  for (size_t i = 0; i < targets.size(); ++i) s += (i > 0 ? ", " : "") + targets[i];
+  return lora.nf4 ? s + " (nf4 base)" : s;
+}
+
 uint32_t lora_target_of(std::string_view name) {
   if (name.starts_with("shared.")) name.remove_prefix(7);
   if (name == "qkv" || name == "q_proj" || name == "q_down" || name == "q_up" || name == "kv_down" || name == "kv_up") return kLoraQkv;

@@ -162,6 +162,9 @@ inline constexpr double kNf4ScaleBytesPerWeight = kNf4BytesPerWeight - kNf4Packe
 // "o_proj", "fc1", "shared.fc2", ...); 0 for layers no target covers (routed experts, router,
 // Mamba and linear-attention projections, the output head, MTP projections).
 uint32_t lora_target_of(std::string_view linear_name);
+// "rank 16 on qkv, o_proj (nf4 base)", or "none" without LoRA.
+std::string lora_label(const Lora& lora);
+std::vector<std::string> lora_target_list(uint32_t targets);  // target names in bit order
 
 struct Training {
   int64_t seq_len = 0;

@@ -76,7 +76,7 @@ Json layout_json(const config::RunConfig& rc) {
 }
 
 Json run_summary_json(const config::RunConfig& rc) {
-  return {{"model", rc.model.name},
+  Json out = {{"model", rc.model.name},
           {"params", rc.model.total_params()},
           {"active_params", rc.model.active_params()},
           {"hardware", rc.hardware.name},
@@ -87,6 +87,13 @@ Json run_summary_json(const config::RunConfig& rc) {
           {"precision", hw::to_string(rc.training.precision)},
           {"layout", layout_json(rc)},
           {"assumptions", rc.assumptions}};
+  // Fine-tuning settings, present only when set (the summary of other runs is unchanged).
+  const auto& lora = rc.training.lora;
+  if (lora.enabled()) {
+    out["lora"] = {{"rank", lora.rank}, {"targets", config::lora_target_list(lora.targets)}, {"base_quantization", lora.nf4 ? "nf4" : "none"}};
+  }
+  if (rc.training.packed_document_tokens > 0) out["packed_document_tokens"] = rc.training.packed_document_tokens;
+  return out;
 }
 
 Json provenance_json(const std::string& command) {

@@ -46,8 +46,15 @@ TEST(Compare, RecomputationShowsInTheDeltaAndTheVerdict) {
 // What differs beyond the layout is named; the same run is "nothing"; a side that does not
 // fit is flagged.
 TEST(Compare, RunDifferencesAndFit) {
-  EXPECT_EQ(run_diff(run({{"tp", 2}}), run({{"tp", 2}})), "nothing (the same run)");
+  EXPECT_EQ(run_diff(run({{"tp", 2}}), run({{"tp", 2}})), "nothing in model, hardware, cluster, sequence, batch, precision, fine-tuning or layout");
   EXPECT_EQ(run_diff(run({{"tp", 2}}), run({{"tp", 2}}, 16)), "GPUs 8 vs 16, dp 4 vs 8");
+  // Fine-tuning settings are named.
+  config::RunConfig lora = run({{"tp", 2}});
+  lora.training.lora.rank = 16;
+  lora.training.lora.targets = config::kLoraQkv | config::kLoraFc2;
+  lora.training.lora.nf4 = true;
+  lora.training.packed_document_tokens = 512;
+  EXPECT_EQ(run_diff(run({{"tp", 2}}), lora), "LoRA none vs rank 16 on qkv, fc2 (nf4 base), packing none vs 512-token documents");
   const Side big = evaluate_side(run({{"tp", 1}, {"micro_batch_size", 8}}), "big", false);
   EXPECT_FALSE(big.c.simulated);
   EXPECT_FALSE(big.fits);
