@@ -327,7 +327,7 @@ void write_text(const std::string& path, const std::string& text) {
 // A run file given by path, by flags, or by a file with flags overriding it (plan, capacity).
 struct RunFlags {
   std::string file, model, hardware, precision;
-  int64_t gpus = 0, gpus_per_node = 0, seq = 0, batch = 0, lora_rank = 0;
+  int64_t gpus = 0, gpus_per_node = 0, seq = 0, batch = 0, lora_rank = 0, packed_docs = 0;
   bool qlora = false;
   std::string source = "<flags>", base_dir;
 };
@@ -349,6 +349,10 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_gpus, const std::string
   cmd->add_flag("--qlora", f.qlora,
                 "QLoRA: the frozen base stored in 4-bit NormalFloat (training.lora.base_quantization nf4); "
                 "needs --lora or a run file's lora block");
+  cmd->add_option("--packed-document-tokens", f.packed_docs,
+                  "sequence packing: the mean document length inside each packed sequence (training.packed_document_tokens; "
+                  "attention runs per document)")
+      ->check(count_range(1, kMaxCount));
 }
 
 Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
@@ -379,6 +383,7 @@ Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
     if (!lora.is_object()) lora = Json::object();
     lora["rank"] = f.lora_rank;
   }
+  if (f.packed_docs > 0) run["training"]["packed_document_tokens"] = f.packed_docs;
   if (f.qlora) {
     Json& lora = run["training"]["lora"];
     if (!lora.is_object()) {
