@@ -132,6 +132,26 @@ void parse_cluster(ObjectReader r, RunConfig& rc) {
   r.finish();
 }
 
+// A JSON list of names (non-empty, checked by the caller) as bits in the order of `names`: an
+// unknown name or one listed twice is an issue at its index.
+uint32_t name_bits(const Json& list, const std::vector<std::string>& names, const std::string& path, const std::string& allowed,
+                   core::Issues& issues) {
+  uint32_t bits = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& x = list[i];
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const auto it = x.is_string() ? std::find(names.begin(), names.end(), x.get<std::string>()) : names.end();
+    if (it == names.end()) {
+      issues.add(at, "got " + x.dump() + "; allowed: " + allowed);
+      continue;
+    }
+    const uint32_t bit = 1u << static_cast<uint32_t>(it - names.begin());
+    if ((bits & bit) != 0) issues.add(at, "\"" + *it + "\" is listed twice");
+    bits |= bit;
+  }
+  return bits;
+}
+
 void parse_lora(ObjectReader r, Lora& l) {
   l.rank = r.require_int("rank", 1, 65536);
   const auto& names = lora_target_names();
@@ -142,17 +162,7 @@ void parse_lora(ObjectReader r, Lora& l) {
     if (!tj->is_array() || tj->empty()) {
       r.issues().add(path, "must be a non-empty list of linear layers (" + allowed + ")");
     } else {
-      for (size_t i = 0; i < tj->size(); ++i) {
-        const Json& x = (*tj)[i];
-        const auto it = x.is_string() ? std::find(names.begin(), names.end(), x.get<std::string>()) : names.end();
-        if (it == names.end()) {
-          r.issues().add(path + "[" + std::to_string(i) + "]", "got " + x.dump() + "; allowed: " + allowed);
-          continue;
-        }
-        const uint32_t bit = 1u << static_cast<uint32_t>(it - names.begin());
-        if ((l.targets & bit) != 0) r.issues().add(path + "[" + std::to_string(i) + "]", "\"" + *it + "\" is listed twice");
-        l.targets |= bit;
-      }
+      l.targets = name_bits(*tj, names, path, allowed, r.issues());
     }
   } else {
     l.targets = kLoraQkv | kLoraOProj | kLoraFc1 | kLoraFc2;
@@ -273,18 +283,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
     } else if (!mods->is_array() || mods->empty()) {
       r.issues().add(path, "must be a non-empty list of module names (" + allowed + ")");
     } else {
-      p.recompute_modules = 0;
-      for (size_t i = 0; i < mods->size(); ++i) {
-        const Json& m = (*mods)[i];
-        const auto it = m.is_string() ? std::find(names.begin(), names.end(), m.get<std::string>()) : names.end();
-        if (it == names.end()) {
-          r.issues().add(path + "[" + std::to_string(i) + "]", "got " + m.dump() + "; allowed: " + allowed);
-          continue;
-        }
-        const uint32_t bit = 1u << static_cast<uint32_t>(it - names.begin());
-        if ((p.recompute_modules & bit) != 0) r.issues().add(path + "[" + std::to_string(i) + "]", "\"" + *it + "\" is listed twice");
-        p.recompute_modules |= bit;
-      }
+      p.recompute_modules = name_bits(*mods, names, path, allowed, r.issues());
     }
   }
   const bool has_schedule = r.has("schedule");
