@@ -456,6 +456,11 @@ struct RunConfig {
   [[nodiscard]] double compute_weight_bytes() const {
     return hw::bytes_per_element(parallel.effective_zero() >= 3 ? training.gather_dtype : training.param_dtype);
   }
+  // Bytes per weight a ZeRO-3 / FSDP gather of a transformer layer's base weights carries: the
+  // gather dtype, or QLoRA's packed 4 bits (the block constants stay resident on every rank).
+  [[nodiscard]] double gathered_layer_weight_bytes() const {
+    return training.lora.nf4 ? kNf4PackedBytesPerWeight : hw::bytes_per_element(training.gather_dtype);
+  }
   // Bytes per element of the residual stream between layers. Autocast over weights wider than
   // the 16-bit compute dtype looks the token embeddings up in the weights' dtype, and adding a
   // 16-bit branch output to that wider stream promotes the sum, so the stream and its gradient

@@ -211,10 +211,12 @@ class RankBuilder {
     const bool copies = up ? p_.offload == config::Offload::kParams : p_.offload != config::Offload::kNone;
     const double shard = (all - expert) / static_cast<double>(pl.zero3.size) + expert / static_cast<double>(pl.edp.size);
     const TaskId copy_up = copies && up ? host_copy(t, shard * b_.sb_.weights, true) : kNone;
-    // QLoRA's quantized layer weights travel packed.
-    const double packed = up ? sl.quantized_dense : 0.0;
-    const double dense_bytes = (all - expert - packed) * bytes_per_param + packed * config::kNf4PackedBytesPerWeight;
-    const double expert_bytes = expert * (up && sl.quantized_experts ? config::kNf4PackedBytesPerWeight : bytes_per_param);
+    // QLoRA's quantized layer weights (the frozen base: all but the adapters) travel packed.
+    const bool packs = up && sl.quantized;
+    const double packed_bytes = b_.rc().gathered_layer_weight_bytes();
+    const double packed = packs ? all - expert - (sl.trainable_params() - sl.trainable_expert_params()) : 0.0;
+    const double dense_bytes = (all - expert - packed) * bytes_per_param + packed * packed_bytes;
+    const double expert_bytes = expert * (packs ? packed_bytes : bytes_per_param);
     auto [first, last] = dp_reduce(t, op, dense_bytes, pl.zero3, pl.dp_replicate, name);
     if (expert > 0) {
       const auto experts = dp_reduce(t, op, expert_bytes, pl.edp, pl.edp_replicate, name);
@@ -837,10 +839,7 @@ void StepBuilder::build_slots() {
         // The frozen base stays out of the reductions; a layer's adapters (A, B per adapted
         // linear) are its trainable tensors and add to what its gathers carry.
         if (layer >= 0 && layer < m.num_layers) {
-          if (rc_.training.lora.nf4) {
-            for (double x : out.tensors) out.quantized_dense += x;
-            out.quantized_experts = true;
-          }
+          out.quantized = rc_.training.lora.nf4;
           const double r = static_cast<double>(rc_.training.lora.rank);
           for (const auto& [in, outw] : memory::lora_adapted_linears(rc_, m.layer_kind(layer))) {
             out.trainable.push_back(r * in);

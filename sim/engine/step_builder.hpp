@@ -38,11 +38,9 @@ struct Slot {
   // (training.lora) the adapters alone. Gradient buckets and reduce-scatters carry these;
   // ZeRO-3 / FSDP gathers carry every parameter.
   std::vector<double> trainable{}, trainable_expert{};
-  // QLoRA (training.lora.base_quantization nf4): a transformer layer's frozen weights are stored
-  // in 4 bits and its ZeRO-3 / FSDP gathers carry them packed: the dense ones (the routed
-  // experts of such a layer are all quantized).
-  double quantized_dense = 0;
-  bool quantized_experts = false;
+  // QLoRA (training.lora.base_quantization nf4): a transformer layer's frozen weights (all but
+  // its trainable adapters) are stored in 4 bits, and its ZeRO-3 / FSDP gathers carry them packed.
+  bool quantized = false;
   [[nodiscard]] double expert_params() const {
     double x = 0;
     for (double t : expert_tensors) x += t;

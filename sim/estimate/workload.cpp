@@ -1169,8 +1169,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   if (p.fsdp_copy_out && p.effective_zero() >= 3 && p.dp * p.cp > 1 &&
       (p.reshard_after_forward || rc_.num_microbatches <= 1)) {
     // QLoRA's gathered layer weights are packed 4-bit.
-    const double element = rc_.training.lora.nf4 ? config::kNf4PackedBytesPerWeight : hw::bytes_per_element(rc_.training.gather_dtype);
-    const double copy = 2.0 * element * local_layer_params();
+    const double copy = 2.0 * rc_.gathered_layer_weight_bytes() * local_layer_params();
     // Added after the recomputation lists are built: the backward's gather (and its copy-out)
     // serves the recomputed forward too.
     F.insert(F.begin(), mem_op(c, "fsdp.copy_out", copy));

@@ -983,7 +983,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       // param_gather_overlap off), and the running unit's unsharded gradient.
       // QLoRA gathers its layers' packed 4-bit weights (the block constants stay resident).
       const double wc = hw::bytes_per_element(rc.training.gather_dtype);
-      const double layer_wc = nf4 ? config::kNf4PackedBytesPerWeight : wc;
+      const double layer_wc = rc.gathered_layer_weight_bytes();
       const double prefetched = p.param_gather_overlap ? largest_layer * layer_wc : 0.0;
       const double running = nf4 ? std::max(largest_layer * layer_wc, largest_vocab_unit * wc) : largest_unit * wc;
       const double gathered = running + prefetched + (lora ? largest_adapters : largest_unit) * sb.gradients;
@@ -993,7 +993,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         // The gathered (unsharded) parameters are a separate allocation beside the resident
         // shard, in the compute dtype, for the whole step.
         const double quantized = st.quantized_dense_params + st.quantized_expert_params;
-        st.buffers += Bytes((st.params - quantized) * wc + quantized * config::kNf4PackedBytesPerWeight);
+        st.buffers += Bytes((st.params - quantized) * wc + quantized * layer_wc);
         // Without resharding, gradients of all micro-batches but the last are accumulated
         // unsharded (no reduce-scatter until the last), in the reduction dtype.
         if (rc.num_microbatches > 1) st.buffers += Bytes(trainable * sb.gradients * (1.0 - 1.0 / dn));

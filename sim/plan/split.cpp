@@ -182,7 +182,7 @@ BalancedSplit balanced_split(const config::RunConfig& rc, double memory_fraction
       // frozen weights are gathered packed.
       const bool lora = rc.training.lora.enabled();
       const double adapters = lora ? memory::lora_layer_params(rc, rc.model.layer_kind(l)) : 0.0;
-      const double base_bytes = rc.training.lora.nf4 ? config::kNf4PackedBytesPerWeight : gather_bytes;
+      const double base_bytes = rc.gathered_layer_weight_bytes();
       const double ag = sharded(cost::Collective::kAllGather, dense * base_bytes + adapters * gather_bytes, 1.0, places.zero3, places.dp_replicate) +
                         sharded(cost::Collective::kAllGather, expert, base_bytes, places.edp, places.edp_replicate);
       const double rs = lora ? sharded(cost::Collective::kReduceScatter, adapters, reduce_bytes, places.zero3, places.dp_replicate)
