@@ -1073,6 +1073,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     parallel["keep_stage_outputs"] = true;
     parallel["pp_send_full_activation"] = true;
     notes.push_back("parallel: DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output in its pipe buffers and sends whole activations from every TP rank");
+    // Its TrainSchedule pairs blocking p2p.send / p2p.recv calls (deepspeed/runtime/pipe).
+    parallel["pp_rendezvous"] = true;
+    notes.push_back("parallel: DeepSpeed's pipeline engine transfers activations and gradients as blocking send/receive pairs (both stages wait for "
+                    "each transfer; a backward's gradient is sent after the next forward's input is received)");
     // The pipeline engine all-reduces the gradients after the last micro-batch through
     // flattened buckets of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (fp32 here).
     parallel["bucket_mb"] = 2000;

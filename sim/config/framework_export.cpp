@@ -62,6 +62,9 @@ std::string megatron_refusal(const RunConfig& rc) {
       return refusal("parallel.schedule", "got " + to_string(p.schedule) + "; Megatron-LM runs 1f1b and interleaved (1f1b with vpp > 1)");
   }
   if (p.schedule == Schedule::kInterleaved && p.vpp <= 1) return refusal("parallel.vpp", "the interleaved schedule needs vpp > 1");
+  if (p.pp_rendezvous && p.pp > 1) {
+    return refusal("parallel.pp_rendezvous", "blocking send/receive pairs are DeepSpeed's pipeline engine; Megatron-LM posts its pipeline transfers as batched isend/irecv");
+  }
   if (p.offload != Offload::kNone) return refusal("parallel.offload", "got " + to_string(p.offload) + "; CPU offload of the optimizer or parameters is not exported");
   if (p.cp_comm == CpComm::kRotateAllGather && p.cp > 1) return refusal("parallel.cp_comm", "rotate-allgather is PyTorch's context_parallel, not Transformer Engine's");
   if (p.recompute == Recompute::kSelectiveOp) return refusal("parallel.recompute", "selective-op is torchtitan's per-operator checkpointing; Megatron-LM's selective recomputation takes modules");
@@ -90,6 +93,9 @@ std::string torchtitan_refusal(const RunConfig& rc) {
   }
   if (p.offload != Offload::kNone) return refusal("parallel.offload", "got " + to_string(p.offload) + "; CPU offload is not exported");
   if (p.activation_offload_layers > 0) return refusal("parallel.activation_offload_layers", "torchtitan does not offload activations");
+  if (p.pp_rendezvous && p.pp > 1) {
+    return refusal("parallel.pp_rendezvous", "blocking send/receive pairs are DeepSpeed's pipeline engine; torch.distributed.pipelining posts its transfers asynchronously");
+  }
   if (t.precision == hw::Dtype::kFp16) return refusal("training.precision", "got fp16; torchtitan trains in bf16 (fp8 linears through its float8 converter) or fp32");
   if (p.pp > 1 && p.schedule == Schedule::kZbH1 && p.vpp <= 1) {
     return refusal("parallel.schedule", "zb-h1 with one stage per rank; torchtitan's zero-bubble schedules are InterleavedZeroBubble (vpp > 1) and ZBVZeroBubble");

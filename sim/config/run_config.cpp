@@ -338,6 +338,7 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.keep_step_outputs = so == "last-stage" ? StepOutputs::kLastStage : so == "all-stages" ? StepOutputs::kAllStages : StepOutputs::kNone;
   p.tp_saves_gathered_input = r.get_bool("tp_saves_gathered_input", false);
   p.pp_send_full_activation = r.get_bool("pp_send_full_activation", false);
+  p.pp_rendezvous = r.get_bool("pp_rendezvous", false);
   const auto off = r.get_choice("offload", {"none", "optimizer", "params"}, "none");
   p.offload = off == "optimizer" ? Offload::kOptimizer : off == "params" ? Offload::kParams : Offload::kNone;
   p.activation_offload_layers = r.get_int("activation_offload_layers", 0, 1 << 20, 0);
@@ -816,6 +817,9 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
     issues.add("$.parallel.vpp", "got " + n(p.vpp) + "; virtual stages need schedule \"interleaved\" (or \"zbv\" or \"dualpipev\" with vpp 2)");
   }
   if (p.vpp > 1 && p.pp < 2 && !p.v_shape()) issues.add("$.parallel.vpp", "virtual pipeline stages need pp > 1");
+  if (p.pp_rendezvous && p.schedule != Schedule::kOneFOneB) {
+    issues.add("$.parallel.pp_rendezvous", "blocking send/receive pairs are DeepSpeed's pipeline engine, which runs 1F1B; got schedule \"" + sname + "\"");
+  }
 
   // Batch arithmetic.
   const int64_t per_step = p.dp * p.micro_batch_size;

@@ -334,6 +334,11 @@ struct Parallel {
   // Every TP rank sends the whole activation to the next stage (DeepSpeed's pipeline engine);
   // Megatron sends 1/tp of it and all-gathers on the receiver.
   bool pp_send_full_activation = false;
+  // Pipeline transfers as blocking send/receive pairs (DeepSpeed's pipeline engine): a transfer
+  // starts once both stages reach it (the sender waits for the receiver to post its receive),
+  // blocks both compute streams until it ends, and a backward's input gradient goes to the
+  // previous stage only after the next forward's input has been received. 1F1B only.
+  bool pp_rendezvous = false;
   Offload offload = Offload::kNone;
   // CPU activation offload (Megatron-Core cpu_offloading with cpu_offloading_num_layers): the
   // first N transformer layers of each stage copy the tensors they save for backward to host
@@ -356,6 +361,8 @@ struct Parallel {
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
   [[nodiscard]] bool split_backward() const { return splits_backward(schedule); }
+  // Sequence parallelism in effect (it means nothing without TP).
+  [[nodiscard]] bool sp_active() const { return sp && tp > 1; }
   // Two chunks per stage folded into a V (ZB-V, DualPipeV).
   [[nodiscard]] bool v_shape() const { return schedule == Schedule::kZbV || schedule == Schedule::kDualPipeV; }
   // Placement of virtual stages (pipeline order) on pipeline stages. Interleaving loops the

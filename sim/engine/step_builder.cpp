@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -92,6 +93,7 @@ class RankBuilder {
     last_on_compute_ = start_barrier_;
     emit_param_gathers();
     for (const auto& a : stage_order(p_.schedule, b_.pp_, s_, b_.m_, b_.v_)) emit_pass(a);
+    emit_deferred_send();
     emit_gradient_reduction();
     emit_optimizer();
   }
@@ -344,6 +346,13 @@ class RankBuilder {
       ids.last = group_task(Group::kTp, c, to_ticks(seconds * lf), name, nic_bytes * lf, true);
       last_on_compute_ = ids.last;
     };
+    if (rendezvous()) {
+      // DeepSpeed's order: a backward's gradient send, deferred, goes before the next
+      // backward's receive, or after the next forward's.
+      if (!fwd) emit_deferred_send();
+      if (receives(a)) emit_receive(a, ids);
+      if (fwd) emit_deferred_send();
+    }
     std::vector<const Slot*> seq;
     for (size_t k : chunk_slots) seq.push_back(&slots[k]);
     if (!fwd) std::reverse(seq.begin(), seq.end());
@@ -374,7 +383,7 @@ class RankBuilder {
       mark.microbatch = 0;
       const TaskId mid = g_.add(mark);
       if (start_barrier_ != kNone) g_.depend(start_barrier_, mid);
-      ids.entry = mid;
+      if (ids.entry == kNone) ids.entry = mid;
       last_on_compute_ = mid;
       emit_param_gathers(mid);
     }
@@ -382,7 +391,7 @@ class RankBuilder {
       const auto [first, last] = fsdp_gather(*seq[0], regathered(*seq[0]));
       gates[0] = last;
       // In line, the pass starts with its first gather, after the receive of its input.
-      if (gather_inline_) ids.entry = first;
+      if (gather_inline_ && ids.entry == kNone) ids.entry = first;
     }
     const auto& n = b_.names_;
     for (size_t si = 0; si < seq.size(); ++si) {
@@ -447,8 +456,12 @@ class RankBuilder {
     ids.last_compute = ids.last;
     ids.whole_backward = whole_backward(a);
     if (ids.entry == kNone) ids.entry = ids.first;
-    emit_send(a, lf, ids);
     const size_t k = static_cast<size_t>(a.chunk) * static_cast<size_t>(b_.m_) + static_cast<size_t>(a.mb);
+    if (rendezvous() && !fwd) {
+      deferred_ = Deferred{a, lf, k};
+    } else {
+      emit_send(a, lf, ids);
+    }
     if (a.phase == Phase::kF) {
       b_.fwd_[static_cast<size_t>(r_)][k] = ids;
     } else if (is_backward(a.phase)) {
@@ -516,6 +529,42 @@ class RankBuilder {
     b_.dp_gates_.push_back({compute, copy, false, true});
   }
 
+  // parallel.pp_rendezvous: transfers as blocking send/receive pairs.
+  [[nodiscard]] bool rendezvous() const { return p_.pp_rendezvous && b_.pp_ > 1; }
+
+  // Whether pass `a` takes its input from a neighbouring stage's send.
+  [[nodiscard]] bool receives(const Action& a) const {
+    const auto vs = static_cast<int32_t>(p_.vstage(s_, a.chunk));
+    return a.phase == Phase::kF ? vs > 0 : vs < b_.pp_ * b_.v_ - 1;
+  }
+
+  // The receive of a blocking pair on the compute stream: a marker that the stage has reached
+  // it (the neighbour's send waits for it, StepBuilder::link_stages), then the receive, which
+  // ends with that send. The compute stream is blocked from the marker to the send's end.
+  void emit_receive(const Action& a, PassTasks& ids) {
+    Task t = base_;
+    t.kind = TaskKind::kBarrier;
+    t.microbatch = a.mb;
+    t.chunk = a.chunk;
+    t.name = b_.names_.recv_ready;
+    ids.ready = g_.add(t);
+    if (start_barrier_ != kNone) g_.depend(start_barrier_, ids.ready);
+    t.name = b_.names_.recv;
+    ids.entry = g_.add(t);
+    last_on_compute_ = ids.entry;
+  }
+
+  // The backward's gradient send held back for DeepSpeed's order (rendezvous()), issued now;
+  // the pass's recorded last task becomes that send, which the previous stage's receive waits for.
+  void emit_deferred_send() {
+    if (!deferred_) return;
+    const Deferred d = *deferred_;
+    deferred_.reset();
+    PassTasks& ids = b_.bwd_[static_cast<size_t>(r_)][d.k];
+    emit_send(d.a, d.lf, ids);
+    last_pipeline_ = ids.last;
+  }
+
   // Pipeline transfer to the neighbouring virtual stage.
   void emit_send(const Action& a, double lf, PassTasks& ids) {
     const int32_t pp = b_.pp_;
@@ -532,7 +581,7 @@ class RankBuilder {
     // Blocking on the compute stream, or on the send stream where the runtime posts its
     // transfers asynchronously (Megatron's interleaved schedule, torch.distributed.pipelining's
     // ZB-V and DualPipeV).
-    t.stream = p_.schedule == Schedule::kInterleaved || p_.v_shape() ? Stream::kPpSend : Stream::kCompute;
+    t.stream = (p_.schedule == Schedule::kInterleaved || p_.v_shape()) && !rendezvous() ? Stream::kPpSend : Stream::kCompute;
     t.microbatch = a.mb;
     t.chunk = a.chunk;
     t.duration = static_cast<Tick>(static_cast<double>(b_.p2p_) * lf);
@@ -629,6 +678,12 @@ class RankBuilder {
   // ZeRO-3 / FSDP collectives issued in line with the compute (no prefetch / no overlap).
   const bool gather_inline_, reduce_inline_;
   TaskId last_on_compute_ = kNone;      // the last task queued on this rank's compute stream
+  struct Deferred {
+    Action a;
+    double lf;
+    size_t k;  // index of the pass in StepBuilder::bwd_
+  };
+  std::optional<Deferred> deferred_;    // a backward's gradient send not yet issued (rendezvous())
   std::vector<TaskId> inline_pending_;  // in-line collectives since the last compute, in order
   const bool split_w_;
   uint64_t op_index_;
@@ -716,7 +771,9 @@ void StepBuilder::build() {
                  g.intern("copy params up"),
                  g.intern("copy grads down"),
                  g.intern("offload activations"),
-                 g.intern("reload activations")};
+                 g.intern("reload activations"),
+                 g.intern("ready to receive"),
+                 g.intern("receive")};
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
@@ -742,7 +799,8 @@ void StepBuilder::build() {
 }
 
 // Cross-stage dependencies: each virtual stage's forward waits for the previous one's send,
-// each backward for the next one's.
+// each backward for the next one's; under parallel.pp_rendezvous each send also waits for its
+// receiver to reach the receive.
 void StepBuilder::link_stages() {
   if (pp_ <= 1) return;
   auto& g = *graph_;
@@ -757,14 +815,16 @@ void StepBuilder::link_stages() {
         if (vs > 0) {
           const int64_t ps = p_.stage_of_vstage(vs - 1), pc = p_.chunk_of_vstage(vs - 1);
           const int64_t pr = ps * per_stage_ + w;
-          g.depend(fwd_[static_cast<size_t>(pr)][static_cast<size_t>(pc) * mbs + static_cast<size_t>(mb)].last,
-                   fwd_[static_cast<size_t>(r)][k].entry);
+          const PassTasks& send = fwd_[static_cast<size_t>(pr)][static_cast<size_t>(pc) * mbs + static_cast<size_t>(mb)];
+          g.depend(send.last, fwd_[static_cast<size_t>(r)][k].entry);
+          if (fwd_[static_cast<size_t>(r)][k].ready != kNone) g.depend(fwd_[static_cast<size_t>(r)][k].ready, send.last);
         }
         if (vs < pp_ * v_ - 1) {
           const int64_t ns = p_.stage_of_vstage(vs + 1), nc = p_.chunk_of_vstage(vs + 1);
           const int64_t nr = ns * per_stage_ + w;
-          g.depend(bwd_[static_cast<size_t>(nr)][static_cast<size_t>(nc) * mbs + static_cast<size_t>(mb)].last,
-                   bwd_[static_cast<size_t>(r)][k].entry);
+          const PassTasks& send = bwd_[static_cast<size_t>(nr)][static_cast<size_t>(nc) * mbs + static_cast<size_t>(mb)];
+          g.depend(send.last, bwd_[static_cast<size_t>(r)][k].entry);
+          if (bwd_[static_cast<size_t>(r)][k].ready != kNone) g.depend(bwd_[static_cast<size_t>(r)][k].ready, send.last);
         }
       }
     }

@@ -82,6 +82,9 @@ struct PassTasks {
   // The task the previous (forward) or next (backward) virtual stage's send gates: the first
   // compute task, or an in-line ZeRO-3 gather issued before it (the receive comes first).
   TaskId entry = kNone;
+  // Under parallel.pp_rendezvous: the marker the neighbour's send waits for (this stage has
+  // reached its receive), before `entry`.
+  TaskId ready = kNone;
   // A backward that also computed the weight gradients (nothing kept for a W pass).
   bool whole_backward = false;
 };
@@ -132,13 +135,16 @@ class StepBuilder {
     bool operator<(const DpGate& o) const { return compute != o.compute ? compute < o.compute : dp < o.dp; }
   };
   [[nodiscard]] const std::vector<DpGate>& dp_gates() const { return dp_gates_; }  // sorted by compute task
+  // The name of a blocking pair's receive marker (parallel.pp_rendezvous): the receiving stage's
+  // compute stream is held for the transfer that ends it.
+  [[nodiscard]] uint32_t receive_name() const { return names_.recv; }
 
  private:
   friend class RankBuilder;
 
   struct Names {
     uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
-        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act;
+        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act, recv_ready, recv;
   };
 
   void build_slots();

@@ -42,6 +42,7 @@ class StepObserver : public Observer {
       for (const auto& gt : gates_) gated_[gt.compute] = 1;
       other_ready_.assign(b.graph()->size(), 0);
     }
+    if (b.rc().parallel.pp_rendezvous) send_start_.assign(b.graph()->size(), 0);
     v_ = static_cast<int32_t>(b.rc().parallel.vpp);
     chunk_bytes_.resize(static_cast<size_t>(pp * v_));
     chunk_w_bytes_.resize(static_cast<size_t>(pp * v_));
@@ -59,6 +60,7 @@ class StepObserver : public Observer {
     const auto r = static_cast<size_t>(t.rank);
     wait_[r] += start - ready;
     if (!dp_start_.empty() && (t.kind == TaskKind::kDpComm || t.kind == TaskKind::kHostCopy)) dp_start_[id] = start;
+    if (!send_start_.empty() && t.kind == TaskKind::kPpSend) send_start_[id] = start;
     if (t.stream != Stream::kCompute) return;
     running_since_[r] = start;
     if (gates_.empty()) return;
@@ -97,6 +99,19 @@ class StepObserver : public Observer {
         const TaskId nx = succ[e];
         if (!gated_[nx] || is_gate(nx, id)) continue;
         other_ready_[nx] = std::max(other_ready_[nx], finish);
+      }
+    }
+    if (!send_start_.empty() && t.kind == TaskKind::kPpSend) {
+      // A blocking pair: the receiving stage's compute stream is held for the transfer too.
+      const auto& off = g.succ_offsets();
+      const auto& succ = g.successors();
+      for (uint32_t e = off[id]; e < off[id + 1]; ++e) {
+        const Task& rx = g.task(succ[e]);
+        if (rx.kind != TaskKind::kBarrier || rx.name != b_.receive_name()) continue;
+        const auto rr = static_cast<size_t>(rx.rank);
+        pp_[rr] += finish - send_start_[id];
+        busy_[rr] += finish - send_start_[id];
+        pipe_end_[rr] = std::max(pipe_end_[rr], finish);
       }
     }
     const bool pipeline = t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward ||
@@ -161,6 +176,7 @@ class StepObserver : public Observer {
   std::vector<uint8_t> gated_;                     // per task: has gating collectives
   std::vector<Tick> other_ready_;                  // per gated task: when its other inputs were ready
   std::vector<Tick> dp_start_, dp_finish_;         // start and finish of each data-parallel task or host copy (gated runs)
+  std::vector<Tick> send_start_;                   // start of each pipeline send (blocking pairs only)
   std::vector<std::pair<Tick, Tick>> spans_;       // scratch: a task's gating collectives inside its idle time
   std::vector<std::pair<Tick, Tick>> off_spans_;   // scratch: its gating activation copies
 
@@ -401,6 +417,14 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
     const Task& t = g.task(id);
     if (!keep[static_cast<size_t>(t.rank)]) continue;
     if (t.duration == 0 && t.kind != TaskKind::kBarrier) continue;
+    // A blocking pair's receive (parallel.pp_rendezvous) spans from its ready marker, added just
+    // before it, to the transfer's end: the time the stage waited for its neighbour and the data.
+    Tick from = r.start[id];
+    if (t.kind == TaskKind::kBarrier && t.duration == 0 && t.microbatch >= 0) {
+      const std::string& marker = g.name(t.name);
+      if (marker == "ready to receive") continue;
+      if (marker == "receive" && id > 0) from = r.finish[id - 1];
+    }
     std::string name;
     if (t.layer == -1 && t.microbatch >= 0 && (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward)) {
       name = "embedding ";
@@ -416,11 +440,11 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
     out += "{\"ph\":\"X\",\"name\":\"" + name + "\",\"cat\":\"" + to_string(t.kind) + "\",\"pid\":" +
            std::to_string(r.rank_ids[static_cast<size_t>(t.rank)]) + ",\"tid\":" +
            std::to_string(static_cast<int>(t.stream)) + ",\"ts\":";
-    append_us(out, r.start[id]);
+    append_us(out, from);
     // What the task took on the timeline: longer than its own duration when communication
     // beside it slowed a compute task or concurrent flows shared its link (a collective over
     // flows runs from its last member's arrival until its slowest member is done).
-    const Tick took = r.finish[id] - r.start[id];
+    const Tick took = r.finish[id] - from;
     out += ",\"dur\":";
     append_us(out, took);
     out += "}";

@@ -55,7 +55,7 @@ struct StageStats {
   double compute_s = 0;          // of which layer compute (as simulated: slowdowns, jitter)
   double tp_comm_s = 0;          // of which exposed TP/CP/EP communication
   double comm_stretch_s = 0;     // of which those exchanges lost sharing links with other flows
-  double pp_comm_s = 0;          // of which blocking pipeline sends
+  double pp_comm_s = 0;          // of which blocking pipeline sends (and, under pp_rendezvous, receives)
   double slowed_s = 0;           // of which compute lost to communication running beside it
   double dp_wait_s = 0;          // compute-stream idle time waiting for ZeRO-3 / FSDP collectives
   double offload_wait_s = 0;     // compute-stream idle time waiting for activation copies

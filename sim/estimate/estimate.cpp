@@ -641,10 +641,13 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   if (pp > 1) {
     const double tp2p = wb.p2p_time().value();
     // Posted asynchronously (interleaved, ZB-V, DualPipeV): only the fill's and the drain's
-    // chains of hops wait for transfers; blocking sends cost every micro-batch.
+    // chains of hops wait for transfers; blocking sends cost every micro-batch. Blocking
+    // send/receive pairs (pp_rendezvous) hold both ends: a stage with neighbours on both sides
+    // spends its own two sends and its two receives per micro-batch on them.
+    const double per_microbatch = p.pp_rendezvous && pp > 2 ? 4.0 : 2.0;
     p2p = p.schedule == config::Schedule::kInterleaved || p.v_shape()
               ? 2.0 * tp2p * static_cast<double>(pp - 1) * static_cast<double>(p.vpp)
-              : 2.0 * tp2p * (m + static_cast<double>(pp) - 2.0);
+              : per_microbatch * tp2p * (m + static_cast<double>(pp) - 2.0);
   }
   // Unsharded ZeRO-3 / FSDP parameters: each stage's one-time gathers lengthen its first
   // forward, which the pipeline's fill chains stage after stage; the reduce-scatters of the last

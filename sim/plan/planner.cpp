@@ -98,6 +98,9 @@ std::string layout_diff(const Parallel& a, const Parallel& b) {
   num("ep", a.ep, b.ep);
   if (a.ep > 1 || b.ep > 1) num("etp", a.etp, b.etp);  // etp only means something with experts
   num("vpp", a.vpp, b.vpp);
+  // Sequence parallelism, which the layout column does not show (the planner turns it on with
+  // TP unless the run file sets it), changes activation memory and what a pipeline stage sends.
+  if (a.sp_active() != b.sp_active()) d.push_back(std::string("SP ") + (a.sp_active() ? "on" : "off") + " vs " + (b.sp_active() ? "on" : "off"));
   if (a.cp > 1 && b.cp > 1 && a.cp_comm != b.cp_comm) {
     d.push_back("CP " + config::to_string(a.cp_comm) + " vs " + config::to_string(b.cp_comm));
   }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -625,6 +626,79 @@ TEST(Schedules, OneFOneBHoldsAtMostPMicrobatchesOnStageZero) {
   const SimResult g = simulate_step(run(4, 16, "gpipe"));
   EXPECT_EQ(g.stages[0].max_inflight, 16);
   EXPECT_GT(g.memory_timeline_peak_bytes, a.memory_timeline_peak_bytes);
+}
+
+// DeepSpeed's blocking send/receive pairs (parallel.pp_rendezvous): each transfer holds the
+// compute streams of both stages, one transfer at a time, so a stage with neighbours on both
+// sides spends four transfers per micro-batch on the pipeline and an end stage two. No transfer
+// can share a link with another (each stage is in at most one at a time), so each lasts the
+// profile's point-to-point time; 1e-6 relative covers the picosecond rounding.
+TEST(Schedules, BlockingPairsHoldBothStagesForEveryTransfer) {
+  const int64_t pp = 4, m = 16;
+  Json j = run_json(pp, m, "1f1b");
+  j["parallel"]["sp"] = false;
+  j["parallel"]["pp_send_full_activation"] = true;
+  const SimResult off = simulate_step(config::parse_run(j, "<step-sim-test>", ""));
+  j["parallel"]["pp_rendezvous"] = true;
+  const auto rc = config::parse_run(j, "<step-sim-test>", "");
+  const SimResult on = simulate_step(rc);
+  const double c = estimate::WorkloadBuilder(rc).p2p_time().value();
+  ASSERT_GT(c, 0.0);
+  for (int64_t s = 0; s < pp; ++s) {
+    const double transfers = (s == 0 || s == pp - 1) ? 2.0 * m : 4.0 * m;
+    EXPECT_NEAR(on.stages[static_cast<size_t>(s)].pp_comm_s, transfers * c, 1e-6 * transfers * c) << "stage " << s;
+  }
+  // Without pairs a stage blocks only for its own sends.
+  EXPECT_NEAR(off.stages[1].pp_comm_s, 2.0 * m * c, 1e-6 * 2.0 * m * c);
+  // The receives the pairs add sit on the critical path. Without pairs an interior stage
+  // already idles about one transfer per micro-batch waiting for each input (it arrives a
+  // transfer after its sender finished), so the pairs add about one more per micro-batch:
+  // at least 0.9 of m (fill and drain hold fewer), and less than two.
+  const double added = (on.step.step_time_s - off.step.step_time_s) / (static_cast<double>(m) * c);
+  EXPECT_GT(added, 0.9);
+  EXPECT_LT(added, 2.0);
+  // The estimate charges an interior stage's four transfers per micro-batch.
+  const auto e_off = estimate::estimate_step(config::parse_run(run_json(pp, m, "1f1b"), "<step-sim-test>", ""));
+  j["parallel"]["sp"] = true;
+  const auto e_on = estimate::estimate_step(config::parse_run(j, "<step-sim-test>", ""));
+  EXPECT_NEAR(e_on.breakdown.exposed_comm.at("pp"), 2.0 * e_off.breakdown.exposed_comm.at("pp"), 1e-9);
+  // DeepSpeed's engine runs 1F1B only.
+  j["parallel"]["schedule"] = "gpipe";
+  try {
+    (void)config::parse_run(j, "<step-sim-test>", "");
+    ADD_FAILURE() << "gpipe with pp_rendezvous accepted";
+  } catch (const core::UserError& err) {
+    EXPECT_NE(std::string(err.what()).find("$.parallel.pp_rendezvous"), std::string::npos) << err.what();
+  }
+}
+
+// In DeepSpeed's order a backward's gradient goes back only after the next forward's input has
+// arrived: on an interior stage every gradient send that has a later forward follows that
+// forward's receive on the compute stream.
+TEST(Schedules, BlockingPairsSendGradientsAfterTheNextReceive) {
+  Json j = run_json(4, 12, "1f1b");
+  j["parallel"]["pp_rendezvous"] = true;
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const SimResult r = simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep);
+  const TaskGraph& g = *r.graph;
+  std::vector<std::string> order;  // stage 1's pipeline events in stream order
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.rank != 1 || t.stream != Stream::kCompute || t.microbatch < 0) continue;
+    const std::string& n = g.name(t.name);
+    if (t.kind == TaskKind::kPpSend || n == "receive") order.push_back(n + " " + std::to_string(t.microbatch));
+  }
+  // Stage 1 of 4 runs two warm-up forwards; in the steady state the pattern is: receive
+  // (gradient k), backward k, receive (input j), send gradient k, forward j, send activation j.
+  auto at = [&](const std::string& what) { return std::find(order.begin(), order.end(), what) - order.begin(); };
+  for (int k = 0; k + 3 < 12; ++k) {
+    const auto grad = at("send gradient " + std::to_string(k));
+    const auto next_input = at("receive " + std::to_string(k + 3));
+    ASSERT_LT(grad, static_cast<long>(order.size())) << k;
+    EXPECT_EQ(grad, next_input + 1) << "gradient " << k;
+  }
+  EXPECT_GT(r.step.step_time_s, 0.0);
 }
 
 // The timeline's in-flight chunks agree with the ledger's schedule formula: interleaved stage r
