@@ -211,7 +211,9 @@ Duration collective_time(Collective c, Bytes bytes, const mesh::Placement& where
       return a_net * static_cast<double>(nodes - 1) + intra.latency * static_cast<double>(n - nodes) + std::max(t_nic, t_fab);
     }
     case Collective::kSendRecv:
-      return a_net + bytes / Bandwidth(hw.network.nic_bandwidth.value() * hw.network.efficiency);
+      // Every GPU of a node sends at once (pipeline stages, context-parallel rings span nodes
+      // rank by rank), so each gets its share of the node's NICs, as the simulated flows do.
+      return a_net + bytes / nic;
     case Collective::kScatter:
     case Collective::kGather:
       return a_net + Bytes(bytes.value() * bus_factor(c, n)) / nic;

@@ -360,6 +360,30 @@ TEST(Topology, PointToPointTransfersTakeTheHandshakeFloor) {
              nv.latency.value() + 4096.0 / nv.p2p_bandwidth.value());
 }
 
+// A send between nodes gets its GPU's share of the node's NICs: every GPU of a node sends at
+// once (pipeline stages, context-parallel rings), as the simulated flows share the NIC links.
+// Four 100 Gb/s NICs for eight GPUs (Jean Zay's Omni-Path) give each 50 Gb/s; eight NICs
+// give each a whole one.
+TEST(Topology, SendsBetweenNodesShareTheNodesNics) {
+  core::Json j = hw::builtin_hardware_json("a100-sxm-80gb");
+  j["name"] = "a100-four-nics";
+  j["network"]["nic_bandwidth"] = "100Gb/s";
+  j["network"]["nics_per_node"] = 4;
+  core::Issues issues;
+  const hw::HardwareProfile four = hw::parse_hardware(j, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  const auto pair = mesh::place({0, 8}, 8);  // one rank on each of two nodes
+  ASSERT_FALSE(pair.intra_node());
+  const Bytes big(1e9);
+  const double eff = four.network.efficiency;
+  expect_rel(collective_time(Collective::kSendRecv, big, pair, four).value(), four.network.latency.value() + 1e9 / (100e9 / 8 * 4 / 8 * eff));
+  j["network"]["nics_per_node"] = 8;
+  core::Issues ok;
+  const hw::HardwareProfile eight = hw::parse_hardware(j, "$.hardware", ok);
+  ASSERT_TRUE(ok.empty());
+  expect_rel(collective_time(Collective::kSendRecv, big, pair, eight).value(), eight.network.latency.value() + 1e9 / (100e9 / 8 * eff));
+}
+
 // Fabric tiers given as a list take the same point-to-point floor key.
 TEST(Topology, FabricTierReadsThePointToPointFloor) {
   core::Json j = hw::builtin_hardware_json("h100-sxm");
