@@ -95,6 +95,7 @@ class RankBuilder {
     for (const auto& a : stage_order(p_.schedule, b_.pp_, s_, b_.m_, b_.v_)) emit_pass(a);
     emit_deferred_send();
     emit_gradient_reduction();
+    emit_tied_embedding_reduction();
     emit_optimizer();
   }
 
@@ -645,6 +646,28 @@ class RankBuilder {
     }
   }
 
+  // Tied embeddings across the pipeline: the first stage and the head's stage all-reduce the
+  // embedding gradient after their data-parallel reductions, before the optimizer (on the
+  // reduction stream; the breakdown books the wait as data-parallel communication).
+  void emit_tied_embedding_reduction() {
+    if (b_.tied_coll_.empty() || (s_ != 0 && s_ != p_.head_stage())) return;
+    const auto w = static_cast<size_t>(r_ % b_.per_stage_);
+    const auto& hw = b_.rc_.hardware;
+    const Tick dur = to_ticks(cost::collective_time(Collective::kAllReduce, core::Bytes(b_.tied_grad_bytes_), b_.tied_place_, hw).value());
+    if (b_.tied_coll_[w] == kNone) b_.tied_coll_[w] = g_.add_collective(dur, b_.names_.embedding_reduce, 2);
+    Task c = dp_base_;
+    c.stream = Stream::kDpReduce;
+    c.kind = TaskKind::kDpComm;
+    c.duration = dur;
+    c.name = b_.names_.embedding_reduce;
+    const TaskId id = g_.add(c);
+    g_.join(b_.tied_coll_[w], id);
+    flow_over(id, cost::link_bytes(Collective::kAllReduce, core::Bytes(b_.tied_grad_bytes_), b_.tied_place_), !b_.tied_place_.intra_node());
+    g_.depend(last_pipeline_, id);
+    for (TaskId x : reductions_) g_.depend(x, id);
+    reductions_.push_back(id);
+  }
+
   // The optimizer once the stage's gradients are reduced; under ZeRO-1/2 without overlap the
   // all-gather of the updated shards after it.
   void emit_optimizer() {
@@ -773,7 +796,8 @@ void StepBuilder::build() {
                  g.intern("offload activations"),
                  g.intern("reload activations"),
                  g.intern("ready to receive"),
-                 g.intern("receive")};
+                 g.intern("receive"),
+                 g.intern("all-reduce tied embedding grads")};
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
   bwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));
@@ -792,6 +816,17 @@ void StepBuilder::build() {
     nic_tx_.push_back(g.add_link(who + " nic tx", nic * f));
     nic_rx_.push_back(g.add_link(who + " nic rx", nic * f));
     fabric_.push_back(g.add_link(who + " fabric port", port * f));
+  }
+  const auto& m = rc_.model;
+  const int64_t head = p_.head_stage();
+  if (m.tied_embeddings && pp_ > 1 && head != 0 && !ideal_ && !rc_.training.lora.enabled() && p_.effective_zero() < 3) {
+    // Megatron's finalize_model_grads (_allreduce_word_embedding_grads) and DeepSpeed's
+    // ReduceTiedGrads: the first stage's embedding and the head stage's copy of it sum their
+    // gradients (vocabulary-parallel over tp) before the optimizer.
+    tied_grad_bytes_ = static_cast<double>(rc_.padded_vocab) * static_cast<double>(m.hidden) / static_cast<double>(p_.tp) *
+                       sb_.gradients;
+    tied_place_ = mesh::place({0, head * p_.tp * p_.cp * p_.dp}, rc_.cluster.gpus_per_node);
+    tied_coll_.assign(static_cast<size_t>(per_stage_), kNone);
   }
   for (int64_t r = 0; r < ranks_; ++r) RankBuilder(*this, r).build();
   link_stages();

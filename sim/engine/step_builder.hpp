@@ -144,7 +144,7 @@ class StepBuilder {
 
   struct Names {
     uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
-        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act, recv_ready, recv;
+        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act, recv_ready, recv, embedding_reduce;
   };
 
   void build_slots();
@@ -187,6 +187,12 @@ class StepBuilder {
   std::vector<DpGate> dp_gates_;
   // The j-th collective a rank joins in its group is the group's j-th collective.
   std::vector<std::vector<uint32_t>> tp_coll_, dp_coll_, rep_coll_;
+  // Tied embeddings split across the pipeline (the head off stage 0): the all-reduce of the
+  // embedding's gradient between the first stage and the head's, one collective per position
+  // in the stage (tp, cp, dp), its bytes and the pair's placement. Empty when none runs.
+  std::vector<uint32_t> tied_coll_;
+  double tied_grad_bytes_ = 0;
+  mesh::Placement tied_place_{};
   uint32_t barrier_ = kNone;
 };
 

@@ -667,6 +667,16 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
   if (zero < 3) {
     double end_max = t_pipe;
     double drain = 0;  // backward still to run on earlier stages after stage s finishes
+    // Tied embeddings with the head off stage 0: the first stage (the last to finish) and the
+    // head's stage all-reduce the embedding gradient after their reductions (the simulator's
+    // StepBuilder::tied_coll_).
+    double tied = 0;
+    if (rc.model.tied_embeddings && pp > 1 && p.head_stage() != 0 && !rc.training.lora.enabled()) {
+      const double bytes = static_cast<double>(rc.padded_vocab) * static_cast<double>(rc.model.hidden) / static_cast<double>(p.tp) * sb.gradients;
+      tied = cost::collective_time(Collective::kAllReduce, core::Bytes(bytes),
+                                   mesh::place({0, p.head_stage() * p.tp * p.cp * p.dp}, rc.cluster.gpus_per_node), hw)
+                 .value();
+    }
     for (int64_t s = 0; s < pp; ++s) {
       const auto& st = out.memory.stages[static_cast<size_t>(s)];
       const Collective grad_op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;
@@ -731,7 +741,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
         if (s > 0) drain += out.stage_bwd_s[static_cast<size_t>(s - 1)];
         stage_drain = drain;
       }
-      end_max = std::max(end_max, t_pipe - stage_drain + exposed);
+      end_max = std::max(end_max, t_pipe - stage_drain + exposed + (s == 0 ? tied : 0.0));
       if (zero >= 1) {
         // The same buckets hold the parameters (in the weights' dtype).
         const double wb = sb.gradients > 0 ? sb.weights / sb.gradients : 1.0;

@@ -162,9 +162,11 @@ bool quantized_base(const std::string& name) { return name != "lm_head" && !name
 // A linear layer: forward GEMM, backward dgrad + wgrad, fp8 casts. `saved`: the bytes of its
 // input the forward keeps for the weight gradient (Op::saved_bytes). Under LoRA
 // (training.lora) the layer is frozen: no weight gradient, and no input kept unless it carries
-// an adapter (config::lora_target_of its name), whose own work follows it.
+// an adapter (config::lora_target_of its name), whose own work follows it. `tp_split`: the
+// layer is split across the TP group (false for MLA's down-projections, which every rank runs
+// whole), which decides whether an adapter's x A is reduced.
 Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
-                double m, double n, double k, double batch = 1.0, double saved = 0.0) {
+                double m, double n, double k, double batch = 1.0, double saved = 0.0, bool tp_split = true) {
   const auto& lora = c.rc.training.lora;
   const bool adapted = lora.enabled() && (lora.targets & config::lora_target_of(name)) != 0;
   Op f = gemm_op(c, name, m, n, k, batch);
@@ -190,7 +192,7 @@ Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const 
   }
   if (adapted) {
     const uint32_t target = config::lora_target_of(name);
-    const bool split = c.t > 1 && !name.ends_with("_down");
+    const bool split = c.t > 1 && tp_split;
     const LoraTpReduce reduce = !split ? LoraTpReduce::kNone
                                 : (target == config::kLoraOProj || target == config::kLoraFc2) ? LoraTpReduce::kForward
                                                                                                 : LoraTpReduce::kBackward;
@@ -738,13 +740,13 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // KV down-projections) and the latents the up-projections read.
     const double qr = static_cast<double>(m.mla.q_lora_rank);
     if (m.mla.q_lora_rank > 0) {
-      linear(c, F, B, "q_down", T, qr, h, 1.0, e * h * in_tokens);
+      linear(c, F, B, "q_down", T, qr, h, 1.0, e * h * in_tokens, false);
       linear(c, F, B, "q_up", T, q_width, qr, 1.0, e * qr * c.T_rep);
     } else {
       linear(c, F, B, "q_proj", T, q_width, h, 1.0, e * h * in_tokens);
     }
     const double kvr = static_cast<double>(m.mla.kv_lora_rank);
-    linear(c, F, B, "kv_down", T, kvr + static_cast<double>(m.mla.qk_rope_head_dim), h);
+    linear(c, F, B, "kv_down", T, kvr + static_cast<double>(m.mla.qk_rope_head_dim), h, 1.0, 0.0, false);
     linear(c, F, B, "kv_up", T, heads_local * static_cast<double>(m.mla.qk_nope_head_dim + m.mla.v_head_dim), kvr, 1.0,
            e * kvr * c.T_rep);
   } else {

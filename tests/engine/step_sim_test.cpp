@@ -701,6 +701,47 @@ TEST(Schedules, BlockingPairsSendGradientsAfterTheNextReceive) {
   EXPECT_GT(r.step.step_time_s, 0.0);
 }
 
+// Tied embeddings over a pipeline: the first stage and the head's stage all-reduce the
+// embedding gradient (vocab/tp x hidden fp32 elements) after their data-parallel reductions and
+// before their optimizers; the middle stages take no part, and an untied model runs none.
+TEST(Schedules, TiedEmbeddingGradientsAreReducedBetweenFirstAndLastStage) {
+  Json j = run_json(4, 8, "1f1b", 1, 2);
+  j["model"]["tie_word_embeddings"] = true;
+  SimOptions keep;
+  keep.keep_timeline = true;
+  const auto rc = config::parse_run(j, "<step-sim-test>", "");
+  const SimResult r = simulate_step(rc, keep);
+  const TaskGraph& g = *r.graph;
+  std::vector<TaskId> tied;
+  for (TaskId id = 0; id < g.size(); ++id) {
+    if (g.name(g.task(id).name) == "all-reduce tied embedding grads") tied.push_back(id);
+  }
+  ASSERT_EQ(tied.size(), 2u);
+  EXPECT_EQ(g.task(tied[0]).rank, 0);
+  EXPECT_EQ(g.task(tied[1]).rank, 3);
+  // One collective: both start together, and it moves vocab/tp x hidden fp32 gradients.
+  EXPECT_EQ(r.start[tied[0]], r.start[tied[1]]);
+  const double bytes = static_cast<double>(rc.padded_vocab) * 6144.0 / 8.0 * memory::state_bytes(rc.training).gradients;
+  const auto pair = mesh::place({0, 3 * 8 * 2}, rc.cluster.gpus_per_node);
+  EXPECT_NEAR(engine::to_seconds(g.task(tied[0]).duration),
+              cost::collective_time(cost::Collective::kAllReduce, core::Bytes(bytes), pair, rc.hardware).value(), 1e-9);
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.kind != TaskKind::kOptimizer) continue;
+    if (t.rank == 0 || t.rank == 3) {
+      EXPECT_GE(r.start[id], r.finish[tied[0]]) << "rank " << t.rank;
+    }
+  }
+  // Untied: none.
+  j["model"]["tie_word_embeddings"] = false;
+  SimOptions keep2;
+  keep2.keep_timeline = true;
+  const SimResult u = simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep2);
+  for (TaskId id = 0; id < u.graph->size(); ++id) {
+    EXPECT_NE(u.graph->name(u.graph->task(id).name), "all-reduce tied embedding grads");
+  }
+}
+
 // The timeline's in-flight chunks agree with the ledger's schedule formula: interleaved stage r
 // holds min(m v, 2 (p - r - 1) + (v - 1) p + 1) chunks at its peak.
 TEST(Schedules, InterleavedInflightMatchesLedger) {
@@ -850,7 +891,8 @@ TEST(DataParallel, MegatronBucketsOnlyTheFirstStagesFirstChunk) {
     const SimResult r = simulate_step(config::parse_run(j, "<step-sim-test>", ""), keep);
     std::map<int32_t, int> n;  // simulated rank (stage) -> gradient buckets
     for (const Task& t : r.graph->tasks()) {
-      if (t.kind == TaskKind::kDpComm && t.stream == Stream::kDpReduce) ++n[t.rank];
+      // (Not the tied embedding's all-reduce between the first and last stage.)
+      if (t.kind == TaskKind::kDpComm && t.stream == Stream::kDpReduce && r.graph->name(t.name) != "all-reduce tied embedding grads") ++n[t.rank];
     }
     return std::pair{n[0], n[1]};
   };
