@@ -1080,7 +1080,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     // The pipeline engine all-reduces the gradients after the last micro-batch through
     // flattened buckets of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (fp32 here).
     parallel["bucket_mb"] = 2000;
-    notes.push_back("parallel: DeepSpeed's pipeline engine reduces gradients in flattened buckets of 5e8 elements (MEMORY_OPT_ALLREDUCE_SIZE), 2,000 MB of fp32");
+    parallel["grad_reduce_overlap"] = false;
+    notes.push_back("parallel: DeepSpeed's pipeline engine reduces gradients after the last micro-batch's backward (its ReduceGrads instruction) in "
+                    "flattened buckets of 5e8 elements (MEMORY_OPT_ALLREDUCE_SIZE), 2,000 MB of fp32");
   }
   if (fam == Family::kBloom) {
     parallel["zero_stage"] = 1;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -86,7 +87,11 @@ const std::set<std::string> kSwitches = {
     "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng",
     "squared-relu", "no-position-embedding", "apply-layernorm-1p", "is-hybrid-model", "no-bias-dropout-fusion", "no-rope-fusion", "use-checkpoint-args",
     "no-save-optim", "no-save-rng", "exit-on-missing-checkpoint", "eval-only", "use-cpu-initialization", "overlap-p2p-communication",
-    "add-qkv-bias", "grad-reduce-in-bf16", "moe-pad-expert-input-to-capacity"};
+    "add-qkv-bias", "grad-reduce-in-bf16", "moe-pad-expert-input-to-capacity",
+    // Megatron-DeepSpeed's switches.
+    "deepspeed", "no-pipeline-parallel", "checkpoint-activations", "deepspeed-activation-checkpointing", "partition-activations",
+    "contigious-checkpointing", "checkpoint-in-cpu", "synchronize-each-layer", "embed-layernorm", "use-flash-attn-v1", "use-flash-attn-v2",
+    "use-flash-attn-triton"};
 // Arguments that take a list of words (argparse nargs='*').
 const std::set<std::string> kLists = {"recompute-modules", "data-path", "train-data-path", "valid-data-path", "test-data-path"};
 
@@ -170,6 +175,107 @@ class Reader {
 
 }  // namespace
 
+// Megatron-DeepSpeed (--deepspeed): DeepSpeed's engine runs the optimizer and the data
+// parallelism (ZeRO stage from --zero-stage, else the DeepSpeed config's zero_optimization.stage,
+// else Megatron-DeepSpeed's default 1) and, with pp > 1 unless --no-pipeline-parallel, its
+// pipeline engine (deepspeed/runtime/pipe): 1F1B only, ZeRO 0-1, blocking send/receive pairs
+// of whole activations from every TP rank, every in-flight stage output kept in its buffers,
+// gradients reduced after the backward in flattened buckets of 5e8 elements.
+void import_megatron_deepspeed(Reader& a, int64_t pp, const std::string& precision, Json& parallel, Json& training,
+                               std::vector<std::string>& assumptions) {
+  int zero = 1;
+  if (a.has("zero-stage")) {
+    const std::string w = a.word("zero-stage");
+    char* end = nullptr;
+    const double z = std::strtod(w.c_str(), &end);
+    if (w.empty() || end != w.c_str() + w.size() || !(z == 0 || z == 1 || z == 2 || z == 3)) {
+      throw core::UserError("--zero-stage: got '" + w + "'; expected 0, 1, 2 or 3");
+    }
+    zero = static_cast<int>(z);
+  } else {
+    const std::string cfg = a.has("deepspeed-config") ? a.word("deepspeed-config") : "";
+    std::ifstream in(cfg);
+    Json c;
+    if (!cfg.empty() && in) {
+      try {
+        c = Json::parse(in);
+      } catch (const Json::parse_error& e) {
+        throw core::UserError("--deepspeed_config " + cfg + ": not valid JSON (" + e.what() + ")");
+      }
+    }
+    if (c.is_object() && c.contains("zero_optimization") && c["zero_optimization"].is_object() && c["zero_optimization"].contains("stage")) {
+      const Json& st = c["zero_optimization"]["stage"];
+      if (!st.is_number_integer() || st.get<int64_t>() < 0 || st.get<int64_t>() > 3) {
+        throw core::UserError("--deepspeed_config " + cfg + ": zero_optimization.stage: got " + st.dump() + "; expected 0, 1, 2 or 3");
+      }
+      zero = static_cast<int>(st.get<int64_t>());
+      assumptions.push_back("parallel: ZeRO stage " + std::to_string(zero) + " from " + cfg + " (zero_optimization.stage)");
+    } else {
+      assumptions.push_back("parallel: ZeRO stage 1 (Megatron-DeepSpeed's --zero-stage default; " +
+                            (cfg.empty() ? std::string("no --deepspeed_config") : "--deepspeed_config " + cfg + " unread or without zero_optimization.stage") +
+                            ")");
+    }
+  }
+  // What the Megatron-LM reading assumed about its own optimizer, buckets and attention does
+  // not hold under DeepSpeed's engine.
+  auto drop = [&](const std::string& prefix) {
+    assumptions.erase(std::remove_if(assumptions.begin(), assumptions.end(), [&](const std::string& x) { return x.rfind(prefix, 0) == 0; }),
+                      assumptions.end());
+  };
+  for (const char* prefix : {"training: fp32 main gradients", "parallel: gradient buckets of", "parallel: gradients reduced in one piece",
+                             "training: fused attention (Transformer Engine"}) {
+    drop(prefix);
+  }
+  parallel.erase("fsdp");
+  parallel.erase("dp_replicate");
+  parallel.erase("bucket_layout");
+  parallel["zero_stage"] = zero;
+  parallel["grad_reduce_overlap"] = false;
+  parallel["param_gather_overlap"] = false;
+  assumptions.push_back("parallel: DeepSpeed reduces gradients after the backward (overlap_comm off below ZeRO-3) and ZeRO-1/2 all-gathers the updated "
+                        "partitions inside the optimizer step");
+  const bool bf16_optimizer = precision == "bf16" && zero <= 1;
+  if (bf16_optimizer) {
+    training["grad_dtype"] = "fp32";
+    training["lp_grads"] = true;
+    assumptions.push_back("training: DeepSpeed's BF16 optimizer: bf16 gradients kept beside the fp32 accumulation buffer");
+  } else if (precision != "fp32") {
+    training["grad_dtype"] = precision;
+    assumptions.push_back("training: gradients kept and reduced in " + precision + " (DeepSpeed's communication_data_type follows the model dtype)");
+  }
+  parallel["bucket_mb"] = 5e8 * (bf16_optimizer || precision == "fp32" ? 4.0 : 2.0) / 1e6;
+  assumptions.push_back("parallel: gradient buckets of 5e8 elements (DeepSpeed's reduce_bucket_size and the pipeline engine's MEMORY_OPT_ALLREDUCE_SIZE)");
+  // Its attention: FlashAttention only when asked for, else the unfused core attention (with
+  // Megatron's fused scale-mask-softmax kernel).
+  if (a.has("use-flash-attn-v2") || a.has("use-flash-attn") || a.has("use-flash-attn-v1") || a.has("use-flash-attn-triton")) {
+    training["attention"] = "flash2";
+  } else {
+    training["attention"] = "unfused";
+    assumptions.push_back("training: unfused attention (Megatron-DeepSpeed runs FlashAttention only with --use-flash-attn-v2 and the like)");
+  }
+  if (!parallel.contains("recompute") && (a.has("checkpoint-activations") || a.has("deepspeed-activation-checkpointing"))) {
+    parallel["recompute"] = "full";
+    assumptions.push_back("parallel: --checkpoint-activations: every layer recomputed (full)");
+  }
+  if (pp > 1 && !a.has("no-pipeline-parallel")) {
+    // Its partition method 'type:transformer|embedding' balances the embedding (on the first
+    // stage, and its tied copy on the last) as a layer each.
+    if (const std::string part = a.word("pp-partition-method", "parameters"); part.find("embedding") != std::string::npos) {
+      parallel["account_for_embedding_in_pipeline_split"] = true;
+      parallel["account_for_loss_in_pipeline_split"] = true;
+      assumptions.push_back("parallel: --pp-partition-method " + part + ": the embedding and the head each take a layer's place in the pipeline split");
+    }
+    if (zero >= 2) throw core::UserError("--zero-stage: got " + std::to_string(zero) + "; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 (or pass --no-pipeline-parallel)");
+    if (parallel.contains("vpp")) throw core::UserError("--virtual-pipeline-model-parallel-size: DeepSpeed's pipeline engine runs 1F1B without virtual stages");
+    parallel["schedule"] = "1f1b";
+    parallel["pp_rendezvous"] = true;
+    parallel["pp_send_full_activation"] = true;
+    parallel["keep_stage_outputs"] = true;
+    assumptions.push_back("parallel: DeepSpeed's pipeline engine: 1F1B with blocking send/receive pairs of whole activations from every TP rank, "
+                          "every in-flight stage output kept in its buffers");
+  }
+}
+
 Json import_megatron(const std::vector<std::string>& args, const ImportOptions& opt) {
   Reader a(parse(args));
   std::vector<std::string> assumptions;
@@ -241,7 +347,11 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     const int64_t L = layers_arg == 0 && pattern_blocks > 0 ? pattern_blocks : a.required("num-layers", 1, 1 << 20, "the model's layers, or give --model");
     const int64_t h = a.required("hidden-size", 1, kBig, "the model's width, or give --model");
     const int64_t heads = a.required("num-attention-heads", 1, 1 << 20, "or give --model");
-    const int64_t vocab = a.required("vocab-size", 1, kBig, "Megatron takes the vocabulary from the tokenizer, which the arguments do not show; or give --model");
+    // Megatron-DeepSpeed's --pad-vocab-size-to fixes the embedding's rows when the tokenizer
+    // gives the vocabulary.
+    const int64_t vocab = !a.has("vocab-size") && a.has("pad-vocab-size-to")
+                              ? a.integer("pad-vocab-size-to", 1, kBig, 0)
+                              : a.required("vocab-size", 1, kBig, "Megatron takes the vocabulary from the tokenizer, which the arguments do not show; or give --model");
     const bool swiglu = a.has("swiglu");
     int64_t ffn = a.integer("ffn-hidden-size", 1, kBig, 0);
     if (ffn == 0) {
@@ -265,9 +375,12 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
       model["position_embedding"] = "none";
     } else if (pos == "rope" || pos == "mrope" || pos == "yarn") {
       model["position_embedding"] = "rotary";  // no parameters
+    } else if (pos == "alibi") {
+      model["position_embedding"] = "alibi";  // Megatron-DeepSpeed (BLOOM): a bias on the scores, no parameters
     } else {
-      throw core::UserError("--position-embedding-type: got '" + pos + "'; expected learned_absolute, rope, mrope, yarn or none");
+      throw core::UserError("--position-embedding-type: got '" + pos + "'; expected learned_absolute, rope, mrope, yarn, alibi (Megatron-DeepSpeed) or none");
     }
+    if (a.has("embed-layernorm")) model["embedding_norm"] = true;  // Megatron-DeepSpeed: a LayerNorm on the token embeddings (BLOOM)
     (void)a.has("max-position-embeddings");
     const std::string norm = a.word("normalization", "LayerNorm");
     if (norm != "LayerNorm" && norm != "RMSNorm") throw core::UserError("--normalization: got '" + norm + "'; expected LayerNorm or RMSNorm");
@@ -487,6 +600,8 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     parallel["moe"]["capacity_factor"] = cf;
     if (a.has("moe-pad-expert-input-to-capacity")) parallel["moe"]["pad_to_capacity"] = true;
   }
+
+  if (a.has("deepspeed")) import_megatron_deepspeed(a, pp, precision, parallel, training, assumptions);
 
   // Everything else: arguments with no modelled cost.
   // With a zoo model the architecture arguments are not read; the run says so (assumptions)

@@ -12,6 +12,7 @@
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/json_reader.hpp"
+#include "sim/estimate/estimate.hpp"
 
 namespace stepcast::config {
 namespace {
@@ -243,6 +244,62 @@ TEST(MegatronImport, BadArgumentsAreNamed) {
 
 // DeepSpeed: ZeRO-Infinity's CPU offload of parameters and optimizer, the batch arithmetic and
 // DeepSpeed's behaviour written down.
+// Megatron-DeepSpeed (--deepspeed): BLOOM-176B's launch arguments rebuild the run the accuracy
+// harness writes for BLOOM's published rows: its model (ALiBi, embedding LayerNorm, the padded
+// vocabulary), DeepSpeed's pipeline engine and ZeRO-1 with the BF16 optimizer. On the same
+// hardware (Jean Zay's network, from the published run file) the two simulate the same step:
+// they differ only in the head count of the layout (112 in both) and nothing that costs time,
+// so 1e-9 relative.
+TEST(MegatronImport, MegatronDeepSpeedRunsDeepSpeedsPipelineEngine) {
+  Json run = import_megatron(split_command_line(launch_text("megatron-deepspeed-bloom.sh")), {});
+  const RunConfig rc = parse_run(run, "<import>", "");
+  EXPECT_EQ(rc.cluster.num_gpus, 384);
+  EXPECT_EQ(rc.parallel.tp, 4);
+  EXPECT_EQ(rc.parallel.pp, 12);
+  EXPECT_EQ(rc.parallel.dp, 8);
+  EXPECT_EQ(rc.parallel.zero_stage, 1);
+  EXPECT_TRUE(rc.parallel.pp_rendezvous);
+  EXPECT_TRUE(rc.parallel.pp_send_full_activation);
+  EXPECT_TRUE(rc.parallel.keep_stage_outputs);
+  EXPECT_FALSE(rc.parallel.param_gather_overlap);
+  EXPECT_FALSE(rc.parallel.grad_reduce_overlap);
+  EXPECT_EQ(rc.parallel.schedule, Schedule::kOneFOneB);
+  EXPECT_EQ(rc.parallel.recompute, Recompute::kFull);
+  EXPECT_DOUBLE_EQ(rc.parallel.bucket_mb, 2000.0);
+  EXPECT_EQ(rc.stage_layers.front(), 5);  // the embedding takes a layer's place on both ends
+  EXPECT_EQ(rc.stage_layers.back(), 5);
+  EXPECT_EQ(rc.training.attention, AttentionImpl::kUnfused);
+  EXPECT_TRUE(rc.training.lp_grads);
+  EXPECT_TRUE(rc.model.embedding_norm);
+  EXPECT_EQ(rc.model.position, model::PositionKind::kAlibi);
+  EXPECT_EQ(rc.model.vocab, 250880);
+  const std::string text = run["assumptions"].dump();
+  EXPECT_EQ(text.find("Transformer Engine"), std::string::npos) << text;  // the Megatron-LM reading's guesses are gone
+  EXPECT_NE(text.find("DeepSpeed's pipeline engine"), std::string::npos) << text;
+
+  const Json published = core::load_json_file(std::string(STEPCAST_TEST_DATA_DIR) + "/../../configs/published/bloom176b-production-iter85376.json");
+  run["hardware"] = published["hardware"];
+  const auto a = estimate::estimate_step(parse_run(run, "<import>", ""));
+  const auto b = estimate::estimate_step(parse_run(published, "<published>", ""));
+  EXPECT_NEAR(a.step_time_s, b.step_time_s, 1e-9 * b.step_time_s);
+  EXPECT_NEAR(a.memory.peak().value(), b.memory.peak().value(), 1e-9 * b.memory.peak().value());
+
+  // DeepSpeed's pipeline engine runs ZeRO 0-1 and no virtual stages.
+  auto args = split_command_line(launch_text("megatron-deepspeed-bloom.sh"));
+  auto with = [&](std::vector<std::string> extra) {
+    auto w = args;
+    w.insert(w.end(), extra.begin(), extra.end());
+    return w;
+  };
+  EXPECT_NE(error_of(with({"--zero-stage", "2"})).find("--zero-stage"), std::string::npos);
+  EXPECT_NE(error_of(with({"--zero-stage", "x"})).find("--zero-stage"), std::string::npos);
+  EXPECT_NE(error_of(with({"--virtual-pipeline-model-parallel-size", "2"})).find("--virtual-pipeline-model-parallel-size"), std::string::npos);
+  // Without its pipeline engine, ZeRO-2 data parallelism is fine.
+  const Json dp_only = import_megatron(with({"--no-pipeline-parallel", "--zero-stage", "2"}), {});
+  EXPECT_EQ(dp_only["parallel"]["zero_stage"], 2);
+  EXPECT_FALSE(dp_only["parallel"].contains("pp_rendezvous"));
+}
+
 TEST(DeepSpeedImport, ZeroThreeOffloadAndTheBatch) {
   const Json cfg = Json::parse(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
     "optimizer": {"type": "AdamW"}, "gradient_clipping": 1.0,
