@@ -22,7 +22,7 @@ run bash scripts/offload-examples.sh
 run bash scripts/model-configs-report.sh
 run bash scripts/report-example.sh
 run bash scripts/probes.sh
-run ./build/tests/stepcast_input_mutations ./build/stepcast --report reports/robustness.md --simulate llama8b,moe_inline,mla_path,straggler \
+run ./build/tests/stepcast_input_mutations ./build/stepcast --report reports/robustness.md --simulate llama8b,moe_inline,mla_path,straggler,deepspeed_pipe \
   --rows data/published-runs.jsonl --sweep tests/data/sweep/mutation-base.sweep.json tests/data/mutation-bases/*.json
 echo "Reports that changed (the dates in their headers aside, review and commit):" >&2
 git status --short reports/ configs/published/ >&2

@@ -550,7 +550,7 @@ class RankBuilder {
     t.name = b_.names_.recv_ready;
     ids.ready = g_.add(t);
     if (start_barrier_ != kNone) g_.depend(start_barrier_, ids.ready);
-    t.name = b_.names_.recv;
+    t.name = a.phase == Phase::kF ? b_.names_.recv_act : b_.names_.recv_grad;
     ids.entry = g_.add(t);
     last_on_compute_ = ids.entry;
   }
@@ -796,7 +796,8 @@ void StepBuilder::build() {
                  g.intern("offload activations"),
                  g.intern("reload activations"),
                  g.intern("ready to receive"),
-                 g.intern("receive"),
+                 g.intern("receive activation"),
+                 g.intern("receive gradient"),
                  g.intern("all-reduce tied embedding grads")};
   const size_t passes = static_cast<size_t>(v_) * static_cast<size_t>(m_);
   fwd_.assign(static_cast<size_t>(ranks_), std::vector<PassTasks>(passes));

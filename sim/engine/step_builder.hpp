@@ -135,16 +135,16 @@ class StepBuilder {
     bool operator<(const DpGate& o) const { return compute != o.compute ? compute < o.compute : dp < o.dp; }
   };
   [[nodiscard]] const std::vector<DpGate>& dp_gates() const { return dp_gates_; }  // sorted by compute task
-  // The name of a blocking pair's receive marker (parallel.pp_rendezvous): the receiving stage's
-  // compute stream is held for the transfer that ends it.
-  [[nodiscard]] uint32_t receive_name() const { return names_.recv; }
+  // Whether a task name is a blocking pair's receive (parallel.pp_rendezvous): the receiving
+  // stage's compute stream is held for the transfer that ends it.
+  [[nodiscard]] bool is_receive(uint32_t name) const { return name == names_.recv_act || name == names_.recv_grad; }
 
  private:
   friend class RankBuilder;
 
   struct Names {
     uint32_t fwd, bwd, bwd_weight, tp_fwd, tp_bwd, send_act, send_grad, gather, reduce_scatter, all_reduce,
-        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act, recv_ready, recv, embedding_reduce;
+        optimizer, host, barrier, issue_gathers, copy_up, copy_down, offload_act, reload_act, recv_ready, recv_act, recv_grad, embedding_reduce;
   };
 
   void build_slots();

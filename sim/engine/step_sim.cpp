@@ -107,7 +107,7 @@ class StepObserver : public Observer {
       const auto& succ = g.successors();
       for (uint32_t e = off[id]; e < off[id + 1]; ++e) {
         const Task& rx = g.task(succ[e]);
-        if (rx.kind != TaskKind::kBarrier || rx.name != b_.receive_name()) continue;
+        if (rx.kind != TaskKind::kBarrier || !b_.is_receive(rx.name)) continue;
         const auto rr = static_cast<size_t>(rx.rank);
         pp_[rr] += finish - send_start_[id];
         busy_[rr] += finish - send_start_[id];
@@ -423,7 +423,7 @@ std::string trace_json(const config::RunConfig& rc, const SimResult& r, const st
     if (t.kind == TaskKind::kBarrier && t.duration == 0 && t.microbatch >= 0) {
       const std::string& marker = g.name(t.name);
       if (marker == "ready to receive") continue;
-      if (marker == "receive" && id > 0) from = r.finish[id - 1];
+      if ((marker == "receive activation" || marker == "receive gradient") && id > 0) from = r.finish[id - 1];
     }
     std::string name;
     if (t.layer == -1 && t.microbatch >= 0 && (t.kind == TaskKind::kForward || t.kind == TaskKind::kBackward)) {

@@ -683,10 +683,13 @@ int main(int argc, char** argv) {
   if (!rows_path.empty()) rt = check_rows(bin, rows_path, row_stride, work, violations);
   fs::remove_all(work);
 
+  std::string simulated;  // the --simulate list, as given (sorted)
+  for (const auto& s : simulate) simulated += (simulated.empty() ? "" : ",") + s;
   std::ostringstream o;
   o << "# Bad input: mutated run files against the stepcast executable\n\n"
     << "Regenerate with `./build/tests/stepcast_input_mutations ./build/stepcast --report reports/robustness.md --simulate "
-       "llama8b,moe_inline,mla_path,straggler --rows data/published-runs.jsonl --sweep tests/data/sweep/mutation-base.sweep.json "
+    << simulated
+    << " --rows data/published-runs.jsonl --sweep tests/data/sweep/mutation-base.sweep.json "
        "tests/data/mutation-bases/*.json` (also a CTest test, label `robustness`).\n"
     << "Each field of the base run files in `tests/data/mutation-bases/` is mutated one at a time (deleted; a value of the "
        "wrong JSON type; negative, zero, fractional, huge; an unknown word; a damaged unit; an unknown key in every object) "
