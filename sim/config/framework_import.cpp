@@ -173,7 +173,19 @@ class Reader {
   std::set<std::string> used_;
 };
 
-}  // namespace
+// DeepSpeed's gradient dtype: its BF16 optimizer (`why` says when it runs) keeps bf16 gradients
+// beside an fp32 accumulation buffer; otherwise gradients are kept and reduced in the model dtype.
+void deepspeed_gradients(bool bf16_optimizer, const std::string& why, const std::string& precision, Json& training,
+                         std::vector<std::string>& assumptions) {
+  if (bf16_optimizer) {
+    training["grad_dtype"] = "fp32";
+    training["lp_grads"] = true;
+    assumptions.push_back("training: DeepSpeed's BF16 optimizer (" + why + "): bf16 gradients kept beside the fp32 accumulation buffer");
+  } else if (precision != "fp32") {
+    training["grad_dtype"] = precision;
+    assumptions.push_back("training: gradients kept and reduced in " + precision + " (DeepSpeed's communication_data_type follows the model dtype)");
+  }
+}
 
 // Megatron-DeepSpeed (--deepspeed): DeepSpeed's engine runs the optimizer and the data
 // parallelism (ZeRO stage from --zero-stage, else the DeepSpeed config's zero_optimization.stage,
@@ -235,14 +247,7 @@ void import_megatron_deepspeed(Reader& a, int64_t pp, const std::string& precisi
   assumptions.push_back("parallel: DeepSpeed reduces gradients after the backward (overlap_comm off below ZeRO-3) and ZeRO-1/2 all-gathers the updated "
                         "partitions inside the optimizer step");
   const bool bf16_optimizer = precision == "bf16" && zero <= 1;
-  if (bf16_optimizer) {
-    training["grad_dtype"] = "fp32";
-    training["lp_grads"] = true;
-    assumptions.push_back("training: DeepSpeed's BF16 optimizer: bf16 gradients kept beside the fp32 accumulation buffer");
-  } else if (precision != "fp32") {
-    training["grad_dtype"] = precision;
-    assumptions.push_back("training: gradients kept and reduced in " + precision + " (DeepSpeed's communication_data_type follows the model dtype)");
-  }
+  deepspeed_gradients(bf16_optimizer, "bf16, ZeRO 0-1", precision, training, assumptions);
   parallel["bucket_mb"] = 5e8 * (bf16_optimizer || precision == "fp32" ? 4.0 : 2.0) / 1e6;
   assumptions.push_back("parallel: gradient buckets of 5e8 elements (DeepSpeed's reduce_bucket_size and the pipeline engine's MEMORY_OPT_ALLREDUCE_SIZE)");
   // Its attention: FlashAttention only when asked for, else the unfused core attention (with
@@ -275,6 +280,8 @@ void import_megatron_deepspeed(Reader& a, int64_t pp, const std::string& precisi
                           "every in-flight stage output kept in its buffers");
   }
 }
+
+}  // namespace
 
 Json import_megatron(const std::vector<std::string>& args, const ImportOptions& opt) {
   Reader a(parse(args));
@@ -1013,14 +1020,7 @@ Json import_deepspeed(const Json& c, const std::string& config_path, const Impor
   }
   const double grad_bytes = precision == "fp32" ? 4.0 : 2.0;
   const bool bf16_optimizer = bf16 && stage == 1 && !off_opt;
-  if (bf16_optimizer) {
-    training["grad_dtype"] = "fp32";
-    training["lp_grads"] = true;
-    assumptions.push_back("training: DeepSpeed's BF16 optimizer (bf16, ZeRO-1, no offload): bf16 gradients kept beside the fp32 accumulation buffer");
-  } else if (precision != "fp32") {
-    training["grad_dtype"] = precision;
-    assumptions.push_back("training: gradients kept and reduced in " + precision + " (DeepSpeed's communication_data_type follows the model dtype)");
-  }
+  deepspeed_gradients(bf16_optimizer, "bf16, ZeRO-1, no offload", precision, training, assumptions);
   if (stage >= 1 && stage <= 2) {
     parallel["param_gather_overlap"] = false;
     assumptions.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step");

@@ -818,15 +818,9 @@ void StepBuilder::build() {
     nic_rx_.push_back(g.add_link(who + " nic rx", nic * f));
     fabric_.push_back(g.add_link(who + " fabric port", port * f));
   }
-  const auto& m = rc_.model;
-  const int64_t head = p_.head_stage();
-  if (m.tied_embeddings && pp_ > 1 && head != 0 && !ideal_ && !rc_.training.lora.enabled() && p_.effective_zero() < 3) {
-    // Megatron's finalize_model_grads (_allreduce_word_embedding_grads) and DeepSpeed's
-    // ReduceTiedGrads: the first stage's embedding and the head stage's copy of it sum their
-    // gradients (vocabulary-parallel over tp) before the optimizer.
-    tied_grad_bytes_ = static_cast<double>(rc_.padded_vocab) * static_cast<double>(m.hidden) / static_cast<double>(p_.tp) *
-                       sb_.gradients;
-    tied_place_ = mesh::place({0, head * p_.tp * p_.cp * p_.dp}, rc_.cluster.gpus_per_node);
+  if (const auto sync = estimate::tied_embedding_sync(rc_); sync && !ideal_) {
+    tied_grad_bytes_ = sync->bytes;
+    tied_place_ = sync->pair;
     tied_coll_.assign(static_cast<size_t>(per_stage_), kNone);
   }
   for (int64_t r = 0; r < ranks_; ++r) RankBuilder(*this, r).build();

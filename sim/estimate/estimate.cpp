@@ -254,6 +254,18 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
   return c;
 }
 
+std::optional<TiedEmbeddingSync> tied_embedding_sync(const config::RunConfig& rc) {
+  const auto& p = rc.parallel;
+  if (!rc.model.tied_embeddings || p.pp <= 1 || p.head_stage() == 0 || rc.training.lora.enabled() || p.effective_zero() >= 3) {
+    return std::nullopt;
+  }
+  TiedEmbeddingSync t;
+  t.bytes = static_cast<double>(rc.padded_vocab) * static_cast<double>(rc.model.hidden) / static_cast<double>(p.tp) *
+            memory::state_bytes(rc.training).gradients;
+  t.pair = mesh::place({0, p.head_stage() * p.tp * p.cp * p.dp}, rc.cluster.gpus_per_node);
+  return t;
+}
+
 double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st) {
   const auto& p = rc.parallel;
   const memory::StateBytes sb = memory::state_bytes(rc.training);
@@ -668,15 +680,9 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     double end_max = t_pipe;
     double drain = 0;  // backward still to run on earlier stages after stage s finishes
     // Tied embeddings with the head off stage 0: the first stage (the last to finish) and the
-    // head's stage all-reduce the embedding gradient after their reductions (the simulator's
-    // StepBuilder::tied_coll_).
+    // head's stage all-reduce the embedding gradient after their reductions.
     double tied = 0;
-    if (rc.model.tied_embeddings && pp > 1 && p.head_stage() != 0 && !rc.training.lora.enabled()) {
-      const double bytes = static_cast<double>(rc.padded_vocab) * static_cast<double>(rc.model.hidden) / static_cast<double>(p.tp) * sb.gradients;
-      tied = cost::collective_time(Collective::kAllReduce, core::Bytes(bytes),
-                                   mesh::place({0, p.head_stage() * p.tp * p.cp * p.dp}, rc.cluster.gpus_per_node), hw)
-                 .value();
-    }
+    if (const auto sync = tied_embedding_sync(rc)) tied = cost::collective_time(Collective::kAllReduce, core::Bytes(sync->bytes), sync->pair, hw).value();
     for (int64_t s = 0; s < pp; ++s) {
       const auto& st = out.memory.stages[static_cast<size_t>(s)];
       const Collective grad_op = zero >= 1 ? Collective::kReduceScatter : Collective::kAllReduce;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,5 +91,16 @@ core::Duration sharded_collective_time(cost::Collective c, core::Bytes bytes, co
 
 // Optimizer step time of one stage (HBM-bound over the local shard plus kernel launches).
 double optimizer_time_s(const config::RunConfig& rc, const memory::StageMemory& st);
+
+// Tied embeddings split across the pipeline (the head off stage 0, ZeRO 0-2, not under LoRA):
+// each first-stage rank and its peer on the head's stage all-reduce the embedding gradient
+// (vocab/tp x hidden in the gradient dtype) before the optimizer (Megatron-Core's
+// _allreduce_word_embedding_grads, DeepSpeed's ReduceTiedGrads). The bytes and the pair's
+// placement; nullopt when the run has no such reduction.
+struct TiedEmbeddingSync {
+  double bytes = 0;
+  mesh::Placement pair{};
+};
+std::optional<TiedEmbeddingSync> tied_embedding_sync(const config::RunConfig& rc);
 
 }  // namespace stepcast::estimate
