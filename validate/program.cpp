@@ -6,6 +6,7 @@
 #include "sim/core/error.hpp"
 #include "sim/engine/schedule.hpp"
 #include "sim/engine/step_builder.hpp"
+#include "sim/estimate/estimate.hpp"
 #include "sim/memory/ledger.hpp"
 #include "sim/mesh/rank_mesh.hpp"
 
@@ -65,6 +66,11 @@ void check_executable(const config::RunConfig& rc, const std::string& backend) {
   if (p.keep_stage_outputs) refuse("parallel.keep_stage_outputs (stage outputs are released once sent)");
   if (p.keep_step_outputs != config::StepOutputs::kNone) refuse("parallel.keep_step_outputs (stage outputs are released once sent)");
   if (p.recv_buffer_per_microbatch) refuse("parallel.recv_buffer_per_microbatch (one receive buffer is reused)");
+  // Pipeline transfers are posted in Megatron's order, and no embedding group is formed.
+  if (p.pp_rendezvous && p.pp > 1) refuse("parallel.pp_rendezvous (transfers are posted in Megatron's order, not as DeepSpeed's blocking pairs)");
+  if (estimate::tied_embedding_sync(rc)) {
+    refuse("model.tie_word_embeddings with the head off stage 0 (the embedding gradient's all-reduce between the first and the head's stage is not executed; untie the model)");
+  }
   if (p.offload != config::Offload::kNone) refuse("parallel.offload (model state stays in device memory and the optimizer runs there)");
   if (p.activation_offload_layers > 0) refuse("parallel.activation_offload_layers (activations stay in device memory)");
 }

@@ -495,6 +495,21 @@ TEST(ValidateProgram, RefusesWhatTheExecutorsCannotRun) {
   expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}}), "cpu", "training.precision");
   expect_refused(tiny({{"dp", 2}, {"micro_batch_size", 2}}, {{"precision", "bf16"}, {"lora", {{"rank", 4}, {"base_quantization", "nf4"}}}}),
                  "cuda", "training.lora.base_quantization");
+  expect_refused(tiny({{"pp", 2}, {"micro_batch_size", 1}, {"pp_rendezvous", true}}), "cpu", "parallel.pp_rendezvous");
+  {
+    // A tied model split over a pipeline: the simulation all-reduces the embedding gradient
+    // between the first and last stage, which the executors do not.
+    Json j{{"model", {{"name", "gpt-tiny-tied"}, {"num_hidden_layers", 4}, {"hidden_size", 256}, {"num_attention_heads", 4},
+                      {"intermediate_size", 1024}, {"vocab_size", 8192}, {"max_position_embeddings", 1024}, {"hidden_act", "gelu"},
+                      {"tie_word_embeddings", true}}},
+           {"hardware", "cpu"},
+           {"cluster", {{"num_gpus", 2}, {"gpus_per_node", 2}}},
+           {"training", {{"seq_len", 256}, {"global_batch_size", 8}, {"precision", "fp32"}, {"attention", "unfused"}}},
+           {"parallel", {{"pp", 2}, {"micro_batch_size", 1}}}};
+    expect_refused(config::parse_run(j, "<validate-test>", ""), "cpu", "model.tie_word_embeddings");
+    j["parallel"] = {{"dp", 2}, {"micro_batch_size", 2}};
+    EXPECT_NO_THROW(check_executable(config::parse_run(j, "<validate-test>", ""), "cpu"));  // one stage: nothing to sum
+  }
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 2}, {"micro_batch_size", 2}, {"fsdp", true}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"tp", 2}, {"sp", true}, {"micro_batch_size", 2}}), "cpu"));
   EXPECT_NO_THROW(check_executable(tiny({{"dp", 4}, {"micro_batch_size", 2}, {"fsdp", true}, {"dp_replicate", 2}}, {}, 4), "cpu"));
