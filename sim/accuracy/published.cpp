@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "models/model_spec.hpp"
+#include "sim/config/framework_import.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/embedded.hpp"
 #include "sim/cost/collectives.hpp"
@@ -1070,19 +1071,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     notes.push_back("parallel: DeepSpeed ZeRO-1/2 all-gathers the updated parameter partitions inside the optimizer step (not overlapped with the next forward)");
   }
   if (fam == Family::kBloom || (deepspeed && pp > 1)) {
-    parallel["keep_stage_outputs"] = true;
-    parallel["pp_send_full_activation"] = true;
-    notes.push_back("parallel: DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output in its pipe buffers and sends whole activations from every TP rank");
-    // Its TrainSchedule pairs blocking p2p.send / p2p.recv calls (deepspeed/runtime/pipe).
-    parallel["pp_rendezvous"] = true;
-    notes.push_back("parallel: DeepSpeed's pipeline engine transfers activations and gradients as blocking send/receive pairs (both stages wait for "
-                    "each transfer; a backward's gradient is sent after the next forward's input is received)");
-    // The pipeline engine all-reduces the gradients after the last micro-batch through
-    // flattened buckets of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements (fp32 here).
-    parallel["bucket_mb"] = 2000;
-    parallel["grad_reduce_overlap"] = false;
-    notes.push_back("parallel: DeepSpeed's pipeline engine reduces gradients after the last micro-batch's backward (its ReduceGrads instruction) in "
-                    "flattened buckets of 5e8 elements (MEMORY_OPT_ALLREDUCE_SIZE), 2,000 MB of fp32");
+    // Its flattened buckets hold fp32 gradients here (the BF16 optimizer's accumulation buffer).
+    config::deepspeed_pipeline_engine(parallel, 4.0, notes);
   }
   if (fam == Family::kBloom) {
     parallel["zero_stage"] = 1;

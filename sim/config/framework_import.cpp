@@ -249,7 +249,7 @@ void import_megatron_deepspeed(Reader& a, int64_t pp, const std::string& precisi
   const bool bf16_optimizer = precision == "bf16" && zero <= 1;
   deepspeed_gradients(bf16_optimizer, "bf16, ZeRO 0-1", precision, training, assumptions);
   parallel["bucket_mb"] = 5e8 * (bf16_optimizer || precision == "fp32" ? 4.0 : 2.0) / 1e6;
-  assumptions.push_back("parallel: gradient buckets of 5e8 elements (DeepSpeed's reduce_bucket_size and the pipeline engine's MEMORY_OPT_ALLREDUCE_SIZE)");
+  assumptions.push_back("parallel: gradient buckets of 5e8 elements (DeepSpeed's reduce_bucket_size)");
   // Its attention: FlashAttention only when asked for, else the unfused core attention (with
   // Megatron's fused scale-mask-softmax kernel).
   if (a.has("use-flash-attn-v2") || a.has("use-flash-attn") || a.has("use-flash-attn-v1") || a.has("use-flash-attn-triton")) {
@@ -273,11 +273,7 @@ void import_megatron_deepspeed(Reader& a, int64_t pp, const std::string& precisi
     if (zero >= 2) throw core::UserError("--zero-stage: got " + std::to_string(zero) + "; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 (or pass --no-pipeline-parallel)");
     if (parallel.contains("vpp")) throw core::UserError("--virtual-pipeline-model-parallel-size: DeepSpeed's pipeline engine runs 1F1B without virtual stages");
     parallel["schedule"] = "1f1b";
-    parallel["pp_rendezvous"] = true;
-    parallel["pp_send_full_activation"] = true;
-    parallel["keep_stage_outputs"] = true;
-    assumptions.push_back("parallel: DeepSpeed's pipeline engine: 1F1B with blocking send/receive pairs of whole activations from every TP rank, "
-                          "every in-flight stage output kept in its buffers");
+    deepspeed_pipeline_engine(parallel, bf16_optimizer || precision == "fp32" ? 4.0 : 2.0, assumptions);
   }
 }
 
@@ -877,6 +873,19 @@ Json parse_yaml(const std::string& text, const std::string& path) {
     node[key] = yaml_scalar(value);
   }
   return doc;
+}
+
+void deepspeed_pipeline_engine(Json& parallel, double grad_bytes, std::vector<std::string>& notes) {
+  parallel["pp_rendezvous"] = true;
+  parallel["pp_send_full_activation"] = true;
+  parallel["keep_stage_outputs"] = true;
+  // The engine's ReduceGrads instruction after the schedule, over MEMORY_OPT_ALLREDUCE_SIZE.
+  parallel["grad_reduce_overlap"] = false;
+  parallel["bucket_mb"] = 5e8 * grad_bytes / 1e6;
+  notes.push_back("parallel: DeepSpeed's pipeline engine: 1F1B with blocking send/receive pairs (both stages wait for each transfer; a "
+                  "backward's gradient is sent after the next forward's input is received) of whole activations from every TP rank, "
+                  "every in-flight stage output kept in its buffers, gradients reduced after the last micro-batch's backward in "
+                  "flattened buckets of 5e8 elements (MEMORY_OPT_ALLREDUCE_SIZE), " + core::fmt("%g", 5e8 * grad_bytes / 1e6) + " MB");
 }
 
 namespace {

@@ -85,6 +85,13 @@ core::Json parse_yaml(const std::string& text, const std::string& path);
 // FlashAttention-2 class attention.
 extern const char* const kSdpaAttention;
 
+// DeepSpeed's pipeline engine (deepspeed/runtime/pipe) as run-file settings, added to
+// `parallel` and stated in `notes`: blocking send/receive pairs (pp_rendezvous) of whole
+// activations from every TP rank, every in-flight stage output kept in its buffers, gradients
+// reduced after the last micro-batch's backward in flattened buckets of 5e8 elements of
+// `grad_bytes` each. Shared by the Megatron-DeepSpeed importer and the accuracy harness.
+void deepspeed_pipeline_engine(core::Json& parallel, double grad_bytes, std::vector<std::string>& notes);
+
 // The run file for a DeepSpeed config (`config_path` names it in messages).
 core::Json import_deepspeed(const core::Json& config, const std::string& config_path, const ImportOptions& opt);
 
