@@ -911,15 +911,17 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     // 'PURE' sets param, reduce and buffer dtypes to the precision.
     training["grad_dtype"] = "fp32";
     training["param_dtype"] = "fp32";
-    training["reduce_dtype"] = precision_of(r);
+    // (amp_fp8 runs Transformer Engine's fp8 GEMMs under bf16 autocast: the amp dtype is bf16.)
+    const std::string amp = precision_of(r) == "fp8" ? "bf16" : precision_of(r);
+    training["reduce_dtype"] = amp;
     if (contains(lower(str(r, "precision")), "pure")) {
-      notes.push_back("training: Composer FSDP mixed precision PURE: fp32 sharded parameters gathered as " + precision_of(r) +
-                      " copies, gradients reduced in " + precision_of(r));
+      notes.push_back("training: Composer FSDP mixed precision PURE: fp32 sharded parameters gathered as " + amp +
+                      " copies, gradients reduced in " + amp);
     } else {
       training["gather_dtype"] = "fp32";
       notes.push_back("training: Composer FSDP mixed precision DEFAULT (2023): no FSDP param_dtype, so the fp32 parameters are gathered in fp32 "
-                      "and autocast casts each weight to " + precision_of(r) + " per use; the fp32 token and position embeddings keep the residual "
-                      "stream in fp32 (MPT's low-precision LayerNorm casts its input down); gradients reduced in " + precision_of(r));
+                      "and autocast casts each weight to " + amp + " per use; the fp32 token and position embeddings keep the residual "
+                      "stream in fp32 (MPT's low-precision LayerNorm casts its input down); gradients reduced in " + amp);
     }
   } else if (torchtitan) {
     training["grad_dtype"] = "fp32";
@@ -934,7 +936,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     training["fused_elementwise"] = false;
     notes.push_back("training: eager PyTorch element-wise kernels (no torch.compile in this run)");
   }
-  if (torchtitan || (fam == Family::kMpt && contains(str(r, "gpu_type"), "H100")) || (deepspeed && !pre_flash && fam != Family::kBloom)) {
+  if (fam == Family::kMpt) {
+    // llm-foundry's benchmark configs (scripts/train/yamls/pretrain/mpt-*.yaml) and its sweep
+    // script (submit_benchmarks.py, --attn_impl default 'triton') run MPT's attn_impl: triton,
+    // the FlashAttention kernel written in Triton (flash_attn_triton.py).
+    training["attention"] = "triton";
+    notes.push_back("training: the FlashAttention Triton kernel (MPT attn_impl: triton, as the benchmark configs and sweep script set it)");
+  } else if (torchtitan || (deepspeed && !pre_flash && fam != Family::kBloom)) {
     // (Megatron-DeepSpeed's --use-flash-attn-v2 calls flash-attn 2.)
     training["attention"] = "flash2";
     notes.push_back("training: FlashAttention-2 kernels (PyTorch SDPA flash backend / flash-attn 2), not Hopper's FA3/cuDNN class");

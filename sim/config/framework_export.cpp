@@ -218,6 +218,10 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   } else if (t.attention == AttentionImpl::kFlash2) {
     arg("attention-backend", "flash");
     out.notes.push_back("training.attention flash2: FlashAttention-2 through Transformer Engine's flash backend");
+  } else if (t.attention == AttentionImpl::kTriton) {
+    arg("attention-backend", "flash");
+    out.notes.push_back("training.attention triton: Megatron-LM has no Triton attention kernel; Transformer Engine's flash backend "
+                        "(FlashAttention-2) runs instead, faster than the prediction");
   }
 
   // --- layout ---

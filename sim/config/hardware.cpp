@@ -288,6 +288,13 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hw.efficiency.attention_flash2_bwd = er.get_number("attention_flash2_bwd", 0.01, 1.0, hw.efficiency.attention_bwd);
     hw.efficiency.attention_tile = er.get_number("attention_tile", 0.0, 1024.0, 128.0);
     hw.efficiency.attention_flash2_tile = er.get_number("attention_flash2_tile", 0.0, 1024.0, 64.0);
+    hw.efficiency.attention_triton_fwd = er.has("attention_triton_fwd") ? er.get_number("attention_triton_fwd", 0.01, 1.0, 0.0) : 0.0;
+    hw.efficiency.attention_triton_bwd = er.has("attention_triton_bwd") ? er.get_number("attention_triton_bwd", 0.01, 1.0, 0.0) : 0.0;
+    if ((hw.efficiency.attention_triton_fwd > 0) != (hw.efficiency.attention_triton_bwd > 0)) {
+      issues.add(er.child_path(hw.efficiency.attention_triton_fwd > 0 ? "attention_triton_bwd" : "attention_triton_fwd"),
+                 "missing; the Triton attention kernel's forward and backward efficiencies come together");
+    }
+    hw.efficiency.attention_triton_tile = er.get_number("attention_triton_tile", 0.0, 1024.0, 128.0);
     hw.efficiency.attention_head_dim_scale = head_dim_scale(er, "attention_head_dim_scale");
     hw.efficiency.attention_flash2_head_dim_scale = head_dim_scale(er, "attention_flash2_head_dim_scale");
     parse_gemm_measured(er, hw);

@@ -115,11 +115,16 @@ struct Efficiency {
   double attention_bwd = 0.4;        // fused attention backward
   double attention_flash2_fwd = 0.5; // FlashAttention-2 forward (= attention_fwd unless given)
   double attention_flash2_bwd = 0.4;
+  // The FlashAttention Triton kernel (flash_attn_triton.py; llm-foundry's attn_impl: triton):
+  // 0 where the profile has no measurement of it, and a run that asks for it is refused.
+  double attention_triton_fwd = 0;
+  double attention_triton_bwd = 0;
   // Key tile of the attention kernels (keys per inner-loop step; FlashAttention-3 and cuDNN on
   // Hopper use 128): a causal mask computes each query row's diagonal tile whole and a sliding
   // window one partial tile more per row. 0: no tile granularity.
   double attention_tile = 128;
   double attention_flash2_tile = 64;  // FlashAttention-2's forward key block at head dim 128
+  double attention_triton_tile = 128; // the Triton kernel's key block (BLOCK_N)
   // Attention kernel throughput by head dimension relative to the efficiencies above (which
   // hold at the points' 1.0): (head dim, factor) points, interpolated in log2 of the head dim
   // and held flat beyond the ends; empty: no dependence measured. Fused and FlashAttention-2

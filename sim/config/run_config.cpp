@@ -180,8 +180,11 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   t.grad_dtype = hw::dtype_from_string(r.get_choice("grad_dtype", {"bf16", "fp16", "fp32"},
                                                     t.precision == hw::Dtype::kFp32 ? "fp32" : "bf16"));
   t.master_weights = r.get_bool("master_weights", true);
-  const auto attn = r.get_choice("attention", {"flash", "flash2", "unfused"}, "flash");
-  t.attention = attn == "flash" ? AttentionImpl::kFlash : attn == "flash2" ? AttentionImpl::kFlash2 : AttentionImpl::kUnfused;
+  const auto attn = r.get_choice("attention", {"flash", "flash2", "triton", "unfused"}, "flash");
+  t.attention = attn == "flash"    ? AttentionImpl::kFlash
+                : attn == "flash2" ? AttentionImpl::kFlash2
+                : attn == "triton" ? AttentionImpl::kTriton
+                                   : AttentionImpl::kUnfused;
   t.dropout = r.get_bool("dropout", false);
   t.fp32_logits = r.get_bool("fp32_logits", true);
   // Weights default to the compute dtype (16-bit for fp8 training, whose GEMMs cast per use).
@@ -903,6 +906,11 @@ void derive_and_validate(RunConfig& rc, Issues& issues) {
   }
   if (t.attention != AttentionImpl::kUnfused && rc.hardware.name == "v100-sxm-32gb") {
     issues.add("$.training.attention", "flash attention kernels need Ampere or newer; use \"unfused\" on V100");
+  }
+  if (t.attention == AttentionImpl::kTriton && rc.hardware.efficiency.attention_triton_fwd <= 0) {
+    issues.add("$.training.attention", "\"triton\": hardware profile \"" + rc.hardware.name +
+                                           "\" has no measured Triton attention kernel (efficiency.attention_triton_fwd / "
+                                           "attention_triton_bwd); add them to the profile, or use \"flash2\" or \"flash\"");
   }
 
   // Scenario targets must exist.

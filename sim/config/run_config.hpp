@@ -45,8 +45,10 @@ enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZbH1, kZbV, kDualPipeV }
   return s == Schedule::kZbH1 || s == Schedule::kZbV || s == Schedule::kDualPipeV;
 }
 // kFlash: the profile's fused attention kernel (cuDNN / FlashAttention-3 class on Hopper);
-// kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper.
-enum class AttentionImpl { kFlash, kFlash2, kUnfused };
+// kFlash2: FlashAttention-2 (PyTorch SDPA's flash backend), slower on Hopper; kTriton: the
+// FlashAttention kernel written in Triton (flash_attn_triton.py, which llm-foundry's MPT runs
+// as attn_impl: triton), slower still, costed only on profiles that measured it.
+enum class AttentionImpl { kFlash, kFlash2, kUnfused, kTriton };
 // Context-parallel exchange of K/V: kRing (p2p ring, each hop hidden behind a block), kAllGather
 // (gather every shard, one attention, reduce-scatter dK/dV), kUlysses (all-to-all of heads),
 // kRotateAllGather (the ring loop of blocks and online-softmax merges whose K/V shards arrive by

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace stepcast::cost {
 
@@ -72,13 +74,22 @@ double head_dim_factor(const std::vector<std::pair<double, double>>& points, dou
   return points.back().second;
 }
 
-Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, bool flash2) {
+Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, AttentionKernel which) {
   const auto& ef = hw.efficiency;
-  const double kernel = flash2 ? (backward ? ef.attention_flash2_bwd : ef.attention_flash2_fwd)
-                               : (backward ? ef.attention_bwd : ef.attention_fwd);
-  const double by_head_dim = head_dim_factor(flash2 ? ef.attention_flash2_head_dim_scale : ef.attention_head_dim_scale, a.d_qk);
+  const bool fused = which == AttentionKernel::kFused;
+  double kernel = backward ? ef.attention_bwd : ef.attention_fwd;
+  double tile = ef.attention_tile;
+  if (which == AttentionKernel::kFlash2) {
+    kernel = backward ? ef.attention_flash2_bwd : ef.attention_flash2_fwd;
+    tile = ef.attention_flash2_tile;
+  } else if (which == AttentionKernel::kTriton) {
+    // (RunConfig refuses the Triton kernel on a profile without it; a direct caller gets an error.)
+    kernel = backward ? ef.attention_triton_bwd : ef.attention_triton_fwd;
+    if (kernel <= 0) throw std::invalid_argument("hardware profile \"" + hw.name + "\" has no Triton attention efficiency");
+    tile = ef.attention_triton_tile;
+  }
+  const double by_head_dim = head_dim_factor(fused ? ef.attention_head_dim_scale : ef.attention_flash2_head_dim_scale, a.d_qk);
   // Keys a query row runs over, and the useful share of the tiles it computes.
-  const double tile = flash2 ? ef.attention_flash2_tile : ef.attention_tile;
   double keys = a.sk, useful = 1.0;
   if (a.causal && a.sk >= a.sq) {
     keys = a.sk / 2.0;

@@ -55,9 +55,13 @@ struct AttentionShape {
 // linear in log2(head dim) between the points, flat beyond them.
 double head_dim_factor(const std::vector<std::pair<double, double>>& points, double head_dim);
 
-// flash2: FlashAttention-2 efficiencies of the profile (attention_flash2_fwd/bwd); both kinds
-// scale with the query/key head dimension by the profile's head-dimension factors.
-core::Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw, bool flash2 = false);
+// Which fused attention kernel runs: the profile's fused kernel (attention_fwd/bwd), FlashAttention-2
+// (attention_flash2_*) or the FlashAttention Triton kernel (attention_triton_*). FlashAttention-2
+// and the Triton kernel share FlashAttention-2's head-dimension factors (the same tiling scheme);
+// the fused kernel has its own.
+enum class AttentionKernel { kFused, kFlash2, kTriton };
+core::Duration flash_attention_time(const AttentionShape& a, bool backward, const hw::HardwareProfile& hw,
+                                    AttentionKernel kernel = AttentionKernel::kFused);
 core::Duration unfused_attention_time(const AttentionShape& a, bool backward, bool dropout,
                                       hw::Dtype dtype, const hw::HardwareProfile& hw);
 

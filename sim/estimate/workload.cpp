@@ -794,9 +794,11 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     }
     Duration f, b;
     if (rc_.training.attention != config::AttentionImpl::kUnfused) {
-      const bool fa2 = rc_.training.attention == config::AttentionImpl::kFlash2;
-      f = cost::flash_attention_time(a, false, c.hw, fa2);
-      b = cost::flash_attention_time(a, true, c.hw, fa2);
+      const auto kernel = rc_.training.attention == config::AttentionImpl::kFlash2   ? cost::AttentionKernel::kFlash2
+                          : rc_.training.attention == config::AttentionImpl::kTriton ? cost::AttentionKernel::kTriton
+                                                                                    : cost::AttentionKernel::kFused;
+      f = cost::flash_attention_time(a, false, c.hw, kernel);
+      b = cost::flash_attention_time(a, true, c.hw, kernel);
     } else {
       f = cost::unfused_attention_time(a, false, rc_.training.dropout, c.act_dtype, c.hw);
       b = cost::unfused_attention_time(a, true, rc_.training.dropout, c.act_dtype, c.hw);

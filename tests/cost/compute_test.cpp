@@ -13,6 +13,8 @@
 namespace stepcast::cost {
 namespace {
 
+AttentionKernel kernel_of(bool flash2) { return flash2 ? AttentionKernel::kFlash2 : AttentionKernel::kFused; }
+
 const std::vector<std::pair<double, double>> kFused = {{64, 0.732}, {128, 1.0}, {256, 1.076}};
 
 TEST(AttentionHeadDim, FactorInterpolatesInLog2AndHoldsFlatBeyondTheEnds) {
@@ -35,7 +37,7 @@ TEST(AttentionHeadDim, HopperAttentionSlowsAtSmallHeads) {
   ASSERT_DOUBLE_EQ(d128.forward_flops().value(), d64.forward_flops().value());
   auto ratio = [&](const hw::HardwareProfile& hw, bool flash2, bool backward) {
     const double o = hw.efficiency.kernel_overhead.value();
-    return (flash_attention_time(d64, backward, hw, flash2).value() - o) / (flash_attention_time(d128, backward, hw, flash2).value() - o);
+    return (flash_attention_time(d64, backward, hw, kernel_of(flash2)).value() - o) / (flash_attention_time(d128, backward, hw, kernel_of(flash2)).value() - o);
   };
   EXPECT_NEAR(ratio(h100, false, false), 1.0 / 0.732, 1e-9);
   EXPECT_NEAR(ratio(h100, false, true), 1.0 / 0.732, 1e-9);
@@ -58,7 +60,7 @@ TEST(AttentionSequence, CausalThroughputFollowsTheFlashAttention3Measurements) {
   const double fa2[] = {191, 260, 298, 319, 333, 335};
   auto tflops = [&](double s, bool flash2) {
     const AttentionShape a{16384.0 / s, 16, s, s, 128, 128, true};
-    const double t = flash_attention_time(a, false, h100, flash2).value() - h100.efficiency.kernel_overhead.value();
+    const double t = flash_attention_time(a, false, h100, kernel_of(flash2)).value() - h100.efficiency.kernel_overhead.value();
     return a.forward_flops().value() / t / h100.efficiency.sustained_clock / 1e12;  // at the burst clock
   };
   for (int i = 0; i < 6; ++i) {
