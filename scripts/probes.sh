@@ -23,6 +23,35 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep '^| mtnlg' "$tmp/mtnlg.md" | head -3
   echo '```'
   echo
+  echo "## llm-foundry's benchmark tables (MPT 125M-70B, 512-65,536 tokens, A100 40/80GB, H100 bf16/fp8)"
+  echo
+  echo "Rows in data/probes/llmfoundry-benchmarks.jsonl (201 rows; the accuracy set holds 17 of them). The A100 and H100"
+  echo "profiles' Triton attention efficiencies come from the rows at 16k tokens and more (docs/MODEL.md)."
+  echo
+  ./build/stepcast accuracy --data data/probes/llmfoundry-benchmarks.jsonl --out "$tmp/lf.md" > "$tmp/lf.txt"
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/llmfoundry-benchmarks.jsonl --out llmfoundry.md"
+  grep 'MosaicML' "$tmp/lf.txt"
+  echo '```'
+  echo
+  echo "Estimate MAPE by table and by sequence length (16k tokens and more: on the bf16 tables, the rows the Triton efficiencies came from):"
+  echo
+  echo "| table | rows | MAPE | rows under 16k | MAPE under 16k | rows 16k+ | MAPE 16k+ |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  awk -F'|' '/^\| llmfoundry-/ && NF >= 12 {
+      id = $2; gsub(/ /, "", id); e = $9; gsub(/[ %+-]/, "", e)
+      split(id, p, "-"); t = p[3]; s = id; sub(/.*-s/, "", s); sub(/-.*/, "", s)
+      n[t]++; m[t] += e; if (s + 0 >= 16384) { nl[t]++; ml[t] += e } else { ns[t]++; ms[t] += e }
+    }
+    END { split("h100 h100fp8 a100 a10040", order, " ")
+      for (i = 1; i <= 4; i++) { t = order[i]
+        printf "| %s | %d | %.1f%% | %d | %.1f%% | %d | %.1f%% |\n", t, n[t], m[t] / n[t], ns[t], (ns[t] ? ms[t] / ns[t] : 0), nl[t], (nl[t] ? ml[t] / nl[t] : 0) } }' "$tmp/lf.md"
+  echo
+  echo "<details><summary>every row</summary>"
+  echo
+  sed -n '/^| row | hardware/,/^$/p' "$tmp/lf.md"
+  echo "</details>"
+  echo
   echo "## Fine-tuning: LoRA and full SFT (NeMo 24.07, DGX-H100, FP8, packed sequences)"
   echo
   echo "Rows in data/probes/nemo-finetune-2407.jsonl (NVIDIA NeMo's performance summary, fine-tuning table): LoRA as"

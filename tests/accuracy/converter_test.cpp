@@ -398,6 +398,18 @@ TEST(PublishedRows, AttentionKernelByFrameworkAndYear) {
   EXPECT_EQ(attention("Megatron-LM (Megatron-Core)", 2021), "fused");
   EXPECT_EQ(attention("Megatron-DeepSpeed", 2023), "flash2");  // flash-attn 2
   EXPECT_EQ(attention("NeMo 24.11 (Megatron-Core)", 0), "fused");
+  // llm-foundry's MPT benchmarks run the FlashAttention Triton kernel (attn_impl: triton) on
+  // every GPU; amp_fp8 reduces gradients in bf16, autocast's dtype.
+  Json mpt = r;
+  mpt.update(Json{{"model", "MPT-7b"}, {"layers", 32}, {"hidden", 4096}, {"heads", 32}, {"vocab", 50368}, {"seq_len", 2048},
+                  {"framework", "Composer / llm-foundry (PyTorch FSDP, FlashAttention/triton attn)"}, {"fsdp", "FSDP FULL_SHARD"},
+                  {"source", "MosaicML llm-foundry MPT training benchmarks"}, {"precision", "amp_fp8 (FSDP mixed precision DEFAULT)"}});
+  for (const char* gpu : {"H100 SXM 80GB", "A100 SXM4 80GB"}) {
+    mpt["gpu_type"] = gpu;
+    const Json run = converted(mpt);
+    EXPECT_EQ(run["training"].value("attention", std::string()), "triton") << gpu;
+    EXPECT_EQ(run["training"].value("reduce_dtype", std::string()), "bf16") << gpu;
+  }
   // Megatron-LM's main gradients are fp32 under fp16 and bf16 alike; DeepSpeed's follow its
   // optimizer (BF16Optimizer: fp32 accumulation; fp16: the model dtype).
   auto grads = [&](const char* framework, const char* precision) {
@@ -1044,4 +1056,36 @@ TEST(PublishedRows, NumbersAsTextAndNonPositiveValues) {
 }
 
 }  // namespace
+// llm-foundry's published benchmark tables (data/probes/llmfoundry-benchmarks.jsonl, 201 rows
+// from 125M to 70B, 512 to 65,536 tokens, A100 40GB/80GB and H100, bf16 and fp8). The Triton
+// attention efficiencies of the A100 and H100 profiles come from the 31 A100 and 12 H100 bf16
+// rows at 16k tokens and more; the other 158 rows are held out from that derivation. Bounds:
+// the estimate's MAPE today is 6.7% over all rows (18.5% with FlashAttention-2's efficiencies
+// in place of the Triton kernel's), 4.2% on the H100 bf16 table, 5.3% on the A100 80GB table
+// and 9.9% on the A100 40GB table, whose bf16 'PURE' runs stay about 11% faster than measured
+// (docs/MODEL.md). Each bound is today's value plus two points for unrelated model changes: a
+// regression of the attention or FSDP model past that fails here.
+TEST(ProbeRows, LlmFoundryTablesWithTheTritonKernel) {
+  AccuracyOptions o;
+  o.data_path = std::string(STEPCAST_SOURCE_DIR) + "/data/probes/llmfoundry-benchmarks.jsonl";
+  const AccuracyResult res = run_accuracy(o);
+  EXPECT_TRUE(res.skipped.empty()) << res.skipped.front().id << ": " << res.skipped.front().reason;
+  ASSERT_EQ(res.rows.size(), 201u);
+  auto mape = [&](const std::string& table) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& row : res.rows) {
+      if (!table.empty() && row.id.find("-" + table + "-") == std::string::npos) continue;
+      sum += std::abs(row.error);
+      ++n;
+    }
+    EXPECT_GT(n, 0) << table;
+    return n ? sum / n : 0.0;
+  };
+  EXPECT_LT(mape(""), 0.087);
+  EXPECT_LT(mape("h100"), 0.062);
+  EXPECT_LT(mape("a100"), 0.073);
+  EXPECT_LT(mape("a10040"), 0.119);
+}
+
 }  // namespace stepcast::accuracy

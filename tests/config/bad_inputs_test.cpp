@@ -200,6 +200,9 @@ const std::vector<BadCase> kCases = {
     {"ScenarioDegradedLinkWithoutFactor", R"({"scenario": {"degraded_link": {"rank": 1}}})",
      {"$.scenario.degraded_link.bandwidth_factor"}},
     {"UnknownAttentionKernel", R"({"training": {"attention": "flash4"}})", {"$.training.attention", "flash4", "flash2"}},
+    // The Triton kernel is costed only where the profile measured it (b200 has no measurement).
+    {"TritonAttentionWithoutAMeasurement", R"({"hardware": "b200", "training": {"attention": "triton"}})",
+     {"$.training.attention", "b200", "attention_triton_fwd"}},
     // Settings that mean nothing for the layout given, or cannot hold.
     {"EtpOnDenseModel", R"({"parallel": {"etp": 1}})", {"$.parallel.etp", "dense"}},
     {"RecomputeLayersBeyondStage", R"({"parallel": {"recompute": "full", "recompute_layers": 40}})",
@@ -437,6 +440,10 @@ TEST(BadInputs, ProfileWithoutGemmCeilingOrNetwork) {
     run["hardware"] = hw;
     (void)parse_run(run, "<test>", "");
   });
+  // The Triton attention kernel's efficiencies come in pairs.
+  hw = h100;
+  hw["efficiency"].erase("attention_triton_bwd");
+  refused(hw, 8, "$.hardware.efficiency.attention_triton_bwd");
 }
 
 // A zero bandwidth is one problem with one message, quoting what the user wrote (not a

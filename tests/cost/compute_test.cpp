@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include <cmath>
 #include <string>
 
@@ -43,6 +45,24 @@ TEST(AttentionHeadDim, HopperAttentionSlowsAtSmallHeads) {
   EXPECT_NEAR(ratio(h100, false, true), 1.0 / 0.732, 1e-9);
   EXPECT_NEAR(ratio(h100, true, false), 1.0 / 0.876, 1e-9);
   EXPECT_NEAR(ratio(hw::builtin_hardware("a100-sxm-80gb"), false, false), 1.0, 1e-12);
+}
+
+// The FlashAttention Triton kernel runs at the profile's attention_triton efficiencies, forward
+// and backward, with its own 128-key tile: on the A100 profile, at 64k causal tokens (where
+// the tiles no longer matter), 1.85x the time of FlashAttention-2 (the profile's fused kernel
+// there), as the llm-foundry long-sequence rows measured it. A profile without a Triton
+// measurement cannot cost it.
+TEST(AttentionKernels, TritonKernelAtTheProfilesEfficiencies) {
+  const hw::HardwareProfile a100 = hw::builtin_hardware("a100-sxm-80gb");
+  const AttentionShape a{1, 16, 65536, 65536, 128, 128, true};
+  const double o = a100.efficiency.kernel_overhead.value();
+  for (bool backward : {false, true}) {
+    const double fa2 = flash_attention_time(a, backward, a100, AttentionKernel::kFused).value() - o;
+    const double triton = flash_attention_time(a, backward, a100, AttentionKernel::kTriton).value() - o;
+    EXPECT_NEAR(triton / fa2, 1.85, 0.01) << (backward ? "backward" : "forward");
+  }
+  const hw::HardwareProfile b200 = hw::builtin_hardware("b200");
+  EXPECT_THROW((void)flash_attention_time(a, false, b200, AttentionKernel::kTriton), std::invalid_argument);
 }
 
 // Causal attention throughput by sequence length on the h100-sxm profile against the
