@@ -52,6 +52,28 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   sed -n '/^| row | hardware/,/^$/p' "$tmp/lf.md"
   echo "</details>"
   echo
+  echo "## NeMo 24.07 pretraining table (FP8, DGX-H100)"
+  echo
+  echo "Rows in data/probes/nemo-2407-pretrain.jsonl: the twelve pretraining rows of NeMo's performance summary (24.07),"
+  echo "a release before the DGX Cloud 24.09/24.11 recipes of the accuracy set."
+  echo
+  ./build/stepcast accuracy --data data/probes/nemo-2407-pretrain.jsonl --out "$tmp/n7.md" > /dev/null
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/nemo-2407-pretrain.jsonl --out nemo2407.md"
+  grep '^| nemo2407' "$tmp/n7.md"
+  echo '```'
+  echo
+  echo "## Long sequences with context parallelism (NeMo 24.03, Llama 2 7B FP8, DGX-H100, 4K-1M tokens)"
+  echo
+  echo "Rows in data/probes/nemo-long-sequence.jsonl (NeMo's long-sequence table, with-CP layouts). Measured: NeMo's model"
+  echo "TFLOP/s per GPU (Megatron-LM's FLOPs, unmasked attention), converted to a step time at the table's batch size."
+  echo
+  ./build/stepcast accuracy --data data/probes/nemo-long-sequence.jsonl --out "$tmp/ls.md" > /dev/null
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/nemo-long-sequence.jsonl --out longseq.md"
+  grep '^| nemo2403' "$tmp/ls.md"
+  echo '```'
+  echo
   echo "## Fine-tuning: LoRA and full SFT (NeMo 24.07, DGX-H100, FP8, packed sequences)"
   echo
   echo "Rows in data/probes/nemo-finetune-2407.jsonl (NVIDIA NeMo's performance summary, fine-tuning table): LoRA as"
