@@ -339,6 +339,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
   }
   if (t.precision == hw::Dtype::kFp8) model["converters"] = Json::array({"float8"});
   if (!model.empty()) doc["model"] = model;
+  if (t.attention == AttentionImpl::kTriton) {
+    out.notes.push_back("training.attention triton: torchtitan's attention is PyTorch SDPA (FlashAttention-2 or cuDNN), faster than "
+                        "the Triton kernel the prediction costs");
+  }
 
   // --- training ---
   const int64_t local = t.global_batch_size / p.dp;  // per data-parallel rank per step

@@ -251,6 +251,25 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
   EXPECT_GT(estimate::estimate_step(slow_titan).step_time_s, estimate::estimate_step(titan_round_trip(run_of(custom))).step_time_s);
 }
 
+// Neither framework runs the FlashAttention Triton kernel: both exports run their own attention
+// and say that the prediction costs a slower kernel than the launch will run.
+TEST(TorchtitanExport, TritonAttentionIsNamedInTheNotes) {
+  const RunConfig rc = run_of(Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "a100-sxm-80gb", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 64, "attention": "triton"},
+    "parallel": {"fsdp": true, "micro_batch_size": 2}})"));
+  auto noted = [](const std::vector<std::string>& notes) {
+    return std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.rfind("training.attention triton", 0) == 0; });
+  };
+  EXPECT_TRUE(noted(export_torchtitan(rc).notes));
+  EXPECT_TRUE(noted(export_megatron(rc).notes));
+  const RunConfig flash2 = run_of(Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "a100-sxm-80gb", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 64, "attention": "flash2"},
+    "parallel": {"fsdp": true, "micro_batch_size": 2}})"));
+  EXPECT_FALSE(noted(export_torchtitan(flash2).notes));
+}
+
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
   const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
                                    "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"tp": 2, "fsdp": true}})");
