@@ -1036,7 +1036,10 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     notes.push_back("parallel: TP communication overlapped with GEMMs (NeMo recipe default)");
   } else if (torchtitan && tp > 1 && (contains(lower(id), "asynctp") || contains(lower(str(r, "source_ref")), "asynctp"))) {
     parallel["tp_comm_overlap"] = true;
-    notes.push_back("parallel: async TP overlaps TP communication with the GEMMs");
+    parallel["tp_overlap_input_grad"] = false;
+    notes.push_back("parallel: async TP overlaps TP communication with the GEMMs, except the backward reduce-scatters of the "
+                    "column-parallel layers' input gradients, which sum several matmuls (wq, wk, wv; w1, w3) and so match no "
+                    "fused pattern (PyTorch's micro-pipeline TP pass)");
   }
   if (sharded) {
     parallel["fsdp"] = true;

@@ -300,6 +300,10 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     }
   }
   if (p.tp_comm_overlap) flag("tp-comm-overlap");
+  if (p.tp_comm_overlap && !p.tp_overlap_input_grad) {
+    out.notes.push_back("parallel.tp_overlap_input_grad false: Transformer Engine's TP overlap hides the input-gradient "
+                        "reduce-scatters too, so Megatron-LM runs faster than the prediction");
+  }
   // Megatron-LM keeps fp32 main gradients under 16-bit and fp8 training unless told to reduce
   // them in bf16.
   if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32) {
@@ -367,7 +371,13 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     par["data_parallel_shard_degree"] = 1;
   }
   if (m.moe.enabled()) par["expert_parallel_degree"] = p.ep;
-  if (p.tp_comm_overlap) par["enable_async_tensor_parallel"] = true;
+  if (p.tp_comm_overlap) {
+    par["enable_async_tensor_parallel"] = true;
+    if (p.tp_overlap_input_grad) {
+      out.notes.push_back("parallel.tp_comm_overlap: torchtitan's async TP leaves the column-parallel layers' input-gradient "
+                          "reduce-scatters exposed (parallel.tp_overlap_input_grad false), so it runs slower than the prediction");
+    }
+  }
   if (p.cp > 1) par["context_parallel_rotate_method"] = p.cp_comm == CpComm::kRing ? "alltoall" : "allgather";
   if (p.pp > 1) {
     const char* schedule = nullptr;

@@ -322,6 +322,10 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   p.cp_overlap = r.get_bool("cp_overlap", true);
   if (const Json* mj = r.get_raw("moe"); mj != nullptr) parse_moe(ObjectReader(*mj, r.child_path("moe"), r.issues()), p.moe);
   p.tp_comm_overlap = r.get_bool("tp_comm_overlap", false);
+  p.tp_overlap_input_grad = r.get_bool("tp_overlap_input_grad", true);
+  if (!p.tp_overlap_input_grad && !p.tp_comm_overlap) {
+    r.issues().add(r.child_path("tp_overlap_input_grad"), "got false; it says which TP collectives overlap, and needs parallel.tp_comm_overlap true");
+  }
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
   p.comm_high_priority = r.get_bool("comm_high_priority", false);

@@ -298,6 +298,13 @@ struct Parallel {
   bool cp_overlap = true;
   MoeRouting moe;
   bool tp_comm_overlap = false;
+  // Under tp_comm_overlap, whether the column-parallel layers' input-gradient reduction (the
+  // backward reduce-scatter, an all-reduce without SP) hides too. Transformer Engine's
+  // userbuffers overlap it with the weight-gradient GEMM (true). PyTorch's async TP (Inductor's
+  // micro-pipeline pass) fuses all-gather -> matmul and matmul -> reduce-scatter patterns only,
+  // and these reduce-scatters take the sum of several matmuls' outputs (Q, K and V; w1 and w3),
+  // so they run unfused and exposed (false).
+  bool tp_overlap_input_grad = true;
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;
   // The data-parallel collectives' streams outrank compute (PyTorch TORCH_NCCL_HIGH_PRIORITY=1,

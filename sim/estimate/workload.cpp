@@ -237,14 +237,16 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   if (c.t <= 1) return;
   const double bytes = width * c.T * static_cast<double>(c.rc.model.hidden) * c.e;
   const bool overlap = c.rc.parallel.tp_comm_overlap;
+  // (The input-gradient reduction sums several layers' dgrads: see tp_overlap_input_grad.)
+  const bool overlap_grad = overlap && c.rc.parallel.tp_overlap_input_grad;
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
     bwd.push_back(tp_overlapped(c, comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
-                          overlap ? gemm_bwd : Duration(0))));
+                          overlap_grad ? gemm_bwd : Duration(0))));
   } else {
     bwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar_grad", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
-                          overlap ? gemm_bwd : Duration(0))));
+                          overlap_grad ? gemm_bwd : Duration(0))));
   }
 }
 

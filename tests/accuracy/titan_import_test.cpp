@@ -100,6 +100,7 @@ enable = true
   EXPECT_EQ(rc.parallel.dp, 4);
   EXPECT_EQ(rc.parallel.schedule, config::Schedule::kInterleaved);
   EXPECT_TRUE(rc.parallel.tp_comm_overlap);  // async TP
+  EXPECT_FALSE(rc.parallel.tp_overlap_input_grad);  // ... without the input-gradient reduce-scatters
   EXPECT_EQ(rc.parallel.recompute, config::Recompute::kFull);
   EXPECT_EQ(rc.training.global_batch_size, 32);  // local 8 x dp 4
 

@@ -243,6 +243,33 @@ TEST(Workload, TpOverlapExposesFirstChunkAndSlowsTheGemm) {
 }
 
 
+// PyTorch's async TP leaves the column-parallel blocks' input-gradient reduce-scatters unfused
+// (tp_overlap_input_grad false): in the backward those two collectives (before QKV and fc1)
+// carry no GEMM to hide behind and are exposed whole, the other two keep their chunked overlap,
+// and the forward is unchanged.
+TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}, {"tp_comm_overlap", true}}}};
+  const RunConfig te = config::parse_run(j, "<overlap-test>", "");
+  j["parallel"]["tp_overlap_input_grad"] = false;
+  const RunConfig async_tp = config::parse_run(j, "<overlap-test>", "");
+  const WorkloadBuilder wt(te), wa(async_tp);
+  int exposed = 0, hidden = 0;
+  for (const auto& o : wa.dense_layer().bwd) {
+    if (o.kind != OpKind::kComm || o.comm != CommKind::kTp) continue;
+    const bool input_grad = o.name.find("rs_grad") != std::string::npos;
+    EXPECT_EQ(o.hidden_by.value() == 0.0, input_grad) << o.name;
+    (input_grad ? exposed : hidden)++;
+  }
+  EXPECT_EQ(exposed, 2);
+  EXPECT_EQ(hidden, 2);
+  EXPECT_DOUBLE_EQ(wa.dense_layer().fwd_comm_exposed.value(), wt.dense_layer().fwd_comm_exposed.value());
+  EXPECT_GT(wa.dense_layer().bwd_comm_exposed.value(), wt.dense_layer().bwd_comm_exposed.value());
+}
+
 // DeepSpeed-style pipelines: every TP rank sends the whole activation (tp times Megatron's
 // 1/tp slice), and 16-bit gradients are folded into the fp32 buffer each micro-batch (one
 // extra HBM pass over the layer's parameters: 2 + 4 + 4 bytes each).
