@@ -265,6 +265,10 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   if (p.dp_replicate > 1) arg("num-distributed-optimizer-instances", num(p.dp_replicate));
   if (p.recompute == Recompute::kFull) {
     arg("recompute-granularity", "full");
+    if (p.recompute_stops_early) {
+      out.notes.push_back("parallel.recompute_stops_early: Megatron-LM's full recomputation re-runs each whole layer, so it runs slower "
+                          "than the prediction");
+    }
     if (p.recompute_layers > 0) {
       arg("recompute-method", "block");
       arg("recompute-num-layers", num(p.recompute_layers));
@@ -431,6 +435,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     case Recompute::kSelective: break;
   }
   doc["activation_checkpoint"] = ac;
+  if (p.recompute == Recompute::kFull && !p.recompute_stops_early) {
+    out.notes.push_back("parallel.recompute full: torchtitan's activation checkpointing stops each recomputed forward before the MLP "
+                        "down projection (parallel.recompute_stops_early true), so it runs faster than the prediction");
+  }
   if (t.loss == LossImpl::kFused && t.fused_elementwise) doc["compile"] = {{"enable", true}, {"components", Json::array({"model", "loss"})}};
 
   out.notes.push_back("hardware " + rc.hardware.name + ", " + std::to_string(rc.cluster.num_gpus) + " GPUs (" +

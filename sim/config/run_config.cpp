@@ -272,6 +272,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
                 : rec == "selective-op" ? Recompute::kSelectiveOp
                                         : Recompute::kNone;
   p.recompute_layers = r.get_int("recompute_layers", 0, 1 << 20, 0);  // 0: every layer
+  p.recompute_stops_early = r.get_bool("recompute_stops_early", false);
+  if (p.recompute_stops_early && p.recompute != Recompute::kFull) {
+    r.issues().add(r.child_path("recompute_stops_early"),
+                   "got true; it says where full recomputation stops, and needs recompute \"full\" (got \"" + rec + "\")");
+  }
   if (p.recompute_layers > 0 && p.recompute != Recompute::kFull) {
     r.issues().add(r.child_path("recompute_layers"),
                    "got " + std::to_string(p.recompute_layers) + "; recomputing a number of layers needs recompute \"full\" (got \"" + rec + "\")");

@@ -254,6 +254,13 @@ struct Parallel {
   // recompute and the backward (PyTorch FSDP).
   bool zero3_recompute_regather = false;
   Recompute recompute = Recompute::kNone;
+  // Full recomputation through PyTorch's non-reentrant checkpoint (torch.utils.checkpoint with
+  // use_reentrant=False, which stops recomputing once the backward's saved tensors are back:
+  // set_checkpoint_early_stop, on by default) or torch.compile's partitioner: a dense layer's
+  // recomputed forward ends before its MLP down projection, whose output (and its TP exit
+  // collective and residual add) the backward does not need. Megatron's and DeepSpeed's
+  // recomputation re-runs the whole layer (false).
+  bool recompute_stops_early = false;
   // With recompute full: the layers recomputed in each virtual stage, its first ones (Megatron's
   // --recompute-method block --recompute-num-layers N); the rest keep their activations.
   // 0 = every layer.

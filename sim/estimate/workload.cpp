@@ -1123,8 +1123,25 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       return p.recomputes(config::kRecomputeMoe) && (n.starts_with("router") || n == "permute" || n.starts_with("ep.") ||
                                                       n.starts_with("experts.") || n == "unpermute" || n.starts_with("shared."));
     };
+    // PyTorch's non-reentrant checkpoint stops at the last saved tensor: a dense layer's down
+    // projection saves its input and weight before it runs, so it and what follows it (its TP
+    // exit collective, the residual add) are not recomputed; its weight cast (autocast) is.
+    // Dropout after it saves its mask, so the projection runs; a MoE layer's combine keeps the
+    // expert outputs for the routing weights' gradient.
+    size_t stop = F.size();
+    if (recompute == config::Recompute::kFull && p.recompute_stops_early && !moe && !rc_.training.dropout) {
+      for (size_t i = F.size(); i-- > 0;) {
+        if (F[i].kind == OpKind::kGemm) {
+          stop = i;
+          break;
+        }
+      }
+    }
+    const std::string stop_cast = stop < F.size() ? F[stop].name + ".weight_cast" : std::string();
     std::vector<Op> re;
-    for (const auto& o : F) {
+    for (size_t i = 0; i < F.size(); ++i) {
+      const Op& o = F[i];
+      if (i >= stop && o.name != stop_cast) continue;
       if (!in_module(o.name)) continue;
       Op r = o;
       r.name = "recompute." + o.name;

@@ -424,6 +424,27 @@ TEST(PublishedRows, AttentionKernelByFrameworkAndYear) {
   EXPECT_EQ(grads("Megatron-DeepSpeed", "FP16 mixed"), "fp16");
 }
 
+// Full activation checkpointing: torchtitan's (non-reentrant checkpoint, PyTorch 2.x) stops the
+// recomputed forward early; llm-foundry's 2023 tables ran PyTorch 1.13, which re-ran the block;
+// Megatron recomputes the whole layer.
+TEST(PublishedRows, CheckpointEarlyStopByFramework) {
+  Json r = base_row();
+  r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"num_gpus", 8}, {"global_batch_seqs", 64},
+                {"recompute", "full activation checkpointing"}});
+  auto stops = [&](const char* framework, const char* source) {
+    Json x = r;
+    x["framework"] = framework;
+    x["source"] = source;
+    x["fsdp"] = "FSDP2";
+    const Json run = converted(x);
+    EXPECT_EQ(run["parallel"].value("recompute", std::string()), "full") << framework;
+    return run["parallel"].value("recompute_stops_early", false);
+  };
+  EXPECT_TRUE(stops("torchtitan (torch 2024-12-23)", "torchtitan benchmark"));
+  EXPECT_FALSE(stops("Composer / llm-foundry (PyTorch FSDP)", "MosaicML llm-foundry MPT training benchmarks"));
+  EXPECT_FALSE(stops("NeMo 24.11 (Megatron-Core)", "test"));
+}
+
 // An MoE row's expert tensor parallelism is the row's when it states one; otherwise Megatron's
 // default (etp = tp) applies and this layout (ep 32 x etp 2 over tp 2 x dp 16) is refused.
 TEST(PublishedRows, ExpertTensorParallelFromTheRow) {

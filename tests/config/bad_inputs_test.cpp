@@ -200,6 +200,8 @@ const std::vector<BadCase> kCases = {
     {"ScenarioDegradedLinkWithoutFactor", R"({"scenario": {"degraded_link": {"rank": 1}}})",
      {"$.scenario.degraded_link.bandwidth_factor"}},
     {"UnknownAttentionKernel", R"({"training": {"attention": "flash4"}})", {"$.training.attention", "flash4", "flash2"}},
+    {"EarlyStopWithoutFullRecompute", R"({"parallel": {"recompute_stops_early": true}})",
+     {"$.parallel.recompute_stops_early", "got true", "recompute \"full\""}},
     {"InputGradOverlapWithoutTpOverlap", R"({"parallel": {"tp_overlap_input_grad": false}})",
      {"$.parallel.tp_overlap_input_grad", "got false", "tp_comm_overlap"}},
     // The Triton kernel is costed only where the profile measured it (b200 has no measurement).

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include "sim/config/run_config.hpp"
@@ -268,6 +270,41 @@ TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
   EXPECT_EQ(hidden, 2);
   EXPECT_DOUBLE_EQ(wa.dense_layer().fwd_comm_exposed.value(), wt.dense_layer().fwd_comm_exposed.value());
   EXPECT_GT(wa.dense_layer().bwd_comm_exposed.value(), wt.dense_layer().bwd_comm_exposed.value());
+}
+
+// PyTorch's non-reentrant checkpoint stops recomputing once the backward's saved tensors are back:
+// a dense layer's recomputed forward leaves out the MLP down projection and what follows it
+// (its TP reduce-scatter, the residual add), not what feeds it; with dropout after it (which
+// saves a mask) the whole forward is recomputed.
+TEST(Workload, EarlyStoppingCheckpointSkipsTheDownProjection) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+            {"parallel", {{"tp", 2}, {"sp", true}, {"micro_batch_size", 1}, {"recompute", "full"}}}};
+  const RunConfig whole = config::parse_run(j, "<ac-test>", "");
+  j["parallel"]["recompute_stops_early"] = true;
+  const RunConfig early = config::parse_run(j, "<ac-test>", "");
+  auto recomputed = [](const RunConfig& rc) {
+    std::vector<std::string> names;
+    for (const auto& o : WorkloadBuilder(rc).dense_layer().bwd) {
+      if (o.name.starts_with("recompute.")) names.push_back(o.name.substr(10));
+    }
+    return names;
+  };
+  const auto all = recomputed(whole), cut = recomputed(early);
+  ASSERT_FALSE(all.empty());
+  auto has = [](const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  EXPECT_TRUE(has(all, "fc2"));
+  EXPECT_FALSE(has(cut, "fc2"));
+  for (const auto& n : cut) EXPECT_FALSE(n.starts_with("fc2")) << n;
+  EXPECT_TRUE(has(cut, "fc1"));
+  EXPECT_TRUE(has(cut, "qkv"));
+  const WorkloadBuilder ww(whole), we(early);
+  EXPECT_LT(we.dense_layer().recompute.value(), ww.dense_layer().recompute.value());
+  // Dropout keeps the whole recomputation.
+  j["training"]["dropout"] = true;
+  EXPECT_TRUE(has(recomputed(config::parse_run(j, "<ac-test>", "")), "fc2"));
 }
 
 // DeepSpeed-style pipelines: every TP rank sends the whole activation (tp times Megatron's
