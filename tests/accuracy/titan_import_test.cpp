@@ -102,6 +102,7 @@ enable = true
   EXPECT_TRUE(rc.parallel.tp_comm_overlap);  // async TP
   EXPECT_FALSE(rc.parallel.tp_overlap_input_grad);  // ... without the input-gradient reduce-scatters
   EXPECT_EQ(rc.parallel.recompute, config::Recompute::kFull);
+  EXPECT_TRUE(rc.parallel.recompute_stops_early);  // non-reentrant checkpoint
   EXPECT_EQ(rc.training.global_batch_size, 32);  // local 8 x dp 4
 
   // torch.distributed.pipelining's ZB-V: two stages per rank in a V.

@@ -46,7 +46,11 @@ TEST(Compare, RecomputationShowsInTheDeltaAndTheVerdict) {
 // What differs beyond the layout is named; the same run is "nothing"; a side that does not
 // fit is flagged.
 TEST(Compare, RunDifferencesAndFit) {
-  EXPECT_EQ(run_diff(run({{"tp", 2}}), run({{"tp", 2}})), "nothing in model, hardware, cluster, sequence, batch, precision, fine-tuning or layout");
+  EXPECT_EQ(run_diff(run({{"tp", 2}}), run({{"tp", 2}})), "nothing in model, hardware, cluster, sequence, batch, precision, fine-tuning, attention kernel or layout");
+  // The attention kernel is named.
+  config::RunConfig triton = run({{"tp", 2}});
+  triton.training.attention = config::AttentionImpl::kTriton;
+  EXPECT_EQ(run_diff(run({{"tp", 2}}), triton), "attention flash vs triton");
   EXPECT_EQ(run_diff(run({{"tp", 2}}), run({{"tp", 2}}, 16)), "GPUs 8 vs 16, dp 4 vs 8");
   // Fine-tuning settings are named.
   config::RunConfig lora = run({{"tp", 2}});
