@@ -1189,12 +1189,14 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     notes.push_back("parallel: PyTorch context_parallel with its default all-gather rotation: the K/V all-gather hides only behind the first "
                     "block, per-block merges run in fp32, dK/dV accumulate in fp32 around the ring");
   }
-  if (torchtitan && parallel.value("recompute", std::string("none")) == "full") {
+  if (torchtitan && parallel.value("recompute", std::string("none")) == "full" && (tt_compiled || precision_of(r) != "fp8")) {
     // torchtitan's full AC wraps each block in checkpoint_wrapper (NO_REENTRANT): torch.utils.
     // checkpoint without re-entry stops recomputing at the last saved tensor (early stop, on by
     // default in the PyTorch 2.x these runs used), and a compiled block's partitioner recomputes
-    // only what the backward reads. (llm-foundry's 2023 tables ran PyTorch 1.13, its benchmark
-    // image, whose non-reentrant checkpoint re-ran the whole block.)
+    // only what the backward reads. An eager float8 linear is a custom autograd Function whose
+    // saved tensors are packed after its matmul has run, so an eager float8 run recomputes the
+    // down projection too. (llm-foundry's 2023 tables ran PyTorch 1.13, its benchmark image,
+    // whose non-reentrant checkpoint re-ran the whole block.)
     parallel["recompute_stops_early"] = true;
     notes.push_back("parallel: torchtitan's full AC (non-reentrant checkpoint, or torch.compile's partitioner) stops the recomputed "
                     "forward before each layer's MLP down projection");

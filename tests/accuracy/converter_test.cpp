@@ -424,9 +424,9 @@ TEST(PublishedRows, AttentionKernelByFrameworkAndYear) {
   EXPECT_EQ(grads("Megatron-DeepSpeed", "FP16 mixed"), "fp16");
 }
 
-// Full activation checkpointing: torchtitan's (non-reentrant checkpoint, PyTorch 2.x) stops the
-// recomputed forward early; llm-foundry's 2023 tables ran PyTorch 1.13, which re-ran the block;
-// Megatron recomputes the whole layer.
+// Full activation checkpointing: torchtitan's (non-reentrant checkpoint, PyTorch 2.x, or a
+// compiled block) stops the recomputed forward early, except eager float8 linears; llm-foundry's
+// 2023 tables ran PyTorch 1.13, which re-ran the block; Megatron recomputes the whole layer.
 TEST(PublishedRows, CheckpointEarlyStopByFramework) {
   Json r = base_row();
   r.update(Json{{"model", "Llama 3.1 8B"}, {"params_b", 8.0}, {"tp", 1}, {"pp", 1}, {"num_gpus", 8}, {"global_batch_seqs", 64},
@@ -441,6 +441,12 @@ TEST(PublishedRows, CheckpointEarlyStopByFramework) {
     return run["parallel"].value("recompute_stops_early", false);
   };
   EXPECT_TRUE(stops("torchtitan (torch 2024-12-23)", "torchtitan benchmark"));
+  // An eager float8 run packs the down projection's inputs after its matmul: it is recomputed.
+  r["precision"] = "BF16 + Float8 linears";
+  EXPECT_FALSE(stops("torchtitan (torch 2024-12-23)", "torchtitan benchmark"));
+  r["source_ref"] = "Table 2 (FSDP + torch.compile + Float8, full AC)";
+  EXPECT_TRUE(stops("torchtitan (torch 2024-12-23)", "torchtitan benchmark"));
+  r["precision"] = "BF16";
   EXPECT_FALSE(stops("Composer / llm-foundry (PyTorch FSDP)", "MosaicML llm-foundry MPT training benchmarks"));
   EXPECT_FALSE(stops("NeMo 24.11 (Megatron-Core)", "test"));
 }
