@@ -551,9 +551,12 @@ Json model_for(const Json& r, Family f, std::vector<std::string>& notes, std::st
     // 2,048 tokens, 6,667,247,616 at 4,096).
     m["position_embedding"] = "learned";
     m["max_position_embeddings"] = inum(r, "seq_len");
-    m["linear_bias"] = false;
+    // MPTConfig's no_bias defaults to false and the configs leave it: the table's NumParams
+    // counts the biases (MPT-760M: 24 x (12 d^2 + 13 d) + (50,368 + 2,048) d + 2 d =
+    // 760,470,528 at d 1,536: 9 d of linear biases and 4 d of norm weights and biases per layer).
+    m["linear_bias"] = true;
     notes.push_back("model: MPT as the llm-foundry benchmark configs build it: learned position embeddings (no ALiBi; "
-                    "NumParams grows by d_model per position of the sequence), no biases, tied embeddings");
+                    "NumParams grows by d_model per position of the sequence), biases (MPTConfig's no_bias default), tied embeddings");
   }
   if (four_h_note && resolve_ffn(r, m, "intermediate_size", notes)) notes.erase(notes.begin() + static_cast<std::ptrdiff_t>(*four_h_note));
   return m;
