@@ -75,6 +75,16 @@ std::string to_string(Schedule s) {
   return "?";
 }
 
+std::string to_string(AttentionImpl a) {
+  switch (a) {
+    case AttentionImpl::kFlash: return "flash";
+    case AttentionImpl::kFlash2: return "flash2";
+    case AttentionImpl::kTriton: return "triton";
+    case AttentionImpl::kUnfused: return "unfused";
+  }
+  return "?";
+}
+
 std::string to_string(CpComm c) {
   switch (c) {
     case CpComm::kRing: return "ring";

@@ -123,6 +123,7 @@ std::vector<std::string> recompute_module_list(const Parallel& p);
 std::string to_string(Schedule s);
 std::string to_string(Optimizer o);
 std::string to_string(CpComm c);
+std::string to_string(AttentionImpl a);  // the run file's training.attention word
 
 struct Cluster {
   int64_t num_gpus = 0;

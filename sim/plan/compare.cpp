@@ -92,16 +92,7 @@ std::string run_diff(const config::RunConfig& a, const config::RunConfig& b) {
   text("global batch", std::to_string(a.training.global_batch_size), std::to_string(b.training.global_batch_size));
   text("precision", hw::to_string(a.training.precision), hw::to_string(b.training.precision));
   text("LoRA", config::lora_label(a.training.lora), config::lora_label(b.training.lora));
-  auto kernel = [](const config::RunConfig& rc) {
-    switch (rc.training.attention) {
-      case config::AttentionImpl::kFlash: return std::string("flash");
-      case config::AttentionImpl::kFlash2: return std::string("flash2");
-      case config::AttentionImpl::kTriton: return std::string("triton");
-      case config::AttentionImpl::kUnfused: return std::string("unfused");
-    }
-    return std::string();
-  };
-  text("attention", kernel(a), kernel(b));
+  text("attention", config::to_string(a.training.attention), config::to_string(b.training.attention));
   auto docs = [](const config::RunConfig& rc) {
     return rc.training.packed_document_tokens > 0 ? std::to_string(rc.training.packed_document_tokens) + "-token documents" : "none";
   };
