@@ -86,6 +86,23 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep '^| nemo2407' "$tmp/ft.md"
   echo '```'
   echo
+  echo "## Async TP against PyTorch issue 149990 (Llama 3 70B, 128 H100s, FSDP 16 x TP 8, full AC)"
+  echo
+  echo "Measured there (March 2025, after the pattern fixes): 598 -> 673 tokens/s per GPU in bf16 (+12.5%), 820 -> 950 with"
+  echo "float8 (+15.9%). The model on the torchtitan 70B run files, moved to 128 GPUs (tokens/s per GPU):"
+  echo
+  echo '```'
+  echo '$ ./build/stepcast simulate configs/published/RUN.json --set cluster.num_gpus=128 --set parallel.dp=16 --set training.global_batch_size=256 --set training.precision=PREC --json'
+  for f in torchtitan-70b-256gpu-2D torchtitan-70b-256gpu-2D_AsyncTP; do
+    for prec in bf16 fp8; do
+      printf '%s %s: ' "$f" "$prec"
+      ./build/stepcast simulate "configs/published/$f.json" --set cluster.num_gpus=128 --set parallel.dp=16 \
+        --set training.global_batch_size=256 --set "training.precision=\"$prec\"" --json |
+        grep -o '"tokens_per_s_per_gpu": *[0-9.]*' | awk '{ printf "%.0f\n", $2 }'
+    done
+  done
+  echo '```'
+  echo
   echo "## GH200: CPU offload over NVLink-C2C against PCIe"
   echo
   for hw in h100-sxm gh200; do run ./build/stepcast estimate configs/examples/llama3.1-8b-h100x1-offload.json --set hardware=$hw; done
