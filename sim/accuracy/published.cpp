@@ -622,6 +622,14 @@ int sp_of(const Json& r) {
 // The training precision a row names, or "" when it names one the simulator has no mode for
 // (TF32 matmuls over fp32 storage). A row that names none trains in the 16-bit type its GPU
 // has: bf16, or fp16 on V100, which has no bf16 (recorded by the caller).
+// NeMo 2.0's own releases of 2025 (25.01-25.12), whose performance tables come from its
+// scripts/performance recipes; not Megatron-Bridge's tables, which name their container too.
+bool nemo_perf_scripts_2025(const std::string& fw_lower) {
+  if (contains(fw_lower, "megatron-bridge")) return false;
+  static const std::regex release(R"(\bnemo\s+25\.(\d\d))");
+  return std::regex_search(fw_lower, release);
+}
+
 std::string precision_of(const Json& r) {
   const std::string p = lower(str(r, "precision"));
   if (p.empty()) return contains(lower(str(r, "gpu_type")), "v100") ? "fp16" : "bf16";
@@ -905,6 +913,12 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   } else if (deepspeed) {
     training["grad_dtype"] = precision_of(r);
     notes.push_back("training: DeepSpeed fp16 optimizer: gradients kept and reduced in fp16 (communication_data_type follows the model dtype)");
+  } else if (nemo_perf_scripts_2025(fw) && precision_of(r) == "fp8") {
+    // NeMo 2.0's performance scripts of 2025 (scripts/performance/llm, helpers.py
+    // set_precision_configs) set grad_reduce_in_fp32 = False on their FP8 plugins: the
+    // gradient buffers, and so the data-parallel reduce-scatters, are bf16.
+    training["grad_dtype"] = "bf16";
+    notes.push_back("training: bf16 gradient buffers and reduction (NeMo 2.0 performance scripts set grad_reduce_in_fp32 = False for FP8)");
   } else if (nemo) {
     training["grad_dtype"] = "fp32";
     notes.push_back("training: fp32 gradient reduction (Megatron-Core default main_grads)");

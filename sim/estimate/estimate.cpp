@@ -246,6 +246,8 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
     c.bwd_kernel += lc.bwd_kernel.value() * lc.bwd_compute.value() * count;
   };
   for (const int64_t l : rc.stage_layer_ids(stage)) add(wb.layer(l), 1.0);
+  c.layer_fwd_kernel = fwd_compute > 0 ? c.fwd_kernel / fwd_compute : 0.0;
+  c.layer_bwd_kernel = bwd_compute > 0 ? c.bwd_kernel / bwd_compute : 0.0;
   if (stage == 0) add(wb.embedding(), 1.0);
   if (stage == rc.parallel.head_stage()) add(wb.output_layer(), 1.0);
   // Time-weighted: the kernel in flight at a random moment of the pass.
@@ -352,8 +354,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     double tp = sc.tp, cpx = sc.cp, epx = sc.ep;
     hardware_flops_mb += sc.hardware_flops;
     model_flops_mb += sc.model_flops;
-    fwd_kernel[static_cast<size_t>(s)] = sc.fwd_kernel;
-    bwd_kernel[static_cast<size_t>(s)] = sc.bwd_kernel;
+    fwd_kernel[static_cast<size_t>(s)] = sc.layer_fwd_kernel;
+    bwd_kernel[static_cast<size_t>(s)] = sc.layer_bwd_kernel;
     if (p.activation_offload_layers > 0 && st.layers > 0) {
       // Activation offload: an offloaded layer's copy to the host runs beside the next layer's
       // forward, its copy back beside the next layer's backward (double-buffered); what a copy

@@ -80,6 +80,11 @@ struct StageCost {
   // The compute kernel in flight during the stage's forward / backward (the passes' kernels in
   // flight weighted by their compute time): what a collective issued beside them waits.
   double fwd_kernel = 0, bwd_kernel = 0;
+  // The same over the stage's transformer layers alone: what a data-parallel bucket issued
+  // when its layers' gradients (or, gathering, their parameters) are due waits for. The
+  // embedding's and the output layer's GEMMs, far longer on a large vocabulary, run before the
+  // first bucket is ready or after the last.
+  double layer_fwd_kernel = 0, layer_bwd_kernel = 0;
 };
 class WorkloadBuilder;
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage);
