@@ -74,6 +74,34 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep '^| nemo2403' "$tmp/ls.md"
   echo '```'
   echo
+  echo "## NeMo 2025 tables on Blackwell (25.02 DGX-B200, 25.04 GB200 NVL72, FP8)"
+  echo
+  echo "Rows in data/probes/nemo-blackwell-2502-2504.jsonl: the pretraining tables of NeMo's performance summary for"
+  echo "DGX-B200 (25.02) and GB200 NVL72 (25.04), eight models each. NeMo 2.0's performance scripts of 2025 reduce FP8"
+  echo "runs' gradients in bf16 (grad_reduce_in_fp32 = False), which the harness follows for these releases."
+  echo
+  ./build/stepcast accuracy --data data/probes/nemo-blackwell-2502-2504.jsonl --out "$tmp/bw.md" > "$tmp/bw.txt"
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/nemo-blackwell-2502-2504.jsonl --out blackwell.md"
+  grep '^| nemo25' "$tmp/bw.md"
+  grep 'MAPE' "$tmp/bw.txt" | head -1
+  echo '```'
+  echo
+  echo "The same layout measured in a later release (Megatron-Bridge 25.11, data/megatron-bridge-archive.jsonl) against"
+  echo "the 25.02 row, and the model's step for both (the 25.11 rows run FP8 with current scaling, which costs an extra"
+  echo "amax pass, yet measure faster):"
+  echo
+  ./build/stepcast accuracy --data data/megatron-bridge-archive.jsonl --out "$tmp/arch.md" > /dev/null
+  echo "| layout | 25.02 measured s | model s (25.02 row) | 25.11 measured s | model s (25.11 row) |"
+  echo "|---|---:|---:|---:|---:|"
+  for pair in "LLAMA3-8B-fp8-8gpu:LLAMA3_8B-FP8-CS-8gpu" "LLAMA3-405B-fp8-128gpu:LLAMA3.1_405B-FP8-CS-128gpu"; do
+    a="${pair%%:*}" b="${pair##*:}"
+    ra=$(grep "^| nemo2502-dgxb200-$a " "$tmp/bw.md")
+    rb=$(grep "^| mbarchive2511-dgx-b200-$b " "$tmp/arch.md")
+    f() { echo "$1" | cut -d'|' -f"$2" | xargs; }
+    echo "| B200 $(f "$rb" 5) | $(f "$ra" 7) | $(f "$ra" 8) | $(f "$rb" 7) | $(f "$rb" 8) |"
+  done
+  echo
   echo "## Fine-tuning: LoRA and full SFT (NeMo 24.07, DGX-H100, FP8, packed sequences)"
   echo
   echo "Rows in data/probes/nemo-finetune-2407.jsonl (NVIDIA NeMo's performance summary, fine-tuning table): LoRA as"
