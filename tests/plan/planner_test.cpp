@@ -46,7 +46,12 @@ PlanOptions small_options() {
 TEST(Planner, RankedLayoutsAreValidFitAndSorted) {
   const PlanResult r = plan(run_8b(), "<plan-test>", "", small_options());
   ASSERT_GE(r.ranked.size(), 4u);
-  EXPECT_EQ(r.fit, static_cast<int64_t>(r.ranked.size()));
+  // Every layout that fits, and the cost-balanced splits and memory-rescued layouts added after
+  // the enumeration (counted apart from it).
+  EXPECT_EQ(r.fit + r.balanced_added + r.rescued, static_cast<int64_t>(r.ranked.size()));
+  int64_t added = 0;
+  for (const auto& c : r.ranked) added += c.balanced_split ? 1 : 0;
+  EXPECT_EQ(added, r.balanced_added + r.rescued);
   int64_t rejected = 0;
   for (const auto& [why, n] : r.rejected) rejected += n;
   EXPECT_EQ(r.enumerated, r.fit + rejected);
