@@ -404,8 +404,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double rs = unit_time(Collective::kReduceScatter, reduce_bytes) + down;
       // Each of a layer's collectives (dense, then experts) beside a pass waits for its kernel.
       const double units = layer_expert > 0 ? 2.0 : 1.0;
-      const double wf = units * kernel_wait(sc.fwd_kernel, places.zero3);
-      const double wb = units * kernel_wait(sc.bwd_kernel, places.zero3);
+      const double wf = units * kernel_wait(sc.layer_fwd_kernel, places.zero3);
+      const double wb = units * kernel_wait(sc.layer_bwd_kernel, places.zero3);
       // The share of the stage's layers whose recomputed forward gathers again.
       double regathered = 0;
       if (p.zero3_recompute_regather) {
