@@ -619,9 +619,6 @@ int sp_of(const Json& r) {
   return on ? (*on ? 1 : 0) : -2;
 }
 
-// The training precision a row names, or "" when it names one the simulator has no mode for
-// (TF32 matmuls over fp32 storage). A row that names none trains in the 16-bit type its GPU
-// has: bf16, or fp16 on V100, which has no bf16 (recorded by the caller).
 // NeMo 2.0's own releases of 2025 (25.01-25.12), whose performance tables come from its
 // scripts/performance recipes; not Megatron-Bridge's tables, which name their container too.
 bool nemo_perf_scripts_2025(const std::string& fw_lower) {
@@ -630,6 +627,9 @@ bool nemo_perf_scripts_2025(const std::string& fw_lower) {
   return std::regex_search(fw_lower, release);
 }
 
+// The training precision a row names, or "" when it names one the simulator has no mode for
+// (TF32 matmuls over fp32 storage). A row that names none trains in the 16-bit type its GPU
+// has: bf16, or fp16 on V100, which has no bf16 (recorded by the caller).
 std::string precision_of(const Json& r) {
   const std::string p = lower(str(r, "precision"));
   if (p.empty()) return contains(lower(str(r, "gpu_type")), "v100") ? "fp16" : "bf16";
