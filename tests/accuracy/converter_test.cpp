@@ -1089,7 +1089,31 @@ TEST(PublishedRows, NumbersAsTextAndNonPositiveValues) {
   }
 }
 
+// A probe set (data/probes/FILE) predicted by the harness; every row converts.
+AccuracyResult probe_rows(const std::string& file, size_t expected_rows) {
+  AccuracyOptions o;
+  o.data_path = std::string(STEPCAST_SOURCE_DIR) + "/data/probes/" + file;
+  AccuracyResult res = run_accuracy(o);
+  EXPECT_TRUE(res.skipped.empty()) << res.skipped.front().id << ": " << res.skipped.front().reason;
+  EXPECT_EQ(res.rows.size(), expected_rows) << file;
+  return res;
+}
+
+// The estimate's mean absolute error over the rows whose id names the table ("": all rows).
+double probe_mape(const AccuracyResult& res, const std::string& table = "") {
+  double sum = 0;
+  int n = 0;
+  for (const auto& row : res.rows) {
+    if (!table.empty() && row.id.find("-" + table + "-") == std::string::npos) continue;
+    sum += std::abs(row.error);
+    ++n;
+  }
+  EXPECT_GT(n, 0) << table;
+  return n ? sum / n : 0.0;
+}
+
 }  // namespace
+
 // llm-foundry's published benchmark tables (data/probes/llmfoundry-benchmarks.jsonl, 201 rows
 // from 125M to 70B, 512 to 65,536 tokens, A100 40GB/80GB and H100, bf16 and fp8). The Triton
 // attention efficiencies of the A100 and H100 profiles come from the 31 A100 and 12 H100 bf16
@@ -1100,26 +1124,11 @@ TEST(PublishedRows, NumbersAsTextAndNonPositiveValues) {
 // (docs/MODEL.md). Each bound is today's value plus two points for unrelated model changes: a
 // regression of the attention or FSDP model past that fails here.
 TEST(ProbeRows, LlmFoundryTablesWithTheTritonKernel) {
-  AccuracyOptions o;
-  o.data_path = std::string(STEPCAST_SOURCE_DIR) + "/data/probes/llmfoundry-benchmarks.jsonl";
-  const AccuracyResult res = run_accuracy(o);
-  EXPECT_TRUE(res.skipped.empty()) << res.skipped.front().id << ": " << res.skipped.front().reason;
-  ASSERT_EQ(res.rows.size(), 201u);
-  auto mape = [&](const std::string& table) {
-    double sum = 0;
-    int n = 0;
-    for (const auto& row : res.rows) {
-      if (!table.empty() && row.id.find("-" + table + "-") == std::string::npos) continue;
-      sum += std::abs(row.error);
-      ++n;
-    }
-    EXPECT_GT(n, 0) << table;
-    return n ? sum / n : 0.0;
-  };
-  EXPECT_LT(mape(""), 0.087);
-  EXPECT_LT(mape("h100"), 0.062);
-  EXPECT_LT(mape("a100"), 0.073);
-  EXPECT_LT(mape("a10040"), 0.119);
+  const AccuracyResult res = probe_rows("llmfoundry-benchmarks.jsonl", 201);
+  EXPECT_LT(probe_mape(res), 0.087);
+  EXPECT_LT(probe_mape(res, "h100"), 0.062);
+  EXPECT_LT(probe_mape(res, "a100"), 0.073);
+  EXPECT_LT(probe_mape(res, "a10040"), 0.119);
 }
 
 // NeMo's 2025 tables on Blackwell (25.02 DGX-B200, 25.04 GB200 NVL72): every row converts
@@ -1127,14 +1136,8 @@ TEST(ProbeRows, LlmFoundryTablesWithTheTritonKernel) {
 // margin; the rows run 3-25% fast, largely the early Blackwell software of those releases
 // (docs/MODEL.md, Known gaps), so the test holds the current standing rather than a target.
 TEST(ProbeRows, NemoBlackwellTables) {
-  AccuracyOptions o;
-  o.data_path = std::string(STEPCAST_SOURCE_DIR) + "/data/probes/nemo-blackwell-2502-2504.jsonl";
-  const AccuracyResult res = run_accuracy(o);
-  EXPECT_TRUE(res.skipped.empty()) << res.skipped.front().id << ": " << res.skipped.front().reason;
-  ASSERT_EQ(res.rows.size(), 16u);
-  double sum = 0;
-  for (const auto& row : res.rows) sum += std::abs(row.error);
-  EXPECT_LT(sum / static_cast<double>(res.rows.size()), 0.16);
+  const AccuracyResult res = probe_rows("nemo-blackwell-2502-2504.jsonl", 16);
+  EXPECT_LT(probe_mape(res), 0.16);
 }
 
 }  // namespace stepcast::accuracy
