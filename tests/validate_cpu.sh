@@ -17,7 +17,9 @@
 #     layer, micro-batches in flight, ZeRO sharding, working sets, logits, bucket buffer).
 # The machine may change speed between the calibration and a plan: validate times a reference
 # GEMM before each plan. When a gate fails and that drift exceeded 10%, the profile no longer
-# describes the machine, so the test calibrates and validates once more (saying so).
+# describes the machine, so the test calibrates and validates again (saying so), up to three
+# attempts in all. On a shared virtual machine the reference GEMM has been seen to drift 21-48%
+# within one run, in either direction, and two consecutive attempts to fail that way.
 # Usage: validate_cpu.sh STEPCAST SOURCE_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -35,16 +37,16 @@ attempt() {
     --out "$out/validation.json" --report "$out/validation.md" \
     --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 >"$out/validate.out" 2>"$out/validate.err"
 }
-if ! attempt; then
+for try in 1 2 3; do
+  attempt && break
   tail -n 9 "$out/validate.out"
   cat "$out/validate.err" | grep -v "^validate: " || true
   drift=$(sed -n 's/.*"max_abs_reference_drift": \([0-9.e+-]*\).*/\1/p' "$out/validation.json")
-  if awk -v d="$drift" 'BEGIN { exit !(d > 0.10) }'; then
+  if [ "$try" -lt 3 ] && awk -v d="$drift" 'BEGIN { exit !(d > 0.10) }'; then
     echo "the machine's speed drifted $drift from the calibrated profile (reference GEMM): calibrating and validating again"
-    attempt || { tail -n 9 "$out/validate.out"; cat "$out/validate.err"; exit 1; }
   else
     exit 1
   fi
-fi
+done
 tail -n 9 "$out/validate.out"
 echo "validated within tolerance"
