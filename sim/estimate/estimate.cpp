@@ -222,37 +222,39 @@ PlayedPipeline played_pipeline(const config::Parallel& par, const std::vector<do
 
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage) {
   StageCost c;
-  double fwd_compute = 0, bwd_compute = 0;
-  auto add = [&](const LayerCost& lc, double count) {
-    fwd_compute += lc.fwd_compute.value() * count;
-    bwd_compute += lc.bwd_compute.value() * count;
-    c.fwd += lc.fwd_time().value() * count;
-    c.bwd += lc.bwd_time().value() * count;
-    c.bwd_weight += lc.bwd_weight_compute.value() * count;
-    c.compute += (lc.fwd_compute + lc.bwd_compute).value() * count;
-    c.recompute += lc.recompute.value() * count;
-    c.host += lc.host.value() * count;
-    c.tp += lc.tp_exposed.value() * count;
-    c.cp += lc.cp_exposed.value() * count;
-    c.ep += lc.ep_exposed.value() * count;
-    c.fwd_nic += lc.fwd_exposed_nic_comm.value() * count;
-    c.bwd_nic += lc.bwd_exposed_nic_comm.value() * count;
-    c.tp_nic += lc.tp_exposed_nic.value() * count;
-    c.cp_nic += lc.cp_exposed_nic.value() * count;
-    c.ep_nic += lc.ep_exposed_nic.value() * count;
-    c.hardware_flops += lc.hardware_flops.value() * count;
-    c.model_flops += lc.model_flops.value() * count;
-    c.fwd_kernel += lc.fwd_kernel.value() * lc.fwd_compute.value() * count;
-    c.bwd_kernel += lc.bwd_kernel.value() * lc.bwd_compute.value() * count;
+  auto add = [&](const LayerCost& lc) {
+    c.fwd += lc.fwd_time().value();
+    c.bwd += lc.bwd_time().value();
+    c.bwd_weight += lc.bwd_weight_compute.value();
+    c.compute += (lc.fwd_compute + lc.bwd_compute).value();
+    c.recompute += lc.recompute.value();
+    c.host += lc.host.value();
+    c.tp += lc.tp_exposed.value();
+    c.cp += lc.cp_exposed.value();
+    c.ep += lc.ep_exposed.value();
+    c.fwd_nic += lc.fwd_exposed_nic_comm.value();
+    c.bwd_nic += lc.bwd_exposed_nic_comm.value();
+    c.tp_nic += lc.tp_exposed_nic.value();
+    c.cp_nic += lc.cp_exposed_nic.value();
+    c.ep_nic += lc.ep_exposed_nic.value();
+    c.hardware_flops += lc.hardware_flops.value();
+    c.model_flops += lc.model_flops.value();
   };
-  for (const int64_t l : rc.stage_layer_ids(stage)) add(wb.layer(l), 1.0);
-  c.layer_fwd_kernel = fwd_compute > 0 ? c.fwd_kernel / fwd_compute : 0.0;
-  c.layer_bwd_kernel = bwd_compute > 0 ? c.bwd_kernel / bwd_compute : 0.0;
-  if (stage == 0) add(wb.embedding(), 1.0);
-  if (stage == rc.parallel.head_stage()) add(wb.output_layer(), 1.0);
-  // Time-weighted: the kernel in flight at a random moment of the pass.
+  // The kernel in flight over the transformer layers, time-weighted: the kernel a random moment
+  // of their passes falls in.
+  double fwd_compute = 0, bwd_compute = 0;
+  for (const int64_t l : rc.stage_layer_ids(stage)) {
+    const LayerCost& lc = wb.layer(l);
+    add(lc);
+    fwd_compute += lc.fwd_compute.value();
+    bwd_compute += lc.bwd_compute.value();
+    c.fwd_kernel += lc.fwd_kernel.value() * lc.fwd_compute.value();
+    c.bwd_kernel += lc.bwd_kernel.value() * lc.bwd_compute.value();
+  }
   c.fwd_kernel = fwd_compute > 0 ? c.fwd_kernel / fwd_compute : 0.0;
   c.bwd_kernel = bwd_compute > 0 ? c.bwd_kernel / bwd_compute : 0.0;
+  if (stage == 0) add(wb.embedding());
+  if (stage == rc.parallel.head_stage()) add(wb.output_layer());
   return c;
 }
 
@@ -354,8 +356,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
     double tp = sc.tp, cpx = sc.cp, epx = sc.ep;
     hardware_flops_mb += sc.hardware_flops;
     model_flops_mb += sc.model_flops;
-    fwd_kernel[static_cast<size_t>(s)] = sc.layer_fwd_kernel;
-    bwd_kernel[static_cast<size_t>(s)] = sc.layer_bwd_kernel;
+    fwd_kernel[static_cast<size_t>(s)] = sc.fwd_kernel;
+    bwd_kernel[static_cast<size_t>(s)] = sc.bwd_kernel;
     if (p.activation_offload_layers > 0 && st.layers > 0) {
       // Activation offload: an offloaded layer's copy to the host runs beside the next layer's
       // forward, its copy back beside the next layer's backward (double-buffered); what a copy
@@ -404,8 +406,8 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       const double rs = unit_time(Collective::kReduceScatter, reduce_bytes) + down;
       // Each of a layer's collectives (dense, then experts) beside a pass waits for its kernel.
       const double units = layer_expert > 0 ? 2.0 : 1.0;
-      const double wf = units * kernel_wait(sc.layer_fwd_kernel, places.zero3);
-      const double wb = units * kernel_wait(sc.layer_bwd_kernel, places.zero3);
+      const double wf = units * kernel_wait(sc.fwd_kernel, places.zero3);
+      const double wb = units * kernel_wait(sc.bwd_kernel, places.zero3);
       // The share of the stage's layers whose recomputed forward gathers again.
       double regathered = 0;
       if (p.zero3_recompute_regather) {

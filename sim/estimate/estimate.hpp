@@ -77,14 +77,12 @@ struct StageCost {
   double fwd_nic = 0, bwd_nic = 0;   // exposed communication over the NIC (forward / backward)
   double tp_nic = 0, cp_nic = 0, ep_nic = 0;  // ... by kind (forward + backward)
   double hardware_flops = 0, model_flops = 0;
-  // The compute kernel in flight during the stage's forward / backward (the passes' kernels in
-  // flight weighted by their compute time): what a collective issued beside them waits.
+  // The compute kernel in flight during the forward / backward of the stage's transformer
+  // layers (their kernels weighted by compute time): what a data-parallel bucket or a ZeRO-3
+  // layer collective issued beside them waits for. The embedding's and the output layer's
+  // GEMMs, far longer on a large vocabulary, run before the first bucket is due or after the
+  // last, so they are left out.
   double fwd_kernel = 0, bwd_kernel = 0;
-  // The same over the stage's transformer layers alone: what a data-parallel bucket issued
-  // when its layers' gradients (or, gathering, their parameters) are due waits for. The
-  // embedding's and the output layer's GEMMs, far longer on a large vocabulary, run before the
-  // first bucket is ready or after the last.
-  double layer_fwd_kernel = 0, layer_bwd_kernel = 0;
 };
 class WorkloadBuilder;
 StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int64_t stage);
