@@ -23,6 +23,19 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep '^| mtnlg' "$tmp/mtnlg.md" | head -3
   echo '```'
   echo
+  echo "## Megatron-LM 2022: sequence parallelism and selective recomputation (A100 80GB, dp 1)"
+  echo
+  echo "Rows in data/probes/megatron-2022-sar.jsonl (Korthikanti et al. 2022's 22B, 175B, 530B and 1T models; MFU from"
+  echo "the Megatron-LM README). Megatron-LM's linear layers run the column-parallel backward collectives beside their GEMMs"
+  echo "(parallel.tp_async_backward, which the harness sets for Megatron-LM rows from 2022)."
+  echo
+  ./build/stepcast accuracy --data data/probes/megatron-2022-sar.jsonl --out "$tmp/sar.md" > "$tmp/sar.txt"
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/megatron-2022-sar.jsonl --out sar.md"
+  grep '^| megatron2022' "$tmp/sar.md" | head -4
+  grep 'Korthikanti' "$tmp/sar.txt"
+  echo '```'
+  echo
   echo "## llm-foundry's benchmark tables (MPT 125M-70B, 512-65,536 tokens, A100 40/80GB, H100 bf16/fp8)"
   echo
   echo "Rows in data/probes/llmfoundry-benchmarks.jsonl (201 rows; the accuracy set holds 17 of them). The A100 and H100"

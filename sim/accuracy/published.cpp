@@ -1051,6 +1051,13 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   if (nemo && tp > 1) {
     parallel["tp_comm_overlap"] = true;
     notes.push_back("parallel: TP communication overlapped with GEMMs (NeMo recipe default)");
+  } else if (tp > 1 && contains(fw, "megatron-lm") && !deepspeed && row_year(r) >= 2022) {
+    // Megatron-LM's linear layers launch their backward collectives asynchronously from 2022
+    // (LinearWithGradAccumulationAndAsyncCommunication; before, --async-tensor-model-parallel-allreduce).
+    parallel["tp_async_backward"] = true;
+    notes.push_back("parallel: the column-parallel layers' backward TP collectives run beside their GEMMs (Megatron-LM's "
+                    "asynchronous linear-layer backward: the input re-gather beside the input-gradient GEMM under SP, the "
+                    "input-gradient reduction beside the weight-gradient GEMM)");
   } else if (torchtitan && tp > 1 && (contains(lower(id), "asynctp") || contains(lower(str(r, "source_ref")), "asynctp"))) {
     parallel["tp_comm_overlap"] = true;
     parallel["tp_overlap_input_grad"] = false;

@@ -304,6 +304,10 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     }
   }
   if (p.tp_comm_overlap) flag("tp-comm-overlap");
+  if (p.tp > 1 && !p.tp_comm_overlap && !p.tp_async_backward) {
+    out.notes.push_back("parallel.tp_async_backward false: Megatron-LM's linear layers run the column-parallel backward's TP "
+                        "collectives beside their GEMMs (set it true to model that), so Megatron-LM runs faster than the prediction");
+  }
   if (p.tp_comm_overlap && !p.tp_overlap_input_grad) {
     out.notes.push_back("parallel.tp_overlap_input_grad false: Transformer Engine's TP overlap hides the input-gradient "
                         "reduce-scatters too, so Megatron-LM runs faster than the prediction");
@@ -375,6 +379,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     par["data_parallel_shard_degree"] = 1;
   }
   if (m.moe.enabled()) par["expert_parallel_degree"] = p.ep;
+  if (p.tp > 1 && p.tp_async_backward) {
+    out.notes.push_back("parallel.tp_async_backward: torchtitan's DTensor tensor parallelism runs the backward's TP collectives in "
+                        "line with the compute, so it runs slower than the prediction");
+  }
   if (p.tp_comm_overlap) {
     par["enable_async_tensor_parallel"] = true;
     if (p.tp_overlap_input_grad) {

@@ -573,7 +573,13 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   const bool overlap_grad = a.has("overlap-grad-reduce");
   parallel["grad_reduce_overlap"] = overlap_grad;
   parallel["param_gather_overlap"] = a.has("overlap-param-gather");
-  if (a.has("tp-comm-overlap")) parallel["tp_comm_overlap"] = true;
+  if (a.has("tp-comm-overlap")) {
+    parallel["tp_comm_overlap"] = true;
+  } else if (tp > 1 && !a.has("deepspeed")) {
+    parallel["tp_async_backward"] = true;
+    assumptions.push_back("parallel: the column-parallel layers' backward TP collectives run beside their GEMMs "
+                          "(Megatron-Core / Transformer Engine linear layers, without --tp-comm-overlap)");
+  }
   if (dp * cp > 1 && !any_fsdp) {  // (Megatron-FSDP buckets by module, as stepcast's sharded runs do)
     parallel["bucket_layout"] = "megatron";
     const double grad_bytes = precision == "fp32" || training.value("grad_dtype", "") == "fp32" ? 4.0 : 2.0;

@@ -341,6 +341,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   if (!p.tp_overlap_input_grad && !p.tp_comm_overlap) {
     r.issues().add(r.child_path("tp_overlap_input_grad"), "got false; it says which TP collectives overlap, and needs parallel.tp_comm_overlap true");
   }
+  p.tp_async_backward = r.get_bool("tp_async_backward", false);
+  if (p.tp_async_backward && p.tp_comm_overlap) {
+    r.issues().add(r.child_path("tp_async_backward"),
+                   "got true with parallel.tp_comm_overlap true; the comm-overlap kernels already schedule the backward's TP collectives, so set one of the two");
+  }
   p.grad_reduce_overlap = r.get_bool("grad_reduce_overlap", true);
   p.param_gather_overlap = r.get_bool("param_gather_overlap", true);
   p.comm_high_priority = r.get_bool("comm_high_priority", false);

@@ -313,6 +313,13 @@ struct Parallel {
   // and these reduce-scatters take the sum of several matmuls' outputs (Q, K and V; w1 and w3),
   // so they run unfused and exposed (false).
   bool tp_overlap_input_grad = true;
+  // Without tp_comm_overlap, whether a column-parallel linear's backward collectives run
+  // asynchronously beside its GEMMs (Megatron-LM from 2022 and Transformer Engine): under SP the
+  // input's re-gather beside the input-gradient GEMM and the input gradient's reduce-scatter
+  // beside the weight-gradient GEMM; without SP the input gradient's all-reduce beside the
+  // weight-gradient GEMM. false: each collective blocks the compute stream (eager DTensor,
+  // Megatron-LM before 2022, DeepSpeed's Megatron fork).
+  bool tp_async_backward = false;
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;
   // The data-parallel collectives' streams outrank compute (PyTorch TORCH_NCCL_HIGH_PRIORITY=1,

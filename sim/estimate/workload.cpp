@@ -230,23 +230,51 @@ double eager_factor(const Ctx& c, Eager k) {
   return 1.0;
 }
 
+// The backward work of one linear (the ops from `from` on): its input-gradient side (the
+// dgrad GEMM and its casts) and its weight-gradient GEMMs.
+struct BackwardTimes {
+  Duration all, input, weight;
+};
+
+BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
+  double input = 0, weight = 0;
+  for (size_t i = from; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kComm) continue;
+    (ops[i].weight_grad ? weight : input) += ops[i].time.value();
+  }
+  return {Duration(input + weight), Duration(input), Duration(weight)};
+}
+
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
 // `width`: the entering activation's width in hidden sizes (2 for MTP's [h; embedding] pair).
+// With parallel.tp_async_backward (and no comm-overlap kernels) the entry's backward runs as
+// Megatron-LM's and Transformer Engine's linear layers run it: under SP the kept sequence shard
+// is gathered again beside the input-gradient GEMM and the input gradient reduce-scattered
+// beside the weight-gradient GEMM; without SP the input gradient's all-reduce runs beside the
+// weight-gradient GEMM. Schedules that defer the weight gradient (zero-bubble, DualPipe) leave
+// the reduction nothing to hide behind.
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
-              Duration gemm_fwd, Duration gemm_bwd, double width = 1.0) {
+              Duration gemm_fwd, const BackwardTimes& gemm_bwd, double width = 1.0) {
   if (c.t <= 1) return;
+  const auto& p = c.rc.parallel;
   const double bytes = width * c.T * static_cast<double>(c.rc.model.hidden) * c.e;
-  const bool overlap = c.rc.parallel.tp_comm_overlap;
+  const bool overlap = p.tp_comm_overlap;
   // (The input-gradient reduction sums several layers' dgrads: see tp_overlap_input_grad.)
-  const bool overlap_grad = overlap && c.rc.parallel.tp_overlap_input_grad;
+  const bool overlap_grad = overlap && p.tp_overlap_input_grad;
+  const bool async = !overlap && p.tp_async_backward;
+  const Duration grad_hide = overlap_grad ? gemm_bwd.all
+                             : async && !p.split_backward() ? gemm_bwd.weight
+                                                            : Duration(0);
+  auto back = [&](Op op) { bwd.push_back(overlap ? tp_overlapped(c, std::move(op)) : std::move(op)); };
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
-                          overlap_grad ? gemm_bwd : Duration(0))));
+    if (async && !p.tp_saves_gathered_input) {
+      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp, gemm_bwd.input));
+    }
+    back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp, grad_hide));
   } else {
-    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar_grad", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,
-                          overlap_grad ? gemm_bwd : Duration(0))));
+    back(comm_op(c, name + ".ar_grad", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp, grad_hide));
   }
 }
 
@@ -281,7 +309,7 @@ void mixer_in_proj(const Ctx& c, std::vector<Op>& F, std::vector<Op>& B, const s
   const size_t in_f = F.size(), in_b = B.size();
   linear(c, F, B, "in_proj", c.T, in_w, h, 1.0, c.e * h * in_tokens);
   std::vector<Op> f2, b2;
-  tp_entry(c, f2, b2, tp_name, Duration(sum_time(F, in_f)), Duration(sum_time(B, in_b)));
+  tp_entry(c, f2, b2, tp_name, Duration(sum_time(F, in_f)), backward_times(B, in_b));
   F.insert(F.begin() + static_cast<long>(in_f), f2.begin(), f2.end());
   B.insert(B.end(), b2.begin(), b2.end());
 }
@@ -735,7 +763,8 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
   if (kind.mixer == model::Mixer::kMamba) mamba_mixer(c, F, B, in_tokens);
   if (kind.mixer == model::Mixer::kLinear) linear_attention_mixer(c, F, B, in_tokens);
   if (kind.mixer == model::Mixer::kAttention) {
-  Duration qkv_fwd, qkv_bwd;
+  Duration qkv_fwd;
+  BackwardTimes qkv_bwd;
   const size_t qkv_start_f = F.size(), qkv_start_b = B.size();
   if (m.mla.enabled()) {
     // Kept for backward as the ledger counts it: the attention input (once, shared by the Q and
@@ -756,7 +785,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     linear(c, F, B, "qkv", T, q_width * (m.attn_output_gate ? 2.0 : 1.0) + 2.0 * kv_width, h, 1.0, e * h * in_tokens);
   }
   qkv_fwd = Duration(sum_time(F, qkv_start_f));
-  qkv_bwd = Duration(sum_time(B, qkv_start_b));
+  qkv_bwd = backward_times(B, qkv_start_b);
   {
     // The TP entry collective goes before the QKV GEMM.
     std::vector<Op> f2, b2;
@@ -941,7 +970,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     const size_t s_f = F.size(), s_b = B.size();
     linear(c, F, B, "fc1", T, gate * f_local, h, 1.0, e * h * in_tokens);
     std::vector<Op> f2, b2;
-    tp_entry(c, f2, b2, "mlp_in", Duration(sum_time(F, s_f)), Duration(sum_time(B, s_b)));
+    tp_entry(c, f2, b2, "mlp_in", Duration(sum_time(F, s_f)), backward_times(B, s_b));
     F.insert(F.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
     B.insert(B.end(), b2.begin(), b2.end());
     F.push_back(mem_op(c, "activation", act_passes * e * T * f_local * eager_factor(c, Eager::kGatedAct)));
@@ -1249,7 +1278,7 @@ LayerCost WorkloadBuilder::build_output() const {
     lc.fwd[s_f].held_bytes = c.e * c.T * v_local;  // the logits
   }
   std::vector<Op> f2, b2;
-  tp_entry(c, f2, b2, "lm_head_in", Duration(sum_time(lc.fwd, s_f)), Duration(sum_time(lc.bwd, s_b)));
+  tp_entry(c, f2, b2, "lm_head_in", Duration(sum_time(lc.fwd, s_f)), backward_times(lc.bwd, s_b));
   lc.fwd.insert(lc.fwd.begin() + static_cast<long>(s_f), f2.begin(), f2.end());
   lc.bwd.insert(lc.bwd.end(), b2.begin(), b2.end());
   // Cross-entropy over the local vocabulary slice: upcast, softmax statistics, loss; backward
@@ -1289,7 +1318,7 @@ LayerCost WorkloadBuilder::build_output() const {
       linear(c, lc.fwd, lc.bwd, "mtp.eh_proj", c.T, h / c.t, 2.0 * h, 1.0, 2.0 * c.e * h * c.T_rep);
       std::vector<Op> in_f, in_b, out_f, out_b;
       // The 2h input's gather, the h/t output's gather.
-      tp_entry(c, in_f, in_b, "mtp.eh_proj_in", Duration(sum_time(lc.fwd, pf)), Duration(sum_time(lc.bwd, pb)), 2.0);
+      tp_entry(c, in_f, in_b, "mtp.eh_proj_in", Duration(sum_time(lc.fwd, pf)), backward_times(lc.bwd, pb), 2.0);
       if (c.t > 1) {
         out_f.push_back(comm_op(c, "mtp.eh_proj_out.ag", CommKind::kTp, Collective::kAllGather, c.T * h * c.e, places_.tp));
         // Backward: the gather's split is local; re-sharding the sequence (SP) gathers it back.

@@ -204,6 +204,8 @@ const std::vector<BadCase> kCases = {
      {"$.parallel.recompute_stops_early", "got true", "recompute \"full\""}},
     {"InputGradOverlapWithoutTpOverlap", R"({"parallel": {"tp_overlap_input_grad": false}})",
      {"$.parallel.tp_overlap_input_grad", "got false", "tp_comm_overlap"}},
+    {"AsyncBackwardWithTpOverlap", R"({"parallel": {"tp_comm_overlap": true, "tp_async_backward": true}})",
+     {"$.parallel.tp_async_backward", "got true", "tp_comm_overlap"}},
     // The Triton kernel is costed only where the profile measured it (b200 has no measurement).
     {"TritonAttentionWithoutAMeasurement", R"({"hardware": "b200", "training": {"attention": "triton"}})",
      {"$.training.attention", "b200", "attention_triton_fwd"}},

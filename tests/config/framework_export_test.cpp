@@ -82,6 +82,7 @@ void expect_same_run(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(p.moe.pad_to_capacity, q.moe.pad_to_capacity);
   EXPECT_DOUBLE_EQ(p.bucket_mb, q.bucket_mb);
   EXPECT_EQ(p.bucket_layout, q.bucket_layout);
+  EXPECT_EQ(p.tp_async_backward, q.tp_async_backward);
   // And so the same prediction (the zoo's model and the imported architecture cost the same).
   const double ta = estimate::estimate_step(a).step_time_s;
   const double tb = estimate::estimate_step(b).step_time_s;
@@ -94,7 +95,7 @@ TEST(MegatronExport, DenseInterleavedLayoutRoundTrips) {
   const Json j = Json::parse(R"({
     "model": "llama3.1-70b", "hardware": "h100-sxm", "cluster": {"num_gpus": 256},
     "training": {"seq_len": 8192, "global_batch_size": 512, "grad_dtype": "fp32"},
-    "parallel": {"tp": 4, "pp": 4, "cp": 2, "cp_comm": "allgather", "vpp": 5, "schedule": "interleaved", "sp": true,
+    "parallel": {"tp": 4, "pp": 4, "cp": 2, "cp_comm": "allgather", "vpp": 5, "schedule": "interleaved", "sp": true, "tp_async_backward": true,
                  "zero_stage": 1, "recompute": "selective", "recompute_modules": ["core_attn", "mlp"],
                  "bucket_layout": "megatron", "bucket_mb": 160, "first_stage_layers": 15, "last_stage_layers": 15}})");
   const RunConfig rc = run_of(j);
@@ -108,6 +109,13 @@ TEST(MegatronExport, DenseInterleavedLayoutRoundTrips) {
   // fp32 main gradients are Megatron's default: no --grad-reduce-in-bf16.
   EXPECT_EQ(text.find("grad-reduce-in-bf16"), std::string::npos);
   expect_same_run(rc, round_trip(rc, "h100-sxm"));
+  // Megatron-LM's linear layers always launch the backward's TP collectives beside their GEMMs:
+  // a run that models them blocking is exported with a note that says so.
+  Json blocking = j;
+  blocking["parallel"].erase("tp_async_backward");
+  bool noted = false;
+  for (const auto& n : export_megatron(run_of(blocking)).notes) noted = noted || n.find("tp_async_backward false") != std::string::npos;
+  EXPECT_TRUE(noted);
 }
 
 // MoE with multi-latent attention, dense first layers, group-limited routing, MTP, fp8, full
@@ -117,7 +125,7 @@ TEST(MegatronExport, MoeMlaAndGptModelsRoundTrip) {
   const RunConfig ds = run_of(Json::parse(R"({
     "model": "deepseek-v3", "hardware": "h800", "cluster": {"num_gpus": 1024},
     "training": {"seq_len": 4096, "global_batch_size": 1024, "precision": "fp8", "mtp_layers": 1},
-    "parallel": {"tp": 2, "pp": 8, "ep": 32, "etp": 1, "zero_stage": 1, "first_stage_layers": 5, "last_stage_layers": 8, "bucket_layout": "megatron", "bucket_mb": 256, "sp": true, "recompute": "full", "recompute_layers": 2,
+    "parallel": {"tp": 2, "pp": 8, "ep": 32, "etp": 1, "tp_async_backward": true, "zero_stage": 1, "first_stage_layers": 5, "last_stage_layers": 8, "bucket_layout": "megatron", "bucket_mb": 256, "sp": true, "recompute": "full", "recompute_layers": 2,
                  "moe": {"dispatcher": "alltoall", "capacity_factor": 1.25, "pad_to_capacity": true}}})"));
   const std::string text = shell_text(export_megatron(ds));
   for (const char* want : {"--multi-latent-attention", "--moe-layer-freq '([0]*3+[1]*58)'", "--moe-router-num-groups 8", "--mtp-num-layers 1",

@@ -296,6 +296,81 @@ TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
   EXPECT_GT(wa.dense_layer().bwd_comm_exposed.value(), wt.dense_layer().bwd_comm_exposed.value());
 }
 
+// Megatron-LM's and Transformer Engine's linear layers without comm-overlap kernels
+// (tp_async_backward): in a dense layer's backward under SP, each column-parallel block (QKV,
+// fc1) gathers its kept input shard again beside its input-gradient GEMM and reduce-scatters
+// the input gradient beside its weight-gradient GEMM (one whole collective beside one GEMM, not
+// chunked); the row-parallel blocks' gradient gathers stay in line. Without SP the input
+// gradient's all-reduce runs beside the weight-gradient GEMM. The forward is unchanged, and the
+// blocking variant charges no re-gather (its reduce-scatters are exposed whole).
+TEST(Workload, AsyncLinearBackwardHidesTheColumnParallelCollectives) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
+            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}}}};
+  const RunConfig blocking = config::parse_run(j, "<async-test>", "");
+  j["parallel"]["tp_async_backward"] = true;
+  const RunConfig async = config::parse_run(j, "<async-test>", "");
+  const WorkloadBuilder wb(blocking), wa(async);
+  const auto& la = wa.dense_layer();
+  int regathers = 0, reductions = 0, inline_gathers = 0;
+  double exposed = 0;
+  for (const auto& o : la.bwd) {
+    if (o.kind != OpKind::kComm || o.comm != CommKind::kTp) continue;
+    EXPECT_LE(o.overlap_chunks, 1) << o.name;  // not chunked
+    const double c = o.time.value(), g = o.hidden_by.value();
+    if (o.name.ends_with(".ag_wgrad")) {
+      ++regathers;
+      EXPECT_GT(g, 0.0) << o.name;
+    } else if (o.name.ends_with(".rs_grad")) {
+      ++reductions;
+      EXPECT_GT(g, 0.0) << o.name;
+    } else {
+      ++inline_gathers;
+      EXPECT_EQ(g, 0.0) << o.name;
+    }
+    exposed += std::max(0.0, c - g);
+  }
+  EXPECT_EQ(regathers, 2);
+  EXPECT_EQ(reductions, 2);
+  EXPECT_EQ(inline_gathers, 2);
+  EXPECT_NEAR(la.bwd_comm_exposed.value(), exposed, 1e-12 * exposed);
+  EXPECT_GT(async.hardware.collective_slowdown(), 0.0);  // hidden collectives still slow the GEMM beside them
+  // Each hidden reduce-scatter runs beside exactly its block's weight-gradient GEMMs.
+  double qkv_wgrad = 0;
+  for (const auto& o : la.bwd) {
+    if (o.weight_grad && o.name.starts_with("qkv")) qkv_wgrad += o.time.value();
+  }
+  bool found = false;
+  for (const auto& o : la.bwd) {
+    if (o.name == "attn_in.rs_grad") {
+      EXPECT_DOUBLE_EQ(o.hidden_by.value(), qkv_wgrad);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_LT(la.bwd_comm_exposed.value(), wb.dense_layer().bwd_comm_exposed.value());
+  EXPECT_GT(la.bwd_compute.value(), wb.dense_layer().bwd_compute.value());  // the SMs the hidden collectives take
+  EXPECT_DOUBLE_EQ(la.fwd_comm_exposed.value(), wb.dense_layer().fwd_comm_exposed.value());
+  for (const auto& o : wb.dense_layer().bwd) {
+    EXPECT_FALSE(o.name.ends_with(".ag_wgrad")) << o.name;
+    if (o.name.ends_with(".rs_grad")) EXPECT_EQ(o.hidden_by.value(), 0.0) << o.name;
+  }
+  // Without SP: the all-reduce of each column-parallel block's input gradient, beside its
+  // weight-gradient GEMM, and nothing else in the backward.
+  j["parallel"]["sp"] = false;
+  const WorkloadBuilder wn(config::parse_run(j, "<async-test>", ""));
+  int all_reduces = 0;
+  for (const auto& o : wn.dense_layer().bwd) {
+    if (o.kind != OpKind::kComm || o.comm != CommKind::kTp) continue;
+    EXPECT_TRUE(o.name.ends_with(".ar_grad")) << o.name;
+    EXPECT_GT(o.hidden_by.value(), 0.0) << o.name;
+    ++all_reduces;
+  }
+  EXPECT_EQ(all_reduces, 2);
+}
+
 // PyTorch's non-reentrant checkpoint stops recomputing once the backward's saved tensors are back:
 // a dense layer's recomputed forward leaves out the MLP down projection and what follows it
 // (its TP reduce-scatter, the residual add), not what feeds it; with dropout after it (which
