@@ -274,8 +274,11 @@ struct MemorySearch {
 // the memory check, the recomputation the memory needs and the ranking are the framework's. The
 // candidate's own settings (layout, split, recomputation) go through unchanged; a run the
 // framework cannot express is rejected with the reason. Megatron-LM's round trip reproduces the
-// run file as it is (tests/config/framework_export_test.cpp), so its layouts are costed as given.
+// run file as it is (tests/config/framework_export_test.cpp), so its layouts are costed as given,
+// with its linear layers' asynchronous backward TP collectives (what `import megatron` reads
+// back without --tp-comm-overlap).
 bool as_framework_runs_it(RunConfig& rc, const std::string& framework, const Json* model_json, Evaluated& ev) {
+  if (framework == "megatron" && rc.parallel.tp > 1 && !rc.parallel.tp_comm_overlap) rc.parallel.tp_async_backward = true;
   if (framework != "torchtitan" && framework != "deepspeed" && framework != "accelerate") return true;
   try {
     const Json model = model_json != nullptr ? *model_json : Json();
@@ -1139,6 +1142,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
                 {"schedule", config::to_string(p.schedule)}};
     // Every setting the planner chose, so the layout re-runs as ranked.
     if (p.cp > 1) par["cp_comm"] = config::to_string(p.cp_comm);
+    if (p.tp_async_backward) par["tp_async_backward"] = true;
     if (c.rc.model.moe.enabled()) par["etp"] = p.etp;
     if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
     if (p.offload != config::Offload::kNone) par["offload"] = config::to_string(p.offload);

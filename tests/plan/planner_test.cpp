@@ -257,6 +257,17 @@ TEST(Planner, FrameworkKeepsOnlyLayoutsItRuns) {
       EXPECT_NEAR(r.ranked.front().est.step_time_s, round_trip, 1e-9 * round_trip);
     } else if (fw == "megatron") {
       EXPECT_GT(r.rejected.count("not run by megatron: parallel.schedule"), 0u);
+      // Costed with Megatron-LM's asynchronous linear-layer backward wherever there is TP, and
+      // the JSON layout carries it so the layout re-runs as ranked.
+      const Json layouts = plan_json(r, r.ranked.size())["layouts"];
+      bool any_tp = false;
+      for (size_t i = 0; i < r.ranked.size(); ++i) {
+        const auto& p = r.ranked[i].rc.parallel;
+        EXPECT_EQ(p.tp_async_backward, p.tp > 1) << layout_text(p);
+        any_tp = any_tp || p.tp > 1;
+      }
+      for (const auto& l : layouts) EXPECT_EQ(l["parallel"].value("tp_async_backward", false), l["parallel"]["tp"].get<int64_t>() > 1);
+      EXPECT_TRUE(any_tp);
       // With the framework's schedules searched, none is refused for its schedule.
       PlanOptions m = o;
       apply_framework(m, "--framework");
