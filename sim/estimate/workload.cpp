@@ -518,10 +518,11 @@ WorkloadCache::Key WorkloadCache::key_of(const config::RunConfig& rc) {
   Key k{rc.parallel, rc.num_microbatches, rc.padded_vocab};
   // What a layer's cost does not depend on: where the layers sit in the pipeline and the order
   // the schedule runs them in (WorkloadBuilder::layer picks the recomputed or kept cost per layer
-  // from the caller's own run).
+  // from the caller's own run), except whether the schedule defers the weight gradient (which
+  // leaves tp_async_backward's input-gradient reduction nothing to hide behind).
   config::Parallel& p = k.parallel;
   p.vpp = 1;
-  p.schedule = config::Schedule::kOneFOneB;
+  p.schedule = p.split_backward() ? config::Schedule::kZbH1 : config::Schedule::kOneFOneB;
   p.set_split(-1, -1);  // (also the layout string and the embedding and loss slots)
   p.recompute_layers = 0;
   p.activation_offload_layers = 0;
