@@ -62,13 +62,14 @@ struct Task {
   uint32_t collective = kNone;
   // A flow over shared links (TaskGraph::set_flow): `duration` is its time alone.
   uint32_t flow = kNone;
-  int64_t mem_delta = 0; // bytes allocated at finish (positive) or freed at start (negative)
   Stream stream = Stream::kCompute;
   TaskKind kind = TaskKind::kForward;
   // Compute tasks: index of the length of the kernel in flight (TaskGraph::kernel_share); 0 when
   // the task's kernels are unknown.
   uint16_t kernel = 0;
 };
+// A full-rank step holds hundreds of millions of tasks (reports/performance.md): keep them small.
+static_assert(sizeof(Task) <= 40, "Task grew past 40 bytes");
 
 // A shared channel: capacity in bytes per second.
 struct Link {

@@ -355,7 +355,9 @@ TEST(Workload, AsyncLinearBackwardHidesTheColumnParallelCollectives) {
   EXPECT_DOUBLE_EQ(la.fwd_comm_exposed.value(), wb.dense_layer().fwd_comm_exposed.value());
   for (const auto& o : wb.dense_layer().bwd) {
     EXPECT_FALSE(o.name.ends_with(".ag_wgrad")) << o.name;
-    if (o.name.ends_with(".rs_grad")) EXPECT_EQ(o.hidden_by.value(), 0.0) << o.name;
+    if (o.name.ends_with(".rs_grad")) {
+      EXPECT_EQ(o.hidden_by.value(), 0.0) << o.name;
+    }
   }
   // Without SP: the all-reduce of each column-parallel block's input gradient, beside its
   // weight-gradient GEMM, and nothing else in the backward.
