@@ -86,6 +86,9 @@ config::RunConfig executed_run(config::RunConfig rc, const std::string& backend)
   rc.parallel.moe.expert_overhead = 0;
   // Context parallelism's ring hops are exchanged, then computed.
   rc.parallel.cp_overlap = false;
+  // Tensor-parallel collectives run on the compute thread, between the GEMMs (no asynchronous
+  // linear-layer backward).
+  rc.parallel.tp_async_backward = false;
   return rc;
 }
 
