@@ -233,7 +233,8 @@ double eager_factor(const Ctx& c, Eager k) {
 // The backward work of one linear (the ops from `from` on): its input-gradient side (the
 // dgrad GEMM and its casts) and its weight-gradient GEMMs.
 struct BackwardTimes {
-  Duration all, input, weight;
+  Duration input, weight;
+  [[nodiscard]] Duration all() const { return input + weight; }
 };
 
 BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
@@ -242,7 +243,7 @@ BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
     if (ops[i].kind == OpKind::kComm) continue;
     (ops[i].weight_grad ? weight : input) += ops[i].time.value();
   }
-  return {Duration(input + weight), Duration(input), Duration(weight)};
+  return {Duration(input), Duration(weight)};
 }
 
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
@@ -262,7 +263,7 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   // (The input-gradient reduction sums several layers' dgrads: see tp_overlap_input_grad.)
   const bool overlap_grad = overlap && p.tp_overlap_input_grad;
   const bool async = !overlap && p.tp_async_backward;
-  const Duration grad_hide = overlap_grad ? gemm_bwd.all
+  const Duration grad_hide = overlap_grad ? gemm_bwd.all()
                              : async && !p.split_backward() ? gemm_bwd.weight
                                                             : Duration(0);
   auto back = [&](Op op) { bwd.push_back(overlap ? tp_overlapped(c, std::move(op)) : std::move(op)); };
