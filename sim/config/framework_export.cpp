@@ -304,7 +304,7 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     }
   }
   if (p.tp_comm_overlap) flag("tp-comm-overlap");
-  if (p.tp > 1 && !p.tp_comm_overlap && !p.tp_async_backward) {
+  if (p.tp > 1 && !p.tp_comm_overlap && !p.async_linear_backward()) {
     out.notes.push_back("parallel.tp_async_backward false: Megatron-LM's linear layers run the column-parallel backward's TP "
                         "collectives beside their GEMMs (set it true to model that), so Megatron-LM runs faster than the prediction");
   }
@@ -379,9 +379,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     par["data_parallel_shard_degree"] = 1;
   }
   if (m.moe.enabled()) par["expert_parallel_degree"] = p.ep;
-  if (p.tp > 1 && p.tp_async_backward) {
+  if (p.async_linear_backward()) {
     out.notes.push_back("parallel.tp_async_backward: torchtitan's DTensor tensor parallelism runs the backward's TP collectives in "
-                        "line with the compute, so it runs slower than the prediction");
+                        "line with the compute (and keeps each linear's gathered input rather than gathering it again), so it runs "
+                        "slower than the prediction");
   }
   if (p.tp_comm_overlap) {
     par["enable_async_tensor_parallel"] = true;

@@ -341,8 +341,8 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
   if (!p.tp_overlap_input_grad && !p.tp_comm_overlap) {
     r.issues().add(r.child_path("tp_overlap_input_grad"), "got false; it says which TP collectives overlap, and needs parallel.tp_comm_overlap true");
   }
-  p.tp_async_backward = r.get_bool("tp_async_backward", false);
-  if (p.tp_async_backward && p.tp_comm_overlap) {
+  p.tp_async_backward = r.get_bool("tp_async_backward");
+  if (p.tp_async_backward.value_or(false) && p.tp_comm_overlap) {
     r.issues().add(r.child_path("tp_async_backward"),
                    "got true with parallel.tp_comm_overlap true; the comm-overlap kernels already schedule the backward's TP collectives, so set one of the two");
   }

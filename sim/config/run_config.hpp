@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -318,8 +319,9 @@ struct Parallel {
   // input's re-gather beside the input-gradient GEMM and the input gradient's reduce-scatter
   // beside the weight-gradient GEMM; without SP the input gradient's all-reduce beside the
   // weight-gradient GEMM. false: each collective blocks the compute stream (eager DTensor,
-  // Megatron-LM before 2022, DeepSpeed's Megatron fork).
-  bool tp_async_backward = false;
+  // Megatron-LM before 2022, DeepSpeed's Megatron fork), and under SP the kept sequence shard
+  // is gathered again in line. Unset: see async_linear_backward().
+  std::optional<bool> tp_async_backward;
   bool grad_reduce_overlap = true;
   bool param_gather_overlap = true;
   // The data-parallel collectives' streams outrank compute (PyTorch TORCH_NCCL_HIGH_PRIORITY=1,
@@ -385,6 +387,15 @@ struct Parallel {
   // ZeRO stage as the ledger applies it (fsdp => 3).
   [[nodiscard]] int effective_zero() const { return fsdp ? 3 : zero_stage; }
   [[nodiscard]] bool split_backward() const { return splits_backward(schedule); }
+  // Whether the column-parallel linears run their backward TP collectives asynchronously
+  // (tp_async_backward). Unset, it follows the layout: under SP with each linear keeping only its
+  // sequence shard (tp_saves_gathered_input false) the linear layers are Megatron-LM's or
+  // Transformer Engine's, the implementations that keep the shard, and they run it so; otherwise
+  // blocking. Never under tp_comm_overlap, whose kernels schedule those collectives themselves.
+  [[nodiscard]] bool async_linear_backward() const {
+    if (tp <= 1 || tp_comm_overlap) return false;
+    return tp_async_backward.value_or(sp && !tp_saves_gathered_input);
+  }
   // Sequence parallelism in effect (it means nothing without TP).
   [[nodiscard]] bool sp_active() const { return sp && tp > 1; }
   // Two chunks per stage folded into a V (ZB-V, DualPipeV).

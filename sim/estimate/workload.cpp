@@ -248,12 +248,15 @@ BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
 
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
 // `width`: the entering activation's width in hidden sizes (2 for MTP's [h; embedding] pair).
-// With parallel.tp_async_backward (and no comm-overlap kernels) the entry's backward runs as
-// Megatron-LM's and Transformer Engine's linear layers run it: under SP the kept sequence shard
-// is gathered again beside the input-gradient GEMM and the input gradient reduce-scattered
-// beside the weight-gradient GEMM; without SP the input gradient's all-reduce runs beside the
-// weight-gradient GEMM. Schedules that defer the weight gradient (zero-bubble, DualPipe) leave
-// the reduction nothing to hide behind.
+// Under SP a linear that keeps only its input's sequence shard gathers it again in backward for
+// its weight gradient. With the asynchronous linear backward (Parallel::async_linear_backward,
+// no comm-overlap kernels) the entry's backward runs as Megatron-LM's and Transformer Engine's
+// linear layers run it: that re-gather beside the input-gradient GEMM and the input gradient
+// reduce-scattered beside the weight-gradient GEMM; without SP the input gradient's all-reduce
+// beside the weight-gradient GEMM. Blocking, each runs in line. Schedules that defer the weight
+// gradient (zero-bubble, DualPipe) leave the reduction nothing to hide behind. (Under the
+// comm-overlap kernels the re-gather is not charged: Transformer Engine overlaps it with the
+// input-gradient GEMM in bulk.)
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
               Duration gemm_fwd, const BackwardTimes& gemm_bwd, double width = 1.0) {
   if (c.t <= 1) return;
@@ -262,7 +265,7 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   const bool overlap = p.tp_comm_overlap;
   // (The input-gradient reduction sums several layers' dgrads: see tp_overlap_input_grad.)
   const bool overlap_grad = overlap && p.tp_overlap_input_grad;
-  const bool async = !overlap && p.tp_async_backward;
+  const bool async = p.async_linear_backward();
   const Duration grad_hide = overlap_grad ? gemm_bwd.all()
                              : async && !p.split_backward() ? gemm_bwd.weight
                                                             : Duration(0);
@@ -270,8 +273,9 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-    if (async && !p.tp_saves_gathered_input) {
-      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp, gemm_bwd.input));
+    if (!overlap && !p.tp_saves_gathered_input) {
+      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+                   async ? gemm_bwd.input : Duration(0)));
     }
     back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp, grad_hide));
   } else {
@@ -520,7 +524,7 @@ WorkloadCache::Key WorkloadCache::key_of(const config::RunConfig& rc) {
   // What a layer's cost does not depend on: where the layers sit in the pipeline and the order
   // the schedule runs them in (WorkloadBuilder::layer picks the recomputed or kept cost per layer
   // from the caller's own run), except whether the schedule defers the weight gradient (which
-  // leaves tp_async_backward's input-gradient reduction nothing to hide behind).
+  // leaves the asynchronous linear backward's input-gradient reduction nothing to hide behind).
   config::Parallel& p = k.parallel;
   p.vpp = 1;
   p.schedule = p.split_backward() ? config::Schedule::kZbH1 : config::Schedule::kOneFOneB;

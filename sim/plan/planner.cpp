@@ -1142,7 +1142,7 @@ Json plan_json(const PlanResult& r, size_t rows) {
                 {"schedule", config::to_string(p.schedule)}};
     // Every setting the planner chose, so the layout re-runs as ranked.
     if (p.cp > 1) par["cp_comm"] = config::to_string(p.cp_comm);
-    if (p.tp_async_backward) par["tp_async_backward"] = true;
+    if (p.tp_async_backward.has_value()) par["tp_async_backward"] = *p.tp_async_backward;
     if (c.rc.model.moe.enabled()) par["etp"] = p.etp;
     if (p.recompute_layers > 0) par["recompute_layers"] = p.recompute_layers;
     if (p.offload != config::Offload::kNone) par["offload"] = config::to_string(p.offload);

@@ -82,7 +82,7 @@ void expect_same_run(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(p.moe.pad_to_capacity, q.moe.pad_to_capacity);
   EXPECT_DOUBLE_EQ(p.bucket_mb, q.bucket_mb);
   EXPECT_EQ(p.bucket_layout, q.bucket_layout);
-  EXPECT_EQ(p.tp_async_backward, q.tp_async_backward);
+  EXPECT_EQ(p.async_linear_backward(), q.async_linear_backward());
   // And so the same prediction (the zoo's model and the imported architecture cost the same).
   const double ta = estimate::estimate_step(a).step_time_s;
   const double tb = estimate::estimate_step(b).step_time_s;
@@ -110,9 +110,12 @@ TEST(MegatronExport, DenseInterleavedLayoutRoundTrips) {
   EXPECT_EQ(text.find("grad-reduce-in-bf16"), std::string::npos);
   expect_same_run(rc, round_trip(rc, "h100-sxm"));
   // Megatron-LM's linear layers always launch the backward's TP collectives beside their GEMMs:
-  // a run that models them blocking is exported with a note that says so.
+  // a run that models them blocking is exported with a note that says so. (Left unset under SP
+  // the run already models them so: nothing to note.)
   Json blocking = j;
   blocking["parallel"].erase("tp_async_backward");
+  for (const auto& n : export_megatron(run_of(blocking)).notes) EXPECT_EQ(n.find("tp_async_backward false"), std::string::npos) << n;
+  blocking["parallel"]["tp_async_backward"] = false;
   bool noted = false;
   for (const auto& n : export_megatron(run_of(blocking)).notes) noted = noted || n.find("tp_async_backward false") != std::string::npos;
   EXPECT_TRUE(noted);

@@ -301,17 +301,24 @@ TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
 // fc1) gathers its kept input shard again beside its input-gradient GEMM and reduce-scatters
 // the input gradient beside its weight-gradient GEMM (one whole collective beside one GEMM, not
 // chunked); the row-parallel blocks' gradient gathers stay in line. Without SP the input
-// gradient's all-reduce runs beside the weight-gradient GEMM. The forward is unchanged, and the
-// blocking variant charges no re-gather (its reduce-scatters are exposed whole).
+// gradient's all-reduce runs beside the weight-gradient GEMM. The forward is unchanged. The
+// blocking variant runs the same re-gather and reduce-scatter in line (exposed whole); a linear
+// that keeps its gathered input (DTensor) gathers nothing again. Unset, the flag follows the
+// layout: on under SP with the shard kept (the Megatron-LM / Transformer Engine layers).
 TEST(Workload, AsyncLinearBackwardHidesTheColumnParallelCollectives) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},
             {"cluster", {{"num_gpus", 8}}},
             {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
             {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}}}};
+  const RunConfig unset = config::parse_run(j, "<async-test>", "");
+  EXPECT_TRUE(unset.parallel.async_linear_backward());
+  j["parallel"]["tp_async_backward"] = false;
   const RunConfig blocking = config::parse_run(j, "<async-test>", "");
+  EXPECT_FALSE(blocking.parallel.async_linear_backward());
   j["parallel"]["tp_async_backward"] = true;
   const RunConfig async = config::parse_run(j, "<async-test>", "");
+  EXPECT_DOUBLE_EQ(estimate::estimate_step(unset).step_time_s, estimate::estimate_step(async).step_time_s);
   const WorkloadBuilder wb(blocking), wa(async);
   const auto& la = wa.dense_layer();
   int regathers = 0, reductions = 0, inline_gathers = 0;
@@ -353,12 +360,27 @@ TEST(Workload, AsyncLinearBackwardHidesTheColumnParallelCollectives) {
   EXPECT_LT(la.bwd_comm_exposed.value(), wb.dense_layer().bwd_comm_exposed.value());
   EXPECT_GT(la.bwd_compute.value(), wb.dense_layer().bwd_compute.value());  // the SMs the hidden collectives take
   EXPECT_DOUBLE_EQ(la.fwd_comm_exposed.value(), wb.dense_layer().fwd_comm_exposed.value());
+  // Blocking: the same collectives, each exposed whole.
+  int blocking_regathers = 0;
+  double blocking_exposed = 0;
   for (const auto& o : wb.dense_layer().bwd) {
-    EXPECT_FALSE(o.name.ends_with(".ag_wgrad")) << o.name;
-    if (o.name.ends_with(".rs_grad")) {
-      EXPECT_EQ(o.hidden_by.value(), 0.0) << o.name;
-    }
+    if (o.kind != OpKind::kComm || o.comm != CommKind::kTp) continue;
+    EXPECT_EQ(o.hidden_by.value(), 0.0) << o.name;
+    blocking_regathers += o.name.ends_with(".ag_wgrad");
+    blocking_exposed += o.time.value();
   }
+  EXPECT_EQ(blocking_regathers, 2);
+  EXPECT_NEAR(wb.dense_layer().bwd_comm_exposed.value(), blocking_exposed, 1e-12 * blocking_exposed);
+  // A linear that keeps its all-gathered input (DTensor) gathers nothing again, and leaves the
+  // flag off when unset.
+  Json kept = j;
+  kept["parallel"].erase("tp_async_backward");
+  kept["parallel"]["tp_saves_gathered_input"] = true;
+  const RunConfig kept_rc = config::parse_run(kept, "<async-test>", "");
+  EXPECT_FALSE(kept_rc.parallel.async_linear_backward());
+  const WorkloadBuilder wk(kept_rc);
+  for (const auto& o : wk.dense_layer().bwd) EXPECT_FALSE(o.name.ends_with(".ag_wgrad")) << o.name;
+  EXPECT_LT(wk.dense_layer().bwd_comm_exposed.value(), wb.dense_layer().bwd_comm_exposed.value());
   // Without SP: the all-reduce of each column-parallel block's input gradient, beside its
   // weight-gradient GEMM, and nothing else in the backward.
   j["parallel"]["sp"] = false;

@@ -95,7 +95,7 @@ TEST(ValidateProgram, TensorParallelSplitsWorkAndAddsCollectives) {
   EXPECT_EQ(tp.tp_group, (std::vector<int64_t>{0, 1}));
   // A run modelled with Megatron-LM's asynchronous linear backward is predicted as the executor
   // runs it: its collectives between the GEMMs on the compute thread.
-  EXPECT_FALSE(tiny({{"tp", 2}, {"micro_batch_size", 2}, {"tp_async_backward", true}}).parallel.tp_async_backward);
+  EXPECT_FALSE(tiny({{"tp", 2}, {"micro_batch_size", 2}, {"tp_async_backward", true}}).parallel.async_linear_backward());
 }
 
 // The pipeline transfers of both ranks of a two-stage run: sends keyed (from, to, tag) and
