@@ -203,6 +203,13 @@ Json import_torchtitan(const Json& toml, const std::string& config_path, const c
     run["parallel"]["recompute"] = "full";
     kept.push_back("parallel: layer-based selective AC every " + std::to_string(layer_sac) +
                    " layers, as full recomputation of that share of each virtual stage's layers");
+    // The checkpointed layers are wrapped as full AC wraps every layer (non-reentrant
+    // checkpoint_wrapper), so their recomputation stops early as the harness reads full AC.
+    if (compiled || !float8) {
+      run["parallel"]["recompute_stops_early"] = true;
+      kept.push_back("parallel: the checkpointed layers' recomputed forward stops before the MLP down projection (non-reentrant "
+                     "checkpoint, or torch.compile's partitioner), as under full AC");
+    }
   }
   if (pp > 1 && schedule == "GPipe") run["parallel"]["schedule"] = "gpipe";
   if (pp > 1 && (schedule == "ZBVZeroBubble" || schedule == "DualPipeV")) {

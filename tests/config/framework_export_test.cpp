@@ -222,6 +222,21 @@ TEST(TorchtitanExport, LayoutsRoundTrip) {
   }
   expect_same_titan_layout(zbv, titan_round_trip(zbv));
 
+  // Every layer checkpointed, written as full AC or as layer SAC of every layer, is one run: the
+  // layer-SAC blocks are wrapped as full AC wraps them, so their recomputation stops early too.
+  Json every = Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 8192, "global_batch_size": 16},
+    "parallel": {"fsdp": true, "micro_batch_size": 2, "recompute": "full"}})");
+  const RunConfig full_ac = titan_round_trip(run_of(every));
+  every["parallel"]["recompute_layers"] = 32;
+  EXPECT_NE(toml_text(export_torchtitan(run_of(every))).find("selective_ac_option = \"1\""), std::string::npos);
+  const RunConfig layer_sac = titan_round_trip(run_of(every));
+  EXPECT_TRUE(full_ac.parallel.recompute_stops_early);
+  EXPECT_TRUE(layer_sac.parallel.recompute_stops_early);
+  const double t_full = estimate::estimate_step(full_ac).step_time_s;
+  EXPECT_NEAR(estimate::estimate_step(layer_sac).step_time_s, t_full, 1e-9 * t_full);
+
   // A model torchtitan ships no flavor of: the config says so and import takes --model.
   const RunConfig moe = run_of(Json::parse(R"({
     "model": "qwen3-30b-a3b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
