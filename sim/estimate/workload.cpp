@@ -254,9 +254,9 @@ BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
 // linear layers run it: that re-gather beside the input-gradient GEMM and the input gradient
 // reduce-scattered beside the weight-gradient GEMM; without SP the input gradient's all-reduce
 // beside the weight-gradient GEMM. Blocking, each runs in line. Schedules that defer the weight
-// gradient (zero-bubble, DualPipe) leave the reduction nothing to hide behind. (Under the
-// comm-overlap kernels the re-gather is not charged: Transformer Engine overlaps it with the
-// input-gradient GEMM in bulk.)
+// gradient (zero-bubble, DualPipe) leave the reduction nothing to hide behind. Under the
+// comm-overlap kernels Transformer Engine overlaps the re-gather with the input-gradient GEMM
+// (its bulk overlap), costed as the other overlapped TP collectives are.
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
               Duration gemm_fwd, const BackwardTimes& gemm_bwd, double width = 1.0) {
   if (c.t <= 1) return;
@@ -273,9 +273,9 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-    if (!overlap && !p.tp_saves_gathered_input) {
+    if (!p.tp_saves_gathered_input) {
       back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
-                   async ? gemm_bwd.input : Duration(0)));
+                   async || overlap ? gemm_bwd.input : Duration(0)));
     }
     back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp, grad_hide));
   } else {

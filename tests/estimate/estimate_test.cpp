@@ -272,13 +272,13 @@ TEST(Workload, TpOverlapExposesFirstChunkAndSlowsTheGemm) {
 // PyTorch's async TP leaves the column-parallel blocks' input-gradient reduce-scatters unfused
 // (tp_overlap_input_grad false): in the backward those two collectives (before QKV and fc1)
 // carry no GEMM to hide behind and are exposed whole, the other two keep their chunked overlap,
-// and the forward is unchanged.
+// and the forward is unchanged. (DTensor keeps each linear's gathered input: no re-gather.)
 TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},
             {"cluster", {{"num_gpus", 8}}},
             {"training", {{"seq_len", 4096}, {"global_batch_size", 8}}},
-            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}, {"tp_comm_overlap", true}}}};
+            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}, {"tp_comm_overlap", true}, {"tp_saves_gathered_input", true}}}};
   const RunConfig te = config::parse_run(j, "<overlap-test>", "");
   j["parallel"]["tp_overlap_input_grad"] = false;
   const RunConfig async_tp = config::parse_run(j, "<overlap-test>", "");
@@ -381,6 +381,20 @@ TEST(Workload, AsyncLinearBackwardHidesTheColumnParallelCollectives) {
   const WorkloadBuilder wk(kept_rc);
   for (const auto& o : wk.dense_layer().bwd) EXPECT_FALSE(o.name.ends_with(".ag_wgrad")) << o.name;
   EXPECT_LT(wk.dense_layer().bwd_comm_exposed.value(), wb.dense_layer().bwd_comm_exposed.value());
+  // Under Transformer Engine's comm-overlap kernels the re-gather overlaps the input-gradient
+  // GEMM as the other overlapped TP collectives do (chunked, the GEMM losing the overlap SMs).
+  Json ub = j;
+  ub["parallel"].erase("tp_async_backward");
+  ub["parallel"]["tp_comm_overlap"] = true;
+  const WorkloadBuilder wu(config::parse_run(ub, "<async-test>", ""));
+  int ub_regathers = 0;
+  for (const auto& o : wu.dense_layer().bwd) {
+    if (!o.name.ends_with(".ag_wgrad")) continue;
+    ++ub_regathers;
+    EXPECT_GT(o.hidden_by.value(), 0.0) << o.name;
+    EXPECT_EQ(o.overlap_chunks, 8.0) << o.name;
+  }
+  EXPECT_EQ(ub_regathers, 2);
   // Without SP: the all-reduce of each column-parallel block's input gradient, beside its
   // weight-gradient GEMM, and nothing else in the backward.
   j["parallel"]["sp"] = false;
