@@ -354,9 +354,8 @@ struct Parallel {
   // Tensor parallelism through DTensor (torchtitan): a column-parallel linear saves its
   // all-gathered (sequence-replicated) input for the weight gradient, where Megatron saves the
   // sequence-parallel shard and gathers it again in backward: the output layer (never
-  // recomputed) and the QKV and MLP inputs of every layer whose activations are kept or rebuilt,
-  // under async TP too (tp_comm_overlap: the fused all-gather matmul returns the gathered input,
-  // which the weight-gradient matmul reads).
+  // recomputed) and, unless async TP micro-pipelines the gather (tp_comm_overlap), the QKV and
+  // MLP inputs of every layer whose activations are kept or rebuilt.
   bool tp_saves_gathered_input = false;
   // Every TP rank sends the whole activation to the next stage (DeepSpeed's pipeline engine);
   // Megatron sends 1/tp of it and all-gathers on the receiver.

@@ -751,7 +751,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
 
   // Tokens whose input a column-parallel linear keeps for its weight gradient: the sequence
   // shard under SP (re-gathered in backward) unless the all-gathered input is kept.
-  const bool keeps_gathered = c.sp && p.tp_saves_gathered_input;
+  const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
   const double in_tokens = c.sp && !keeps_gathered ? c.T_rep : T;
   const double mask_bytes = rc_.training.dropout ? h * c.T_rep : 0.0;  // 1-byte dropout mask
 
@@ -1279,7 +1279,7 @@ LayerCost WorkloadBuilder::build_output() const {
   const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
   {
     const auto& p = rc_.parallel;
-    const bool keeps_gathered = c.sp && p.tp_saves_gathered_input;
+    const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
     linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h, 1.0, c.e * h * (c.sp && !keeps_gathered ? c.T_rep : c.T));
     lc.fwd[s_f].held_bytes = c.e * c.T * v_local;  // the logits
   }
