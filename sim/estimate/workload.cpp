@@ -256,7 +256,8 @@ BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
 // beside the weight-gradient GEMM. Blocking, each runs in line. Schedules that defer the weight
 // gradient (zero-bubble, DualPipe) leave the reduction nothing to hide behind. Under the
 // comm-overlap kernels Transformer Engine overlaps the re-gather with the input-gradient GEMM
-// (its bulk overlap), costed as the other overlapped TP collectives are.
+// (its bulk overlap) and PyTorch's async TP with the weight-gradient GEMM it feeds, costed as
+// the other overlapped TP collectives are.
 void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
               Duration gemm_fwd, const BackwardTimes& gemm_bwd, double width = 1.0) {
   if (c.t <= 1) return;
@@ -273,9 +274,15 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-    if (!p.tp_saves_gathered_input) {
-      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
-                   async || overlap ? gemm_bwd.input : Duration(0)));
+    // The ledger's reading (sim/memory): DTensor keeps the gathered input, except that async
+    // TP's compiled fused gathers keep the shard, whose gather for the weight gradient is then an
+    // all-gather -> matmul pattern the micro-pipeline pass fuses with that GEMM.
+    if (!(p.tp_saves_gathered_input && !overlap)) {
+      const Duration hide = async     ? gemm_bwd.input
+                            : !overlap ? Duration(0)
+                            : p.tp_saves_gathered_input ? gemm_bwd.weight
+                                                        : gemm_bwd.input;
+      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp, hide));
     }
     back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp, grad_hide));
   } else {
