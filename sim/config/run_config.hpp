@@ -398,6 +398,11 @@ struct Parallel {
   }
   // Sequence parallelism in effect (it means nothing without TP).
   [[nodiscard]] bool sp_active() const { return sp && tp > 1; }
+  // Under SP, whether each column-parallel linear keeps its all-gathered input for the weight
+  // gradient (tp_saves_gathered_input, DTensor) rather than its sequence shard, which the
+  // backward gathers again. Async TP's compiled fused gathers (tp_comm_overlap) keep the shard.
+  // The ledger and the workload both read it.
+  [[nodiscard]] bool keeps_gathered_input() const { return sp_active() && tp_saves_gathered_input && !tp_comm_overlap; }
   // Two chunks per stage folded into a V (ZB-V, DualPipeV).
   [[nodiscard]] bool v_shape() const { return schedule == Schedule::kZbV || schedule == Schedule::kDualPipeV; }
   // Placement of virtual stages (pipeline order) on pipeline stages. Interleaving loops the

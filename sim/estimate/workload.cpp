@@ -274,15 +274,13 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-    // The ledger's reading (sim/memory): DTensor keeps the gathered input, except that async
-    // TP's compiled fused gathers keep the shard, whose gather for the weight gradient is then an
-    // all-gather -> matmul pattern the micro-pipeline pass fuses with that GEMM.
-    if (!(p.tp_saves_gathered_input && !overlap)) {
-      const Duration hide = async     ? gemm_bwd.input
-                            : !overlap ? Duration(0)
-                            : p.tp_saves_gathered_input ? gemm_bwd.weight
-                                                        : gemm_bwd.input;
-      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp, hide));
+    // A kept shard (Parallel::keeps_gathered_input) is gathered again for the weight gradient.
+    // Under async TP (DTensor's saved input, comm overlap) that gather feeds the weight-gradient
+    // matmul, an all-gather -> matmul pattern the micro-pipeline pass fuses with it.
+    if (!p.keeps_gathered_input()) {
+      const Duration beside = overlap && p.tp_saves_gathered_input ? gemm_bwd.weight : gemm_bwd.input;
+      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+                   async || overlap ? beside : Duration(0)));
     }
     back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp, grad_hide));
   } else {
@@ -758,7 +756,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
 
   // Tokens whose input a column-parallel linear keeps for its weight gradient: the sequence
   // shard under SP (re-gathered in backward) unless the all-gathered input is kept.
-  const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
+  const bool keeps_gathered = p.keeps_gathered_input();
   const double in_tokens = c.sp && !keeps_gathered ? c.T_rep : T;
   const double mask_bytes = rc_.training.dropout ? h * c.T_rep : 0.0;  // 1-byte dropout mask
 
@@ -1286,7 +1284,7 @@ LayerCost WorkloadBuilder::build_output() const {
   const size_t s_f = lc.fwd.size(), s_b = lc.bwd.size();
   {
     const auto& p = rc_.parallel;
-    const bool keeps_gathered = c.sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
+    const bool keeps_gathered = p.keeps_gathered_input();
     linear(c, lc.fwd, lc.bwd, "lm_head", c.T, v_local, h, 1.0, c.e * h * (c.sp && !keeps_gathered ? c.T_rep : c.T));
     lc.fwd[s_f].held_bytes = c.e * c.T * v_local;  // the logits
   }

@@ -318,7 +318,7 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   // DTensor TP without micro-pipelining keeps the all-gathered (full-sequence) inputs of the
   // QKV and MLP projections for their weight gradients instead of the sequence shards.
   double gathered = 0;
-  if (sp && p.tp_saves_gathered_input && !p.tp_comm_overlap) gathered = blocks * e * h * (1.0 - 1.0 / t);
+  if (p.keeps_gathered_input()) gathered = blocks * e * h * (1.0 - 1.0 / t);
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
@@ -962,7 +962,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       const double head_inflight = p.schedule == Schedule::kGpipe ? static_cast<double>(rc.num_microbatches) : 1.0;
       // Per micro-batch: the final norm's input and the LM head's input (the sequence shard
       // under SP, re-gathered in backward, unless the gathered input is kept).
-      const bool keeps_gathered = sp && p.tp_saves_gathered_input && !p.tp_comm_overlap;
+      const bool keeps_gathered = p.keeps_gathered_input();
       // A frozen head (LoRA) keeps no input: it has no weight gradient.
       const double head_input = rc.training.lora.enabled() ? 0.0 : e * h * tokens / (sp && !keeps_gathered ? t : 1.0);
       st.activations += Bytes((boundary + head_input) * head_inflight);

@@ -295,7 +295,9 @@ TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
     EXPECT_EQ(o.hidden_by.value() == 0.0, input_grad) << o.name;
     (input_grad ? exposed : hidden)++;
     if (o.name.ends_with(".ag_wgrad")) ++regathers;
-    if (o.name == "attn_in.ag_wgrad") EXPECT_DOUBLE_EQ(o.hidden_by.value(), qkv_wgrad);
+    if (o.name == "attn_in.ag_wgrad") {
+      EXPECT_DOUBLE_EQ(o.hidden_by.value(), qkv_wgrad);
+    }
   }
   EXPECT_EQ(exposed, 2);
   EXPECT_EQ(hidden, 4);
