@@ -971,8 +971,16 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     notes.push_back("training: K/V repeated to the query heads before SDPA (torchtitan's 2024 Llama 3 attention calls repeat_kv)");
   }
   if (torchtitan && precision_of(r) == "fp8") {
-    training["fp8_saved_inputs"] = false;
-    notes.push_back("training: torchao float8 linears keep their bf16 inputs for backward and quantize again there");
+    if (inum(r, "tp", 1) > 1) {
+      // Float8 tensor parallelism casts each TP linear's input to fp8 before the linear (and any
+      // sequence all-gather), so the tensor the float8 matmul saves for backward is that copy.
+      notes.push_back("training: torchao float8 tensor parallelism (Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput) "
+                      "casts the linears' inputs, and in backward the row-parallel outputs' gradients, to fp8 before their sequence "
+                      "all-gathers; the float8 matmul keeps that fp8 input (DTensor: the gathered one) for the weight gradient");
+    } else {
+      training["fp8_saved_inputs"] = false;
+      notes.push_back("training: torchao float8 linears keep their bf16 inputs for backward and quantize again there");
+    }
   }
   if (torchtitan && contains(lower(str(r, "precision")), "float8 all-gather")) {
     training["gather_dtype"] = "fp8";

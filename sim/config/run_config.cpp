@@ -214,6 +214,10 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   if (t.fp8_saved_inputs && t.precision != hw::Dtype::kFp8) {
     r.issues().add(r.child_path("fp8_saved_inputs"), "got true; saving linear-layer inputs in fp8 needs precision fp8");
   }
+  t.fp8_tp_gather = r.get_bool("fp8_tp_gather", t.precision == hw::Dtype::kFp8);
+  if (t.fp8_tp_gather && t.precision != hw::Dtype::kFp8) {
+    r.issues().add(r.child_path("fp8_tp_gather"), "got true; gathering fp8 activations needs precision fp8");
+  }
   if (const Json* lj = r.get_raw("lora"); lj != nullptr) parse_lora(ObjectReader(*lj, r.child_path("lora"), r.issues()), t.lora);
   if (auto d = r.get_int("packed_document_tokens", 1, kMaxDim); d) {
     t.packed_document_tokens = *d;
@@ -282,8 +286,11 @@ void parse_parallel(ObjectReader r, RunConfig& rc) {
                 : rec == "selective-op" ? Recompute::kSelectiveOp
                                         : Recompute::kNone;
   p.recompute_layers = r.get_int("recompute_layers", 0, 1 << 20, 0);  // 0: every layer
+  // A property of the framework's full recomputation: without a recompute mode (a planner base,
+  // which searches the modes) it applies to the full-recompute layouts; with another mode given
+  // it would mean nothing.
   p.recompute_stops_early = r.get_bool("recompute_stops_early", false);
-  if (p.recompute_stops_early && p.recompute != Recompute::kFull) {
+  if (p.recompute_stops_early && p.recompute != Recompute::kFull && r.get_raw("recompute") != nullptr) {
     r.issues().add(r.child_path("recompute_stops_early"),
                    "got true; it says where full recomputation stops, and needs recompute \"full\" (got \"" + rec + "\")");
   }

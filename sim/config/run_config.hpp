@@ -210,6 +210,13 @@ struct Training {
   // per element (Transformer Engine saves the quantized copy it fed the GEMM). false: they keep
   // the 16-bit inputs and quantize again in backward (torchao float8).
   bool fp8_saved_inputs = false;
+  // fp8 training with sequence parallelism: the TP all-gathers move fp8 data (one byte per
+  // element), as the linears quantize the sequence shard before gathering it: the forward
+  // input, its backward re-gather, and the row-parallel output gradient in backward (Transformer
+  // Engine; torchao's float8 tensor parallelism, Float8ColwiseParallel / Float8RowwiseParallel /
+  // PrepareFloat8ModuleInput). A gathered input kept for the weight gradient is then the fp8
+  // copy. Reductions of GEMM outputs stay 16-bit. false: 16-bit gathers. Default: precision fp8.
+  bool fp8_tp_gather = false;
   // Multi-token prediction depth (DeepSeek-V3, Megatron --mtp-num-layers): each module adds,
   // on the last pipeline stage, one transformer layer of the model's last-layer kind, a 2h -> h
   // projection, three norms and a second pass through the shared output head and loss.

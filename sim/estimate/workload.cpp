@@ -246,6 +246,15 @@ BackwardTimes backward_times(const std::vector<Op>& ops, size_t from) {
   return {Duration(input), Duration(weight)};
 }
 
+// Bytes per element a TP all-gather of a linear's input or output gradient moves: one where
+// fp8 linears quantize the sequence shard before gathering it (training.fp8_tp_gather), else
+// the 16-bit activation width. LoRA adapters read the 16-bit input, and the output layer stays
+// out of fp8.
+double gather_bytes_per_element(const Ctx& c) {
+  const auto& tr = c.rc.training;
+  return c.gemm_dtype == hw::Dtype::kFp8 && tr.fp8_tp_gather && !tr.lora.enabled() ? 1.0 : c.e;
+}
+
 // TP collectives around a column-parallel (entry) or row-parallel (exit) linear.
 // `width`: the entering activation's width in hidden sizes (2 for MTP's [h; embedding] pair).
 // Under SP a linear that keeps only its input's sequence shard gathers it again in backward for
@@ -262,7 +271,8 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
               Duration gemm_fwd, const BackwardTimes& gemm_bwd, double width = 1.0) {
   if (c.t <= 1) return;
   const auto& p = c.rc.parallel;
-  const double bytes = width * c.T * static_cast<double>(c.rc.model.hidden) * c.e;
+  const double elems = width * c.T * static_cast<double>(c.rc.model.hidden);
+  const double bytes = elems * c.e, gather_bytes = elems * gather_bytes_per_element(c);
   const bool overlap = p.tp_comm_overlap;
   // (The input-gradient reduction sums several layers' dgrads: see tp_overlap_input_grad.)
   const bool overlap_grad = overlap && p.tp_overlap_input_grad;
@@ -272,14 +282,14 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
                                                             : Duration(0);
   auto back = [&](Op op) { bwd.push_back(overlap ? tp_overlapped(c, std::move(op)) : std::move(op)); };
   if (c.sp) {
-    fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+    fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag", CommKind::kTp, Collective::kAllGather, gather_bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
     // A kept shard (Parallel::keeps_gathered_input) is gathered again for the weight gradient.
     // Under async TP (DTensor's saved input, comm overlap) that gather feeds the weight-gradient
     // matmul, an all-gather -> matmul pattern the micro-pipeline pass fuses with it.
     if (!p.keeps_gathered_input()) {
       const Duration beside = overlap && p.tp_saves_gathered_input ? gemm_bwd.weight : gemm_bwd.input;
-      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+      back(comm_op(c, name + ".ag_wgrad", CommKind::kTp, Collective::kAllGather, gather_bytes, c.places.tp,
                    async || overlap ? beside : Duration(0)));
     }
     back(comm_op(c, name + ".rs_grad", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp, grad_hide));
@@ -291,12 +301,13 @@ void tp_entry(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const st
 void tp_exit(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
              Duration gemm_fwd, Duration gemm_bwd) {
   if (c.t <= 1) return;
-  const double bytes = c.T * static_cast<double>(c.rc.model.hidden) * c.e;
+  const double elems = c.T * static_cast<double>(c.rc.model.hidden);
+  const double bytes = elems * c.e;
   const bool overlap = c.rc.parallel.tp_comm_overlap;
   if (c.sp) {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".rs", CommKind::kTp, Collective::kReduceScatter, bytes, c.places.tp,
                           overlap ? gemm_fwd : Duration(0))));
-    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag_grad", CommKind::kTp, Collective::kAllGather, bytes, c.places.tp,
+    bwd.push_back(tp_overlapped(c, comm_op(c, name + ".ag_grad", CommKind::kTp, Collective::kAllGather, elems * gather_bytes_per_element(c), c.places.tp,
                           overlap ? gemm_bwd : Duration(0))));
   } else {
     fwd.push_back(tp_overlapped(c, comm_op(c, name + ".ar", CommKind::kTp, Collective::kAllReduce, bytes, c.places.tp,

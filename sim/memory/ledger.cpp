@@ -316,9 +316,10 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
     scores = 4.0 * heads_local;  // fp32 log-sum-exp
   }
   // DTensor TP without micro-pipelining keeps the all-gathered (full-sequence) inputs of the
-  // QKV and MLP projections for their weight gradients instead of the sequence shards.
+  // QKV and MLP projections for their weight gradients instead of the sequence shards, in the
+  // dtype the shard would be kept in (fp8 where float8 TP gathers the quantized copy).
   double gathered = 0;
-  if (p.keeps_gathered_input()) gathered = blocks * e * h * (1.0 - 1.0 / t);
+  if (p.keeps_gathered_input()) gathered = blocks * li * h * (1.0 - 1.0 / t);
   return Bytes(T * (replicated / rep + gathered + split + scores));
 }
 
@@ -339,7 +340,7 @@ namespace {
 // input-gradient pass until the weight-gradient pass. Under sequence parallelism a row-parallel
 // layer's output gradient is gathered over the sequence before it (full width h per token); a
 // column-parallel layer keeps its input as the sequence shard (regathered for W) unless the
-// framework keeps the gathered input.
+// framework keeps the gathered input (Parallel::keeps_gathered_input).
 struct WeightGradKeep {
   double e, li, t, T, h, col_in;
   explicit WeightGradKeep(const config::RunConfig& rc)
@@ -349,7 +350,7 @@ struct WeightGradKeep {
         T(static_cast<double>(rc.parallel.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
           static_cast<double>(rc.parallel.cp)),
         h(static_cast<double>(rc.model.hidden)),
-        col_in(rc.parallel.tp_saves_gathered_input || !(rc.parallel.sp && rc.parallel.tp > 1) ? h : h / t) {}
+        col_in(rc.parallel.keeps_gathered_input() || !rc.parallel.sp_active() ? h : h / t) {}
   // One linear layer's input and output widths (elements per token on this rank).
   [[nodiscard]] double linear(double in_width, double out_width) const { return li * in_width + e * out_width; }
 };

@@ -135,6 +135,7 @@ const std::vector<BadCase> kCases = {
     // Saving linear-layer inputs in fp8 is an fp8-training setting.
     {"Fp8SavedInputsWithoutFp8", R"({"training": {"fp8_saved_inputs": true}})",
      {"$.training.fp8_saved_inputs", "precision fp8"}},
+    {"Fp8TpGatherWithoutFp8", R"({"training": {"fp8_tp_gather": true}})", {"$.training.fp8_tp_gather", "got true", "precision fp8"}},
     // FSDP is ZeRO stage 3; asking for stage 1 at the same time is contradictory.
     {"FsdpWithZero1", R"({"parallel": {"fsdp": true, "zero_stage": 1}})", {"$.parallel.zero_stage", "got 1", "fsdp"}},
     // Unit strings in hardware overrides are checked: parsecs are not bytes.
@@ -200,7 +201,7 @@ const std::vector<BadCase> kCases = {
     {"ScenarioDegradedLinkWithoutFactor", R"({"scenario": {"degraded_link": {"rank": 1}}})",
      {"$.scenario.degraded_link.bandwidth_factor"}},
     {"UnknownAttentionKernel", R"({"training": {"attention": "flash4"}})", {"$.training.attention", "flash4", "flash2"}},
-    {"EarlyStopWithoutFullRecompute", R"({"parallel": {"recompute_stops_early": true}})",
+    {"EarlyStopWithoutFullRecompute", R"({"parallel": {"recompute_stops_early": true, "recompute": "selective"}})",
      {"$.parallel.recompute_stops_early", "got true", "recompute \"full\""}},
     {"InputGradOverlapWithoutTpOverlap", R"({"parallel": {"tp_overlap_input_grad": false}})",
      {"$.parallel.tp_overlap_input_grad", "got false", "tp_comm_overlap"}},

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include <string>
 
@@ -274,6 +275,47 @@ TEST(Workload, TpOverlapExposesFirstChunkAndSlowsTheGemm) {
 // carry no GEMM to hide behind and are exposed whole, the other two keep their chunked overlap,
 // and the forward is unchanged. Its compiled fused gathers keep each linear's sequence shard
 // (sim/memory), so the weight gradient's re-gather runs fused with that GEMM: hidden behind it.
+// fp8 linears that quantize the sequence shard before gathering it (Transformer Engine, torchao's
+// float8 TP) move one byte per element in every TP all-gather: the forward input, its backward
+// re-gather and the row-parallel output gradient. The reduce-scatters of GEMM outputs stay
+// 16-bit, and so does the output layer's gather.
+TEST(Workload, Fp8TpGathersMoveOneBytePerElement) {
+  Json j = {{"model", "llama3.1-70b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"precision", "fp8"}}},
+            {"parallel", {{"tp", 8}, {"sp", true}, {"micro_batch_size", 1}}}};
+  const auto bytes_by_name = [](const config::RunConfig& rc) {
+    const WorkloadBuilder wb(rc);
+    std::map<std::string, double> out;
+    for (const auto* ops : {&wb.dense_layer().fwd, &wb.dense_layer().bwd, &wb.output_layer().fwd, &wb.output_layer().bwd}) {
+      for (const auto& o : *ops) {
+        if (o.kind == OpKind::kComm && o.comm == CommKind::kTp) out[o.name] = o.bytes.value();
+      }
+    }
+    return out;
+  };
+  const RunConfig fp8 = config::parse_run(j, "<fp8-gather>", "");
+  EXPECT_TRUE(fp8.training.fp8_tp_gather);  // the default under fp8
+  j["training"]["fp8_tp_gather"] = false;
+  const RunConfig wide = config::parse_run(j, "<fp8-gather>", "");
+  const double full = 4096.0 * 8192.0 * 2.0;  // tokens x hidden x 16-bit
+  const auto a = bytes_by_name(fp8), w = bytes_by_name(wide);
+  const char* const gathers[] = {"attn_in.ag", "mlp_in.ag", "attn_in.ag_wgrad", "mlp_in.ag_wgrad", "attn_out.ag_grad", "mlp_out.ag_grad"};
+  const char* const wide_always[] = {"attn_in.rs_grad", "mlp_in.rs_grad", "attn_out.rs", "mlp_out.rs", "lm_head_in.ag", "lm_head_in.rs_grad"};
+  for (const char* name : gathers) {
+    ASSERT_TRUE(a.contains(name) && w.contains(name)) << name;
+    EXPECT_DOUBLE_EQ(w.at(name), full) << name;
+    EXPECT_DOUBLE_EQ(a.at(name), full / 2) << name;
+  }
+  for (const char* name : wide_always) {
+    ASSERT_TRUE(a.contains(name) && w.contains(name)) << name;
+    EXPECT_DOUBLE_EQ(a.at(name), full) << name;
+    EXPECT_DOUBLE_EQ(w.at(name), full) << name;
+  }
+  EXPECT_LT(estimate::estimate_step(fp8).step_time_s, estimate::estimate_step(wide).step_time_s);
+}
+
 TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},

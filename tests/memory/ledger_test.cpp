@@ -678,6 +678,15 @@ TEST(Ledger, FrameworkSwitchesAddTheirBytes) {
   RunConfig async = dt;
   async.parallel.tp_comm_overlap = true;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(async, false).value(), layer_activation_bytes(base, false).value());
+  // Float8 TP gathers the quantized inputs, and the float8 matmul keeps what it was given: the
+  // gathered inputs kept are the 1-byte copies (half the extra).
+  RunConfig base8 = base;
+  base8.training.precision = hw::Dtype::kFp8;
+  base8.training.fp8_saved_inputs = true;
+  base8.training.fp8_tp_gather = true;
+  RunConfig dt8 = base8;
+  dt8.parallel.tp_saves_gathered_input = true;
+  expect_rel(layer_activation_bytes(dt8, false).value() - layer_activation_bytes(base8, false).value(), layer_extra / 2.0);
 }
 
 // torch.distributed.pipelining returns every micro-batch's last-stage output from step(): the
