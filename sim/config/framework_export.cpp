@@ -312,6 +312,14 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     out.notes.push_back("parallel.tp_overlap_input_grad false: Transformer Engine's TP overlap hides the input-gradient "
                         "reduce-scatters too, so Megatron-LM runs faster than the prediction");
   }
+  if (t.precision == hw::Dtype::kFp8 && p.sp_active() && !t.fp8_tp_gather) {
+    out.notes.push_back("training.fp8_tp_gather false: Transformer Engine gathers the quantized sequence shards (one byte per "
+                        "element), so Megatron-LM runs faster than the prediction");
+  }
+  if (t.precision == hw::Dtype::kFp8 && !t.fp8_saved_inputs) {
+    out.notes.push_back("training.fp8_saved_inputs false: Transformer Engine keeps each linear layer's fp8 input for its weight "
+                        "gradient, so Megatron-LM needs less activation memory than the prediction");
+  }
   // Megatron-LM keeps fp32 main gradients under 16-bit and fp8 training unless told to reduce
   // them in bf16.
   if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32) {
@@ -389,6 +397,19 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     if (p.tp_overlap_input_grad) {
       out.notes.push_back("parallel.tp_comm_overlap: torchtitan's async TP leaves the column-parallel layers' input-gradient "
                           "reduce-scatters exposed (parallel.tp_overlap_input_grad false), so it runs slower than the prediction");
+    }
+  }
+  if (t.precision == hw::Dtype::kFp8) {
+    // torchao's float8 linears keep the input they are given: quantized by float8 TP, 16-bit
+    // without TP.
+    if (p.sp_active() && !t.fp8_tp_gather) {
+      out.notes.push_back("training.fp8_tp_gather false: torchtitan's float8 tensor parallelism gathers the quantized inputs and "
+                          "output gradients (one byte per element), so it runs faster than the prediction");
+    }
+    if (t.fp8_saved_inputs != (p.tp > 1)) {
+      out.notes.push_back(std::string("training.fp8_saved_inputs ") + (t.fp8_saved_inputs ? "true" : "false") +
+                          ": torchao's float8 linears keep " + (p.tp > 1 ? "the fp8 inputs float8 TP hands them" : "their bf16 inputs") +
+                          ", so torchtitan needs " + (p.tp > 1 ? "less" : "more") + " activation memory than the prediction");
     }
   }
   if (p.cp > 1) par["context_parallel_rotate_method"] = p.cp_comm == CpComm::kRing ? "alltoall" : "allgather";

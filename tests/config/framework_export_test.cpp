@@ -296,6 +296,38 @@ TEST(TorchtitanExport, TritonAttentionIsNamedInTheNotes) {
   EXPECT_FALSE(noted(export_torchtitan(flash2).notes));
 }
 
+// fp8 settings neither framework can change are named in the notes: both gather the quantized
+// shards under TP; Transformer Engine keeps fp8 inputs, torchao keeps what float8 TP hands it
+// (fp8 with TP, bf16 without).
+TEST(FrameworkExport, Fp8SettingsTheFrameworkFixesAreNamed) {
+  auto noted = [](const std::vector<std::string>& notes, const std::string& key) {
+    return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.rfind(key, 0) == 0; });
+  };
+  Json j = Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 64, "precision": "fp8"},
+    "parallel": {"tp": 2, "sp": true, "fsdp": true, "micro_batch_size": 1}})");
+  const RunConfig defaults = run_of(j);
+  for (const auto& notes : {export_megatron(defaults).notes, export_torchtitan(defaults).notes}) {
+    EXPECT_FALSE(noted(notes, "training.fp8_tp_gather"));
+    EXPECT_FALSE(noted(notes, "training.fp8_saved_inputs"));
+  }
+  j["training"]["fp8_tp_gather"] = false;
+  j["training"]["fp8_saved_inputs"] = false;
+  const RunConfig wide = run_of(j);
+  for (const auto& notes : {export_megatron(wide).notes, export_torchtitan(wide).notes}) {
+    EXPECT_TRUE(noted(notes, "training.fp8_tp_gather false"));
+    EXPECT_TRUE(noted(notes, "training.fp8_saved_inputs false"));
+  }
+  // Without TP torchao keeps the bf16 inputs: Transformer Engine's default is torchao's mistake.
+  j = Json::parse(R"({
+    "model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 8},
+    "training": {"seq_len": 4096, "global_batch_size": 64, "precision": "fp8"},
+    "parallel": {"fsdp": true, "micro_batch_size": 1}})");
+  EXPECT_TRUE(noted(export_torchtitan(run_of(j)).notes, "training.fp8_saved_inputs true"));
+  EXPECT_FALSE(noted(export_megatron(run_of(j)).notes, "training.fp8_saved_inputs"));
+}
+
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {
   const Json base = Json::parse(R"({"model": "llama3.1-8b", "hardware": "h100-sxm", "cluster": {"num_gpus": 16},
                                    "training": {"seq_len": 4096, "global_batch_size": 64}, "parallel": {"tp": 2, "fsdp": true}})");
