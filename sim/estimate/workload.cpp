@@ -122,6 +122,23 @@ void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, con
   bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + (weight_grad ? 3.0 * m * k : 0.0)));
 }
 
+// fp8 linears without a weight cache (RunConfig::caches_fp8_weights) quantize their 16-bit
+// weight at every use. Transformer Engine's fused cast-transpose writes the fp8 copy and its
+// transpose in forward (training.fp8_saved_inputs: TE's conventions); torchao casts the weight
+// in forward and again, transposed, for the input-gradient GEMM. Weights gathered in fp8
+// (gather_dtype fp8 under ZeRO-3 / FSDP) arrive quantized. With the cache the casts run once per
+// step, a rounding next to the step's GEMMs.
+void add_fp8_weight_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name, double weights) {
+  if (c.gemm_dtype != hw::Dtype::kFp8 || c.rc.caches_fp8_weights()) return;
+  if (c.rc.parallel.effective_zero() >= 3 && c.rc.training.gather_dtype == hw::Dtype::kFp8) return;
+  if (c.rc.training.fp8_saved_inputs) {
+    fwd.push_back(mem_op(c, name + ".fp8_weight_cast", (c.e + 2.0) * weights));
+  } else {
+    fwd.push_back(mem_op(c, name + ".fp8_weight_cast", (c.e + 1.0) * weights));
+    bwd.push_back(mem_op(c, name + ".fp8_weight_cast_bwd", (c.e + 1.0) * weights));
+  }
+}
+
 // Where a LoRA adapter's rank-wide intermediate x A needs summing across the TP group: beside a
 // row-parallel layer (o_proj, fc2) each rank's A sees its slice of the input, so x A is a partial
 // sum reduced in forward before B; beside a column-parallel layer A sees the whole input but the
@@ -179,6 +196,7 @@ Duration linear(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const 
     add_gemm_backward(c, bwd, f, m, n, k, batch);
   }
   add_fp8_casts(c, fwd, bwd, name, m * batch, n, k, !lora.enabled());
+  add_fp8_weight_casts(c, fwd, bwd, name, n * k * batch);
   if (c.weight_cast_fwd > 0) {
     fwd.push_back(mem_op(c, name + ".weight_cast", c.weight_cast_fwd * n * k * batch));
     if (!lora.enabled()) bwd.push_back(mem_op(c, name + ".weight_grad_cast", c.weight_cast_bwd * n * k * batch));

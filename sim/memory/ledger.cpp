@@ -871,6 +871,11 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         st.weights = Bytes(0);
       }
     }
+    // Transformer Engine's fp8 weight cache (RunConfig::caches_fp8_weights): each layer weight's
+    // fp8 copy and fp8 transpose (norms and routers, a rounding, counted with them), whole on
+    // every rank whatever ZeRO shards, from the step's first micro-batch to its end (on the GPU under
+    // parameter offload too).
+    if (rc.caches_fp8_weights()) st.weights += Bytes(2.0 * (layer_dense_weights + layer_expert_weights));
 
     // Activations.
     const double inflight = inflight_microbatches(rc, s);

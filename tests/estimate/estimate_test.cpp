@@ -316,6 +316,44 @@ TEST(Workload, Fp8TpGathersMoveOneBytePerElement) {
   EXPECT_LT(estimate::estimate_step(fp8).step_time_s, estimate::estimate_step(wide).step_time_s);
 }
 
+// Without a weight cache an fp8 linear quantizes its 16-bit weight at every use: Transformer
+// Engine's cast-transpose in forward (read 2, write 1 + 1 bytes per weight), torchao a cast in
+// forward and a transposed one in backward (read 2, write 1 each). With the cache (TE's default)
+// no per-micro-batch cast is charged; weights gathered in fp8 arrive quantized.
+TEST(Workload, Fp8WeightsCastAtEveryUseWithoutTheCache) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"precision", "fp8"}}},
+            {"parallel", {{"tp", 1}, {"micro_batch_size", 1}}}};
+  const auto cast_bytes = [](const config::RunConfig& rc, bool backward) {
+    const WorkloadBuilder wb(rc);
+    double sum = 0;
+    for (const auto& o : backward ? wb.dense_layer().bwd : wb.dense_layer().fwd) {
+      if (o.name.find(".fp8_weight_cast") != std::string::npos) sum += o.bytes.value();
+    }
+    return sum;
+  };
+  const RunConfig cached = config::parse_run(j, "<fp8-weights>", "");
+  const double weights = cached.model.mixer_params(cached.model.layer_kind(0)) + cached.model.dense_mlp_params() -
+                         2.0 * static_cast<double>(cached.model.hidden);  // less the two RMSNorm weights
+  EXPECT_EQ(cast_bytes(cached, false) + cast_bytes(cached, true), 0.0);
+  j["training"]["fp8_weight_cache"] = false;
+  const RunConfig te = config::parse_run(j, "<fp8-weights>", "");
+  EXPECT_DOUBLE_EQ(cast_bytes(te, false), 4.0 * weights);
+  EXPECT_EQ(cast_bytes(te, true), 0.0);
+  EXPECT_GT(estimate::estimate_step(te).step_time_s, estimate::estimate_step(cached).step_time_s);
+  j["training"]["fp8_saved_inputs"] = false;  // torchao's conventions
+  j["training"].erase("fp8_weight_cache");
+  const RunConfig torchao = config::parse_run(j, "<fp8-weights>", "");
+  EXPECT_FALSE(torchao.caches_fp8_weights());
+  EXPECT_DOUBLE_EQ(cast_bytes(torchao, false), 3.0 * weights);
+  EXPECT_DOUBLE_EQ(cast_bytes(torchao, true), 3.0 * weights);
+  j["training"]["gather_dtype"] = "fp8";
+  j["parallel"]["fsdp"] = true;
+  EXPECT_EQ(cast_bytes(config::parse_run(j, "<fp8-weights>", ""), false), 0.0);
+}
+
 TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},

@@ -533,6 +533,31 @@ TEST(Activations, Fp8TrainingSavesLinearInputsInFp8) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(), bf16);
 }
 
+// Transformer Engine caches each fp8 layer weight's fp8 copy and transpose across the step's
+// micro-batches: two bytes per layer parameter on every rank (the embedding and the output layer
+// stay 16-bit). Without the cache, or in bf16, nothing; under FSDP the default is off.
+TEST(Ledger, Fp8WeightCacheHoldsTwoBytesPerLayerWeight) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 16}, {"precision", "fp8"}}},
+            {"parallel", {{"tp", 2}, {"sp", true}, {"zero_stage", 1}, {"micro_batch_size", 1}}}};
+  const RunConfig cached = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_TRUE(cached.caches_fp8_weights());  // Transformer Engine's default
+  j["training"]["fp8_weight_cache"] = false;
+  const RunConfig uncached = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_FALSE(uncached.caches_fp8_weights());
+  const auto& m = cached.model;
+  const double layer_params = (m.mixer_params(m.layer_kind(0)) + m.dense_mlp_params()) / 2.0;  // per TP rank
+  const double extra = compute_ledger(cached).stages[0].weights.value() - compute_ledger(uncached).stages[0].weights.value();
+  EXPECT_DOUBLE_EQ(extra, 2.0 * layer_params * static_cast<double>(m.num_layers));
+  j["training"].erase("fp8_weight_cache");
+  j["parallel"] = {{"tp", 2}, {"sp", true}, {"fsdp", true}, {"micro_batch_size", 1}};
+  EXPECT_FALSE(config::parse_run(j, "<ledger-test>", "").caches_fp8_weights());
+  j["training"]["precision"] = "bf16";
+  EXPECT_FALSE(config::parse_run(j, "<ledger-test>", "").caches_fp8_weights());
+}
+
 // Recomputing N of a stage's layers: those keep only their input, the rest their full
 // activations; the stage's activation bytes interpolate exactly between the two modes.
 TEST(Activations, PartialRecomputeMixesTheTwoModes) {
