@@ -320,6 +320,17 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     out.notes.push_back("training.fp8_saved_inputs false: Transformer Engine keeps each linear layer's fp8 input for its weight "
                         "gradient, so Megatron-LM needs less activation memory than the prediction");
   }
+  if (t.precision == hw::Dtype::kFp8 && rc.fp8_weights() == Fp8Weights::kPrimary) {
+    if (p.zero_stage >= 1 || p.fsdp) {
+      flag("fp8-param-gather");
+    } else {
+      out.notes.push_back("training.fp8_weights primary: --fp8-param-gather needs the distributed optimizer; without it Megatron-LM "
+                          "keeps 16-bit parameters beside cached fp8 copies (fp8_weights cached), so it needs more memory than the prediction");
+    }
+  } else if (t.precision == hw::Dtype::kFp8 && rc.fp8_weights() == Fp8Weights::kCast) {
+    out.notes.push_back("training.fp8_weights cast: Megatron-LM's Transformer Engine layers keep the fp8 weights across micro-batches, "
+                        "so it runs faster than the prediction");
+  }
   // Megatron-LM keeps fp32 main gradients under 16-bit and fp8 training unless told to reduce
   // them in bf16.
   if (t.precision != hw::Dtype::kFp32 && t.grad_dtype != hw::Dtype::kFp32) {
@@ -405,6 +416,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     if (p.sp_active() && !t.fp8_tp_gather) {
       out.notes.push_back("training.fp8_tp_gather false: torchtitan's float8 tensor parallelism gathers the quantized inputs and "
                           "output gradients (one byte per element), so it runs faster than the prediction");
+    }
+    if (rc.fp8_weights() != Fp8Weights::kCast) {
+      out.notes.push_back("training.fp8_weights: torchao's float8 linears cast their weights at every use (fp8_weights cast), so "
+                          "torchtitan runs slower than the prediction");
     }
     if (t.fp8_saved_inputs != (p.tp > 1)) {
       out.notes.push_back(std::string("training.fp8_saved_inputs ") + (t.fp8_saved_inputs ? "true" : "false") +

@@ -87,7 +87,7 @@ const std::set<std::string> kSwitches = {
     "log-throughput", "mock-data", "standalone", "moe-permute-fusion", "cross-entropy-loss-fusion", "manual-gc", "no-load-optim", "no-load-rng",
     "squared-relu", "no-position-embedding", "apply-layernorm-1p", "is-hybrid-model", "no-bias-dropout-fusion", "no-rope-fusion", "use-checkpoint-args",
     "no-save-optim", "no-save-rng", "exit-on-missing-checkpoint", "eval-only", "use-cpu-initialization", "overlap-p2p-communication",
-    "add-qkv-bias", "grad-reduce-in-bf16", "moe-pad-expert-input-to-capacity",
+    "add-qkv-bias", "grad-reduce-in-bf16", "moe-pad-expert-input-to-capacity", "fp8-param-gather",
     // Megatron-DeepSpeed's switches.
     "deepspeed", "no-pipeline-parallel", "checkpoint-activations", "deepspeed-activation-checkpointing", "partition-activations",
     "contigious-checkpointing", "checkpoint-in-cpu", "synchronize-each-layer", "embed-layernorm", "use-flash-attn-v1", "use-flash-attn-v2",
@@ -308,6 +308,14 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   if (a.has("fp8-format")) {
     precision = "fp8";
     assumptions.push_back("training: fp8 GEMMs (--fp8-format " + a.word("fp8-format") + ") with bf16 elsewhere");
+  }
+  if (precision == "fp8") {
+    // Transformer Engine keeps each weight's fp8 copy and transpose across the micro-batches:
+    // beside the 16-bit parameters, or as the parameters themselves under --fp8-param-gather.
+    training["fp8_weights"] = a.has("fp8-param-gather") ? "primary" : "cached";
+    if (!a.has("fp8-param-gather")) {
+      assumptions.push_back("training: 16-bit parameters with cached fp8 copies and transposes (no --fp8-param-gather)");
+    }
   } else if (a.has("bf16")) {
     precision = "bf16";
   } else if (a.has("fp16")) {

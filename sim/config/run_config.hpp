@@ -170,6 +170,15 @@ uint32_t lora_target_of(std::string_view linear_name);
 std::string lora_label(const Lora& lora);
 std::vector<std::string> lora_target_list(uint32_t targets);  // target names in bit order
 
+// How fp8 linear layers get their fp8 weights. kPrimary: the parameters are fp8 with a cached
+// fp8 transpose (Megatron's --fp8-param-gather with Transformer Engine), two bytes per weight
+// like 16-bit parameters, quantized once per step from the master copy. kCached: 16-bit
+// parameters plus each weight's fp8 copy and transpose, cast at the step's first micro-batch
+// and kept to its end (TE under Megatron without fp8 parameters): two more bytes per layer
+// weight. kCast: quantized again at every use (torchao float8; TE with
+// disable_parameter_transpose_cache).
+enum class Fp8Weights { kPrimary, kCached, kCast };
+
 struct Training {
   int64_t seq_len = 0;
   int64_t global_batch_size = 0;  // sequences per optimizer step
@@ -217,12 +226,10 @@ struct Training {
   // PrepareFloat8ModuleInput). A gathered input kept for the weight gradient is then the fp8
   // copy. Reductions of GEMM outputs stay 16-bit. false: 16-bit gathers. Default: precision fp8.
   bool fp8_tp_gather = false;
-  // fp8 training: each fp8 linear layer keeps its weight's fp8 copy and fp8 transpose from the
-  // step's first micro-batch to its end (Transformer Engine under Megatron, which passes
-  // is_first_microbatch unless disable_parameter_transpose_cache): two bytes per layer weight,
-  // cast once per step. false: every forward casts the weight again (torchao float8; TE with
-  // the cache disabled). Unset: RunConfig::caches_fp8_weights decides.
-  std::optional<bool> fp8_weight_cache;
+  // fp8 training: the fp8 weights the linear layers compute with (RunConfig::fp8_weights
+  // resolves it; unset: kPrimary with fp8_saved_inputs, Transformer Engine's conventions, else
+  // kCast).
+  std::optional<Fp8Weights> fp8_weights;
   // Multi-token prediction depth (DeepSeek-V3, Megatron --mtp-num-layers): each module adds,
   // on the last pipeline stage, one transformer layer of the model's last-layer kind, a 2h -> h
   // projection, three norms and a second pass through the shared output head and loss.
@@ -526,12 +533,9 @@ struct RunConfig {
   // 16-bit branch output to that wider stream promotes the sum, so the stream and its gradient
   // stay in the weights' dtype through every layer; otherwise it is the activation dtype.
   [[nodiscard]] double residual_bytes() const { return std::max(activation_bytes(), compute_weight_bytes()); }
-  // Whether fp8 linears cache their quantized weights across micro-batches
-  // (training.fp8_weight_cache): unset, Transformer Engine's convention (fp8_saved_inputs)
-  // without ZeRO-3 / FSDP, whose gathered weights live only while their layer runs.
-  [[nodiscard]] bool caches_fp8_weights() const {
-    if (training.precision != hw::Dtype::kFp8) return false;
-    return training.fp8_weight_cache.value_or(training.fp8_saved_inputs && parallel.effective_zero() < 3);
+  // training.fp8_weights, resolved (meaningful under precision fp8 only).
+  [[nodiscard]] Fp8Weights fp8_weights() const {
+    return training.fp8_weights.value_or(training.fp8_saved_inputs ? Fp8Weights::kPrimary : Fp8Weights::kCast);
   }
   [[nodiscard]] int64_t tokens_per_step() const { return training.global_batch_size * training.seq_len; }
   [[nodiscard]] int64_t micro_batch_tokens() const { return parallel.micro_batch_size * training.seq_len; }

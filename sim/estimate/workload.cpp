@@ -122,14 +122,14 @@ void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, con
   bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + (weight_grad ? 3.0 * m * k : 0.0)));
 }
 
-// fp8 linears without a weight cache (RunConfig::caches_fp8_weights) quantize their 16-bit
-// weight at every use. Transformer Engine's fused cast-transpose writes the fp8 copy and its
-// transpose in forward (training.fp8_saved_inputs: TE's conventions); torchao casts the weight
-// in forward and again, transposed, for the input-gradient GEMM. Weights gathered in fp8
-// (gather_dtype fp8 under ZeRO-3 / FSDP) arrive quantized. With the cache the casts run once per
+// fp8 linears that quantize their 16-bit weight at every use (training.fp8_weights "cast"):
+// Transformer Engine's fused cast-transpose writes the fp8 copy and its transpose in forward
+// (training.fp8_saved_inputs: TE's conventions); torchao casts the weight in forward and again,
+// transposed, for the input-gradient GEMM. Weights gathered in fp8 (gather_dtype fp8 under
+// ZeRO-3 / FSDP) arrive quantized. fp8 parameters and cached fp8 weights are quantized once per
 // step, a rounding next to the step's GEMMs.
 void add_fp8_weight_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name, double weights) {
-  if (c.gemm_dtype != hw::Dtype::kFp8 || c.rc.caches_fp8_weights()) return;
+  if (c.gemm_dtype != hw::Dtype::kFp8 || c.rc.fp8_weights() != config::Fp8Weights::kCast) return;
   if (c.rc.parallel.effective_zero() >= 3 && c.rc.training.gather_dtype == hw::Dtype::kFp8) return;
   if (c.rc.training.fp8_saved_inputs) {
     fwd.push_back(mem_op(c, name + ".fp8_weight_cast", (c.e + 2.0) * weights));

@@ -871,11 +871,14 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
         st.weights = Bytes(0);
       }
     }
-    // Transformer Engine's fp8 weight cache (RunConfig::caches_fp8_weights): each layer weight's
-    // fp8 copy and fp8 transpose (norms and routers, a rounding, counted with them), whole on
-    // every rank whatever ZeRO shards, from the step's first micro-batch to its end (on the GPU under
-    // parameter offload too).
-    if (rc.caches_fp8_weights()) st.weights += Bytes(2.0 * (layer_dense_weights + layer_expert_weights));
+    // fp8 weights cached beside 16-bit parameters (training.fp8_weights "cached"): each layer
+    // weight's fp8 copy and fp8 transpose (norms and routers, a rounding, counted with them),
+    // whole on every rank whatever ZeRO shards, from the step's first micro-batch to its end (on
+    // the GPU under parameter offload too). fp8 parameters with their transposes take the two
+    // bytes per weight counted above.
+    if (rc.training.precision == hw::Dtype::kFp8 && rc.fp8_weights() == config::Fp8Weights::kCached) {
+      st.weights += Bytes(2.0 * (layer_dense_weights + layer_expert_weights));
+    }
 
     // Activations.
     const double inflight = inflight_microbatches(rc, s);

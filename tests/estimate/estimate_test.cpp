@@ -316,11 +316,11 @@ TEST(Workload, Fp8TpGathersMoveOneBytePerElement) {
   EXPECT_LT(estimate::estimate_step(fp8).step_time_s, estimate::estimate_step(wide).step_time_s);
 }
 
-// Without a weight cache an fp8 linear quantizes its 16-bit weight at every use: Transformer
-// Engine's cast-transpose in forward (read 2, write 1 + 1 bytes per weight), torchao a cast in
-// forward and a transposed one in backward (read 2, write 1 each). With the cache (TE's default)
-// no per-micro-batch cast is charged; weights gathered in fp8 arrive quantized.
-TEST(Workload, Fp8WeightsCastAtEveryUseWithoutTheCache) {
+// fp8 weights cast at every use (training.fp8_weights "cast"): Transformer Engine's
+// cast-transpose in forward (read 2, write 1 + 1 bytes per weight), torchao a cast in forward
+// and a transposed one in backward (read 2, write 1 each). fp8 parameters and cached weights are
+// quantized once per step, not per micro-batch; weights gathered in fp8 arrive quantized.
+TEST(Workload, Fp8WeightsCastAtEveryUseOnlyWhenNotKept) {
   Json j = {{"model", "llama3.1-8b"},
             {"hardware", "h100-sxm"},
             {"cluster", {{"num_gpus", 8}}},
@@ -334,19 +334,20 @@ TEST(Workload, Fp8WeightsCastAtEveryUseWithoutTheCache) {
     }
     return sum;
   };
-  const RunConfig cached = config::parse_run(j, "<fp8-weights>", "");
-  const double weights = cached.model.mixer_params(cached.model.layer_kind(0)) + cached.model.dense_mlp_params() -
-                         2.0 * static_cast<double>(cached.model.hidden);  // less the two RMSNorm weights
-  EXPECT_EQ(cast_bytes(cached, false) + cast_bytes(cached, true), 0.0);
-  j["training"]["fp8_weight_cache"] = false;
+  const RunConfig primary = config::parse_run(j, "<fp8-weights>", "");
+  const double weights = primary.model.mixer_params(primary.model.layer_kind(0)) + primary.model.dense_mlp_params() -
+                         2.0 * static_cast<double>(primary.model.hidden);  // less the two RMSNorm weights
+  EXPECT_EQ(cast_bytes(primary, false) + cast_bytes(primary, true), 0.0);
+  j["training"]["fp8_weights"] = "cached";
+  EXPECT_EQ(cast_bytes(config::parse_run(j, "<fp8-weights>", ""), false), 0.0);
+  j["training"]["fp8_weights"] = "cast";
   const RunConfig te = config::parse_run(j, "<fp8-weights>", "");
   EXPECT_DOUBLE_EQ(cast_bytes(te, false), 4.0 * weights);
   EXPECT_EQ(cast_bytes(te, true), 0.0);
-  EXPECT_GT(estimate::estimate_step(te).step_time_s, estimate::estimate_step(cached).step_time_s);
-  j["training"]["fp8_saved_inputs"] = false;  // torchao's conventions
-  j["training"].erase("fp8_weight_cache");
+  EXPECT_GT(estimate::estimate_step(te).step_time_s, estimate::estimate_step(primary).step_time_s);
+  j["training"]["fp8_saved_inputs"] = false;  // torchao's conventions, which default to casting
+  j["training"].erase("fp8_weights");
   const RunConfig torchao = config::parse_run(j, "<fp8-weights>", "");
-  EXPECT_FALSE(torchao.caches_fp8_weights());
   EXPECT_DOUBLE_EQ(cast_bytes(torchao, false), 3.0 * weights);
   EXPECT_DOUBLE_EQ(cast_bytes(torchao, true), 3.0 * weights);
   j["training"]["gather_dtype"] = "fp8";

@@ -533,29 +533,34 @@ TEST(Activations, Fp8TrainingSavesLinearInputsInFp8) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(), bf16);
 }
 
-// Transformer Engine caches each fp8 layer weight's fp8 copy and transpose across the step's
-// micro-batches: two bytes per layer parameter on every rank (the embedding and the output layer
-// stay 16-bit). Without the cache, or in bf16, nothing; under FSDP the default is off.
-TEST(Ledger, Fp8WeightCacheHoldsTwoBytesPerLayerWeight) {
+// fp8 weights: fp8 parameters with their transposes (the default under Transformer Engine's
+// conventions) take the two bytes per weight 16-bit parameters take; 16-bit parameters with a
+// cached fp8 copy and transpose take two more per layer parameter (the embedding and the output
+// layer stay 16-bit); weights cast at every use add nothing. torchao's conventions default to
+// casting.
+TEST(Ledger, CachedFp8WeightsHoldTwoMoreBytesPerLayerWeight) {
   Json j = {{"model", "llama3.1-8b"},
             {"hardware", "h100-sxm"},
             {"cluster", {{"num_gpus", 8}}},
             {"training", {{"seq_len", 4096}, {"global_batch_size", 16}, {"precision", "fp8"}}},
             {"parallel", {{"tp", 2}, {"sp", true}, {"zero_stage", 1}, {"micro_batch_size", 1}}}};
+  const RunConfig primary = config::parse_run(j, "<ledger-test>", "");
+  EXPECT_EQ(primary.fp8_weights(), config::Fp8Weights::kPrimary);  // Transformer Engine's default
+  j["training"]["fp8_weights"] = "cached";
   const RunConfig cached = config::parse_run(j, "<ledger-test>", "");
-  EXPECT_TRUE(cached.caches_fp8_weights());  // Transformer Engine's default
-  j["training"]["fp8_weight_cache"] = false;
-  const RunConfig uncached = config::parse_run(j, "<ledger-test>", "");
-  EXPECT_FALSE(uncached.caches_fp8_weights());
+  j["training"]["fp8_weights"] = "cast";
+  const RunConfig cast = config::parse_run(j, "<ledger-test>", "");
   const auto& m = cached.model;
   const double layer_params = (m.mixer_params(m.layer_kind(0)) + m.dense_mlp_params()) / 2.0;  // per TP rank
-  const double extra = compute_ledger(cached).stages[0].weights.value() - compute_ledger(uncached).stages[0].weights.value();
-  EXPECT_DOUBLE_EQ(extra, 2.0 * layer_params * static_cast<double>(m.num_layers));
-  j["training"].erase("fp8_weight_cache");
-  j["parallel"] = {{"tp", 2}, {"sp", true}, {"fsdp", true}, {"micro_batch_size", 1}};
-  EXPECT_FALSE(config::parse_run(j, "<ledger-test>", "").caches_fp8_weights());
+  const double w_primary = compute_ledger(primary).stages[0].weights.value();
+  EXPECT_DOUBLE_EQ(compute_ledger(cached).stages[0].weights.value() - w_primary, 2.0 * layer_params * static_cast<double>(m.num_layers));
+  EXPECT_DOUBLE_EQ(compute_ledger(cast).stages[0].weights.value(), w_primary);
   j["training"]["precision"] = "bf16";
-  EXPECT_FALSE(config::parse_run(j, "<ledger-test>", "").caches_fp8_weights());
+  j["training"].erase("fp8_weights");
+  EXPECT_DOUBLE_EQ(compute_ledger(config::parse_run(j, "<ledger-test>", "")).stages[0].weights.value(), w_primary);
+  j["training"]["precision"] = "fp8";
+  j["training"]["fp8_saved_inputs"] = false;
+  EXPECT_EQ(config::parse_run(j, "<ledger-test>", "").fp8_weights(), config::Fp8Weights::kCast);  // torchao
 }
 
 // Recomputing N of a stage's layers: those keep only their input, the rest their full
