@@ -308,14 +308,6 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
   if (a.has("fp8-format")) {
     precision = "fp8";
     assumptions.push_back("training: fp8 GEMMs (--fp8-format " + a.word("fp8-format") + ") with bf16 elsewhere");
-  }
-  if (precision == "fp8") {
-    // Transformer Engine keeps each weight's fp8 copy and transpose across the micro-batches:
-    // beside the 16-bit parameters, or as the parameters themselves under --fp8-param-gather.
-    training["fp8_weights"] = a.has("fp8-param-gather") ? "primary" : "cached";
-    if (!a.has("fp8-param-gather")) {
-      assumptions.push_back("training: 16-bit parameters with cached fp8 copies and transposes (no --fp8-param-gather)");
-    }
   } else if (a.has("bf16")) {
     precision = "bf16";
   } else if (a.has("fp16")) {
@@ -324,6 +316,14 @@ Json import_megatron(const std::vector<std::string>& args, const ImportOptions& 
     assumptions.push_back("training: fp32 (neither --bf16 nor --fp16 is given)");
   }
   training["precision"] = precision;
+  if (precision == "fp8") {
+    // Transformer Engine keeps each weight's fp8 copy and transpose across the micro-batches:
+    // beside the 16-bit parameters, or as the parameters themselves under --fp8-param-gather.
+    training["fp8_weights"] = a.has("fp8-param-gather") ? "primary" : "cached";
+    if (!a.has("fp8-param-gather")) {
+      assumptions.push_back("training: 16-bit parameters with cached fp8 copies and transposes (no --fp8-param-gather)");
+    }
+  }
   if (precision != "fp32" && a.has("grad-reduce-in-bf16")) {
     training["grad_dtype"] = "bf16";
   } else if (precision != "fp32") {

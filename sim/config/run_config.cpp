@@ -218,12 +218,11 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   if (t.fp8_tp_gather && t.precision != hw::Dtype::kFp8) {
     r.issues().add(r.child_path("fp8_tp_gather"), "got true; gathering fp8 activations needs precision fp8");
   }
+  // How the framework handles fp8 weights: a property of the framework, so a run file keeps it
+  // when a what-if sets another precision (it applies under fp8 only).
   if (r.get_raw("fp8_weights") != nullptr) {
     const auto w = r.get_choice("fp8_weights", {"primary", "cached", "cast"}, "primary");
     t.fp8_weights = w == "cached" ? Fp8Weights::kCached : w == "cast" ? Fp8Weights::kCast : Fp8Weights::kPrimary;
-    if (t.precision != hw::Dtype::kFp8) {
-      r.issues().add(r.child_path("fp8_weights"), "got \"" + w + "\"; fp8 weights need precision fp8");
-    }
   }
   if (const Json* lj = r.get_raw("lora"); lj != nullptr) parse_lora(ObjectReader(*lj, r.child_path("lora"), r.issues()), t.lora);
   if (auto d = r.get_int("packed_document_tokens", 1, kMaxDim); d) {

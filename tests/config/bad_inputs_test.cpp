@@ -135,7 +135,6 @@ const std::vector<BadCase> kCases = {
     // Saving linear-layer inputs in fp8 is an fp8-training setting.
     {"Fp8SavedInputsWithoutFp8", R"({"training": {"fp8_saved_inputs": true}})",
      {"$.training.fp8_saved_inputs", "precision fp8"}},
-    {"Fp8WeightsWithoutFp8", R"({"training": {"fp8_weights": "cached"}})", {"$.training.fp8_weights", "cached", "precision fp8"}},
     {"UnknownFp8Weights", R"({"training": {"precision": "fp8", "fp8_weights": "fp4"}})", {"$.training.fp8_weights", "fp4", "primary, cached, cast"}},
     {"Fp8TpGatherWithoutFp8", R"({"training": {"fp8_tp_gather": true}})", {"$.training.fp8_tp_gather", "got true", "precision fp8"}},
     // FSDP is ZeRO stage 3; asking for stage 1 at the same time is contradictory.

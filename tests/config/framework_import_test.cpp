@@ -74,6 +74,23 @@ TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
 }
 
 // Megatron's own defaults where arguments are omitted, each written down.
+// --fp8-param-gather makes the parameters fp8 (fp8_weights primary, as 16-bit weights in the
+// ledger); without it Transformer Engine caches fp8 copies beside the 16-bit parameters, a
+// stated assumption. It is a switch: the argument after it is not swallowed as its value.
+TEST(MegatronImport, Fp8ParamGatherSetsTheFp8Weights) {
+  const std::string fp8 = llama8b_script() + " --fp8-format hybrid";
+  const Json cached = import_megatron(split_command_line(fp8), {});
+  EXPECT_EQ(cached["training"]["fp8_weights"], "cached");
+  // (Before --fp8-format: were the switch to take a value, fp8 would be lost.)
+  const Json primary = import_megatron(split_command_line(llama8b_script() + " --fp8-param-gather --fp8-format hybrid"), {});
+  EXPECT_EQ(primary["training"]["precision"], "fp8");
+  EXPECT_EQ(primary["training"]["fp8_weights"], "primary");
+  const RunConfig a = parse_run(cached, "<import>", ""), b = parse_run(primary, "<import>", "");
+  EXPECT_EQ(a.fp8_weights(), Fp8Weights::kCached);
+  EXPECT_EQ(b.fp8_weights(), Fp8Weights::kPrimary);
+  EXPECT_FALSE(import_megatron(split_command_line(llama8b_script()), {})["training"].contains("fp8_weights"));
+}
+
 TEST(MegatronImport, DefaultsAreStated) {
   const Json run = import_megatron({"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--vocab-size", "50304",
                                     "--seq-length", "2048", "--swiglu", "--fp16"},

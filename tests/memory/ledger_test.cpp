@@ -555,10 +555,12 @@ TEST(Ledger, CachedFp8WeightsHoldTwoMoreBytesPerLayerWeight) {
   const double w_primary = compute_ledger(primary).stages[0].weights.value();
   EXPECT_DOUBLE_EQ(compute_ledger(cached).stages[0].weights.value() - w_primary, 2.0 * layer_params * static_cast<double>(m.num_layers));
   EXPECT_DOUBLE_EQ(compute_ledger(cast).stages[0].weights.value(), w_primary);
+  // A framework property: kept, and without effect, when a what-if trains in bf16.
   j["training"]["precision"] = "bf16";
-  j["training"].erase("fp8_weights");
+  j["training"]["fp8_weights"] = "cached";
   EXPECT_DOUBLE_EQ(compute_ledger(config::parse_run(j, "<ledger-test>", "")).stages[0].weights.value(), w_primary);
   j["training"]["precision"] = "fp8";
+  j["training"].erase("fp8_weights");
   j["training"]["fp8_saved_inputs"] = false;
   EXPECT_EQ(config::parse_run(j, "<ledger-test>", "").fp8_weights(), config::Fp8Weights::kCast);  // torchao
 }
