@@ -351,8 +351,10 @@ struct WeightGradKeep {
           static_cast<double>(rc.parallel.cp)),
         h(static_cast<double>(rc.model.hidden)),
         col_in(rc.parallel.keeps_gathered_input() || !rc.parallel.sp_active() ? h : h / t) {}
-  // One linear layer's input and output widths (elements per token on this rank).
-  [[nodiscard]] double linear(double in_width, double out_width) const { return li * in_width + e * out_width; }
+  // One linear layer's input and output widths (elements per token on this rank). Transformer
+  // Engine's fp8 linears (training.fp8_saved_inputs) keep both quantized, as their fp8
+  // weight-gradient GEMM reads them; otherwise the output gradient is 16-bit like the input.
+  [[nodiscard]] double linear(double in_width, double out_width) const { return li * (in_width + out_width); }
 };
 
 }  // namespace

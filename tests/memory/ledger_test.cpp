@@ -565,6 +565,23 @@ TEST(Ledger, CachedFp8WeightsHoldTwoMoreBytesPerLayerWeight) {
   EXPECT_EQ(config::parse_run(j, "<ledger-test>", "").fp8_weights(), config::Fp8Weights::kCast);  // torchao
 }
 
+// What a deferred weight-gradient pass keeps per layer (each linear's input and output
+// gradient): Transformer Engine's fp8 linears keep both quantized for their fp8 weight-gradient
+// GEMM, half the bf16 bytes; torchao float8 keeps them 16-bit.
+TEST(Ledger, DeferredWeightGradientKeepsFp8TensorsUnderTransformerEngine) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 16}}},
+            {"parallel", {{"tp", 2}, {"sp", true}, {"pp", 2}, {"micro_batch_size", 1}, {"schedule", "zb-h1"}}}};
+  const double bf16 = layer_weight_grad_bytes(config::parse_run(j, "<ledger-test>", ""), false).value();
+  EXPECT_GT(bf16, 0.0);
+  j["training"]["precision"] = "fp8";
+  EXPECT_DOUBLE_EQ(layer_weight_grad_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(), bf16 / 2.0);
+  j["training"]["fp8_saved_inputs"] = false;
+  EXPECT_DOUBLE_EQ(layer_weight_grad_bytes(config::parse_run(j, "<ledger-test>", ""), false).value(), bf16);
+}
+
 // Recomputing N of a stage's layers: those keep only their input, the rest their full
 // activations; the stage's activation bytes interpolate exactly between the two modes.
 TEST(Activations, PartialRecomputeMixesTheTwoModes) {
