@@ -201,6 +201,11 @@ double lora_model_params(const config::RunConfig& rc) {
 
 namespace {
 
+// Bytes per element of what a linear layer keeps for its weight gradient (its input, and under
+// a deferred weight gradient its output gradient): 16-bit, or one byte where fp8 training keeps
+// the quantized copies (training.fp8_saved_inputs).
+double kept_linear_bytes(const config::RunConfig& rc) { return rc.training.fp8_saved_inputs ? 1.0 : rc.activation_bytes(); }
+
 // One layer's saved activations as if the run used recompute mode `mode` (its selective
 // modules as the run names them): what the ledger needs for the recompute mode the run has,
 // for layers partial recomputation leaves out and for the layer being rebuilt, without copying
@@ -224,9 +229,7 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   if (mode == Recompute::kFull) return Bytes(rc.residual_bytes() * h * T / rep);
   if (mode == Recompute::kSelectiveOp) return Bytes(T * selective_op_bytes_per_token(rc, kind));
 
-  // Bytes per element of a linear layer's input kept for its weight gradient: 16-bit, or one
-  // byte where fp8 training keeps the quantized copy (training.fp8_saved_inputs).
-  const double li = rc.training.fp8_saved_inputs ? 1.0 : e;
+  const double li = kept_linear_bytes(rc);
   // Replicated terms (per token): the two norms' inputs, and their outputs (the QKV and MLP
   // inputs).
   // Recompute selective's modules (Megatron-Core --recompute-modules) drop what they rebuild.
@@ -342,10 +345,9 @@ namespace {
 // column-parallel layer keeps its input as the sequence shard (regathered for W) unless the
 // framework keeps the gathered input (Parallel::keeps_gathered_input).
 struct WeightGradKeep {
-  double e, li, t, T, h, col_in;
+  double li, t, T, h, col_in;
   explicit WeightGradKeep(const config::RunConfig& rc)
-      : e(rc.activation_bytes()),
-        li(rc.training.fp8_saved_inputs ? 1.0 : e),
+      : li(kept_linear_bytes(rc)),
         t(static_cast<double>(rc.parallel.tp)),
         T(static_cast<double>(rc.parallel.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
           static_cast<double>(rc.parallel.cp)),
