@@ -144,6 +144,27 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   done
   echo '```'
   echo
+  echo "Peak memory there (the issue: 71.5 GB bf16, 55.3 GB float8 vanilla TP), GB:"
+  echo
+  echo '```'
+  for prec in bf16 fp8; do
+    printf 'torchtitan-70b-256gpu-2D %s: ' "$prec"
+    ./build/stepcast simulate configs/published/torchtitan-70b-256gpu-2D.json --set cluster.num_gpus=128 --set parallel.dp=16 \
+      --set training.global_batch_size=256 --set "training.precision=\"$prec\"" --json |
+      grep -o '"peak_memory_bytes": *[0-9.]*' | head -1 | awk '{ printf "%.1f\n", $2 / 1e9 }'
+  done
+  echo '```'
+  echo
+  echo "## fp8 weights under Transformer Engine: fp8 parameters or cached copies"
+  echo
+  echo "DGX Cloud's Llama 3.1 8B fp8 row ran on 8 GPUs at tp 1 without recomputation. With fp8 parameters"
+  echo "(training.fp8_weights primary, the default) it fits; with 16-bit parameters and cached fp8 copies it would not:"
+  echo
+  # (memory exits non-zero on a layout that does not fit: that is the result shown.)
+  for w in primary cached; do
+    run ./build/stepcast memory configs/published/dgxc2411-Llama3.1-8B-fp8-8gpu.json --set "training.fp8_weights=\"$w\"" || true
+  done
+  echo
   echo "## GH200: CPU offload over NVLink-C2C against PCIe"
   echo
   for hw in h100-sxm gh200; do run ./build/stepcast estimate configs/examples/llama3.1-8b-h100x1-offload.json --set hardware=$hw; done
