@@ -12,6 +12,18 @@ namespace stepcast::calibrate {
 // parameter). On CPUs the square root and division make it compute-bound.
 void adam_step(float* w, const float* g, float* m, float* v, size_t n);
 
+// The reference GEMM by which calibration and validation read the machine's speed at a moment:
+// C = A B in fp32 with A m x k and B k x n, one untimed run, then the median seconds of `reps`
+// timed runs. Calibration samples it across its whole run and records their median in the
+// profile; validation samples it beside every measured step. The same kernel, shape and
+// procedure on both sides make the two medians' ratio the machine's drift between them.
+struct ReferenceGemm {
+  int m = 512, n = 1024, k = 1024;
+};
+inline constexpr ReferenceGemm kCpuReferenceGemm{};
+inline constexpr int kReferenceGemmReps = 2;
+double time_reference_gemm(const float* a, const float* b, float* c, const ReferenceGemm& g, int reps);
+
 // A ring of memory much larger than the caches: next(n) hands out the next n bytes, wrapping,
 // so a kernel reading or writing a fresh piece each call runs at memory speed, not cache speed
 // (calibration and execution alike: inputs rotate so caches do not flatter).

@@ -256,6 +256,28 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     return journal.measure("gemm fp32 " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k),
                            [&] { return slowest(time_gemm(sh, mo, true)); });
   };
+  // The machine's speed across the calibration: the reference GEMM that validate times beside
+  // every measured step (calibrate/cpu_kernels.hpp), sampled by every rank at once at the start
+  // of each compute pass and collective sweep and at the end. Their median is the speed the
+  // profile's measurements describe; validate reads the drift against it.
+  r.reference_gemm = kCpuReferenceGemm;
+  const ReferenceGemm& ref = r.reference_gemm;
+  std::vector<float> ref_a(static_cast<size_t>(ref.m) * static_cast<size_t>(ref.k)), ref_b(static_cast<size_t>(ref.k) * static_cast<size_t>(ref.n)),
+      ref_c(static_cast<size_t>(ref.m) * static_cast<size_t>(ref.n));
+  {
+    std::mt19937 rng(4321u + static_cast<unsigned>(rank));
+    std::uniform_real_distribution<float> u(0.5f, 1.5f);
+    for (auto* v : {&ref_a, &ref_b}) {
+      for (auto& x : *v) x = u(rng);
+    }
+  }
+  auto reference_sample = [&]() {
+    const std::string name = "reference gemm sample " + std::to_string(r.reference_gemm_samples_s.size() + 1);
+    r.reference_gemm_samples_s.push_back(journal.measure(name, [&] {
+      world.barrier();
+      return slowest(time_reference_gemm(ref_a.data(), ref_b.data(), ref_c.data(), ref, kReferenceGemmReps));
+    }));
+  };
   // --- compute: GEMM shapes of small transformer layers (tokens x hidden / ffn) ---
   const std::vector<Shape> fit_shapes{{32, 256, 256},   {32, 1024, 256},   {32, 256, 1024},   {128, 256, 256},
                                       {128, 1024, 256}, {128, 256, 1024},  {128, 1024, 1024}, {512, 256, 256},
@@ -287,6 +309,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
   }
   std::stable_sort(gemm_order.begin(), gemm_order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   auto compute_pass = [&]() {
+    reference_sample();
     ComputePass c;
     c.overhead = gemm_s({8, 8, 8});
     c.fit.assign(fit_shapes.size(), 0.0);
@@ -406,6 +429,7 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
     for (size_t oi = 0; oi < std::size(kOps); ++oi) {
       const char* op = kOps[oi];
       if (oi == std::size(kOps) / 2) passes.push_back(compute_pass());  // the middle compute pass
+      reference_sample();
       std::vector<CollSample> cs;
       std::vector<std::vector<double>> runs(order.size());
       auto coll_s = [&](size_t bytes) {
@@ -444,6 +468,11 @@ SuiteResult run_cpu_suite(int rank, int size, const SuiteOptions& opt) {
 
   while (passes.size() < static_cast<size_t>(kComputePasses)) passes.push_back(compute_pass());  // without collectives, back to back
   finish_compute();
+  reference_sample();
+  say("reference gemm " + std::to_string(ref.m) + "x" + std::to_string(ref.n) + "x" + std::to_string(ref.k) + ": median " +
+      fmt("%.3f", core::median(r.reference_gemm_samples_s) * 1e3) + " ms over " + std::to_string(r.reference_gemm_samples_s.size()) + " samples (" +
+      fmt("%.3f", *std::min_element(r.reference_gemm_samples_s.begin(), r.reference_gemm_samples_s.end()) * 1e3) + "-" +
+      fmt("%.3f", *std::max_element(r.reference_gemm_samples_s.begin(), r.reference_gemm_samples_s.end()) * 1e3) + " ms)");
 
   // --- profile, and the held-out sizes predicted back through the cost model ---
   DeviceDescription d;

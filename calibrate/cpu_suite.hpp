@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/cpu_kernels.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/measure.hpp"
 #include "sim/core/stats.hpp"
@@ -103,6 +104,10 @@ struct SuiteResult {
   std::vector<std::string> not_measured;  // benchmarks skipped, each with the reason
   double copy_bandwidth = 0; // bytes/s moved (read + write)
   double optimizer_rate = 0; // parameters/s of the Adam kernel (0: not measured)
+  // The reference GEMM (calibrate/cpu_kernels.hpp) sampled across the run (slowest rank each);
+  // written as the profile's calibration.reference_gemm (median) when not empty.
+  ReferenceGemm reference_gemm;
+  std::vector<double> reference_gemm_samples_s;
   // A GPU node's host side (calibrate/host_side.hpp), written as the profile's `host` block
   // when `link` was measured: physical memory, the node's memory bandwidth (bytes/s moved by
   // every process's cores at once) and Adam rate (parameters/s, the same), and the GPU-host

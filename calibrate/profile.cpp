@@ -190,6 +190,12 @@ void write_profile(SuiteResult& r, const DeviceDescription& d, double overhead_s
                  {"kernel_overhead", fmt("%.3f", overhead_s * 1e6) + "us"}}},
                {"node", {{"gpus_per_node", r.ranks}, {"fabric", fabric_tiers(r, d.fabric_name)}}},
                {"network", d.network}};
+  if (!r.reference_gemm_samples_s.empty()) {
+    const auto& g = r.reference_gemm;
+    r.profile["calibration"] = {{"reference_gemm",
+                                 {{"m", g.m}, {"n", g.n}, {"k", g.k}, {"dtype", "fp32"}, {"seconds", core::median(r.reference_gemm_samples_s)},
+                                  {"samples_s", r.reference_gemm_samples_s}}}};
+  }
   if (r.host.link > 0) {
     r.profile["host"] = {{"memory", fmt("%.0f", r.host.memory_bytes) + "B"},
                          {"memory_bandwidth", fmt("%.6e", r.host.memory_bandwidth) + "B/s"},

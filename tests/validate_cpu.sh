@@ -6,20 +6,27 @@
 # with the simulation using the profile just measured.
 #
 # Tolerances (from the validation issue, enforced by stepcast's own gates):
-#   - median absolute step-time error over the seventeen plans <= 15%, every plan <= 30%. Two
-#     single-threaded processes share the machine's two virtual cores with the OS and mpirun;
-#     on the development machine one core's GEMM rate dropped from 37 to 31 GFLOP/s for tens
-#     of seconds at a time while the other held, and the slowest rank sets a synchronous step's
-#     pace. Over repeated runs the median error was 3-14% and the largest 7-22%; within a plan
-#     the steps spread by 1-5% (first measured step up to 30% slower).
+#   - median absolute step-time error over the seventeen plans <= 15%, every plan <= 30%, judged
+#     at the machine's current speed (validate --judge current-speed). This shared virtual
+#     machine's speed is not a constant: a 512x1024x1024 GEMM timed back to back on both cores
+#     for 80 s took 88 to 212 ms in spells of seconds, and between a calibration and a plan
+#     minutes later the machine has been seen 20-60% faster or slower. A profile describes the
+#     machine as it was while calibrated, so the raw error mixes the simulator's error with the
+#     machine's change. validate times the calibration's reference GEMM before every measured
+#     step (calibrate samples the same kernel across its run and records the median in the
+#     profile), scales the simulation's compute by the ratio of the two medians, and the gates
+#     judge that prediction. The raw error is reported beside it. On the development machine
+#     one calibration then gave a median 10.9% and a largest 48.2% raw (a plan that ran while the
+#     machine was twice as slow), against 2.9% and 12.5% at the current speed.
+#     Within a plan the steps spread by 1-20%.
 #   - peak memory within 10% of the ledger on every rank: the executor's caching allocator
 #     measures live bytes exactly, so this bounds the ledger's closed forms (activations per
 #     layer, micro-batches in flight, ZeRO sharding, working sets, logits, bucket buffer).
-# The machine may change speed between the calibration and a plan: validate times a reference
-# GEMM before each plan. When a gate fails and that drift exceeded 10%, the profile no longer
-# describes the machine, so the test calibrates and validates again (saying so), up to three
-# attempts in all. On a shared virtual machine the reference GEMM has been seen to drift 21-48%
-# within one run, in either direction, and two consecutive attempts to fail that way.
+# A calibration taken while the machine changed speed mixes speeds in one profile (a GEMM shape
+# measured in a slow spell beside one measured in a fast one), which no later scaling undoes.
+# When a gate fails and the calibration's reference samples spread by more than 20% or the
+# plans' drift exceeded 10%, the test calibrates and validates again (saying so), up to three
+# attempts in all.
 # Usage: validate_cpu.sh STEPCAST SOURCE_DIR OUT_DIR
 set -euo pipefail
 bin=$1
@@ -31,19 +38,27 @@ command -v mpirun >/dev/null || { echo "mpirun not found: scripts/setup.sh insta
 plans=()
 for p in dp2 tp2 pp2-1f1b pp2-zb-h1 pp2-zbv pp2-dualpipev dp2-zero1 dp2-fsdp dp2-fsdp-noreshard ep2-moe cp2-ring dp2-mla dp2-recompute-full tp2-sp dp2-lora dp2-fsdp-lora tp2-lora; do plans+=("$src/configs/validate/$p.json"); done
 attempt() {
-  rm -f "$out/cpu-profile.json.journal" "$out/validation.json.journal"  # each attempt calibrates and validates afresh
+  rm -f "$out/cpu-profile.json.journal" "$out/validation.json.journal" "$out/validation.json"  # each attempt calibrates and validates afresh
   mpirun -n 2 "$bin" calibrate --backend cpu --out "$out/cpu-profile.json" --report "$out/calibration.md" --budget 0.3 >/dev/null
   "$bin" validate "${plans[@]}" --profile "$out/cpu-profile.json" --steps 5 --warmup 1 \
     --out "$out/validation.json" --report "$out/validation.md" \
-    --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 >"$out/validate.out" 2>"$out/validate.err"
+    --judge current-speed --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 >"$out/validate.out" 2>"$out/validate.err"
 }
 for try in 1 2 3; do
   attempt && break
   tail -n 9 "$out/validate.out"
   cat "$out/validate.err" | grep -v "^validate: " || true
-  drift=$(sed -n 's/.*"max_abs_reference_drift": \([0-9.e+-]*\).*/\1/p' "$out/validation.json")
-  if [ "$try" -lt 3 ] && awk -v d="$drift" 'BEGIN { exit !(d > 0.10) }'; then
-    echo "the machine's speed drifted $drift from the calibrated profile (reference GEMM): calibrating and validating again"
+  # The plans' largest drift, and the spread of the calibration's reference samples.
+  read -r drift spread < <(python3 - "$out/validation.json" "$out/cpu-profile.json" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+s = json.load(open(sys.argv[2]))["calibration"]["reference_gemm"]["samples_s"]
+med = sorted(s)[len(s) // 2]
+print(v["summary"]["max_abs_reference_drift"], (max(s) - min(s)) / med)
+PY
+)
+  if [ "$try" -lt 3 ] && awk -v d="$drift" -v s="$spread" 'BEGIN { exit !(d > 0.10 || s > 0.20) }'; then
+    echo "the machine changed speed (plans' drift from the calibration up to $drift, calibration's reference samples spread $spread): calibrating and validating again"
   else
     exit 1
   fi

@@ -79,17 +79,14 @@ class CpuBackend final : public Backend {
                  static_cast<double>(comm_in_.size() + comm_out_.size()) + static_cast<double>(kStreamBytes) * static_cast<double>(stream_.size());
   }
 
-  double reference_gemm_s(const cost::GemmShape& g) override {
-    Eigen::MatrixXf A = Eigen::MatrixXf::Constant(to_int(g.m), to_int(g.k), 1.0f);
-    Eigen::MatrixXf B = Eigen::MatrixXf::Constant(to_int(g.k), to_int(g.n), 0.5f);
-    Eigen::MatrixXf C(to_int(g.m), to_int(g.n));
-    std::vector<double> t;
-    for (int i = 0; i < 8; ++i) {
-      const double a = now_s();
-      C.noalias() = A * B;
-      if (i > 0) t.push_back(now_s() - a);
-    }
-    return median(t);
+  [[nodiscard]] cost::GemmShape reference_shape() const override {
+    const auto& r = calibrate::kCpuReferenceGemm;
+    return {static_cast<double>(r.m), static_cast<double>(r.n), static_cast<double>(r.k), 1};
+  }
+  // The calibration's reference GEMM (calibrate/cpu_kernels.hpp) on the kernel operand buffers,
+  // which prepare() sized for it too, so timing it between steps allocates nothing.
+  double reference_gemm_s(const cost::GemmShape& g, int reps) override {
+    return calibrate::time_reference_gemm(A_[0].data(), B_[0].data(), C_[0].data(), {to_int(g.m), to_int(g.n), to_int(g.k)}, reps);
   }
 
   void allocate_state(const Program& prog) override {

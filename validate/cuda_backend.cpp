@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
 #endif
   }
 
-  double reference_gemm_s(const cost::GemmShape& g) override { return cx::reference_gemm_s(to_int(g.m), to_int(g.n), to_int(g.k)); }
+  double reference_gemm_s(const cost::GemmShape& g, int reps) override { return cx::reference_gemm_s(to_int(g.m), to_int(g.n), to_int(g.k), reps); }
 
 
   void allocate_state(const Program& prog) override {

@@ -269,12 +269,12 @@ double since(size_t from, size_t to) {
   return ms * 1e-3;
 }
 
-double reference_gemm_s(int m, int n, int k) {
+double reference_gemm_s(int m, int n, int k, int reps) {
   std::vector<double> t;
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event");
   check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i <= reps; ++i) {
     check(cudaEventRecord(a, g.compute), "record");
     gemm(m, n, k);
     check(cudaEventRecord(b, g.compute), "record");

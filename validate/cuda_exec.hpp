@@ -51,6 +51,6 @@ void device_free(void* p);
 void mark(size_t i);
 void synchronize();
 double since(size_t from, size_t to);  // seconds between two marks (after synchronize)
-double reference_gemm_s(int m, int n, int k);
+double reference_gemm_s(int m, int n, int k, int reps);
 
 }  // namespace stepcast::validate::cudaexec

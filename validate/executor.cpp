@@ -11,8 +11,10 @@
 #include <fstream>
 #include <thread>
 
+#include "calibrate/cpu_kernels.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/stats.hpp"
 
 #ifdef STEPCAST_HAVE_MPI
 #include <mpi.h>
@@ -21,6 +23,8 @@
 namespace stepcast::validate {
 
 namespace {
+
+using core::median;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -180,8 +184,18 @@ Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& b
   out.steps = opt.steps;
   out.warmup = opt.warmup;
   out.reference = backend.reference_shape();
-  world.barrier();
-  out.reference_s = world.max(backend.reference_gemm_s(out.reference));
+  // The machine's speed, from a reference GEMM timed by every rank at once (the slowest kept):
+  // before the plan, before each measured step and after the last. A shared machine's speed
+  // drifts over seconds, so the samples spread over the plan's steps say how fast it ran them;
+  // the median of them is the plan's reference time.
+  // Each sample is the calibration's procedure (calibrate/cpu_kernels.hpp), about 0.1 s on CPUs
+  // next to steps of seconds.
+  auto reference_sample = [&]() {
+    world.barrier();
+    out.reference_samples_s.push_back(world.max(backend.reference_gemm_s(out.reference, calibrate::kReferenceGemmReps)));
+    progress.store(now_s());
+  };
+  reference_sample();
   const double rss_base = proc_status_bytes("VmRSS:");
   backend.allocate_state(prog);
   progress.store(now_s());
@@ -191,6 +205,7 @@ Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& b
   const int total = opt.warmup + opt.steps;
   for (int s = 0; s < total; ++s) {
     step_no.store(s);
+    if (s >= opt.warmup) reference_sample();
     world.barrier();
     const double t0 = now_s();
     progress.store(t0);
@@ -228,6 +243,8 @@ Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& b
     me.category_s.push_back(cat);
     out.step_s.push_back(tmax);
   }
+  reference_sample();
+  out.reference_s = median(out.reference_samples_s);
   const MemoryStats mem = backend.memory();
   me.rank = rank;
   me.stage = prog.stage;

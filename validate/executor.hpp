@@ -51,10 +51,11 @@ class Backend {
   [[nodiscard]] virtual std::string name() const = 0;
   // Communicators and workspace sized from the program (collective over every rank).
   virtual void prepare(const config::RunConfig& rc, const Program& prog) = 0;
-  // The reference GEMM timed before each plan (a shape that runs near the device's best rate),
-  // and its seconds on this rank (every rank runs it at the same time).
-  [[nodiscard]] virtual cost::GemmShape reference_shape() const { return {512, 1024, 1024, 1}; }
-  virtual double reference_gemm_s(const cost::GemmShape& g) = 0;
+  // The reference GEMM timed before each plan and between its steps (a shape that runs near the
+  // device's best rate): the median of `reps` runs' seconds on this rank, after one untimed run
+  // (every rank runs it at the same time).
+  [[nodiscard]] virtual cost::GemmShape reference_shape() const = 0;
+  virtual double reference_gemm_s(const cost::GemmShape& g, int reps) = 0;
   virtual void allocate_state(const Program& prog) = 0;
   virtual void run(const Instr& in) = 0;
   // mark(i) before instruction i and mark(n) after the last one.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "sim/memory/ledger.hpp"
 #include "sim/mesh/rank_mesh.hpp"
@@ -36,6 +37,14 @@ double category_median(const RankMeasurement& r, Category c) {
 using core::fmt;
 
 }  // namespace
+
+std::pair<double, std::string> reference_baseline(const config::RunConfig& rc, const cost::GemmShape& g) {
+  const auto& cal = rc.hardware.calibration_reference;
+  if (cal.seconds > 0 && cal.m == g.m && cal.n == g.n && cal.k == g.k && g.batch == 1 && cal.dtype == rc.training.precision) {
+    return {cal.seconds, "calibration samples"};
+  }
+  return {cost::gemm_time(g, rc.training.precision, rc.hardware).value(), "cost model"};
+}
 
 Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, const Measured& meas) {
   Comparison c;
@@ -124,7 +133,7 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm), waited(Category::kDpComm)});
   c.phases.push_back({"optimizer", br.optimizer, measured(Category::kOptimizer)});
   c.reference_measured_s = meas.reference_s;
-  c.reference_predicted_s = cost::gemm_time(meas.reference, rc.training.precision, rc.hardware).value();
+  std::tie(c.reference_predicted_s, c.reference_baseline) = reference_baseline(rc, meas.reference);
   for (const auto& r : meas.ranks) {
     const auto& ls = sim.step.memory.stages[static_cast<size_t>(r.stage)];
     c.memory.push_back({r.rank, r.stage, ls.total().value(), r.peak_allocated_bytes, r.rss_delta_bytes, r.peak_reserved_bytes,
@@ -162,7 +171,8 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   j["memory"] = mem;
   j["memory_worst_error"] = c.worst_memory_error();
   j["reference_gemm"] = {{"m", m.reference.m}, {"n", m.reference.n}, {"k", m.reference.k},
-                         {"predicted_s", c.reference_predicted_s}, {"measured_s", c.reference_measured_s}};
+                         {"predicted_s", c.reference_predicted_s}, {"measured_s", c.reference_measured_s},
+                         {"samples_s", m.reference_samples_s}, {"baseline", c.reference_baseline}};
   return j;
 }
 
@@ -188,8 +198,18 @@ Comparison comparison_from_json(const Json& j) {
   }
   c.reference_predicted_s = j.at("reference_gemm").at("predicted_s").get<double>();
   c.reference_measured_s = j.at("reference_gemm").at("measured_s").get<double>();
+  c.reference_baseline = j.at("reference_gemm").at("baseline").get<std::string>();
   return c;
 }
+
+namespace {
+// " (a-b ms over n samples)", or nothing for fewer than two.
+std::string sample_range(const std::vector<double>& v) {
+  if (v.size() < 2) return "";
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return " (" + fmt("%.3f", *lo * 1e3) + "-" + fmt("%.3f", *hi * 1e3) + " ms over " + std::to_string(v.size()) + " samples)";
+}
+}  // namespace
 
 std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c, const Measured& m) {
   std::ostringstream o;
@@ -219,7 +239,9 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
   }
   if (c.reference_measured_s > 0) {
     o << "\nMachine speed: a reference " << fmt("%.0f", m.reference.m) << "x" << fmt("%.0f", m.reference.n) << "x" << fmt("%.0f", m.reference.k)
-      << " GEMM took " << fmt("%.3f", c.reference_measured_s * 1e3) << " ms before this plan, the profile predicts "
+      << " GEMM timed before this plan, before each measured step and after the last took a median "
+      << fmt("%.3f", c.reference_measured_s * 1e3) << " ms" << sample_range(m.reference_samples_s) << "; "
+      << (c.reference_baseline == "calibration samples" ? "its median over the calibration's samples was " : "the profile predicts ")
       << fmt("%.3f", c.reference_predicted_s * 1e3) << " ms (" << fmt("%+.1f%%", 100.0 * (c.reference_predicted_s / c.reference_measured_s - 1.0))
       << "): the part of the step-time error that is the machine drifting since calibration. With compute scaled by it the prediction is "
       << fmt("%.1f", c.drift_adjusted_step_s * 1e3) << " ms (" << fmt("%+.1f%%", 100.0 * c.drift_adjusted_error()) << ").\n";
@@ -243,7 +265,8 @@ SuiteSummary summarize(const std::vector<Comparison>& cs) {
   s.median_abs_step_error = median(errs);
   std::vector<double> adjusted;
   for (const auto& c : cs) {
-    if (c.drift_adjusted_step_s > 0) adjusted.push_back(std::abs(c.drift_adjusted_error()));
+    adjusted.push_back(std::abs(c.drift_adjusted_step_s > 0 ? c.drift_adjusted_error() : c.step_error()));
+    s.max_abs_drift_adjusted_error = std::max(s.max_abs_drift_adjusted_error, adjusted.back());
   }
   s.median_abs_drift_adjusted_error = median(adjusted);
   return s;
@@ -263,7 +286,8 @@ std::string suite_markdown(const std::vector<Comparison>& cs) {
   o << "\n" << s.plans << " plans: median absolute step-time error " << fmt("%.1f%%", 100.0 * s.median_abs_step_error) << ", largest "
     << fmt("%.1f%%", 100.0 * s.max_abs_step_error) << "; largest peak-memory error " << fmt("%.1f%%", 100.0 * s.worst_memory_error)
     << "; machine speed drift since calibration (reference GEMM) up to " << fmt("%.1f%%", 100.0 * s.max_abs_reference_drift)
-    << ", median absolute error at the machine's current speed " << fmt("%.1f%%", 100.0 * s.median_abs_drift_adjusted_error) << ".\n";
+    << "; at the machine's current speed median absolute error " << fmt("%.1f%%", 100.0 * s.median_abs_drift_adjusted_error)
+    << ", largest " << fmt("%.1f%%", 100.0 * s.max_abs_drift_adjusted_error) << ".\n";
   return o.str();
 }
 

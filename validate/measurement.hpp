@@ -44,10 +44,12 @@ struct Measured {
   int steps = 0, warmup = 0;
   std::vector<double> step_s;  // per measured step: the slowest rank's time
   std::vector<RankMeasurement> ranks;
-  // A reference GEMM timed right before the plan (slowest rank): against the profile's
-  // prediction it shows how far the machine's speed drifted since it was calibrated.
+  // A reference GEMM timed before the plan, before each measured step and after the last (each
+  // the slowest rank's time); their median against the profile's prediction shows how far the
+  // machine's speed drifted since it was calibrated.
   cost::GemmShape reference;
-  double reference_s = 0;
+  std::vector<double> reference_samples_s;
+  double reference_s = 0;  // median of the samples
   [[nodiscard]] double median_step_s() const;
   [[nodiscard]] double min_step_s() const;
   [[nodiscard]] double max_step_s() const;
@@ -75,7 +77,10 @@ struct Comparison {
     double reserved_bytes = 0, workspace_bytes = 0;  // allocator incl. cached blocks; kernel operand pools
   };
   std::vector<Memory> memory;
+  // The reference GEMM's time as the profile has it (its calibration's median sample where it
+  // records one for this shape, else the cost model's) and as measured beside the plan's steps.
   double reference_predicted_s = 0, reference_measured_s = 0;
+  std::string reference_baseline;  // "calibration samples" or "cost model"
   // The prediction with every compute operator scaled by the reference GEMM's measured over
   // predicted time: what the profile would say had it been measured at this moment (0: none).
   double drift_adjusted_step_s = 0;
@@ -85,6 +90,11 @@ struct Comparison {
   [[nodiscard]] double step_error() const { return predicted_step_s / measured_step_s - 1.0; }
   [[nodiscard]] double worst_memory_error() const;
 };
+
+// The reference GEMM's expected seconds and where they come from: the profile's calibration
+// median ("calibration samples") when it records this shape in the run's precision, else the
+// cost model's time ("cost model").
+std::pair<double, std::string> reference_baseline(const config::RunConfig& rc, const cost::GemmShape& g);
 
 Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, const Measured& meas);
 
@@ -99,7 +109,9 @@ struct SuiteSummary {
   int plans = 0;
   double median_abs_step_error = 0, max_abs_step_error = 0, worst_memory_error = 0;
   double max_abs_reference_drift = 0;  // largest |profile / measured - 1| of the reference GEMM
-  double median_abs_drift_adjusted_error = 0;
+  // The same errors at the machine's current speed (drift-adjusted prediction; a plan without a
+  // reference GEMM counts with its plain error).
+  double median_abs_drift_adjusted_error = 0, max_abs_drift_adjusted_error = 0;
 };
 SuiteSummary summarize(const std::vector<Comparison>& cs);
 std::string suite_markdown(const std::vector<Comparison>& cs);

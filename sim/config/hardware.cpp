@@ -466,6 +466,32 @@ HardwareProfile parse_profile_object(const Json& j, const std::string& path, Iss
     hr.finish();
   }
 
+  // --- calibration: what a measured profile records about its own measurement ---
+  if (const Json* c = r.get_raw("calibration"); c != nullptr) {
+    ObjectReader cr(*c, r.child_path("calibration"), issues);
+    if (const Json* g = cr.get_raw("reference_gemm"); g != nullptr) {
+      ObjectReader gr(*g, cr.child_path("reference_gemm"), issues);
+      auto& ref = hw.calibration_reference;
+      for (const char* key : {"m", "n", "k", "dtype", "seconds"}) {
+        if (!gr.has(key)) issues.add(gr.child_path(key), "required with reference_gemm");
+      }
+      ref.m = static_cast<double>(gr.get_int("m", 1, 1 << 20, 0));
+      ref.n = static_cast<double>(gr.get_int("n", 1, 1 << 20, 0));
+      ref.k = static_cast<double>(gr.get_int("k", 1, 1 << 20, 0));
+      if (const auto d = gr.get_string("dtype"); d) {
+        if (std::find(kDtypes.begin(), kDtypes.end(), *d) == kDtypes.end()) {
+          issues.add(gr.child_path("dtype"), "got \"" + *d + "\"; expected one of bf16, fp16, fp8, tf32, fp32");
+        } else {
+          ref.dtype = dtype_from_string(*d);
+        }
+      }
+      ref.seconds = gr.get_number("seconds", 1e-9, 3600.0, 0.0);
+      gr.ignore({"samples_s"});
+      gr.finish();
+    }
+    cr.finish();
+  }
+
   // --- network ---
   if (const Json* n = r.get_raw("network"); n != nullptr) {
     ObjectReader nr(*n, r.child_path("network"), issues);

@@ -193,6 +193,15 @@ struct HardwareProfile {
   Network network;
   Host host;
   Efficiency efficiency;
+  // A measured profile's reference GEMM (stepcast calibrate on CPUs): the shape and dtype of the
+  // kernel by which calibration and validation read the machine's speed, and the median seconds
+  // of its samples across the calibration (0: not measured). validate reads the machine's drift
+  // since calibration against it.
+  struct CalibrationReference {
+    double m = 0, n = 0, k = 0;
+    Dtype dtype = Dtype::kFp32;
+    double seconds = 0;
+  } calibration_reference;
 
   [[nodiscard]] core::FlopRate peak_for(Dtype d) const;   // throws UserError if absent
   [[nodiscard]] bool has_dtype(Dtype d) const { return peak.count(d) != 0; }

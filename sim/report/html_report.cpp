@@ -344,8 +344,10 @@ std::string validation_html(const ReportData& d) {
     o << "<p id=\"summary\">" << v["plans"].size() << " plans: median absolute step-time error " << num(100.0 * s.value("median_abs_step_error", 0.0), "%.1f")
       << "%, largest " << num(100.0 * s.value("max_abs_step_error", 0.0), "%.1f") << "%; largest peak-memory error "
       << num(100.0 * s.value("worst_memory_error", 0.0), "%.1f") << "%; the machine's speed drifted up to "
-      << num(100.0 * s.value("max_abs_reference_drift", 0.0), "%.1f") << "% from its profile (median error at its current speed "
-      << num(100.0 * s.value("median_abs_drift_adjusted_error", 0.0), "%.1f") << "%).</p>\n";
+      << num(100.0 * s.value("max_abs_reference_drift", 0.0), "%.1f") << "% from its profile (at its current speed median error "
+      << num(100.0 * s.value("median_abs_drift_adjusted_error", 0.0), "%.1f") << "%"
+      << (s.contains("max_abs_drift_adjusted_error") ? ", largest " + num(100.0 * s.value("max_abs_drift_adjusted_error", 0.0), "%.1f") + "%" : std::string())
+      << (s.value("judged", "") == "current-speed" ? "; the gates judged these" : "") << ").</p>\n";
   }
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> steps, memory;
   for (const auto& p : v["plans"]) {

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "calibrate/coll_check.hpp"
+#include "calibrate/cpu_kernels.hpp"
 #include "calibrate/cuda_plan.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/host_side.hpp"
@@ -434,6 +436,54 @@ TEST(Profile, MeasuredHostSideBecomesTheHostBlock) {
   EXPECT_NEAR(hw.host.link.value(), 40e9, 1e3);
   EXPECT_DOUBLE_EQ(hw.host.optimizer_rate, 5e9);
   EXPECT_NE(suite_markdown(r).find("GPU-host link 40.0 GB/s per GPU"), std::string::npos) << suite_markdown(r);
+}
+
+// The reference GEMM samples a CPU calibration takes across its run become the profile's
+// calibration.reference_gemm (their median), which the profile parser reads back; a suite
+// without samples writes none; malformed blocks name the key.
+TEST(Profile, ReferenceGemmSamplesBecomeTheCalibrationBlock) {
+  SuiteResult r;
+  r.ranks = 2;
+  r.gemm = {20e9, 4, 5e-6, 0.05};
+  r.copy_bandwidth = 18e9;
+  DeviceDescription d = bf16_device();
+  d.dtypes = {"fp32", "bf16"};
+  write_profile(r, d, 5e-6, "test");
+  EXPECT_FALSE(r.profile.contains("calibration"));
+  r.reference_gemm_samples_s = {0.050, 0.046, 0.071, 0.048, 0.090};
+  write_profile(r, d, 5e-6, "test");
+  core::Issues issues;
+  const auto hw = hw::parse_hardware(r.profile, "$.hardware", issues);
+  ASSERT_TRUE(issues.empty()) << issues.lines().front();
+  EXPECT_EQ(hw.calibration_reference.m, kCpuReferenceGemm.m);
+  EXPECT_EQ(hw.calibration_reference.n, kCpuReferenceGemm.n);
+  EXPECT_EQ(hw.calibration_reference.k, kCpuReferenceGemm.k);
+  EXPECT_EQ(hw.calibration_reference.dtype, hw::Dtype::kFp32);
+  EXPECT_DOUBLE_EQ(hw.calibration_reference.seconds, 0.050);  // the median, not the first or the mean
+  auto refused = [&](const std::function<void(core::Json&)>& damage, const std::string& key) {
+    core::Json j = r.profile;
+    damage(j["calibration"]["reference_gemm"]);
+    core::Issues is;
+    (void)hw::parse_hardware(j, "$.hardware", is);
+    ASSERT_FALSE(is.empty()) << key;
+    EXPECT_NE(is.lines().front().find(key), std::string::npos) << is.lines().front();
+  };
+  refused([](core::Json& g) { g.erase("seconds"); }, "$.hardware.calibration.reference_gemm.seconds");
+  refused([](core::Json& g) { g["dtype"] = "int8"; }, "$.hardware.calibration.reference_gemm.dtype");
+  refused([](core::Json& g) { g["seconds"] = -1.0; }, "$.hardware.calibration.reference_gemm.seconds");
+  refused([](core::Json& g) { g["when"] = "now"; }, "$.hardware.calibration.reference_gemm.when");
+}
+
+// The reference GEMM calibration and validation time is the same kernel on both sides: it
+// computes C = A B (checked here on a small shape) and returns a positive time.
+TEST(Profile, ReferenceGemmComputesTheProduct) {
+  const ReferenceGemm g{3, 2, 4};
+  const std::vector<float> a{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // 3 x 4, column-major
+  const std::vector<float> b{1, 0, 1, 0, 0, 1, 0, 1};                 // 4 x 2
+  std::vector<float> c(6, -1.0f);
+  EXPECT_GT(time_reference_gemm(a.data(), b.data(), c.data(), g, 2), 0.0);
+  // Column 0 of C = columns 0 + 2 of A; column 1 = columns 1 + 3.
+  EXPECT_EQ(c, (std::vector<float>{8, 10, 12, 14, 16, 18}));
 }
 
 // The host benchmarks run and check their work (no rate is asserted: timing is the benchmark's

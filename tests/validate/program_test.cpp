@@ -583,17 +583,52 @@ TEST(ValidateComparison, ReadsBackFromItsJson) {
   c.phases = {{"compute", 0.3, 0.35, -1}, {"data-parallel communication", 0.05, 0.08, 0.01}};
   c.memory = {{0, 0, 1e8, 1.05e8, 1.2e8, 1.1e8, 3e8}, {1, 0, 1e8, 1.02e8, 1.1e8, 1.1e8, 3e8}};
   c.reference_predicted_s = 0.04, c.reference_measured_s = 0.05, c.drift_adjusted_step_s = 0.49;
+  c.reference_baseline = "calibration samples";
   Measured m;
   m.backend = "cpu";
   m.steps = 2;
   m.step_s = {0.45, 0.6};
   m.reference = {512, 1024, 1024, 1};
+  m.reference_samples_s = {0.05, 0.048, 0.055};
   const Json j = comparison_json(rc, c, m);
   const Comparison back = comparison_from_json(j);
   EXPECT_EQ(comparison_json(rc, back, m), j);
   EXPECT_EQ(comparison_markdown(rc, back, m), comparison_markdown(rc, c, m));
   EXPECT_EQ(suite_markdown({back}), suite_markdown({c}));
   EXPECT_THROW((void)comparison_from_json(Json{{"run", "x"}}), Json::out_of_range);
+}
+
+// The machine's drift is read against the calibration's own samples of the reference GEMM where
+// the profile records them for that shape and precision, and against the cost model otherwise.
+TEST(ValidateComparison, ReferenceBaselineIsTheCalibrationsMedianSample) {
+  auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
+  const cost::GemmShape g{512, 1024, 1024, 1};
+  const double model = cost::gemm_time(g, rc.training.precision, rc.hardware).value();
+  EXPECT_EQ(reference_baseline(rc, g), std::make_pair(model, std::string("cost model")));
+  rc.hardware.calibration_reference = {512, 1024, 1024, rc.training.precision, 0.0625};
+  EXPECT_EQ(reference_baseline(rc, g), std::make_pair(0.0625, std::string("calibration samples")));
+  EXPECT_EQ(reference_baseline(rc, {512, 1024, 256, 1}).second, "cost model");  // another shape
+  rc.hardware.calibration_reference.dtype = hw::Dtype::kBf16;
+  ASSERT_NE(rc.training.precision, hw::Dtype::kBf16);
+  EXPECT_EQ(reference_baseline(rc, g).second, "cost model");  // another dtype
+}
+
+// The suite's errors at the machine's current speed: each plan's drift-adjusted error, or its
+// plain error where no reference GEMM was timed; median and largest over the plans.
+TEST(ValidateComparison, SummaryJudgesEachPlanAtTheMachinesCurrentSpeed) {
+  auto plan = [](double predicted, double measured, double adjusted) {
+    Comparison c;
+    c.predicted_step_s = predicted, c.measured_step_s = measured, c.drift_adjusted_step_s = adjusted;
+    if (adjusted > 0) c.reference_predicted_s = 0.04, c.reference_measured_s = 0.04 * adjusted / predicted;
+    return c;
+  };
+  // Plain errors +25%, -20%, +10%; at current speed +2%, -4%, and the third has no reference.
+  const SuiteSummary s = summarize({plan(1.25, 1.0, 1.02), plan(0.8, 1.0, 0.96), plan(1.1, 1.0, 0.0)});
+  EXPECT_NEAR(s.median_abs_step_error, 0.20, 1e-12);
+  EXPECT_NEAR(s.max_abs_step_error, 0.25, 1e-12);
+  EXPECT_NEAR(s.median_abs_drift_adjusted_error, 0.04, 1e-12);
+  EXPECT_NEAR(s.max_abs_drift_adjusted_error, 0.10, 1e-12);
+  EXPECT_NEAR(s.max_abs_reference_drift, 1.25 / 1.02 - 1.0, 1e-12);
 }
 
 }  // namespace
