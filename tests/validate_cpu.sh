@@ -6,19 +6,17 @@
 # with the simulation using the profile just measured.
 #
 # Tolerances (from the validation issue, enforced by stepcast's own gates):
-#   - median absolute step-time error over the seventeen plans <= 15%, every plan <= 30%, judged
-#     at the machine's current speed (validate --judge current-speed). This shared virtual
-#     machine's speed is not a constant: a 512x1024x1024 GEMM timed back to back on both cores
-#     for 80 s took 88 to 212 ms in spells of seconds, and between a calibration and a plan
-#     minutes later the machine has been seen 20-60% faster or slower. A profile describes the
-#     machine as it was while calibrated, so the raw error mixes the simulator's error with the
-#     machine's change. validate times the calibration's reference GEMM before every measured
-#     step (calibrate samples the same kernel across its run and records the median in the
-#     profile), scales the simulation's compute by the ratio of the two medians, and the gates
-#     judge that prediction. The raw error is reported beside it. On the development machine
-#     one calibration then gave a median 10.9% and a largest 48.2% raw (a plan that ran while the
-#     machine was twice as slow), against 2.9% and 12.5% at the current speed.
-#     Within a plan the steps spread by 1-20%.
+#   - median absolute step-time error over the seventeen plans <= 15%, every plan <= 30%. Two
+#     single-threaded processes share the machine's two virtual cores with the OS and mpirun,
+#     and the virtual machine's speed is not a constant: a 512x1024x1024 GEMM timed back to
+#     back on both cores for 80 s took 88 to 212 ms in spells of seconds, and between a
+#     calibration and a plan minutes later the machine has been seen 20-60% faster or slower.
+#     Over repeated runs the median error was 3-17% and the largest 7-48% (a plan that ran
+#     while the machine was twice as slow); within a plan the steps spread by 1-20%.
+#     validate also reports the error at the machine's current speed (the calibration's
+#     reference GEMM timed beside every step), but the gates judge the raw error: on this
+#     machine the reference GEMM does not track the steps' speed closely enough to judge by
+#     (five runs: median 2.9-34% at the current speed against 7.9-15.2% raw).
 #   - peak memory within 10% of the ledger on every rank: the executor's caching allocator
 #     measures live bytes exactly, so this bounds the ledger's closed forms (activations per
 #     layer, micro-batches in flight, ZeRO sharding, working sets, logits, bucket buffer).
@@ -42,7 +40,7 @@ attempt() {
   mpirun -n 2 "$bin" calibrate --backend cpu --out "$out/cpu-profile.json" --report "$out/calibration.md" --budget 0.3 >/dev/null
   "$bin" validate "${plans[@]}" --profile "$out/cpu-profile.json" --steps 5 --warmup 1 \
     --out "$out/validation.json" --report "$out/validation.md" \
-    --judge current-speed --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 >"$out/validate.out" 2>"$out/validate.err"
+    --max-median-error 0.15 --max-error 0.30 --max-memory-error 0.10 >"$out/validate.out" 2>"$out/validate.err"
 }
 for try in 1 2 3; do
   attempt && break
