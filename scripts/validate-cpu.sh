@@ -24,6 +24,6 @@ with open("configs/hardware/cpu.json", "w") as f:
 PY
 rm -f reports/validation.json.journal  # a fresh validation
 ./build/stepcast validate configs/validate/{dp2,tp2,pp2-1f1b,pp2-zb-h1,pp2-zbv,pp2-dualpipev,dp2-zero1,dp2-fsdp,dp2-fsdp-noreshard,ep2-moe,cp2-ring,dp2-mla,dp2-recompute-full,tp2-sp,dp2-lora,dp2-fsdp-lora,tp2-lora}.json --profile $profile \
-  --steps 5 --warmup 1 --report reports/validation.md --out reports/validation.json \
+  --rounds 3 --steps 2 --warmup 1 --report reports/validation.md --out reports/validation.json \
   --trace reports/validation-trace-measured.json --sim-trace reports/validation-trace-simulated.json
 ./build/stepcast report reports/validation.json --html reports/validation.html

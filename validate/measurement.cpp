@@ -7,6 +7,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "sim/core/error.hpp"
 #include "sim/memory/ledger.hpp"
 #include "sim/mesh/rank_mesh.hpp"
 #include "sim/report/output.hpp"
@@ -37,6 +38,96 @@ double category_median(const RankMeasurement& r, Category c) {
 using core::fmt;
 
 }  // namespace
+
+Json measured_json(const Measured& m) {
+  Json ranks = Json::array();
+  for (const auto& r : m.ranks) {
+    Json cats = Json::array();
+    for (const auto& c : r.category_s) cats.push_back(std::vector<double>(c.begin(), c.end()));
+    Json trace = Json::array();
+    for (const auto& e : r.trace) {
+      trace.push_back({e.start_s, e.dur_s, e.name, static_cast<int>(e.category), e.microbatch, e.layer});
+    }
+    ranks.push_back({{"rank", r.rank}, {"stage", r.stage}, {"step_s", r.step_s}, {"category_s", cats},
+                     {"peak_allocated_bytes", r.peak_allocated_bytes}, {"peak_reserved_bytes", r.peak_reserved_bytes},
+                     {"rss_delta_bytes", r.rss_delta_bytes}, {"workspace_bytes", r.workspace_bytes}, {"trace", trace},
+                     {"trace_t0_s", r.trace_t0_s}});
+  }
+  return {{"backend", m.backend}, {"steps", m.steps}, {"warmup", m.warmup}, {"rounds", m.rounds}, {"step_s", m.step_s},
+          {"ranks", ranks}, {"reference", {m.reference.m, m.reference.n, m.reference.k, m.reference.batch}},
+          {"reference_samples_s", m.reference_samples_s}, {"reference_s", m.reference_s}};
+}
+
+Measured measured_from_json(const Json& j) {
+  Measured m;
+  m.backend = j.at("backend").get<std::string>();
+  m.steps = j.at("steps").get<int>();
+  m.warmup = j.at("warmup").get<int>();
+  m.rounds = j.at("rounds").get<int>();
+  m.step_s = j.at("step_s").get<std::vector<double>>();
+  for (const auto& x : j.at("ranks")) {
+    RankMeasurement r;
+    r.rank = x.at("rank").get<int64_t>();
+    r.stage = x.at("stage").get<int32_t>();
+    r.step_s = x.at("step_s").get<std::vector<double>>();
+    for (const auto& c : x.at("category_s")) {
+      const auto v = c.get<std::vector<double>>();
+      if (v.size() != kCategories) {
+        throw core::UserError("a journalled measurement's category_s holds " + std::to_string(v.size()) + " values per step, not " +
+                              std::to_string(kCategories) + "; remove the journal to start afresh");
+      }
+      std::array<double, kCategories> a{};
+      std::copy(v.begin(), v.end(), a.begin());
+      r.category_s.push_back(a);
+    }
+    r.peak_allocated_bytes = x.at("peak_allocated_bytes").get<double>();
+    r.peak_reserved_bytes = x.at("peak_reserved_bytes").get<double>();
+    r.rss_delta_bytes = x.at("rss_delta_bytes").get<double>();
+    r.workspace_bytes = x.at("workspace_bytes").get<double>();
+    for (const auto& e : x.at("trace")) {
+      r.trace.push_back({e.at(0).get<double>(), e.at(1).get<double>(), e.at(2).get<uint32_t>(), static_cast<Category>(e.at(3).get<int>()),
+                         e.at(4).get<int32_t>(), e.at(5).get<int32_t>()});
+    }
+    r.trace_t0_s = x.at("trace_t0_s").get<double>();
+    m.ranks.push_back(std::move(r));
+  }
+  const Json& g = j.at("reference");
+  m.reference = {g.at(0).get<double>(), g.at(1).get<double>(), g.at(2).get<double>(), g.at(3).get<double>()};
+  m.reference_samples_s = j.at("reference_samples_s").get<std::vector<double>>();
+  m.reference_s = j.at("reference_s").get<double>();
+  return m;
+}
+
+Measured merge_rounds(const std::vector<Measured>& rounds) {
+  if (rounds.empty()) throw core::InternalError("validate: merging no rounds");
+  Measured out = rounds.front();
+  for (size_t i = 1; i < rounds.size(); ++i) {
+    const Measured& m = rounds[i];
+    if (m.backend != out.backend || m.ranks.size() != out.ranks.size() || m.reference.m != out.reference.m ||
+        m.reference.n != out.reference.n || m.reference.k != out.reference.k) {
+      throw core::InternalError("validate: rounds of one plan differ in backend, ranks or reference GEMM");
+    }
+    out.steps += m.steps;
+    out.rounds += m.rounds;
+    out.step_s.insert(out.step_s.end(), m.step_s.begin(), m.step_s.end());
+    out.reference_samples_s.insert(out.reference_samples_s.end(), m.reference_samples_s.begin(), m.reference_samples_s.end());
+    for (size_t r = 0; r < m.ranks.size(); ++r) {
+      RankMeasurement& o = out.ranks[r];
+      const RankMeasurement& x = m.ranks[r];
+      if (o.rank != x.rank || o.stage != x.stage) throw core::InternalError("validate: rounds of one plan list different ranks");
+      o.step_s.insert(o.step_s.end(), x.step_s.begin(), x.step_s.end());
+      o.category_s.insert(o.category_s.end(), x.category_s.begin(), x.category_s.end());
+      o.peak_allocated_bytes = std::max(o.peak_allocated_bytes, x.peak_allocated_bytes);
+      o.peak_reserved_bytes = std::max(o.peak_reserved_bytes, x.peak_reserved_bytes);
+      o.rss_delta_bytes = std::max(o.rss_delta_bytes, x.rss_delta_bytes);
+      o.workspace_bytes = std::max(o.workspace_bytes, x.workspace_bytes);
+      o.trace = x.trace;
+      o.trace_t0_s = x.trace_t0_s;
+    }
+  }
+  out.reference_s = median(out.reference_samples_s);
+  return out;
+}
 
 std::pair<double, std::string> reference_baseline(const config::RunConfig& rc, const cost::GemmShape& g) {
   const auto& cal = rc.hardware.calibration_reference;
@@ -151,6 +242,7 @@ Json comparison_json(const config::RunConfig& rc, const Comparison& c, const Mea
   j["layout"] = report::layout_json(rc);  // the output contract's layout
   j["steps"] = m.steps;
   j["warmup_steps"] = m.warmup;
+  j["rounds"] = m.rounds;
   j["predicted"] = {{"step_time_s", c.predicted_step_s}};
   j["measured"] = {{"step_time_s", c.measured_step_s}, {"min_s", c.measured_min_s}, {"max_s", c.measured_max_s}, {"steps_s", m.step_s}};
   j["step_time_error"] = c.step_error();
@@ -221,7 +313,9 @@ std::string comparison_markdown(const config::RunConfig& rc, const Comparison& c
     << (p.fsdp ? std::string(", FSDP") : ", ZeRO " + std::to_string(p.effective_zero()))
     << (p.dp_replicate > 1 ? " in " + std::to_string(p.dp_replicate) + " replicas" : std::string()) << ", recompute " << config::to_string(p.recompute) << ", micro-batch " << p.micro_batch_size << " x "
     << rc.num_microbatches << "; backend " << m.backend << ", profile " << c.profile << "; " << m.steps << " measured steps after "
-    << m.warmup << " warm-up.\n\n";
+    << m.warmup << " warm-up"
+    << (m.rounds > 1 ? " in each of " + std::to_string(m.rounds) + " rounds (the plans executed in turn, each round every plan)" : std::string())
+    << ".\n\n";
   o << "| | predicted | measured | error |\n|---|---:|---:|---:|\n";
   o << "| step time (median) | " << fmt("%.1f", c.predicted_step_s * 1e3) << " ms | " << fmt("%.1f", c.measured_step_s * 1e3)
     << " ms (min " << fmt("%.1f", c.measured_min_s * 1e3) << ", max " << fmt("%.1f", c.measured_max_s * 1e3) << ") | "

@@ -41,7 +41,8 @@ struct RankMeasurement {
 
 struct Measured {
   std::string backend;
-  int steps = 0, warmup = 0;
+  int steps = 0, warmup = 0;  // measured steps (over every round) and warm-up steps per round
+  int rounds = 1;             // executions of the plan whose steps this holds (validate --rounds)
   std::vector<double> step_s;  // per measured step: the slowest rank's time
   std::vector<RankMeasurement> ranks;
   // A reference GEMM timed before the plan, before each measured step and after the last (each
@@ -54,6 +55,17 @@ struct Measured {
   [[nodiscard]] double min_step_s() const;
   [[nodiscard]] double max_step_s() const;
 };
+
+// A measurement as JSON and back (what validate journals per plan and round: every field,
+// traces included, so a resumed run compares exactly what was measured).
+core::Json measured_json(const Measured& m);
+Measured measured_from_json(const core::Json& j);
+
+// Rounds of one plan (validate --rounds) as one measurement: the step times, per-rank steps and
+// categories and the reference samples of every round in order; peaks the largest of any round;
+// the traces those of the last round. Throws InternalError when the rounds disagree on backend,
+// ranks or reference shape.
+Measured merge_rounds(const std::vector<Measured>& rounds);
 
 struct Comparison {
   std::string run;         // run file

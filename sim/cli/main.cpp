@@ -397,7 +397,7 @@ Json run_from_flags(RunFlags& f, const std::string& command, bool need_gpus) {
 struct ValidateArgs {
   std::vector<std::string> files;
   std::string backend = "cpu", profile, json_out, report, trace, sim_trace;
-  int steps = 5, warmup = 1;
+  int steps = 5, warmup = 1, rounds = 1;
   double timeout_s = 120;
   bool json = false, resume = false;
   // Gates (negative: off): exceeding one ends validate with exit code 1 after the report.
@@ -422,16 +422,20 @@ stepcast::config::RunConfig validation_run(const std::string& file, const Valida
   return rc;
 }
 
-// Executes one plan on every rank and, on rank 0, compares it with its simulation: the
-// comparison's JSON and Markdown (what the journal records; null on other ranks). The last
-// plan also writes the traces asked for.
-Json validate_plan(const stepcast::config::RunConfig& rc, const ValidateArgs& a, const stepcast::validate::ExecOptions& eo, int rank,
-                   const std::string& cmdline, bool last) {
+// Executes one plan once on every rank: its measurement as JSON on rank 0 (what the journal
+// records for the plan and round), null on the others.
+Json execute_plan(const stepcast::config::RunConfig& rc, const ValidateArgs& a, const stepcast::validate::ExecOptions& eo, int rank) {
   auto backend = a.backend == "cuda" ? stepcast::validate::make_cuda_backend(rank) : stepcast::validate::make_cpu_backend(rank);
   if (!backend) throw stepcast::core::UserError("validate --backend " + a.backend + ": not available in this build");
   const auto meas = stepcast::validate::execute(rc, eo, *backend);
   backend.reset();
-  if (rank != 0) return nullptr;
+  return rank == 0 ? stepcast::validate::measured_json(meas) : Json(nullptr);
+}
+
+// A plan's measurement (every round) against its simulation, on rank 0: the comparison's JSON
+// and Markdown. The last plan also writes the traces asked for (its last round's measured step).
+Json compare_plan(const stepcast::config::RunConfig& rc, const ValidateArgs& a, const stepcast::validate::Measured& meas,
+                  const std::string& cmdline, bool last) {
   stepcast::engine::SimOptions so;
   so.keep_timeline = last && !a.sim_trace.empty();
   const auto sim = stepcast::engine::simulate_step(rc, so);
@@ -512,36 +516,47 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
                                    {"build", stepcast::calibrate::build_description()}, {"profile", stepcast::core::digest(profile_text)}},
                                   world.broadcast(previous), journal_path, rank == 0 ? journal_path : "");
   if (rank == 0 && journal.unused() > 0) {
-    std::fprintf(stderr, "validate: resuming: %zu plans finished by an interrupted run in %s\n", journal.unused(), journal_path.c_str());
+    std::fprintf(stderr, "validate: resuming: %zu plan runs finished by an interrupted run in %s\n", journal.unused(), journal_path.c_str());
+  }
+  // Each plan is executed --rounds times, the plans in turn (round 1: every plan, then round
+  // 2, ...), so a spell of the machine running slow falls on a few steps of many plans instead
+  // of every step of one, and each plan's median step sets it aside. Every plan's round is
+  // journalled as it finishes.
+  std::vector<std::string> plan_keys;
+  for (const auto& f : a.files) {
+    plan_keys.push_back("plan " + f + " " +
+                        stepcast::core::digest(stepcast::config::with_referenced_files(stepcast::core::load_json_file(f),
+                                                                                       std::filesystem::path(f).parent_path().string())
+                                                   .dump()));
+  }
+  std::vector<std::vector<stepcast::validate::Measured>> measured(runs.size());
+  for (int round = 1; round <= a.rounds; ++round) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const std::string key = plan_keys[i] + " round " + std::to_string(round);
+      const bool reused = journal.recorded(key);
+      if (rank == 0) {
+        std::fprintf(stderr, "validate: %s (%lld ranks%s)%s\n", runs[i].source_name.c_str(), static_cast<long long>(ranks),
+                     a.rounds > 1 ? (", round " + std::to_string(round) + " of " + std::to_string(a.rounds)).c_str() : "",
+                     reused ? ": finished before, from the journal" : "");
+      }
+      const Json done = journal.record(key, [&] { return execute_plan(runs[i], a, eo, rank); });
+      if (rank != 0) continue;
+      try {
+        measured[i].push_back(stepcast::validate::measured_from_json(done));
+      } catch (const Json::exception& e) {
+        throw stepcast::core::UserError(journal_path + ": the journalled measurement of " + a.files[i] + " is not a validate result (" + e.what() +
+                                        "); remove the file to start afresh");
+      }
+    }
   }
   std::vector<stepcast::validate::Comparison> comps;
   Json out = Json::array();
   std::string md;
-  bool last_traced = false;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const auto& rc = runs[i];
-    const std::string plan_key =
-        "plan " + a.files[i] + " " +
-        stepcast::core::digest(stepcast::config::with_referenced_files(stepcast::core::load_json_file(a.files[i]),
-                                                                       std::filesystem::path(a.files[i]).parent_path().string())
-                                   .dump());
-    const bool reused = journal.recorded(plan_key);
-    if (rank == 0) std::fprintf(stderr, "validate: %s (%lld ranks)%s\n", rc.source_name.c_str(), static_cast<long long>(ranks), reused ? ": finished before, from the journal" : "");
-    const bool last = i + 1 == runs.size();
-    const Json done = journal.record(plan_key, [&] { return validate_plan(rc, a, eo, rank, cmdline, last); });
-    if (last) last_traced = !reused;
-    if (rank != 0) continue;
-    try {
-      comps.push_back(stepcast::validate::comparison_from_json(done.at("plan")));
-      md += done.at("markdown").get<std::string>();
-      out.push_back(done.at("plan"));
-    } catch (const Json::exception& e) {
-      throw stepcast::core::UserError(journal_path + ": the journalled result of " + a.files[i] + " is not a validate result (" + e.what() +
-                                      "); remove the file to start afresh");
-    }
-  }
-  if (rank == 0 && !last_traced && (!a.trace.empty() || !a.sim_trace.empty())) {
-    std::fprintf(stderr, "validate: --trace / --sim-trace not written: the last plan's results came from the journal (its timeline was not kept)\n");
+  for (size_t i = 0; rank == 0 && i < runs.size(); ++i) {
+    const Json done = compare_plan(runs[i], a, stepcast::validate::merge_rounds(measured[i]), cmdline, i + 1 == runs.size());
+    comps.push_back(stepcast::validate::comparison_from_json(done.at("plan")));
+    md += done.at("markdown").get<std::string>();
+    out.push_back(done.at("plan"));
   }
   if (rank == 0) {
     const auto s = stepcast::validate::summarize(comps);
@@ -549,7 +564,7 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
              {"summary", {{"plans", s.plans}, {"median_abs_step_error", s.median_abs_step_error}, {"max_abs_step_error", s.max_abs_step_error},
                           {"worst_memory_error", s.worst_memory_error}, {"max_abs_reference_drift", s.max_abs_reference_drift},
                           {"median_abs_drift_adjusted_error", s.median_abs_drift_adjusted_error},
-                          {"max_abs_drift_adjusted_error", s.max_abs_drift_adjusted_error}, {"judged", a.judge}}}};
+                          {"max_abs_drift_adjusted_error", s.max_abs_drift_adjusted_error}, {"judged", a.judge}, {"rounds", a.rounds}}}};
     const std::string summary = stepcast::validate::suite_markdown(comps);
     if (!a.json_out.empty()) write_text(a.json_out, doc.dump(2) + "\n");
     if (!a.report.empty()) {
@@ -932,8 +947,12 @@ int run(int argc, char** argv) {
   val->add_option("runs", va.files, "run files (all with the same cluster.num_gpus)")->required();
   val->add_option("--backend", va.backend, "cpu (Eigen + MPI) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   val->add_option("--profile", va.profile, "measured hardware profile (stepcast calibrate) replacing the run files' hardware");
-  val->add_option("--steps", va.steps, "measured steps after warm-up")->check(CLI::Range(1, 1000));
-  val->add_option("--warmup", va.warmup, "warm-up steps (not measured)")->check(CLI::Range(0, 100));
+  val->add_option("--steps", va.steps, "measured steps after warm-up, in each round")->check(CLI::Range(1, 1000));
+  val->add_option("--warmup", va.warmup, "warm-up steps (not measured), in each round")->check(CLI::Range(0, 100));
+  val->add_option("--rounds", va.rounds,
+                  "execute the plans this many times in turn (each time every plan, with its warm-up and --steps measured steps); a "
+                  "plan's median is over the steps of every round, so a slow spell of the machine falls on few steps of each plan")
+      ->check(CLI::Range(1, 100));
   val->add_option("--timeout", va.timeout_s, "seconds without progress on a rank before the run is ended")->check(finite_range(1.0, 86400.0));
   val->add_flag("--json", va.json, "print the comparison as JSON");
   val->add_flag("--resume", va.resume,

@@ -598,11 +598,64 @@ TEST(ValidateComparison, ReadsBackFromItsJson) {
   EXPECT_THROW((void)comparison_from_json(Json{{"run", "x"}}), Json::out_of_range);
 }
 
+// A round's measurement as validate journals it reads back exactly (traces included), and rounds
+// of one plan merge into one measurement: steps and reference samples in round order, the
+// largest peaks, the last round's traces, the median over every round's steps.
+TEST(ValidateMeasured, RoundsJournalAndMergeIntoOneMeasurement) {
+  auto round = [](double base, double peak) {
+    Measured m;
+    m.backend = "cpu";
+    m.steps = 2, m.warmup = 1;
+    m.step_s = {base, base + 0.1};
+    m.reference = {512, 1024, 1024, 1};
+    m.reference_samples_s = {0.05, 0.06, base / 20.0};
+    m.reference_s = median(m.reference_samples_s);
+    for (int64_t r = 0; r < 2; ++r) {
+      RankMeasurement x;
+      x.rank = r, x.stage = 0;
+      x.step_s = m.step_s;
+      std::array<double, kCategories> cat{};
+      cat[static_cast<size_t>(Category::kCompute)] = base * 0.8;
+      x.category_s = {cat, cat};
+      x.peak_allocated_bytes = peak + static_cast<double>(r), x.peak_reserved_bytes = 2 * peak, x.workspace_bytes = 1e6, x.rss_delta_bytes = peak;
+      x.trace = {{0.0, base / 2, 3u, Category::kCompute, 0, 1}, {base / 2, base / 4, 7u, Category::kDpComm, -1, -2}};
+      x.trace_t0_s = 100.0 * base;
+      m.ranks.push_back(x);
+    }
+    return m;
+  };
+  const Measured a = round(1.0, 5e7), b = round(2.0, 4e7);
+  EXPECT_EQ(measured_json(measured_from_json(measured_json(a))), measured_json(a));
+  EXPECT_EQ(measured_from_json(measured_json(a)).ranks[1].trace[1].category, Category::kDpComm);
+  const Measured m = merge_rounds({a, b});
+  EXPECT_EQ(m.rounds, 2);
+  EXPECT_EQ(m.steps, 4);
+  EXPECT_EQ(m.warmup, 1);
+  EXPECT_EQ(m.step_s, (std::vector<double>{1.0, 1.1, 2.0, 2.1}));
+  EXPECT_DOUBLE_EQ(m.median_step_s(), 1.55);
+  EXPECT_EQ(m.reference_samples_s.size(), 6u);
+  EXPECT_DOUBLE_EQ(m.reference_s, median({0.05, 0.06, 0.05, 0.05, 0.06, 0.1}));
+  ASSERT_EQ(m.ranks.size(), 2u);
+  EXPECT_EQ(m.ranks[1].category_s.size(), 4u);
+  EXPECT_DOUBLE_EQ(m.ranks[1].peak_allocated_bytes, 5e7 + 1);  // the largest round
+  EXPECT_DOUBLE_EQ(m.ranks[0].trace_t0_s, 200.0);               // the last round's trace
+  EXPECT_DOUBLE_EQ(m.ranks[0].trace[0].dur_s, 1.0);
+  Measured other = b;
+  other.ranks.pop_back();
+  EXPECT_THROW((void)merge_rounds({a, other}), core::InternalError);
+  EXPECT_THROW((void)merge_rounds({}), core::InternalError);
+  Json bad = measured_json(a);
+  bad["ranks"][0]["category_s"][0] = Json::array({1.0});
+  EXPECT_THROW((void)measured_from_json(bad), core::UserError);
+  EXPECT_THROW((void)measured_from_json(Json{{"backend", "cpu"}}), Json::out_of_range);
+}
+
 // The machine's drift is read against the calibration's own samples of the reference GEMM where
 // the profile records them for that shape and precision, and against the cost model otherwise.
 TEST(ValidateComparison, ReferenceBaselineIsTheCalibrationsMedianSample) {
   auto rc = tiny({{"dp", 2}, {"micro_batch_size", 2}});
   const cost::GemmShape g{512, 1024, 1024, 1};
+  rc.hardware.calibration_reference = {};  // a profile without samples (the built-in CPU one has them)
   const double model = cost::gemm_time(g, rc.training.precision, rc.hardware).value();
   EXPECT_EQ(reference_baseline(rc, g), std::make_pair(model, std::string("cost model")));
   rc.hardware.calibration_reference = {512, 1024, 1024, rc.training.precision, 0.0625};
