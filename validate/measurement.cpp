@@ -395,7 +395,7 @@ std::string measured_trace_json(const config::RunConfig& rc, const Measured& m) 
                         {"args", {{"name", to_string(static_cast<Category>(c))}}}});
     }
     for (const auto& e : r.trace) {
-      std::string name = prog.names[e.name];
+      std::string name = e.name < prog.names.size() ? prog.names[e.name] : "instruction " + std::to_string(e.name);
       if (e.layer >= -1) name += " L" + std::to_string(e.layer);
       if (e.microbatch >= 0) name += " mb" + std::to_string(e.microbatch);
       events.push_back({{"ph", "X"}, {"name", name}, {"pid", r.rank}, {"tid", static_cast<int>(e.category)},
