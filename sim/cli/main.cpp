@@ -402,9 +402,6 @@ struct ValidateArgs {
   bool json = false, resume = false;
   // Gates (negative: off): exceeding one ends validate with exit code 1 after the report.
   double max_median_error = -1, max_error = -1, max_memory_error = -1;
-  // What the step-time gates judge: the prediction as calibrated, or at the machine's speed
-  // while it ran the plan (compute scaled by the reference GEMM timed beside the steps).
-  std::string judge = "as-calibrated";
 };
 
 // A run file for validation: --profile replaces its hardware; the backend's execution
@@ -564,7 +561,7 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
              {"summary", {{"plans", s.plans}, {"median_abs_step_error", s.median_abs_step_error}, {"max_abs_step_error", s.max_abs_step_error},
                           {"worst_memory_error", s.worst_memory_error}, {"max_abs_reference_drift", s.max_abs_reference_drift},
                           {"median_abs_drift_adjusted_error", s.median_abs_drift_adjusted_error},
-                          {"max_abs_drift_adjusted_error", s.max_abs_drift_adjusted_error}, {"judged", a.judge}, {"rounds", a.rounds}}}};
+                          {"max_abs_drift_adjusted_error", s.max_abs_drift_adjusted_error}, {"rounds", a.rounds}}}};
     const std::string summary = stepcast::validate::suite_markdown(comps);
     if (!a.json_out.empty()) write_text(a.json_out, doc.dump(2) + "\n");
     if (!a.report.empty()) {
@@ -592,13 +589,8 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
       std::fprintf(stderr, "stepcast: validate: %s %.1f%% exceeds %s %.1f%%\n", what, 100.0 * value, flag, 100.0 * limit);
       code = 1;
     };
-    if (a.judge == "current-speed") {
-      gate(s.median_abs_drift_adjusted_error, a.max_median_error, "median absolute step-time error at the machine's current speed", "--max-median-error");
-      gate(s.max_abs_drift_adjusted_error, a.max_error, "largest absolute step-time error at the machine's current speed", "--max-error");
-    } else {
-      gate(s.median_abs_step_error, a.max_median_error, "median absolute step-time error", "--max-median-error");
-      gate(s.max_abs_step_error, a.max_error, "largest absolute step-time error", "--max-error");
-    }
+    gate(s.median_abs_step_error, a.max_median_error, "median absolute step-time error", "--max-median-error");
+    gate(s.max_abs_step_error, a.max_error, "largest absolute step-time error", "--max-error");
     gate(s.worst_memory_error, a.max_memory_error, "largest peak-memory error", "--max-memory-error");
   }
 #ifdef STEPCAST_HAVE_MPI
@@ -962,11 +954,6 @@ int run(int argc, char** argv) {
   val->add_option("--trace", va.trace, "write the measured step of the last plan as a Perfetto / Chrome trace")->check(kOutputFile);
   val->add_option("--max-median-error", va.max_median_error, "exit 1 when the median absolute step-time error over the plans exceeds this fraction")->check(finite_range(0.0, 10.0));
   val->add_option("--max-error", va.max_error, "exit 1 when any plan's absolute step-time error exceeds this fraction")->check(finite_range(0.0, 10.0));
-  val->add_option("--judge", va.judge,
-                  "what the step-time gates judge: as-calibrated (the prediction from the profile as it is) or current-speed (compute "
-                  "scaled by the reference GEMM timed before each measured step against the profile: the machine's speed while it ran "
-                  "the plan, for machines whose speed drifts)")
-      ->check(CLI::IsMember({"as-calibrated", "current-speed"}));
   val->add_option("--max-memory-error", va.max_memory_error, "exit 1 when any rank's peak-memory error exceeds this fraction")->check(finite_range(0.0, 10.0));
   val->add_option("--sim-trace", va.sim_trace, "write the simulated step of the last plan as a Perfetto / Chrome trace")->check(kOutputFile);
 

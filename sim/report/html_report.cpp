@@ -347,7 +347,7 @@ std::string validation_html(const ReportData& d) {
       << num(100.0 * s.value("max_abs_reference_drift", 0.0), "%.1f") << "% from its profile (at its current speed median error "
       << num(100.0 * s.value("median_abs_drift_adjusted_error", 0.0), "%.1f") << "%"
       << (s.contains("max_abs_drift_adjusted_error") ? ", largest " + num(100.0 * s.value("max_abs_drift_adjusted_error", 0.0), "%.1f") + "%" : std::string())
-      << (s.value("judged", "") == "current-speed" ? "; the gates judged these" : "") << ").</p>\n";
+      << ").</p>\n";
   }
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> steps, memory;
   for (const auto& p : v["plans"]) {
