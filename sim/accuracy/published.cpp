@@ -973,6 +973,8 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
   if (torchtitan && precision_of(r) == "fp8") {
     training["fp8_weights"] = "cast";
     notes.push_back("training: torchao float8 linears cast their weights to fp8 at every use (no cache across micro-batches)");
+    training["fp8_norm_quantize"] = false;
+    notes.push_back("training: torchao float8 linears cast their inputs in their own kernels (no norm writes fp8)");
     if (inum(r, "tp", 1) > 1) {
       // Float8 tensor parallelism casts each TP linear's input to fp8 before the linear (and any
       // sequence all-gather), so the tensor the float8 matmul saves for backward is that copy.

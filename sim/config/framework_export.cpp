@@ -320,6 +320,10 @@ ExportedCommand export_megatron(const RunConfig& rc) {
     out.notes.push_back("training.fp8_saved_inputs false: Transformer Engine keeps each linear layer's fp8 input for its weight "
                         "gradient, so Megatron-LM needs less activation memory than the prediction");
   }
+  if (t.precision == hw::Dtype::kFp8 && !t.fp8_norm_quantize) {
+    out.notes.push_back("training.fp8_norm_quantize false: Transformer Engine's fused norm-linear layers have the norm write the fp8 "
+                        "input, so Megatron-LM runs faster than the prediction");
+  }
   if (t.precision == hw::Dtype::kFp8 && rc.fp8_weights() == Fp8Weights::kPrimary) {
     if (p.zero_stage >= 1 || p.fsdp) {
       flag("fp8-param-gather");
@@ -419,6 +423,10 @@ ExportedConfig export_torchtitan(const RunConfig& rc) {
     }
     if (rc.fp8_weights() != Fp8Weights::kCast) {
       out.notes.push_back("training.fp8_weights: torchao's float8 linears cast their weights at every use (fp8_weights cast), so "
+                          "torchtitan runs slower than the prediction");
+    }
+    if (t.fp8_norm_quantize) {
+      out.notes.push_back("training.fp8_norm_quantize true: torchao's float8 linears cast their inputs in their own kernels, so "
                           "torchtitan runs slower than the prediction");
     }
     if (t.fp8_saved_inputs != (p.tp > 1)) {

@@ -218,6 +218,10 @@ void parse_training(ObjectReader r, RunConfig& rc) {
   if (t.fp8_tp_gather && t.precision != hw::Dtype::kFp8) {
     r.issues().add(r.child_path("fp8_tp_gather"), "got true; gathering fp8 activations needs precision fp8");
   }
+  t.fp8_norm_quantize = r.get_bool("fp8_norm_quantize", t.precision == hw::Dtype::kFp8);
+  if (t.fp8_norm_quantize && t.precision != hw::Dtype::kFp8) {
+    r.issues().add(r.child_path("fp8_norm_quantize"), "got true; a norm writing fp8 linear inputs needs precision fp8");
+  }
   // How the framework handles fp8 weights: a property of the framework, so a run file keeps it
   // when a what-if sets another precision (it applies under fp8 only).
   if (r.get_raw("fp8_weights") != nullptr) {

@@ -226,6 +226,13 @@ struct Training {
   // PrepareFloat8ModuleInput). A gathered input kept for the weight gradient is then the fp8
   // copy. Reductions of GEMM outputs stay 16-bit. false: 16-bit gathers. Default: precision fp8.
   bool fp8_tp_gather = false;
+  // fp8 training: the norm before a linear that Transformer Engine fuses with it (Megatron's
+  // TELayerNormColumnParallelLinear: qkv, fc1, MLA's q_up and kv_up, Mamba's in_proj) writes the
+  // linear's fp8 input itself, so that linear has no cast pass in forward, and its weight
+  // gradient reads an fp8 transpose of the (gathered) input kept in fp8 (read 1, write 1 byte
+  // per element) instead of a cast. false: every linear casts its input (torchao float8).
+  // Default: precision fp8.
+  bool fp8_norm_quantize = false;
   // fp8 training: the fp8 weights the linear layers compute with (RunConfig::fp8_weights
   // resolves it; unset: kPrimary with fp8_saved_inputs, Transformer Engine's conventions, else
   // kCast).

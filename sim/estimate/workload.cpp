@@ -113,13 +113,25 @@ void add_gemm_backward(const Ctx& c, std::vector<Op>& bwd, const Op& f, double m
   bwd.push_back(gemm_op(c, f.name + ".wgrad", k, n, m, batch, true));
 }
 
+// The linears Megatron builds as Transformer Engine's TELayerNormColumnParallelLinear: the norm
+// before them runs inside the linear's module and can write its fp8 input.
+bool norm_fed_linear(const std::string& name) {
+  return name == "qkv" || name == "fc1" || name == "q_up" || name == "kv_up" || name == "in_proj";
+}
+
 // FP8 linear layers quantise their inputs (read 16-bit, write 8-bit) and, in backward, the
 // incoming gradient and (with a weight gradient) the transposed copies the wgrad GEMM needs.
+// Under training.fp8_norm_quantize a norm-fed linear's input comes out of the norm kernel in
+// fp8 (no cast pass), and where that fp8 input is kept (fp8_saved_inputs) the weight gradient
+// transposes it, one byte read and one written per element.
 void add_fp8_casts(const Ctx& c, std::vector<Op>& fwd, std::vector<Op>& bwd, const std::string& name,
                    double m, double n, double k, bool weight_grad = true) {
   if (c.gemm_dtype != hw::Dtype::kFp8) return;
-  fwd.push_back(mem_op(c, name + ".cast", 3.0 * m * k));
-  bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + (weight_grad ? 3.0 * m * k : 0.0)));
+  const auto& tr = c.rc.training;
+  const bool from_norm = tr.fp8_norm_quantize && norm_fed_linear(name);
+  if (!from_norm) fwd.push_back(mem_op(c, name + ".cast", 3.0 * m * k));
+  const double input_copy = from_norm && tr.fp8_saved_inputs ? 2.0 : 3.0;
+  bwd.push_back(mem_op(c, name + ".cast_bwd", 3.0 * m * n + (weight_grad ? input_copy * m * k : 0.0)));
 }
 
 // fp8 linears that quantize their 16-bit weight at every use (training.fp8_weights "cast"):

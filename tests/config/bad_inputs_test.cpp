@@ -137,6 +137,7 @@ const std::vector<BadCase> kCases = {
      {"$.training.fp8_saved_inputs", "precision fp8"}},
     {"UnknownFp8Weights", R"({"training": {"precision": "fp8", "fp8_weights": "fp4"}})", {"$.training.fp8_weights", "fp4", "primary, cached, cast"}},
     {"Fp8TpGatherWithoutFp8", R"({"training": {"fp8_tp_gather": true}})", {"$.training.fp8_tp_gather", "got true", "precision fp8"}},
+    {"Fp8NormQuantizeWithoutFp8", R"({"training": {"fp8_norm_quantize": true}})", {"$.training.fp8_norm_quantize", "got true", "precision fp8"}},
     // FSDP is ZeRO stage 3; asking for stage 1 at the same time is contradictory.
     {"FsdpWithZero1", R"({"parallel": {"fsdp": true, "zero_stage": 1}})", {"$.parallel.zero_stage", "got 1", "fsdp"}},
     // Unit strings in hardware overrides are checked: parsecs are not bytes.

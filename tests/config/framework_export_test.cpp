@@ -326,6 +326,12 @@ TEST(FrameworkExport, Fp8SettingsTheFrameworkFixesAreNamed) {
     "parallel": {"fsdp": true, "micro_batch_size": 1}})");
   EXPECT_TRUE(noted(export_torchtitan(run_of(j)).notes, "training.fp8_saved_inputs true"));
   EXPECT_FALSE(noted(export_megatron(run_of(j)).notes, "training.fp8_saved_inputs"));
+  // The norm writing the fp8 input is Transformer Engine's; torchao casts in the linear.
+  EXPECT_TRUE(noted(export_torchtitan(run_of(j)).notes, "training.fp8_norm_quantize true"));
+  EXPECT_FALSE(noted(export_megatron(run_of(j)).notes, "training.fp8_norm_quantize"));
+  j["training"]["fp8_norm_quantize"] = false;
+  EXPECT_FALSE(noted(export_torchtitan(run_of(j)).notes, "training.fp8_norm_quantize"));
+  EXPECT_TRUE(noted(export_megatron(run_of(j)).notes, "training.fp8_norm_quantize false"));
 }
 
 TEST(TorchtitanExport, RefusesWhatTorchtitanCannotRun) {

@@ -355,6 +355,43 @@ TEST(Workload, Fp8WeightsCastAtEveryUseOnlyWhenNotKept) {
   EXPECT_EQ(cast_bytes(config::parse_run(j, "<fp8-weights>", ""), false), 0.0);
 }
 
+// Under fp8_norm_quantize the norm writes the fp8 input of the linears fused with it (qkv and
+// fc1 of a Llama layer): no cast pass in forward, and their weight gradient transposes the kept
+// fp8 input (2 bytes per element) instead of casting (3); the other linears are unchanged.
+TEST(Workload, Fp8NormQuantizeDropsTheNormFedLinearsInputCasts) {
+  Json j = {{"model", "llama3.1-8b"},
+            {"hardware", "h100-sxm"},
+            {"cluster", {{"num_gpus", 8}}},
+            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"precision", "fp8"}}},
+            {"parallel", {{"tp", 1}, {"micro_batch_size", 1}}}};
+  const auto bytes = [](const config::RunConfig& rc, const std::string& name) {
+    const WorkloadBuilder wb(rc);
+    double sum = 0;
+    for (const auto* ops : {&wb.dense_layer().fwd, &wb.dense_layer().bwd}) {
+      for (const auto& o : *ops) {
+        if (o.name == name) sum += o.bytes.value();
+      }
+    }
+    return sum;
+  };
+  const RunConfig te = config::parse_run(j, "<fp8-norm>", "");
+  ASSERT_TRUE(te.training.fp8_norm_quantize);
+  j["training"]["fp8_norm_quantize"] = false;
+  const RunConfig own = config::parse_run(j, "<fp8-norm>", "");
+  const double T = 4096, h = 4096, qkv_out = 6144, f = 14336;
+  EXPECT_EQ(bytes(te, "qkv.cast"), 0.0);
+  EXPECT_DOUBLE_EQ(bytes(own, "qkv.cast"), 3.0 * T * h);
+  EXPECT_EQ(bytes(te, "fc1.cast"), 0.0);
+  EXPECT_DOUBLE_EQ(bytes(te, "qkv.cast_bwd"), 3.0 * T * qkv_out + 2.0 * T * h);
+  EXPECT_DOUBLE_EQ(bytes(own, "qkv.cast_bwd"), 3.0 * T * qkv_out + 3.0 * T * h);
+  EXPECT_DOUBLE_EQ(bytes(te, "fc2.cast"), 3.0 * T * f);  // fed by the activation, cast on its own
+  EXPECT_DOUBLE_EQ(bytes(te, "fc2.cast"), bytes(own, "fc2.cast"));
+  EXPECT_LT(estimate::estimate_step(te).step_time_s, estimate::estimate_step(own).step_time_s);
+  j["training"]["precision"] = "bf16";
+  j["training"]["fp8_norm_quantize"] = true;
+  EXPECT_THROW((void)config::parse_run(j, "<fp8-norm>", ""), core::UserError);
+}
+
 TEST(Workload, AsyncTpLeavesTheInputGradientReduceScatterExposed) {
   Json j = {{"model", "llama3.1-70b"},
             {"hardware", "h100-sxm"},
