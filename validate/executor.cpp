@@ -184,12 +184,9 @@ Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& b
   out.steps = opt.steps;
   out.warmup = opt.warmup;
   out.reference = backend.reference_shape();
-  // The machine's speed, from a reference GEMM timed by every rank at once (the slowest kept):
-  // before the plan, before each measured step and after the last. A shared machine's speed
-  // drifts over seconds, so the samples spread over the plan's steps say how fast it ran them;
-  // the median of them is the plan's reference time.
-  // Each sample is the calibration's procedure (calibrate/cpu_kernels.hpp), about 0.1 s on CPUs
-  // next to steps of seconds.
+  // The machine's speed, from the calibration's reference GEMM (calibrate/cpu_kernels.hpp; about
+  // 0.1 s on CPUs) timed by every rank at once, the slowest kept: before the plan, before each
+  // measured step and after the last. The median of the samples is the plan's reference time.
   auto reference_sample = [&]() {
     world.barrier();
     out.reference_samples_s.push_back(world.max(backend.reference_gemm_s(out.reference, calibrate::kReferenceGemmReps)));

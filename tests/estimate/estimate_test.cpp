@@ -316,16 +316,21 @@ TEST(Workload, Fp8TpGathersMoveOneBytePerElement) {
   EXPECT_LT(estimate::estimate_step(fp8).step_time_s, estimate::estimate_step(wide).step_time_s);
 }
 
+// Llama 3.1 8B in fp8 on 8 H100s, one sequence of 4096 tokens per micro-batch, no TP.
+Json fp8_llama8b_run() {
+  return {{"model", "llama3.1-8b"},
+          {"hardware", "h100-sxm"},
+          {"cluster", {{"num_gpus", 8}}},
+          {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"precision", "fp8"}}},
+          {"parallel", {{"tp", 1}, {"micro_batch_size", 1}}}};
+}
+
 // fp8 weights cast at every use (training.fp8_weights "cast"): Transformer Engine's
 // cast-transpose in forward (read 2, write 1 + 1 bytes per weight), torchao a cast in forward
 // and a transposed one in backward (read 2, write 1 each). fp8 parameters and cached weights are
 // quantized once per step, not per micro-batch; weights gathered in fp8 arrive quantized.
 TEST(Workload, Fp8WeightsCastAtEveryUseOnlyWhenNotKept) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 8}}},
-            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"precision", "fp8"}}},
-            {"parallel", {{"tp", 1}, {"micro_batch_size", 1}}}};
+  Json j = fp8_llama8b_run();
   const auto cast_bytes = [](const config::RunConfig& rc, bool backward) {
     const WorkloadBuilder wb(rc);
     double sum = 0;
@@ -359,11 +364,7 @@ TEST(Workload, Fp8WeightsCastAtEveryUseOnlyWhenNotKept) {
 // fc1 of a Llama layer): no cast pass in forward, and their weight gradient transposes the kept
 // fp8 input (2 bytes per element) instead of casting (3); the other linears are unchanged.
 TEST(Workload, Fp8NormQuantizeDropsTheNormFedLinearsInputCasts) {
-  Json j = {{"model", "llama3.1-8b"},
-            {"hardware", "h100-sxm"},
-            {"cluster", {{"num_gpus", 8}}},
-            {"training", {{"seq_len", 4096}, {"global_batch_size", 8}, {"precision", "fp8"}}},
-            {"parallel", {{"tp", 1}, {"micro_batch_size", 1}}}};
+  Json j = fp8_llama8b_run();
   const auto bytes = [](const config::RunConfig& rc, const std::string& name) {
     const WorkloadBuilder wb(rc);
     double sum = 0;
