@@ -46,4 +46,20 @@ for i, line in enumerate(lines):
     assert json.loads(line)["value"]["step_s"] == plans[i]["measured"]["steps_s"], f"plan {i} differs from its journalled measurement"
 print(f"resumed: {len(lines)} plan(s) from the journal, {3 - len(lines)} executed; results hold all 3")
 PY
+# A damaged journal (a trace event of a category that does not exist) is refused with exit 2,
+# naming the journal, the plan and the field, before anything is measured.
+python3 - "$out/journal.saved" "$journal" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+entry = json.loads(lines[1])
+entry["value"]["ranks"][0]["trace"][0][3] = 99
+open(sys.argv[2], "w").write(lines[0] + "\n" + json.dumps(entry) + "\n")
+PY
+set +e
+"$bin" validate "${plans[@]}" --steps 2 --warmup 1 --out "$results" --resume >/dev/null 2>"$out/damaged.err"
+rc=$?
+set -e
+(( rc == 2 )) || { echo "FAIL: a damaged journal gave exit $rc, not 2"; cat "$out/damaged.err"; exit 1; }
+grep -q "results.json.journal: .*dp2.json: a journalled trace event's category is 99" "$out/damaged.err" ||
+  { echo "FAIL: the refusal of a damaged journal does not name the journal, plan and field:"; cat "$out/damaged.err"; exit 1; }
 echo "resumed validation complete"

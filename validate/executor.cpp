@@ -241,7 +241,6 @@ Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& b
     out.step_s.push_back(tmax);
   }
   reference_sample();
-  out.reference_s = median(out.reference_samples_s);
   const MemoryStats mem = backend.memory();
   me.rank = rank;
   me.stage = prog.stage;

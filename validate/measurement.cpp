@@ -55,8 +55,29 @@ Json measured_json(const Measured& m) {
   }
   return {{"backend", m.backend}, {"steps", m.steps}, {"warmup", m.warmup}, {"rounds", m.rounds}, {"step_s", m.step_s},
           {"ranks", ranks}, {"reference", {m.reference.m, m.reference.n, m.reference.k, m.reference.batch}},
-          {"reference_samples_s", m.reference_samples_s}, {"reference_s", m.reference_s}};
+          {"reference_samples_s", m.reference_samples_s}};
 }
+
+namespace {
+
+// A journalled time or byte count: finite and not negative.
+double journal_amount(const Json& j, const char* field) {
+  const double v = j.get<double>();
+  if (!std::isfinite(v) || v < 0) {
+    throw core::UserError(std::string("a journalled measurement's ") + field + " is " + fmt("%g", v) +
+                          ", not a finite non-negative number");
+  }
+  return v;
+}
+
+std::vector<double> journal_amounts(const Json& j, const char* field) {
+  if (!j.is_array()) throw core::UserError(std::string("a journalled measurement's ") + field + " is not a list of numbers");
+  std::vector<double> v;
+  for (const auto& x : j) v.push_back(journal_amount(x, field));
+  return v;
+}
+
+}  // namespace
 
 Measured measured_from_json(const Json& j) {
   Measured m;
@@ -64,37 +85,52 @@ Measured measured_from_json(const Json& j) {
   m.steps = j.at("steps").get<int>();
   m.warmup = j.at("warmup").get<int>();
   m.rounds = j.at("rounds").get<int>();
-  m.step_s = j.at("step_s").get<std::vector<double>>();
+  if (m.rounds < 1 || m.warmup < 0) throw core::UserError("a journalled measurement's rounds or warmup is out of range");
+  m.step_s = journal_amounts(j.at("step_s"), "step_s");
+  if (m.steps < 1 || m.step_s.size() != static_cast<size_t>(m.steps)) {
+    throw core::UserError("a journalled measurement holds " + std::to_string(m.step_s.size()) + " step times for " +
+                          std::to_string(m.steps) + " measured steps");
+  }
   for (const auto& x : j.at("ranks")) {
     RankMeasurement r;
     r.rank = x.at("rank").get<int64_t>();
     r.stage = x.at("stage").get<int32_t>();
-    r.step_s = x.at("step_s").get<std::vector<double>>();
+    r.step_s = journal_amounts(x.at("step_s"), "ranks.step_s");
     for (const auto& c : x.at("category_s")) {
-      const auto v = c.get<std::vector<double>>();
+      const auto v = journal_amounts(c, "ranks.category_s");
       if (v.size() != kCategories) {
         throw core::UserError("a journalled measurement's category_s holds " + std::to_string(v.size()) + " values per step, not " +
-                              std::to_string(kCategories) + "; remove the journal to start afresh");
+                              std::to_string(kCategories));
       }
       std::array<double, kCategories> a{};
       std::copy(v.begin(), v.end(), a.begin());
       r.category_s.push_back(a);
     }
-    r.peak_allocated_bytes = x.at("peak_allocated_bytes").get<double>();
-    r.peak_reserved_bytes = x.at("peak_reserved_bytes").get<double>();
-    r.rss_delta_bytes = x.at("rss_delta_bytes").get<double>();
-    r.workspace_bytes = x.at("workspace_bytes").get<double>();
-    for (const auto& e : x.at("trace")) {
-      r.trace.push_back({e.at(0).get<double>(), e.at(1).get<double>(), e.at(2).get<uint32_t>(), static_cast<Category>(e.at(3).get<int>()),
-                         e.at(4).get<int32_t>(), e.at(5).get<int32_t>()});
+    if (r.step_s.size() != m.step_s.size() || r.category_s.size() != m.step_s.size()) {
+      throw core::UserError("a journalled measurement's rank " + std::to_string(r.rank) + " holds " + std::to_string(r.step_s.size()) +
+                            " step times and " + std::to_string(r.category_s.size()) + " category breakdowns for " +
+                            std::to_string(m.step_s.size()) + " measured steps");
     }
-    r.trace_t0_s = x.at("trace_t0_s").get<double>();
+    r.peak_allocated_bytes = journal_amount(x.at("peak_allocated_bytes"), "peak_allocated_bytes");
+    r.peak_reserved_bytes = journal_amount(x.at("peak_reserved_bytes"), "peak_reserved_bytes");
+    r.rss_delta_bytes = journal_amount(x.at("rss_delta_bytes"), "rss_delta_bytes");
+    r.workspace_bytes = journal_amount(x.at("workspace_bytes"), "workspace_bytes");
+    for (const auto& e : x.at("trace")) {
+      const int cat = e.at(3).get<int>();
+      if (cat < 0 || cat >= static_cast<int>(kCategories)) {
+        throw core::UserError("a journalled trace event's category is " + std::to_string(cat) + ", not 0 to " +
+                              std::to_string(kCategories - 1));
+      }
+      r.trace.push_back({journal_amount(e.at(0), "trace start"), journal_amount(e.at(1), "trace duration"), e.at(2).get<uint32_t>(),
+                         static_cast<Category>(cat), e.at(4).get<int32_t>(), e.at(5).get<int32_t>()});
+    }
+    r.trace_t0_s = journal_amount(x.at("trace_t0_s"), "trace_t0_s");
     m.ranks.push_back(std::move(r));
   }
+  if (m.ranks.empty()) throw core::UserError("a journalled measurement lists no ranks");
   const Json& g = j.at("reference");
   m.reference = {g.at(0).get<double>(), g.at(1).get<double>(), g.at(2).get<double>(), g.at(3).get<double>()};
-  m.reference_samples_s = j.at("reference_samples_s").get<std::vector<double>>();
-  m.reference_s = j.at("reference_s").get<double>();
+  m.reference_samples_s = journal_amounts(j.at("reference_samples_s"), "reference_samples_s");
   return m;
 }
 
@@ -105,7 +141,7 @@ Measured merge_rounds(const std::vector<Measured>& rounds) {
     const Measured& m = rounds[i];
     if (m.backend != out.backend || m.ranks.size() != out.ranks.size() || m.reference.m != out.reference.m ||
         m.reference.n != out.reference.n || m.reference.k != out.reference.k) {
-      throw core::InternalError("validate: rounds of one plan differ in backend, ranks or reference GEMM");
+      throw core::UserError("the rounds of one plan differ in backend, ranks or reference GEMM");
     }
     out.steps += m.steps;
     out.rounds += m.rounds;
@@ -114,7 +150,7 @@ Measured merge_rounds(const std::vector<Measured>& rounds) {
     for (size_t r = 0; r < m.ranks.size(); ++r) {
       RankMeasurement& o = out.ranks[r];
       const RankMeasurement& x = m.ranks[r];
-      if (o.rank != x.rank || o.stage != x.stage) throw core::InternalError("validate: rounds of one plan list different ranks");
+      if (o.rank != x.rank || o.stage != x.stage) throw core::UserError("the rounds of one plan list different ranks");
       o.step_s.insert(o.step_s.end(), x.step_s.begin(), x.step_s.end());
       o.category_s.insert(o.category_s.end(), x.category_s.begin(), x.category_s.end());
       o.peak_allocated_bytes = std::max(o.peak_allocated_bytes, x.peak_allocated_bytes);
@@ -125,7 +161,6 @@ Measured merge_rounds(const std::vector<Measured>& rounds) {
       o.trace_t0_s = x.trace_t0_s;
     }
   }
-  out.reference_s = median(out.reference_samples_s);
   return out;
 }
 
@@ -223,7 +258,7 @@ Comparison compare(const config::RunConfig& rc, const engine::SimResult& sim, co
   c.phases.push_back({"pipeline send/receive and bubble", st.pp_comm_s + br.bubble, measured(Category::kPpComm)});
   c.phases.push_back({"data-parallel communication", exposed("dp"), measured(Category::kDpComm), waited(Category::kDpComm)});
   c.phases.push_back({"optimizer", br.optimizer, measured(Category::kOptimizer)});
-  c.reference_measured_s = meas.reference_s;
+  c.reference_measured_s = meas.reference_s();
   std::tie(c.reference_predicted_s, c.reference_baseline) = reference_baseline(rc, meas.reference);
   for (const auto& r : meas.ranks) {
     const auto& ls = sim.step.memory.stages[static_cast<size_t>(r.stage)];

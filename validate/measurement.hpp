@@ -50,21 +50,24 @@ struct Measured {
   // machine's speed drifted since it was calibrated.
   cost::GemmShape reference;
   std::vector<double> reference_samples_s;
-  double reference_s = 0;  // median of the samples
+  [[nodiscard]] double reference_s() const { return median(reference_samples_s); }
   [[nodiscard]] double median_step_s() const;
   [[nodiscard]] double min_step_s() const;
   [[nodiscard]] double max_step_s() const;
 };
 
 // A measurement as JSON and back (what validate journals per plan and round: every field,
-// traces included, so a resumed run compares exactly what was measured).
+// traces included, so a resumed run compares exactly what was measured). Reading back checks
+// what later steps rely on (a positive count of rounds, one step time per measured step on
+// every rank, finite non-negative times and bytes, trace categories that exist) and throws
+// UserError naming the field; a value of the wrong JSON type throws nlohmann's exception.
 core::Json measured_json(const Measured& m);
 Measured measured_from_json(const core::Json& j);
 
 // Rounds of one plan (validate --rounds) as one measurement: the step times, per-rank steps and
 // categories and the reference samples of every round in order; peaks the largest of any round;
-// the traces those of the last round. Throws InternalError when the rounds disagree on backend,
-// ranks or reference shape.
+// the traces those of the last round. Throws UserError when the rounds disagree on backend,
+// ranks or reference shape (only a journal written by another run can hold such rounds).
 Measured merge_rounds(const std::vector<Measured>& rounds);
 
 struct Comparison {

@@ -543,6 +543,8 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
       } catch (const Json::exception& e) {
         throw stepcast::core::UserError(journal_path + ": the journalled measurement of " + a.files[i] + " is not a validate result (" + e.what() +
                                         "); remove the file to start afresh");
+      } catch (const stepcast::core::UserError& e) {
+        throw stepcast::core::UserError(journal_path + ": " + a.files[i] + ": " + e.what() + "; remove the file to start afresh");
       }
     }
   }
@@ -550,7 +552,13 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
   Json out = Json::array();
   std::string md;
   for (size_t i = 0; rank == 0 && i < runs.size(); ++i) {
-    const Json done = compare_plan(runs[i], a, stepcast::validate::merge_rounds(measured[i]), cmdline, i + 1 == runs.size());
+    stepcast::validate::Measured merged;
+    try {
+      merged = stepcast::validate::merge_rounds(measured[i]);
+    } catch (const stepcast::core::UserError& e) {
+      throw stepcast::core::UserError(journal_path + ": " + a.files[i] + ": " + e.what() + "; remove the file to start afresh");
+    }
+    const Json done = compare_plan(runs[i], a, merged, cmdline, i + 1 == runs.size());
     comps.push_back(stepcast::validate::comparison_from_json(done.at("plan")));
     md += done.at("markdown").get<std::string>();
     out.push_back(done.at("plan"));

@@ -9,6 +9,7 @@
 #include "validate/measurement.hpp"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -609,7 +610,6 @@ TEST(ValidateMeasured, RoundsJournalAndMergeIntoOneMeasurement) {
     m.step_s = {base, base + 0.1};
     m.reference = {512, 1024, 1024, 1};
     m.reference_samples_s = {0.05, 0.06, base / 20.0};
-    m.reference_s = median(m.reference_samples_s);
     for (int64_t r = 0; r < 2; ++r) {
       RankMeasurement x;
       x.rank = r, x.stage = 0;
@@ -634,7 +634,7 @@ TEST(ValidateMeasured, RoundsJournalAndMergeIntoOneMeasurement) {
   EXPECT_EQ(m.step_s, (std::vector<double>{1.0, 1.1, 2.0, 2.1}));
   EXPECT_DOUBLE_EQ(m.median_step_s(), 1.55);
   EXPECT_EQ(m.reference_samples_s.size(), 6u);
-  EXPECT_DOUBLE_EQ(m.reference_s, median({0.05, 0.06, 0.05, 0.05, 0.06, 0.1}));
+  EXPECT_DOUBLE_EQ(m.reference_s(), median({0.05, 0.06, 0.05, 0.05, 0.06, 0.1}));
   ASSERT_EQ(m.ranks.size(), 2u);
   EXPECT_EQ(m.ranks[1].category_s.size(), 4u);
   EXPECT_DOUBLE_EQ(m.ranks[1].peak_allocated_bytes, 5e7 + 1);  // the largest round
@@ -642,12 +642,31 @@ TEST(ValidateMeasured, RoundsJournalAndMergeIntoOneMeasurement) {
   EXPECT_DOUBLE_EQ(m.ranks[0].trace[0].dur_s, 1.0);
   Measured other = b;
   other.ranks.pop_back();
-  EXPECT_THROW((void)merge_rounds({a, other}), core::InternalError);
+  EXPECT_THROW((void)merge_rounds({a, other}), core::UserError);
   EXPECT_THROW((void)merge_rounds({}), core::InternalError);
   Json bad = measured_json(a);
   bad["ranks"][0]["category_s"][0] = Json::array({1.0});
   EXPECT_THROW((void)measured_from_json(bad), core::UserError);
   EXPECT_THROW((void)measured_from_json(Json{{"backend", "cpu"}}), Json::out_of_range);
+  // What a damaged journal can hold, each refused naming what is wrong.
+  auto refused = [&](const std::function<void(Json&)>& damage, const std::string& names) {
+    Json j = measured_json(a);
+    damage(j);
+    try {
+      (void)measured_from_json(j);
+      ADD_FAILURE() << "accepted a journal with a bad " << names;
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
+  refused([](Json& j) { j["ranks"][1]["trace"][0][3] = 99; }, "category is 99");
+  refused([](Json& j) { j["ranks"][0]["trace"][1][1] = -1.0; }, "trace duration");
+  refused([](Json& j) { j["step_s"] = Json::array({1.0}); }, "1 step times for 2 measured steps");
+  refused([](Json& j) { j["ranks"][0]["step_s"].push_back(1.0); }, "rank 0 holds 3 step times");
+  refused([](Json& j) { j["ranks"][1]["peak_reserved_bytes"] = -5.0; }, "peak_reserved_bytes");
+  refused([](Json& j) { j["reference_samples_s"] = 0.05; }, "reference_samples_s is not a list");
+  refused([](Json& j) { j["rounds"] = 0; }, "rounds");
+  refused([](Json& j) { j["ranks"] = Json::array(); }, "no ranks");
 }
 
 // The machine's drift is read against the calibration's own samples of the reference GEMM where
