@@ -60,25 +60,29 @@ struct MpiWorld {
 #endif
     return text;
   }
-  // Every rank's vector, concatenated on rank 0 (with each rank's offset).
-  [[nodiscard]] std::vector<double> gather(const std::vector<double>& mine, std::vector<int>& displs) const {
-    displs.assign(static_cast<size_t>(size), 0);
+  // Every rank's text, in rank order, on rank 0 (empty on the others). A text is at most 2 GiB
+  // (a count is an int).
+  [[nodiscard]] std::vector<std::string> gather(const std::string& mine) const {
 #ifdef STEPCAST_HAVE_MPI
     if (size > 1) {
-      int n = static_cast<int>(mine.size());
-      std::vector<int> counts(static_cast<size_t>(size));
+      const int n = static_cast<int>(std::min(mine.size(), size_t{2147483647}));
+      std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
       MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-      std::vector<double> all;
+      std::string all;
       if (rank == 0) {
-        int off = 0;
-        for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = off, off += counts[static_cast<size_t>(r)];
+        long long off = 0;
+        for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = static_cast<int>(off), off += counts[static_cast<size_t>(r)];
         all.resize(static_cast<size_t>(off));
       }
-      MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      return all;
+      MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+      std::vector<std::string> out;
+      for (int r = 0; rank == 0 && r < size; ++r) {
+        out.push_back(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]), static_cast<size_t>(counts[static_cast<size_t>(r)])));
+      }
+      return out;
     }
 #endif
-    return mine;
+    return {mine};
   }
 };
 

@@ -60,6 +60,6 @@ set +e
 rc=$?
 set -e
 (( rc == 2 )) || { echo "FAIL: a damaged journal gave exit $rc, not 2"; cat "$out/damaged.err"; exit 1; }
-grep -q "results.json.journal: .*dp2.json: a journalled trace event's category is 99" "$out/damaged.err" ||
+grep -q "results.json.journal: .*dp2.json: a trace event's category is 99" "$out/damaged.err" ||
   { echo "FAIL: the refusal of a damaged journal does not name the journal, plan and field:"; cat "$out/damaged.err"; exit 1; }
 echo "resumed validation complete"

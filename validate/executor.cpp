@@ -95,47 +95,6 @@ void inject(const std::string& fault, int64_t rank) {
   }
 }
 
-// A rank's measurement as doubles for MPI_Gatherv.
-std::vector<double> pack(const RankMeasurement& r) {
-  std::vector<double> v{static_cast<double>(r.rank), static_cast<double>(r.stage), static_cast<double>(r.step_s.size()),
-                        r.peak_allocated_bytes, r.peak_reserved_bytes, r.rss_delta_bytes, r.workspace_bytes,
-                        static_cast<double>(r.trace.size()), r.trace_t0_s};
-  for (size_t i = 0; i < r.step_s.size(); ++i) {
-    v.push_back(r.step_s[i]);
-    for (double c : r.category_s[i]) v.push_back(c);
-  }
-  for (const auto& e : r.trace) {
-    v.insert(v.end(), {e.start_s, e.dur_s, static_cast<double>(e.name), static_cast<double>(e.category),
-                       static_cast<double>(e.microbatch), static_cast<double>(e.layer)});
-  }
-  return v;
-}
-
-RankMeasurement unpack(const double* v) {
-  RankMeasurement r;
-  r.rank = static_cast<int64_t>(v[0]);
-  r.stage = static_cast<int32_t>(v[1]);
-  const auto steps = static_cast<size_t>(v[2]);
-  r.peak_allocated_bytes = v[3];
-  r.peak_reserved_bytes = v[4];
-  r.rss_delta_bytes = v[5];
-  r.workspace_bytes = v[6];
-  const auto events = static_cast<size_t>(v[7]);
-  r.trace_t0_s = v[8];
-  size_t k = 9;
-  for (size_t i = 0; i < steps; ++i) {
-    r.step_s.push_back(v[k++]);
-    std::array<double, kCategories> c{};
-    for (auto& x : c) x = v[k++];
-    r.category_s.push_back(c);
-  }
-  for (size_t i = 0; i < events; ++i, k += 6) {
-    r.trace.push_back({v[k], v[k + 1], static_cast<uint32_t>(v[k + 2]), static_cast<Category>(static_cast<int>(v[k + 3])),
-                       static_cast<int32_t>(v[k + 4]), static_cast<int32_t>(v[k + 5])});
-  }
-  return r;
-}
-
 }  // namespace
 
 Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& backend) {
@@ -249,11 +208,9 @@ Measured execute(const config::RunConfig& rc, const ExecOptions& opt, Backend& b
   me.workspace_bytes = mem.workspace;
   me.rss_delta_bytes = std::max(0.0, proc_status_bytes("VmHWM:") - rss_base);
 
-  // Every rank's measurement to rank 0.
-  std::vector<int> displs;
-  const std::vector<double> all = world.gather(pack(me), displs);
-  if (rank == 0) {
-    for (int r = 0; r < size; ++r) out.ranks.push_back(unpack(all.data() + displs[static_cast<size_t>(r)]));
+  // Every rank's measurement to rank 0, in the form validate journals it.
+  for (const std::string& text : world.gather(rank_measurement_json(me).dump())) {
+    out.ranks.push_back(rank_measurement_from_json(core::Json::parse(text)));
   }
   return out;
 }

@@ -39,20 +39,20 @@ using core::fmt;
 
 }  // namespace
 
+Json rank_measurement_json(const RankMeasurement& r) {
+  Json cats = Json::array();
+  for (const auto& c : r.category_s) cats.push_back(std::vector<double>(c.begin(), c.end()));
+  Json trace = Json::array();
+  for (const auto& e : r.trace) trace.push_back({e.start_s, e.dur_s, e.name, static_cast<int>(e.category), e.microbatch, e.layer});
+  return {{"rank", r.rank}, {"stage", r.stage}, {"step_s", r.step_s}, {"category_s", cats},
+          {"peak_allocated_bytes", r.peak_allocated_bytes}, {"peak_reserved_bytes", r.peak_reserved_bytes},
+          {"rss_delta_bytes", r.rss_delta_bytes}, {"workspace_bytes", r.workspace_bytes}, {"trace", trace},
+          {"trace_t0_s", r.trace_t0_s}};
+}
+
 Json measured_json(const Measured& m) {
   Json ranks = Json::array();
-  for (const auto& r : m.ranks) {
-    Json cats = Json::array();
-    for (const auto& c : r.category_s) cats.push_back(std::vector<double>(c.begin(), c.end()));
-    Json trace = Json::array();
-    for (const auto& e : r.trace) {
-      trace.push_back({e.start_s, e.dur_s, e.name, static_cast<int>(e.category), e.microbatch, e.layer});
-    }
-    ranks.push_back({{"rank", r.rank}, {"stage", r.stage}, {"step_s", r.step_s}, {"category_s", cats},
-                     {"peak_allocated_bytes", r.peak_allocated_bytes}, {"peak_reserved_bytes", r.peak_reserved_bytes},
-                     {"rss_delta_bytes", r.rss_delta_bytes}, {"workspace_bytes", r.workspace_bytes}, {"trace", trace},
-                     {"trace_t0_s", r.trace_t0_s}});
-  }
+  for (const auto& r : m.ranks) ranks.push_back(rank_measurement_json(r));
   return {{"backend", m.backend}, {"steps", m.steps}, {"warmup", m.warmup}, {"rounds", m.rounds}, {"step_s", m.step_s},
           {"ranks", ranks}, {"reference", {m.reference.m, m.reference.n, m.reference.k, m.reference.batch}},
           {"reference_samples_s", m.reference_samples_s}};
@@ -60,18 +60,18 @@ Json measured_json(const Measured& m) {
 
 namespace {
 
-// A journalled time or byte count: finite and not negative.
+// A measured time or byte count: finite and not negative.
 double journal_amount(const Json& j, const char* field) {
   const double v = j.get<double>();
   if (!std::isfinite(v) || v < 0) {
-    throw core::UserError(std::string("a journalled measurement's ") + field + " is " + fmt("%g", v) +
+    throw core::UserError(std::string("a measurement's ") + field + " is " + fmt("%g", v) +
                           ", not a finite non-negative number");
   }
   return v;
 }
 
 std::vector<double> journal_amounts(const Json& j, const char* field) {
-  if (!j.is_array()) throw core::UserError(std::string("a journalled measurement's ") + field + " is not a list of numbers");
+  if (!j.is_array()) throw core::UserError(std::string("a measurement's ") + field + " is not a list of numbers");
   std::vector<double> v;
   for (const auto& x : j) v.push_back(journal_amount(x, field));
   return v;
@@ -79,55 +79,63 @@ std::vector<double> journal_amounts(const Json& j, const char* field) {
 
 }  // namespace
 
+RankMeasurement rank_measurement_from_json(const Json& x) {
+  RankMeasurement r;
+  r.rank = x.at("rank").get<int64_t>();
+  r.stage = x.at("stage").get<int32_t>();
+  r.step_s = journal_amounts(x.at("step_s"), "ranks.step_s");
+  for (const auto& c : x.at("category_s")) {
+    const auto v = journal_amounts(c, "ranks.category_s");
+    if (v.size() != kCategories) {
+      throw core::UserError("a measurement's category_s holds " + std::to_string(v.size()) + " values per step, not " +
+                            std::to_string(kCategories));
+    }
+    std::array<double, kCategories> a{};
+    std::copy(v.begin(), v.end(), a.begin());
+    r.category_s.push_back(a);
+  }
+  if (r.category_s.size() != r.step_s.size()) {
+    throw core::UserError("a measurement's rank " + std::to_string(r.rank) + " holds " + std::to_string(r.step_s.size()) +
+                          " step times and " + std::to_string(r.category_s.size()) + " category breakdowns");
+  }
+  r.peak_allocated_bytes = journal_amount(x.at("peak_allocated_bytes"), "peak_allocated_bytes");
+  r.peak_reserved_bytes = journal_amount(x.at("peak_reserved_bytes"), "peak_reserved_bytes");
+  r.rss_delta_bytes = journal_amount(x.at("rss_delta_bytes"), "rss_delta_bytes");
+  r.workspace_bytes = journal_amount(x.at("workspace_bytes"), "workspace_bytes");
+  for (const auto& e : x.at("trace")) {
+    const int cat = e.at(3).get<int>();
+    if (cat < 0 || cat >= static_cast<int>(kCategories)) {
+      throw core::UserError("a trace event's category is " + std::to_string(cat) + ", not 0 to " +
+                            std::to_string(kCategories - 1));
+    }
+    r.trace.push_back({journal_amount(e.at(0), "trace start"), journal_amount(e.at(1), "trace duration"), e.at(2).get<uint32_t>(),
+                       static_cast<Category>(cat), e.at(4).get<int32_t>(), e.at(5).get<int32_t>()});
+  }
+  r.trace_t0_s = journal_amount(x.at("trace_t0_s"), "trace_t0_s");
+  return r;
+}
+
 Measured measured_from_json(const Json& j) {
   Measured m;
   m.backend = j.at("backend").get<std::string>();
   m.steps = j.at("steps").get<int>();
   m.warmup = j.at("warmup").get<int>();
   m.rounds = j.at("rounds").get<int>();
-  if (m.rounds < 1 || m.warmup < 0) throw core::UserError("a journalled measurement's rounds or warmup is out of range");
+  if (m.rounds < 1 || m.warmup < 0) throw core::UserError("a measurement's rounds or warmup is out of range");
   m.step_s = journal_amounts(j.at("step_s"), "step_s");
   if (m.steps < 1 || m.step_s.size() != static_cast<size_t>(m.steps)) {
-    throw core::UserError("a journalled measurement holds " + std::to_string(m.step_s.size()) + " step times for " +
+    throw core::UserError("a measurement holds " + std::to_string(m.step_s.size()) + " step times for " +
                           std::to_string(m.steps) + " measured steps");
   }
   for (const auto& x : j.at("ranks")) {
-    RankMeasurement r;
-    r.rank = x.at("rank").get<int64_t>();
-    r.stage = x.at("stage").get<int32_t>();
-    r.step_s = journal_amounts(x.at("step_s"), "ranks.step_s");
-    for (const auto& c : x.at("category_s")) {
-      const auto v = journal_amounts(c, "ranks.category_s");
-      if (v.size() != kCategories) {
-        throw core::UserError("a journalled measurement's category_s holds " + std::to_string(v.size()) + " values per step, not " +
-                              std::to_string(kCategories));
-      }
-      std::array<double, kCategories> a{};
-      std::copy(v.begin(), v.end(), a.begin());
-      r.category_s.push_back(a);
+    RankMeasurement r = rank_measurement_from_json(x);
+    if (r.step_s.size() != m.step_s.size()) {
+      throw core::UserError("a measurement's rank " + std::to_string(r.rank) + " holds " + std::to_string(r.step_s.size()) +
+                            " step times for " + std::to_string(m.step_s.size()) + " measured steps");
     }
-    if (r.step_s.size() != m.step_s.size() || r.category_s.size() != m.step_s.size()) {
-      throw core::UserError("a journalled measurement's rank " + std::to_string(r.rank) + " holds " + std::to_string(r.step_s.size()) +
-                            " step times and " + std::to_string(r.category_s.size()) + " category breakdowns for " +
-                            std::to_string(m.step_s.size()) + " measured steps");
-    }
-    r.peak_allocated_bytes = journal_amount(x.at("peak_allocated_bytes"), "peak_allocated_bytes");
-    r.peak_reserved_bytes = journal_amount(x.at("peak_reserved_bytes"), "peak_reserved_bytes");
-    r.rss_delta_bytes = journal_amount(x.at("rss_delta_bytes"), "rss_delta_bytes");
-    r.workspace_bytes = journal_amount(x.at("workspace_bytes"), "workspace_bytes");
-    for (const auto& e : x.at("trace")) {
-      const int cat = e.at(3).get<int>();
-      if (cat < 0 || cat >= static_cast<int>(kCategories)) {
-        throw core::UserError("a journalled trace event's category is " + std::to_string(cat) + ", not 0 to " +
-                              std::to_string(kCategories - 1));
-      }
-      r.trace.push_back({journal_amount(e.at(0), "trace start"), journal_amount(e.at(1), "trace duration"), e.at(2).get<uint32_t>(),
-                         static_cast<Category>(cat), e.at(4).get<int32_t>(), e.at(5).get<int32_t>()});
-    }
-    r.trace_t0_s = journal_amount(x.at("trace_t0_s"), "trace_t0_s");
     m.ranks.push_back(std::move(r));
   }
-  if (m.ranks.empty()) throw core::UserError("a journalled measurement lists no ranks");
+  if (m.ranks.empty()) throw core::UserError("a measurement lists no ranks");
   const Json& g = j.at("reference");
   m.reference = {g.at(0).get<double>(), g.at(1).get<double>(), g.at(2).get<double>(), g.at(3).get<double>()};
   m.reference_samples_s = journal_amounts(j.at("reference_samples_s"), "reference_samples_s");

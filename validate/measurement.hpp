@@ -63,6 +63,10 @@ struct Measured {
 // UserError naming the field; a value of the wrong JSON type throws nlohmann's exception.
 core::Json measured_json(const Measured& m);
 Measured measured_from_json(const core::Json& j);
+// One rank's part of it: what each rank sends to rank 0 after the steps, and each entry of a
+// journalled measurement's `ranks`.
+core::Json rank_measurement_json(const RankMeasurement& r);
+RankMeasurement rank_measurement_from_json(const core::Json& x);
 
 // Rounds of one plan (validate --rounds) as one measurement: the step times, per-rank steps and
 // categories and the reference samples of every round in order; peaks the largest of any round;
