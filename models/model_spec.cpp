@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "sim/core/embedded.hpp"
 
@@ -1228,6 +1230,14 @@ ModelSpec parse_model(const Json& j, const std::string& path, Issues& issues,
 }
 
 ModelSpec zoo_model(const std::string& name) {
+  // Parsed once per process: the planner's framework round trips and the accuracy harness look
+  // zoo models up for every layout and row.
+  static std::mutex mutex;
+  static std::map<std::string, ModelSpec> parsed;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = parsed.find(name); it != parsed.end()) return it->second;
+  }
   for (const auto& e : embedded::zoo_models()) {
     if (e.name == name) {
       Issues issues;
@@ -1235,6 +1245,8 @@ ModelSpec zoo_model(const std::string& name) {
                                        "zoo:" + name, issues);
       validate_model(m, "zoo:" + name, issues);
       issues.throw_if_any();
+      const std::lock_guard<std::mutex> lock(mutex);
+      parsed.emplace(name, m);
       return m;
     }
   }
