@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the CPU validation evidence: calibrates this machine on 2 MPI ranks
 # (configs/hardware/measured/cpu-2proc-example.json, reports/calibration-cpu.{md,html}; the
-# built-in "cpu" profile is a copy of it), then executes the seventeen validation plans with that
+# built-in "cpu" profile is a copy of it), then executes the nineteen validation plans with that
 # profile and writes reports/validation.md (+ .json and the measured and simulated traces of
 # the last plan, and validation.html: predicted against measured per plan and phase).
 set -euo pipefail
@@ -23,7 +23,7 @@ with open("configs/hardware/cpu.json", "w") as f:
     f.write("\n")
 PY
 rm -f reports/validation.json.journal  # a fresh validation
-./build/stepcast validate configs/validate/{dp2,tp2,pp2-1f1b,pp2-zb-h1,pp2-zbv,pp2-dualpipev,dp2-zero1,dp2-fsdp,dp2-fsdp-noreshard,ep2-moe,cp2-ring,dp2-mla,dp2-recompute-full,tp2-sp,dp2-lora,dp2-fsdp-lora,tp2-lora}.json --profile $profile \
+./build/stepcast validate configs/validate/{dp2,tp2,pp2-gpipe,pp2-1f1b,pp2-interleaved,pp2-zb-h1,pp2-zbv,pp2-dualpipev,dp2-zero1,dp2-fsdp,dp2-fsdp-noreshard,ep2-moe,cp2-ring,dp2-mla,dp2-recompute-full,tp2-sp,dp2-lora,dp2-fsdp-lora,tp2-lora}.json --profile $profile \
   --rounds 3 --steps 2 --warmup 1 --report reports/validation.md --out reports/validation.json \
   --trace reports/validation-trace-measured.json --sim-trace reports/validation-trace-simulated.json
 ./build/stepcast report reports/validation.json --html reports/validation.html
