@@ -61,7 +61,7 @@ Json measured_json(const Measured& m) {
 namespace {
 
 // A measured time or byte count: finite and not negative.
-double journal_amount(const Json& j, const char* field) {
+double measured_amount(const Json& j, const char* field) {
   const double v = j.get<double>();
   if (!std::isfinite(v) || v < 0) {
     throw core::UserError(std::string("a measurement's ") + field + " is " + fmt("%g", v) +
@@ -70,10 +70,10 @@ double journal_amount(const Json& j, const char* field) {
   return v;
 }
 
-std::vector<double> journal_amounts(const Json& j, const char* field) {
+std::vector<double> measured_amounts(const Json& j, const char* field) {
   if (!j.is_array()) throw core::UserError(std::string("a measurement's ") + field + " is not a list of numbers");
   std::vector<double> v;
-  for (const auto& x : j) v.push_back(journal_amount(x, field));
+  for (const auto& x : j) v.push_back(measured_amount(x, field));
   return v;
 }
 
@@ -83,9 +83,9 @@ RankMeasurement rank_measurement_from_json(const Json& x) {
   RankMeasurement r;
   r.rank = x.at("rank").get<int64_t>();
   r.stage = x.at("stage").get<int32_t>();
-  r.step_s = journal_amounts(x.at("step_s"), "ranks.step_s");
+  r.step_s = measured_amounts(x.at("step_s"), "ranks.step_s");
   for (const auto& c : x.at("category_s")) {
-    const auto v = journal_amounts(c, "ranks.category_s");
+    const auto v = measured_amounts(c, "ranks.category_s");
     if (v.size() != kCategories) {
       throw core::UserError("a measurement's category_s holds " + std::to_string(v.size()) + " values per step, not " +
                             std::to_string(kCategories));
@@ -98,20 +98,20 @@ RankMeasurement rank_measurement_from_json(const Json& x) {
     throw core::UserError("a measurement's rank " + std::to_string(r.rank) + " holds " + std::to_string(r.step_s.size()) +
                           " step times and " + std::to_string(r.category_s.size()) + " category breakdowns");
   }
-  r.peak_allocated_bytes = journal_amount(x.at("peak_allocated_bytes"), "peak_allocated_bytes");
-  r.peak_reserved_bytes = journal_amount(x.at("peak_reserved_bytes"), "peak_reserved_bytes");
-  r.rss_delta_bytes = journal_amount(x.at("rss_delta_bytes"), "rss_delta_bytes");
-  r.workspace_bytes = journal_amount(x.at("workspace_bytes"), "workspace_bytes");
+  r.peak_allocated_bytes = measured_amount(x.at("peak_allocated_bytes"), "peak_allocated_bytes");
+  r.peak_reserved_bytes = measured_amount(x.at("peak_reserved_bytes"), "peak_reserved_bytes");
+  r.rss_delta_bytes = measured_amount(x.at("rss_delta_bytes"), "rss_delta_bytes");
+  r.workspace_bytes = measured_amount(x.at("workspace_bytes"), "workspace_bytes");
   for (const auto& e : x.at("trace")) {
     const int cat = e.at(3).get<int>();
     if (cat < 0 || cat >= static_cast<int>(kCategories)) {
       throw core::UserError("a trace event's category is " + std::to_string(cat) + ", not 0 to " +
                             std::to_string(kCategories - 1));
     }
-    r.trace.push_back({journal_amount(e.at(0), "trace start"), journal_amount(e.at(1), "trace duration"), e.at(2).get<uint32_t>(),
+    r.trace.push_back({measured_amount(e.at(0), "trace start"), measured_amount(e.at(1), "trace duration"), e.at(2).get<uint32_t>(),
                        static_cast<Category>(cat), e.at(4).get<int32_t>(), e.at(5).get<int32_t>()});
   }
-  r.trace_t0_s = journal_amount(x.at("trace_t0_s"), "trace_t0_s");
+  r.trace_t0_s = measured_amount(x.at("trace_t0_s"), "trace_t0_s");
   return r;
 }
 
@@ -122,7 +122,7 @@ Measured measured_from_json(const Json& j) {
   m.warmup = j.at("warmup").get<int>();
   m.rounds = j.at("rounds").get<int>();
   if (m.rounds < 1 || m.warmup < 0) throw core::UserError("a measurement's rounds or warmup is out of range");
-  m.step_s = journal_amounts(j.at("step_s"), "step_s");
+  m.step_s = measured_amounts(j.at("step_s"), "step_s");
   if (m.steps < 1 || m.step_s.size() != static_cast<size_t>(m.steps)) {
     throw core::UserError("a measurement holds " + std::to_string(m.step_s.size()) + " step times for " +
                           std::to_string(m.steps) + " measured steps");
@@ -138,7 +138,7 @@ Measured measured_from_json(const Json& j) {
   if (m.ranks.empty()) throw core::UserError("a measurement lists no ranks");
   const Json& g = j.at("reference");
   m.reference = {g.at(0).get<double>(), g.at(1).get<double>(), g.at(2).get<double>(), g.at(3).get<double>()};
-  m.reference_samples_s = journal_amounts(j.at("reference_samples_s"), "reference_samples_s");
+  m.reference_samples_s = measured_amounts(j.at("reference_samples_s"), "reference_samples_s");
   return m;
 }
 
