@@ -8,8 +8,10 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "sim/config/hardware.hpp"
 #include "sim/config/run_config.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/json_reader.hpp"
@@ -98,6 +100,35 @@ TEST(ModelZoo, UnknownNameListsChoices) {
     EXPECT_NE(msg.find("llama9-1t"), std::string::npos) << msg;
     EXPECT_NE(msg.find("llama3.1-8b"), std::string::npos) << msg;
   }
+}
+
+// Built-in models and hardware profiles are parsed once and handed out as copies: lookups from
+// many threads at once (the planner's workers) agree with one another and with the first, and a
+// caller's changes to its copy do not reach the next lookup. An unknown name stays an error after
+// a known one was cached.
+TEST(ModelZoo, LookupsFromManyThreadsAgreeAndHandOutCopies) {
+  const double params = zoo_model("deepseek-v3").total_params();
+  const double hbm = hw::builtin_hardware("h100-sxm").hbm_capacity.value();
+  std::vector<double> seen_params(8), seen_hbm(8);
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < seen_params.size(); ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        seen_params[t] = zoo_model(i % 2 ? "deepseek-v3" : "llama3.1-8b").total_params();
+        seen_hbm[t] = hw::builtin_hardware(i % 2 ? "h100-sxm" : "b200").hbm_capacity.value();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (size_t t = 0; t < seen_params.size(); ++t) {
+    EXPECT_EQ(seen_params[t], params);
+    EXPECT_EQ(seen_hbm[t], hbm);
+  }
+  ModelSpec m = zoo_model("deepseek-v3");
+  m.num_layers = 1;
+  EXPECT_EQ(zoo_model("deepseek-v3").total_params(), params);
+  EXPECT_THROW((void)zoo_model("deepseek-v4-imaginary"), core::UserError);
+  EXPECT_THROW((void)hw::builtin_hardware("h100-imaginary"), core::UserError);
 }
 
 // A run file given where a model config belongs is named as such, in one problem, rather than
