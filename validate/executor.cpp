@@ -14,7 +14,6 @@
 #include "calibrate/cpu_kernels.hpp"
 #include "calibrate/mpi_world.hpp"
 #include "sim/core/error.hpp"
-#include "sim/core/stats.hpp"
 
 #ifdef STEPCAST_HAVE_MPI
 #include <mpi.h>
@@ -23,8 +22,6 @@
 namespace stepcast::validate {
 
 namespace {
-
-using core::median;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

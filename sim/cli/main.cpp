@@ -527,6 +527,11 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
                                                    .dump()));
   }
   std::vector<std::vector<stepcast::validate::Measured>> measured(runs.size());
+  // A journalled measurement that does not read back whole: the journal, the plan and what is wrong.
+  auto damaged = [&](size_t i, const std::string& what) {
+    return stepcast::core::UserError(journal_path + ": the journalled measurement of " + a.files[i] + ": " + what +
+                                     "; remove the file to start afresh");
+  };
   for (int round = 1; round <= a.rounds; ++round) {
     for (size_t i = 0; i < runs.size(); ++i) {
       const std::string key = plan_keys[i] + " round " + std::to_string(round);
@@ -541,10 +546,9 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
       try {
         measured[i].push_back(stepcast::validate::measured_from_json(done));
       } catch (const Json::exception& e) {
-        throw stepcast::core::UserError(journal_path + ": the journalled measurement of " + a.files[i] + " is not a validate result (" + e.what() +
-                                        "); remove the file to start afresh");
+        throw damaged(i, std::string("not a validate result (") + e.what() + ")");
       } catch (const stepcast::core::UserError& e) {
-        throw stepcast::core::UserError(journal_path + ": " + a.files[i] + ": " + e.what() + "; remove the file to start afresh");
+        throw damaged(i, e.what());
       }
     }
   }
@@ -556,7 +560,7 @@ int run_validate(const ValidateArgs& a, int argc, char** argv, const std::string
     try {
       merged = stepcast::validate::merge_rounds(measured[i]);
     } catch (const stepcast::core::UserError& e) {
-      throw stepcast::core::UserError(journal_path + ": " + a.files[i] + ": " + e.what() + "; remove the file to start afresh");
+      throw damaged(i, e.what());
     }
     const Json done = compare_plan(runs[i], a, merged, cmdline, i + 1 == runs.size());
     comps.push_back(stepcast::validate::comparison_from_json(done.at("plan")));
