@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -60,12 +62,16 @@ struct MpiWorld {
 #endif
     return text;
   }
-  // Every rank's text, in rank order, on rank 0 (empty on the others). A text is at most 2 GiB
-  // (a count is an int).
+  // Every rank's text, in rank order, on rank 0 (empty on the others). A count is an int, so a
+  // text over 2 GiB is refused (std::length_error) rather than cut.
   [[nodiscard]] std::vector<std::string> gather(const std::string& mine) const {
 #ifdef STEPCAST_HAVE_MPI
     if (size > 1) {
-      const int n = static_cast<int>(std::min(mine.size(), size_t{2147483647}));
+      if (mine.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+        throw std::length_error("rank " + std::to_string(rank) + " has " + std::to_string(mine.size()) +
+                                " bytes to gather, over MPI's 2 GiB count");
+      }
+      const int n = static_cast<int>(mine.size());
       std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
       MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
       std::string all;

@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <map>
-#include <mutex>
 
 #include "sim/core/embedded.hpp"
+#include "sim/core/memo.hpp"
 
 namespace stepcast::model {
 
@@ -1230,29 +1229,21 @@ ModelSpec parse_model(const Json& j, const std::string& path, Issues& issues,
 }
 
 ModelSpec zoo_model(const std::string& name) {
-  // Parsed once per process: the planner's framework round trips and the accuracy harness look
-  // zoo models up for every layout and row.
-  static std::mutex mutex;
-  static std::map<std::string, ModelSpec> parsed;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = parsed.find(name); it != parsed.end()) return it->second;
-  }
-  for (const auto& e : embedded::zoo_models()) {
-    if (e.name == name) {
-      Issues issues;
-      ModelSpec m = parse_model_object(core::parse_json_text(std::string(e.text), "zoo:" + name),
-                                       "zoo:" + name, issues);
-      validate_model(m, "zoo:" + name, issues);
-      issues.throw_if_any();
-      const std::lock_guard<std::mutex> lock(mutex);
-      parsed.emplace(name, m);
-      return m;
+  static core::OncePerName<ModelSpec> parsed;
+  return parsed.get(name, [&] {
+    for (const auto& e : embedded::zoo_models()) {
+      if (e.name == name) {
+        Issues issues;
+        ModelSpec m = parse_model_object(core::parse_json_text(std::string(e.text), "zoo:" + name), "zoo:" + name, issues);
+        validate_model(m, "zoo:" + name, issues);
+        issues.throw_if_any();
+        return m;
+      }
     }
-  }
-  std::string list;
-  for (const auto& n : zoo_names()) list += (list.empty() ? "" : ", ") + n;
-  throw core::UserError("unknown model '" + name + "'; built-in models: " + list);
+    std::string list;
+    for (const auto& n : zoo_names()) list += (list.empty() ? "" : ", ") + n;
+    throw core::UserError("unknown model '" + name + "'; built-in models: " + list);
+  });
 }
 
 std::vector<std::string> zoo_names() {

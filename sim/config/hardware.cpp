@@ -4,11 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include "sim/core/embedded.hpp"
+#include "sim/core/memo.hpp"
 
 namespace stepcast::hw {
 
@@ -534,20 +533,13 @@ Json builtin_hardware_json(const std::string& name) {
 }
 
 HardwareProfile builtin_hardware(const std::string& name) {
-  // Parsed once per process: the planner's framework round trips (--framework torchtitan,
-  // deepspeed, accelerate) read a profile by name for every layout they cost.
-  static std::mutex mutex;
-  static std::map<std::string, HardwareProfile> parsed;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = parsed.find(name); it != parsed.end()) return it->second;
-  }
-  Issues issues;
-  HardwareProfile hw = parse_profile_object(builtin_hardware_json(name), "hardware:" + name, issues);
-  issues.throw_if_any();
-  const std::lock_guard<std::mutex> lock(mutex);
-  parsed.emplace(name, hw);
-  return hw;
+  static core::OncePerName<HardwareProfile> parsed;
+  return parsed.get(name, [&] {
+    Issues issues;
+    HardwareProfile hw = parse_profile_object(builtin_hardware_json(name), "hardware:" + name, issues);
+    issues.throw_if_any();
+    return hw;
+  });
 }
 
 std::vector<std::string> builtin_hardware_names() {
