@@ -296,8 +296,48 @@ const std::vector<std::string>& ignored_hf_keys() {
       "for_llm_compressor",
       // ERNIE 4.5 router settings (capacity for inference, gate kind, bias-based balancing).
       "moe_capacity", "moe_gate", "moe_use_aux_free", "moe_norm_min",
+      // transformers' PretrainedConfig: generation defaults and serialization fields that older
+      // releases wrote into every config.json (sampling, beam search, token forcing), and
+      // settings of inference or of the training script rather than of the architecture.
+      "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+      "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+      "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+      "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+      "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+      "suppress_tokens", "begin_suppress_tokens", "chunk_size_feed_forward", "cross_attention_hidden_size",
+      "tf_legacy_loss", "num_labels", "gradient_checkpointing", "model_max_length", "_from_model_config",
+      "_commit_hash", "_attn_implementation_autoset", "z_loss_weight",
+      // Dropout rates under their older and family names (GPT-NeoX, OPT, Phi): stepcast costs
+      // dropout as the other rate keys above, not at all.
+      "attention_probs_dropout_prob", "hidden_dropout_prob", "dropout", "activation_dropout", "layerdrop",
+      // Value clamping (OLMo, OLMoE), MiniCPM's muP scalars, OPT's initialisation and norm
+      // placement (the same matrices before or after), PhiMoE's input jitter: no parameters or
+      // passes worth costing. PhiMoE's lm_head_bias adds vocab_size parameters (under 0.001%).
+      "clip_qkv", "scale_emb", "dim_model_base", "scale_depth", "init_std", "do_layer_norm_before",
+      "_remove_final_layer_norm", "layer_norm_elementwise_affine", "input_jitter_noise", "lm_head_bias",
+      // GPT-BigCode (StarCoder 1): its inference runner's settings and softmax precision; Falcon
+      // 40B/180B's count of layer norms before the parallel attention and MLP (2h parameters).
+      "inference_runner", "max_batch_size", "max_sequence_length", "pad_key_length", "pre_allocate_kv_cache",
+      "validate_runner_input", "scale_attention_softmax_in_fp32", "num_ln_in_parallel_attn",
   };
   return keys;
+}
+
+// PretrainedConfig settings that make a config something other than a decoder-only language
+// model. Their defaults (false, null, {}) are what every decoder's file writes; anything else is
+// refused naming the key rather than costed as a plain decoder.
+void refuse_non_decoder(ObjectReader& r, const std::string& path, Issues& issues) {
+  if (r.get_bool("is_encoder_decoder", false)) {
+    issues.add(path + ".is_encoder_decoder", "true: an encoder-decoder model (T5, BART style); stepcast costs decoder-only language models");
+  }
+  if (r.get_bool("add_cross_attention", false)) {
+    issues.add(path + ".add_cross_attention", "true: decoder layers that attend to an encoder's output, which stepcast does not cost; "
+                                              "it costs decoder-only language models");
+  }
+  if (const Json* ph = r.get_raw("pruned_heads"); ph != nullptr && !ph->is_null() && !(ph->is_object() && ph->empty())) {
+    issues.add(path + ".pruned_heads", "got " + core::show(*ph) + "; pruned attention heads (a head count per layer) are not "
+                                       "modelled: give the unpruned model's config");
+  }
 }
 
 MlpKind mlp_from_activation(const std::string& act, bool& ok) {
@@ -620,6 +660,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     top.accept_null_as_absent();
     top.ignore(wrapper);
     top.ignore(ignored_hf_keys());
+    refuse_non_decoder(top, path, issues);
     Json text = tc;
     for (const char* k : {"name", "source", "tie_word_embeddings"}) {
       const Json* v = top.get_raw(k);
@@ -654,7 +695,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.name = r.get_string("name").value_or("custom");
   m.source = r.get_string("source").value_or("user-supplied");
   const std::string model_type = r.get_string("model_type").value_or("");
+  refuse_non_decoder(r, path, issues);
   const bool gpt2_like = model_type == "gpt2" || model_type == "gpt_bigcode" || r.has("n_embd");
+  // GPT-J: GPT-2's key names, rotary positions (its files say "rotary": true).
+  const bool gptj = model_type == "gptj";
+  // OPT: learned positions, LayerNorm, biases on every linear layer (enable_bias), a plain
+  // ReLU MLP of ffn_dim, tied embeddings.
+  const bool opt = model_type == "opt";
   // BLOOM's config.json names none of these; the architecture fixes them: ALiBi, LayerNorm
   // (also on the embeddings), biases on every linear layer, a plain GeLU MLP.
   const bool bloom = model_type == "bloom";
@@ -748,6 +795,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     }
     if (falcon_kv) agree(kv_heads, falcon_kv, "num_key_value_heads", m.key_names.kv_heads.c_str());
   }
+  if (model_type == "gpt_bigcode") {
+    // GPT-BigCode (StarCoder 1, SantaCoder): one K/V head shared by every query head unless
+    // multi_query is false (transformers' default is true).
+    std::optional<int64_t> bigcode_kv = r.get_bool("multi_query", true) ? std::optional<int64_t>(1) : heads;
+    m.key_names.kv_heads = "multi_query";
+    agree(kv_heads, bigcode_kv, "num_key_value_heads", "multi_query");
+  }
   if (nested.multi_query) nested.kv_heads = 1;
   if (nested.kv_heads) {
     m.key_names.kv_heads = nested.multi_query ? "attn_config.attn_type" : "attn_config.kv_n_heads";
@@ -764,10 +818,10 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                                   " heads; give head_dim explicitly");
   }
   // GPT-2 writes n_inner: null (or leaves it out) for 4*h; other families must give the size.
-  auto ffn = int_alias(r, {"intermediate_size", "n_inner", "ffn_hidden_size"}, 1, kBig);
+  auto ffn = int_alias(r, {"intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"}, 1, kBig);
   agree(ffn, nested.ffn, "intermediate_size", "ffn_config.ffn_hidden_size");
   // n_inner: null is GPT-2's (and BLOOM's) way of saying 4 x hidden.
-  bool ffn_given = given({"intermediate_size", "ffn_hidden_size"}) || r.has("n_inner") || (mpt_family && r.has("ffn_config"));
+  bool ffn_given = given({"intermediate_size", "ffn_hidden_size", "ffn_dim"}) || r.has("n_inner") || (mpt_family && r.has("ffn_config"));
   if (given({"expansion_ratio"})) {
     // MPT: the MLP is expansion_ratio x d_model wide.
     ffn_given = true;
@@ -796,6 +850,15 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.vocab = vocab.value_or(0);
   m.max_positions =
       int_alias(r, {"max_position_embeddings", "n_positions", "max_seq_len"}, 1, kBig).value_or(0);
+  if (opt) {
+    // OPT-350m embeds tokens at word_embed_proj_dim and projects them into and out of the
+    // decoder's width; those projections are not modelled.
+    if (const auto d = r.get_int("word_embed_proj_dim", 1, kBig); d && hidden && *d != *hidden) {
+      issues.add(path + ".word_embed_proj_dim", "got " + std::to_string(*d) + ", not hidden_size " + std::to_string(*hidden) +
+                                                    ": OPT's projections of the embeddings into and out of the decoder's width "
+                                                    "are not modelled");
+    }
+  }
 
   std::string act = "silu";
   std::string act_key = "hidden_act";
@@ -853,7 +916,12 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // MPT learns positions unless it uses ALiBi (learned_pos_emb is true by default there).
   const bool mpt_learned = model_type == "mpt" && !alibi;
   // Nemotron-H's attention layers use no position embedding (the Mamba layers carry order).
-  const std::string pos_default = gpt2_like || mpt_learned ? "learned" : alibi ? "alibi" : nemotron_h ? "none" : "rotary";
+  // GPT-J's rotary flag: true in its files; a GPT-J without it would learn positions as GPT-2 does.
+  const bool gptj_rotary = gptj && r.get_bool("rotary", true);
+  const std::string pos_default = ((gpt2_like && !gptj_rotary) || mpt_learned || opt) ? "learned"
+                                  : alibi                                              ? "alibi"
+                                  : nemotron_h                                         ? "none"
+                                                                                       : "rotary";
   const std::string pos = r.get_choice("position_embedding", {"rotary", "learned", "alibi", "none"}, pos_default);
   if (!alibi_key.empty() && given({"position_embedding"}) && pos != pos_default) {
     issues.add(path + ".position_embedding", "got \"" + pos + "\"; " + alibi_key + " says " + (alibi ? "alibi" : "not alibi"));
@@ -867,7 +935,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   const bool layernorm_default = gpt2_like || bloom || falcon || model_type == "nemotron" || model_type == "gpt_neox" ||
                                  model_type == "mpt" || model_type == "dbrx" || model_type == "starcoder2" ||
-                                 model_type == "phi";
+                                 model_type == "phi" || model_type == "stablelm" || opt;
   std::string norm_default = layernorm_default ? "layernorm" : "rmsnorm";
   bool norm_type_given = false;
   if (auto nt = r.get_string("norm_type")) {
@@ -888,12 +956,19 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     issues.add(path + ".norm", "got \"" + norm + "\"; norm_type says " + norm_default);
   }
   m.norm = norm == "layernorm" ? NormKind::kLayerNorm : NormKind::kRmsNorm;
-  m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias"}, {"no_bias"}).value_or(gpt2_like || bloom);
+  // Biases on every linear layer: GPT-2 style, BLOOM, GPT-NeoX (its attention_bias, true by
+  // default, covers the attention's), Phi-1/2 and OPT (enable_bias).
+  m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias", "enable_bias"}, {"no_bias"})
+                      .value_or(gpt2_like || bloom || model_type == "gpt_neox" || model_type == "phi" || opt);
   const bool attention_bias = r.get_bool("attention_bias", false);
-  m.qkv_bias = r.get_bool("qkv_bias", attention_bias || model_type == "qwen2" ||
-                                          model_type == "qwen2_moe");
-  m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"}).value_or(model_type == "qwen3" || model_type == "qwen3_moe" ||
-                                                                                 gated_deltanet_family(model_type));
+  // StableLM names it use_qkv_bias.
+  m.qkv_bias = bool_alias(r, {"qkv_bias", "use_qkv_bias"})
+                   .value_or(attention_bias || model_type == "qwen2" || model_type == "qwen2_moe");
+  // Q/K norms: Qwen3 and OLMo 2 / OLMoE always (OLMo's over the whole projection, the same
+  // passes); other families by their flag.
+  m.qk_norm = bool_alias(r, {"qk_norm", "use_qk_norm", "qk_layernorm"})
+                  .value_or(model_type == "qwen3" || model_type == "qwen3_moe" || model_type == "olmo2" ||
+                            model_type == "olmoe" || gated_deltanet_family(model_type));
   m.embedding_norm = r.get_bool("embedding_norm", bloom);
 
   // A list of layer indices (from 0) in [0, layers): entries checked one by one, sorted, no

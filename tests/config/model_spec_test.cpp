@@ -452,6 +452,128 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
   EXPECT_NE(refused.lines().front().find("linear-attention"), std::string::npos) << refused.lines().front();
 }
 
+// Older families' published files, counted to the parameter: Pythia 1B (GPT-NeoX: biases on
+// every linear layer, LayerNorm, untied embeddings; the Pythia suite's table: 1,011,781,632)
+// and OPT 1.3B (ffn_dim, ReLU, learned positions, biases, tied embeddings: 1,315,758,080 as the
+// architecture adds up, of which stepcast leaves out the two extra position rows OPT offsets
+// its positions by, 2 x 2048 parameters).
+TEST(ModelParse, HubConfigsOfOlderFamiliesCountTheirParametersExactly) {
+  core::Issues issues;
+  const ModelSpec pythia = parse_model(Json{{"path", "hf/pythia-1b-config.json"}}, "$.model", issues, kDataDir);
+  const ModelSpec opt = parse_model(Json{{"path", "hf/opt-1.3b-config.json"}}, "$.model", issues, kDataDir);
+  for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+  ASSERT_TRUE(issues.empty());
+  EXPECT_DOUBLE_EQ(pythia.total_params(), 1011781632.0);
+  EXPECT_TRUE(pythia.linear_bias);
+  EXPECT_EQ(pythia.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(pythia.position, PositionKind::kRotary);
+  EXPECT_DOUBLE_EQ(opt.total_params(), 1315758080.0 - 2.0 * 2048.0);
+  EXPECT_EQ(opt.ffn_hidden, 8192);
+  EXPECT_EQ(opt.mlp, MlpKind::kPlain);
+  EXPECT_EQ(opt.position, PositionKind::kLearned);
+  EXPECT_TRUE(opt.tied_embeddings);
+  // OPT-350m's embedding projections are refused naming the key.
+  core::Issues proj;
+  Json opt350 = core::load_json_file(kDataDir + "/hf/opt-1.3b-config.json");
+  opt350["word_embed_proj_dim"] = 512;
+  (void)parse_model(opt350, "$.model", proj, "");
+  ASSERT_EQ(proj.lines().size(), 1U);
+  EXPECT_NE(proj.lines().front().find("$.model.word_embed_proj_dim: got 512, not hidden_size 2048"), std::string::npos)
+      << proj.lines().front();
+}
+
+// transformers' PretrainedConfig wrote its generation defaults and serialization fields into
+// the config.json of older releases; they cost nothing and load. The three of its settings that
+// describe something other than a decoder-only model are refused naming the key when set.
+TEST(ModelParse, HubConfigsKeepTransformersGenericKeys) {
+  const Json base = core::load_json_file(kDataDir + "/hf/llama3.1-8b-config.json");
+  Json full = base;
+  const Json generic = {{"max_length", 20}, {"min_length", 0}, {"do_sample", false}, {"early_stopping", false},
+                        {"num_beams", 1}, {"num_beam_groups", 1}, {"diversity_penalty", 0.0}, {"temperature", 1.0},
+                        {"top_k", 50}, {"top_p", 1.0}, {"typical_p", 1.0}, {"repetition_penalty", 1.0},
+                        {"length_penalty", 1.0}, {"no_repeat_ngram_size", 0}, {"encoder_no_repeat_ngram_size", 0},
+                        {"bad_words_ids", nullptr}, {"num_return_sequences", 1}, {"output_scores", false},
+                        {"return_dict_in_generate", false}, {"forced_bos_token_id", nullptr}, {"forced_eos_token_id", nullptr},
+                        {"remove_invalid_values", false}, {"exponential_decay_length_penalty", nullptr},
+                        {"suppress_tokens", nullptr}, {"begin_suppress_tokens", nullptr}, {"chunk_size_feed_forward", 0},
+                        {"cross_attention_hidden_size", nullptr}, {"tf_legacy_loss", false}, {"gradient_checkpointing", false},
+                        {"is_encoder_decoder", false}, {"add_cross_attention", false}, {"pruned_heads", Json::object()},
+                        {"_from_model_config", true}, {"model_max_length", 131072}, {"hidden_dropout_prob", 0.1},
+                        {"attention_probs_dropout_prob", 0.1}, {"clip_qkv", nullptr}};
+  for (auto it = generic.begin(); it != generic.end(); ++it) full[it.key()] = it.value();
+  core::Issues issues;
+  const ModelSpec plain = parse_model(base, "$.model", issues, "");
+  const ModelSpec loaded = parse_model(full, "$.model", issues, "");
+  for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+  EXPECT_DOUBLE_EQ(loaded.total_params(), plain.total_params());
+
+  const auto refused = [&](const char* key, const Json& value) {
+    Json j = base;
+    j[key] = value;
+    core::Issues is;
+    (void)parse_model(j, "$.model", is, "");
+    return is.empty() ? std::string() : is.lines().front();
+  };
+  EXPECT_NE(refused("is_encoder_decoder", true).find("$.model.is_encoder_decoder: true: an encoder-decoder model"), std::string::npos)
+      << refused("is_encoder_decoder", true);
+  EXPECT_NE(refused("add_cross_attention", true).find("$.model.add_cross_attention"), std::string::npos);
+  EXPECT_NE(refused("pruned_heads", Json{{"0", {1, 2}}}).find("$.model.pruned_heads"), std::string::npos);
+  EXPECT_NE(refused("is_encoder_decoder", "yes").find("$.model.is_encoder_decoder"), std::string::npos);
+  // A multimodal wrapper's own flags are checked too.
+  Json wrapped = {{"model_type", "llava"}, {"text_config", base}, {"is_encoder_decoder", true}};
+  core::Issues wi;
+  (void)parse_model(wrapped, "$.model", wi, "");
+  ASSERT_FALSE(wi.empty());
+  EXPECT_NE(wi.lines().front().find("$.model.is_encoder_decoder"), std::string::npos) << wi.lines().front();
+}
+
+// Conventions of families whose files name less than they imply: StableLM's LayerNorm and
+// use_qkv_bias, GPT-BigCode's single K/V head (multi_query), GPT-J's rotary positions under
+// GPT-2 key names, OLMo 2's Q/K norms, GPT-NeoX's biases.
+TEST(ModelParse, HubConfigsOfOtherFamiliesKeepTheirImpliedSettings) {
+  const auto parse = [](const Json& j) {
+    core::Issues is;
+    ModelSpec m = parse_model(j, "$.model", is, "");
+    for (const auto& l : is.lines()) ADD_FAILURE() << l;
+    return m;
+  };
+  const Json stablelm = {{"model_type", "stablelm"}, {"hidden_size", 2560}, {"num_attention_heads", 32}, {"num_key_value_heads", 32},
+                         {"num_hidden_layers", 32}, {"intermediate_size", 6912}, {"vocab_size", 50304}, {"hidden_act", "silu"},
+                         {"use_qkv_bias", true}, {"qk_layernorm", false}, {"use_parallel_residual", false},
+                         {"partial_rotary_factor", 0.25}, {"tie_word_embeddings", false}};
+  const ModelSpec s = parse(stablelm);
+  EXPECT_EQ(s.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(s.qkv_bias);
+  EXPECT_FALSE(s.linear_bias);
+  Json conflicting = stablelm;
+  conflicting["qkv_bias"] = false;
+  core::Issues ci;
+  (void)parse_model(conflicting, "$.model", ci, "");
+  ASSERT_FALSE(ci.empty());
+  EXPECT_NE(ci.lines().front().find("conflicts with"), std::string::npos) << ci.lines().front();
+
+  Json bigcode = {{"model_type", "gpt_bigcode"}, {"n_embd", 6144}, {"n_head", 48}, {"n_layer", 40}, {"n_inner", 24576},
+                  {"n_positions", 8192}, {"vocab_size", 49152}, {"activation_function", "gelu_pytorch_tanh"},
+                  {"multi_query", true}, {"scale_attention_softmax_in_fp32", true}, {"pre_allocate_kv_cache", false}};
+  EXPECT_EQ(parse(bigcode).kv_heads, 1);
+  bigcode["multi_query"] = false;
+  EXPECT_EQ(parse(bigcode).kv_heads, 48);
+
+  const Json gptj = {{"model_type", "gptj"}, {"n_embd", 4096}, {"n_head", 16}, {"n_layer", 28}, {"n_inner", nullptr},
+                     {"n_positions", 2048}, {"rotary", true}, {"rotary_dim", 64}, {"vocab_size", 50400},
+                     {"activation_function", "gelu_new"}, {"tie_word_embeddings", false}, {"gradient_checkpointing", false}};
+  const ModelSpec j = parse(gptj);
+  EXPECT_EQ(j.position, PositionKind::kRotary);
+  EXPECT_EQ(j.ffn_hidden, 4 * 4096);
+
+  const Json olmo2 = {{"model_type", "olmo2"}, {"hidden_size", 4096}, {"num_attention_heads", 32}, {"num_hidden_layers", 32},
+                      {"intermediate_size", 11008}, {"vocab_size", 100352}, {"hidden_act", "silu"}};
+  EXPECT_TRUE(parse(olmo2).qk_norm);
+  const Json neox = {{"model_type", "gpt_neox"}, {"hidden_size", 512}, {"num_attention_heads", 8}, {"num_hidden_layers", 6},
+                     {"intermediate_size", 2048}, {"vocab_size", 50304}, {"hidden_act", "gelu"}};
+  EXPECT_TRUE(parse(neox).linear_bias);
+}
+
 // DeepSeek-V3: the first 3 layers are dense (first_k_dense_replace), the remaining 58 are MoE.
 TEST(ModelParse, DeepSeekDenseLeadingLayers) {
   const ModelSpec m = zoo_model("deepseek-v3");
