@@ -310,6 +310,9 @@ const std::vector<std::string>& ignored_hf_keys() {
       // Dropout rates under their older and family names (GPT-NeoX, OPT, Phi): stepcast costs
       // dropout as the other rate keys above, not at all.
       "attention_probs_dropout_prob", "hidden_dropout_prob", "dropout", "activation_dropout", "layerdrop",
+      "embed_dropout", "resid_dropout", "residual_dropout",
+      // Seed-OSS: a bias on the attention's output projection (hidden_size parameters).
+      "attention_out_bias",
       // Value clamping (OLMo, OLMoE), MiniCPM's muP scalars, OPT's initialisation and norm
       // placement (the same matrices before or after), PhiMoE's input jitter: no parameters or
       // passes worth costing. PhiMoE's lm_head_bias adds vocab_size parameters (under 0.001%).
@@ -697,8 +700,11 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   const std::string model_type = r.get_string("model_type").value_or("");
   refuse_non_decoder(r, path, issues);
   const bool gpt2_like = model_type == "gpt2" || model_type == "gpt_bigcode" || r.has("n_embd");
-  // GPT-J: GPT-2's key names, rotary positions (its files say "rotary": true).
-  const bool gptj = model_type == "gptj";
+  // GPT-J and CodeGen: GPT-2's key names, rotary positions (GPT-J's files say "rotary": true).
+  const bool gptj = model_type == "gptj" || model_type == "codegen";
+  // GPT-Neo: local attention in every other layer (attention_layers), a 4h MLP when
+  // intermediate_size is null, learned positions, LayerNorm, biases.
+  const bool gpt_neo = model_type == "gpt_neo";
   // OPT: learned positions, LayerNorm, biases on every linear layer (enable_bias), a plain
   // ReLU MLP of ffn_dim, tied embeddings.
   const bool opt = model_type == "opt";
@@ -761,7 +767,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   };
   auto layers = int_alias(r, {"num_hidden_layers", "n_layer", "num_layers", "n_layers"}, 1, 100000);
   auto hidden = int_alias(r, {"hidden_size", "n_embd", "d_model"}, 1, kBig);
-  auto heads = int_alias(r, {"num_attention_heads", "n_head", "n_heads"}, 1, 1 << 20);
+  auto heads = int_alias(r, {"num_attention_heads", "n_head", "n_heads", "num_heads"}, 1, 1 << 20);
   // Missing, not wrong: a bad value of one of the names is reported by the reader already.
   auto none_of = [&](std::initializer_list<const char*> keys) {
     for (const char* k : keys) {
@@ -773,7 +779,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   auto given = [&](std::initializer_list<const char*> keys) { return !none_of(keys); };
   if (!layers && none_of({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})) issues.add(path, "missing the layer count (num_hidden_layers or n_layer)");
   if (!hidden && none_of({"hidden_size", "n_embd", "d_model"})) issues.add(path, "missing the hidden size (hidden_size or n_embd)");
-  if (!heads && none_of({"num_attention_heads", "n_head", "n_heads"})) issues.add(path, "missing the head count (num_attention_heads or n_head)");
+  if (!heads && none_of({"num_attention_heads", "n_head", "n_heads", "num_heads"})) issues.add(path, "missing the head count (num_attention_heads or n_head)");
   m.num_layers = layers.value_or(0);
   m.hidden = hidden.value_or(0);
   m.heads = heads.value_or(0);
@@ -841,7 +847,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // Llama 4: routed and shared experts are intermediate_size wide, the dense layers intermediate_size_mlp.
   const auto llama4_dense = llama4 ? r.get_int("intermediate_size_mlp", 1, kBig) : std::nullopt;
   // A mixture-of-experts config may give only its experts' width (moe_intermediate_size).
-  if (!ffn_given && !gpt2_like && !falcon && !(moe_config && given({"moe_intermediate_size"}))) {
+  if (!ffn_given && !gpt2_like && !falcon && !gpt_neo && !(moe_config && given({"moe_intermediate_size"}))) {
     issues.add(path + ".intermediate_size", moe_config ? "required integer is missing (the experts' hidden width: intermediate_size or moe_intermediate_size)"
                                                        : "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }
@@ -917,8 +923,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   const bool mpt_learned = model_type == "mpt" && !alibi;
   // Nemotron-H's attention layers use no position embedding (the Mamba layers carry order).
   // GPT-J's rotary flag: true in its files; a GPT-J without it would learn positions as GPT-2 does.
-  const bool gptj_rotary = gptj && r.get_bool("rotary", true);
-  const std::string pos_default = ((gpt2_like && !gptj_rotary) || mpt_learned || opt) ? "learned"
+  const bool gptj_rotary = gptj && (model_type == "codegen" || r.get_bool("rotary", true));
+  const std::string pos_default = ((gpt2_like && !gptj_rotary) || mpt_learned || opt || gpt_neo) ? "learned"
                                   : alibi                                              ? "alibi"
                                   : nemotron_h                                         ? "none"
                                                                                        : "rotary";
@@ -935,7 +941,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   const bool layernorm_default = gpt2_like || bloom || falcon || model_type == "nemotron" || model_type == "gpt_neox" ||
                                  model_type == "mpt" || model_type == "dbrx" || model_type == "starcoder2" ||
-                                 model_type == "phi" || model_type == "stablelm" || opt;
+                                 model_type == "phi" || model_type == "stablelm" || opt || gpt_neo;
   std::string norm_default = layernorm_default ? "layernorm" : "rmsnorm";
   bool norm_type_given = false;
   if (auto nt = r.get_string("norm_type")) {
@@ -959,7 +965,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // Biases on every linear layer: GPT-2 style, BLOOM, GPT-NeoX (its attention_bias, true by
   // default, covers the attention's), Phi-1/2 and OPT (enable_bias).
   m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias", "enable_bias"}, {"no_bias"})
-                      .value_or(gpt2_like || bloom || model_type == "gpt_neox" || model_type == "phi" || opt);
+                      .value_or(gpt2_like || bloom || model_type == "gpt_neox" || model_type == "phi" || opt || gpt_neo);
   const bool attention_bias = r.get_bool("attention_bias", false);
   // StableLM names it use_qkv_bias.
   m.qkv_bias = bool_alias(r, {"qkv_bias", "use_qkv_bias"})
@@ -1077,6 +1083,60 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
           sliding += t.get<std::string>() == "sliding_attention" ? 1 : 0;
         }
         m.sliding_layer_fraction = static_cast<double>(sliding) / static_cast<double>(lt->size());
+      }
+    }
+  } else if (gpt_neo) {
+    r.ignore({"max_window_layers"});
+    // GPT-Neo: "local" layers attend within window_size tokens (transformers' default 256),
+    // "global" ones over the whole sequence. attention_layers names each layer; attention_types
+    // is its run-length form ([[["global", "local"], 12]]), read when the list is absent.
+    const int64_t w = r.get_int("window_size", 1, kBig, 256);
+    std::vector<std::string> kinds;
+    std::string list_key = "attention_layers";
+    const Json* al = r.get_raw("attention_layers");
+    const Json* at = r.get_raw("attention_types");
+    if (al != nullptr && !al->is_null()) {
+      if (!al->is_array()) {
+        issues.add(path + ".attention_layers", "got " + core::show(*al) + "; expected a list of \"global\" or \"local\", one per layer");
+      } else {
+        for (const auto& k : *al) kinds.push_back(k.is_string() ? k.get<std::string>() : core::show(k));
+      }
+    } else if (at != nullptr && !at->is_null()) {
+      list_key = "attention_types";
+      bool ok = at->is_array();
+      for (size_t i = 0; ok && i < at->size(); ++i) {
+        const Json& e = (*at)[i];
+        ok = e.is_array() && e.size() == 2 && e[0].is_array() && e[1].is_number_integer() && e[1].get<int64_t>() >= 0 &&
+             e[1].get<int64_t>() <= 100000;
+        for (int64_t n = 0; ok && n < e[1].get<int64_t>(); ++n) {
+          for (const auto& k : e[0]) kinds.push_back(k.is_string() ? k.get<std::string>() : core::show(k));
+        }
+      }
+      if (!ok) {
+        issues.add(path + ".attention_types", "got " + core::show(*at) + "; expected [[[\"global\", \"local\"], N], ...] (a pattern and its repeat count)");
+        kinds.clear();
+      }
+    }
+    if (kinds.empty() && (al == nullptr || al->is_null()) && (at == nullptr || at->is_null()) && layers) {
+      // Neither given: transformers' default pattern, global and local layers alternating.
+      for (int64_t l = 0; l < *layers; ++l) kinds.emplace_back(l % 2 == 0 ? "global" : "local");
+    }
+    if (!kinds.empty()) {
+      int64_t local = 0;
+      bool ok = true;
+      for (size_t i = 0; i < kinds.size(); ++i) {
+        if (kinds[i] != "global" && kinds[i] != "local") {
+          issues.add(path + "." + list_key, "entry " + std::to_string(i) + " is " + kinds[i] + "; expected \"global\" or \"local\"");
+          ok = false;
+          break;
+        }
+        local += kinds[i] == "local" ? 1 : 0;
+      }
+      if (ok && layers && static_cast<int64_t>(kinds.size()) != *layers) {
+        issues.add(path + "." + list_key, "names " + std::to_string(kinds.size()) + " layers; the model has " + std::to_string(*layers));
+      } else if (ok && local > 0) {
+        m.sliding_window = w;
+        m.sliding_layer_fraction = static_cast<double>(local) / static_cast<double>(kinds.size());
       }
     }
   } else {

@@ -572,6 +572,32 @@ TEST(ModelParse, HubConfigsOfOtherFamiliesKeepTheirImpliedSettings) {
   const Json neox = {{"model_type", "gpt_neox"}, {"hidden_size", 512}, {"num_attention_heads", 8}, {"num_hidden_layers", 6},
                      {"intermediate_size", 2048}, {"vocab_size", 50304}, {"hidden_act", "gelu"}};
   EXPECT_TRUE(parse(neox).linear_bias);
+
+  // GPT-Neo 1.3B (EleutherAI/gpt-neo-1.3B's keys): local attention over 256 tokens in every
+  // other layer, a 4h MLP under intermediate_size null, learned positions. transformers counts
+  // 1,315,575,808 parameters; stepcast also counts q, k and v biases GPT-Neo does not have
+  // (3 x 2048 x 24).
+  Json neo = {{"model_type", "gpt_neo"}, {"hidden_size", 2048}, {"num_heads", 16}, {"num_layers", 24},
+              {"intermediate_size", nullptr}, {"max_position_embeddings", 2048}, {"vocab_size", 50257},
+              {"activation_function", "gelu_new"}, {"window_size", 256}, {"embed_dropout", 0}, {"resid_dropout", 0},
+              {"attention_types", Json::array({Json::array({Json::array({"global", "local"}), 12})})}};
+  const ModelSpec n = parse(neo);
+  EXPECT_EQ(n.ffn_hidden, 8192);
+  EXPECT_EQ(n.sliding_window, 256);
+  EXPECT_DOUBLE_EQ(n.sliding_layer_fraction, 0.5);
+  EXPECT_EQ(n.position, PositionKind::kLearned);
+  EXPECT_NEAR(n.total_params(), 1315575808.0, 3.0 * 2048 * 24 + 1.0);
+  Json listed = neo;
+  listed.erase("attention_types");
+  listed["attention_layers"] = Json::array();
+  for (int l = 0; l < 24; ++l) listed["attention_layers"].push_back(l < 18 ? "global" : "local");
+  EXPECT_DOUBLE_EQ(parse(listed).sliding_layer_fraction, 0.25);
+  listed["attention_layers"].erase(0);
+  core::Issues short_list;
+  (void)parse_model(listed, "$.model", short_list, "");
+  ASSERT_FALSE(short_list.empty());
+  EXPECT_NE(short_list.lines().front().find("$.model.attention_layers: names 23 layers; the model has 24"), std::string::npos)
+      << short_list.lines().front();
 }
 
 // DeepSeek-V3: the first 3 layers are dense (first_k_dense_replace), the remaining 58 are MoE.
