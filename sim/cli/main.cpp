@@ -796,7 +796,7 @@ int run(int argc, char** argv) {
   imp->add_option("--grad-accum", imp_opt.grad_accum, "accelerate, deepspeed (\"auto\"): gradient accumulation steps (default 1)")->check(count_range(1, kMaxCount));
   imp->add_option("--precision", imp_opt.precision, "deepspeed: fills bf16 / fp16 enabled \"auto\"")->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   imp->add_option("args", imp_args, "the framework's arguments, after -- (e.g. -- --num-layers 32 --hidden-size 4096 ...)");
-  imp->add_option("--args-file", imp_args_file, "a launch script or text file holding the arguments (continuation lines and quotes honoured)")
+  imp->add_option("--args-file", imp_args_file, "a launch script or text file holding the arguments (continuation lines, quotes, and the script's own variables and arrays expanded as the shell would)")
       ->check(CLI::ExistingFile);
   imp->add_option("--gpus", imp_opt.gpus, "GPUs of the job (default: torchrun's --nnodes x --nproc-per-node among the arguments)")
       ->check(count_range(1, kMaxCount));

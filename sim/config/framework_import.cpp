@@ -1,6 +1,7 @@
 #include "sim/config/framework_import.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "models/model_spec.hpp"
 #include "sim/config/hardware.hpp"
@@ -32,47 +34,395 @@ void note_ignored(Json& run, const std::vector<std::string>& ignored) {
   run["notes"] = "ignored (no modelled cost): " + list;
 }
 
-std::vector<std::string> split_command_line(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool in_word = false;
-  char quote = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (quote != 0) {
-      if (c == quote) {
-        quote = 0;
+namespace {
+
+bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+
+// Integer arithmetic of $(( ... )): + - * / % with parentheses and unary signs; names are the
+// script's variables (bash reads NAME and $NAME alike there). nullopt when it is anything else.
+class Arithmetic {
+ public:
+  Arithmetic(std::string text, const std::map<std::string, std::vector<std::string>>& vars) : s_(std::move(text)), vars_(vars) {}
+  std::optional<long long> value() {
+    auto v = sum();
+    skip();
+    if (!v || i_ != s_.size()) return std::nullopt;
+    return v;
+  }
+
+ private:
+  void skip() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_])) != 0) ++i_;
+  }
+  std::optional<long long> sum() {
+    auto v = product();
+    for (skip(); v && i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-'); skip()) {
+      const char op = s_[i_++];
+      const auto r = product();
+      if (!r) return std::nullopt;
+      v = op == '+' ? *v + *r : *v - *r;
+    }
+    return v;
+  }
+  std::optional<long long> product() {
+    auto v = unary();
+    for (skip(); v && i_ < s_.size() && (s_[i_] == '*' || s_[i_] == '/' || s_[i_] == '%'); skip()) {
+      const char op = s_[i_++];
+      const auto r = unary();
+      if (!r || (op != '*' && *r == 0)) return std::nullopt;
+      v = op == '*' ? *v * *r : op == '/' ? *v / *r : *v % *r;
+    }
+    return v;
+  }
+  std::optional<long long> unary() {
+    skip();
+    if (i_ < s_.size() && (s_[i_] == '-' || s_[i_] == '+')) {
+      const bool neg = s_[i_++] == '-';
+      const auto v = unary();
+      if (!v) return std::nullopt;
+      return neg ? -*v : *v;
+    }
+    if (i_ < s_.size() && s_[i_] == '(') {
+      ++i_;
+      const auto v = sum();
+      skip();
+      if (!v || i_ >= s_.size() || s_[i_] != ')') return std::nullopt;
+      ++i_;
+      return v;
+    }
+    if (i_ < s_.size() && s_[i_] == '$') ++i_;
+    const size_t b = i_;
+    if (i_ < s_.size() && ident_start(s_[i_])) {
+      while (i_ < s_.size() && ident_char(s_[i_])) ++i_;
+      const auto it = vars_.find(s_.substr(b, i_ - b));
+      if (it == vars_.end() || it->second.empty()) return std::nullopt;
+      Arithmetic inner(it->second.front(), vars_);
+      return inner.value();
+    }
+    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])) != 0) ++i_;
+    if (b == i_ || i_ - b > 18) return std::nullopt;
+    return std::stoll(s_.substr(b, i_ - b));
+  }
+
+  std::string s_;
+  const std::map<std::string, std::vector<std::string>>& vars_;
+  size_t i_ = 0;
+};
+
+// The words of a launch script, as the shell would hand them to its commands (see the header).
+class ScriptSplitter {
+ public:
+  explicit ScriptSplitter(const std::string& text) : t_(text) {}
+
+  std::vector<std::string> run() {
+    while (i_ < t_.size()) step();
+    if (quote_ != 0) throw core::UserError("the command line has an unclosed " + std::string(1, quote_) + " quote");
+    if (!array_.empty()) throw core::UserError("the array " + array_ + "=( ... ) is not closed with )");
+    end_word();
+    end_command();
+    return out_;
+  }
+
+ private:
+  struct Word {
+    std::string text;
+    size_t assign_at = std::string::npos;  // the unquoted '=' of NAME=value, at the word's start
+    bool append = false;                   // NAME+=value
+  };
+
+  void step() {
+    const char c = t_[i_];
+    if (quote_ == '\'') {
+      if (c == '\'') {
+        quote_ = 0;
       } else {
-        cur += c;
+        cur_.text += c;
       }
-      continue;
+      ++i_;
+      return;
     }
-    if (c == '\\' && i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == '\r')) {
-      while (i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == '\r')) ++i;  // a continued line
-      continue;
+    if (quote_ == '"') {
+      if (c == '"') {
+        quote_ = 0;
+        ++i_;
+      } else if (c == '\\' && i_ + 1 < t_.size() && std::string("\"\\$`").find(t_[i_ + 1]) != std::string::npos) {
+        cur_.text += t_[i_ + 1];
+        i_ += 2;
+      } else if (c == '\\' && i_ + 1 < t_.size() && t_[i_ + 1] == '\n') {
+        i_ += 2;
+      } else if (c == '$') {
+        expand(true);
+      } else {
+        cur_.text += c;
+        ++i_;
+      }
+      return;
     }
-    if (c == '#' && !in_word) {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // a comment to the line's end
-      continue;
+    if (c == '\\' && i_ + 1 < t_.size()) {
+      if (t_[i_ + 1] == '\n' || t_[i_ + 1] == '\r') {
+        ++i_;  // a continued line
+        while (i_ < t_.size() && (t_[i_] == '\n' || t_[i_] == '\r')) ++i_;
+      } else {
+        cur_.text += t_[i_ + 1];
+        in_word_ = true;
+        i_ += 2;
+      }
+      return;
+    }
+    if (c == '#' && !in_word_) {
+      while (i_ < t_.size() && t_[i_] != '\n') ++i_;  // a comment to the line's end
+      return;
     }
     if (c == '\'' || c == '"') {
-      quote = c;
-      in_word = true;
-      continue;
+      quote_ = c;
+      in_word_ = true;
+      ++i_;
+      return;
     }
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-      if (in_word) out.push_back(cur);
-      cur.clear();
-      in_word = false;
-      continue;
+    if (c == ' ' || c == '\t' || c == '\r' || (c == '\n' && !array_.empty())) {
+      end_word();
+      ++i_;
+      return;
     }
-    cur += c;
-    in_word = true;
+    if (c == '>' || c == '<') {
+      // A redirection (2>&1, > log, >> log, < in): neither it nor its target is an argument.
+      if (in_word_ && !in_word_expanded_ && std::all_of(cur_.text.begin(), cur_.text.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; })) {
+        cur_ = Word{};
+        in_word_ = false;
+      }
+      end_word();
+      ++i_;
+      while (i_ < t_.size() && (t_[i_] == '>' || t_[i_] == '<')) ++i_;
+      if (i_ < t_.size() && t_[i_] == '&') {
+        ++i_;
+        while (i_ < t_.size() && (std::isdigit(static_cast<unsigned char>(t_[i_])) != 0 || t_[i_] == '-')) ++i_;
+      } else {
+        skip_next_word_ = true;
+      }
+      return;
+    }
+    if (c == '\n' || c == ';' || c == '|' || c == '&') {
+      end_word();
+      if (array_.empty()) end_command();
+      ++i_;
+      return;
+    }
+    if (c == '(' && array_.empty() && cmd_words_before_command() && cur_.assign_at != std::string::npos &&
+        cur_.assign_at + 1 == cur_.text.size()) {
+      // NAME=( words ... ): an array, over as many lines as it takes.
+      array_ = cur_.text.substr(0, cur_.assign_at - (cur_.append ? 1 : 0));
+      array_append_ = cur_.append;
+      array_words_.clear();
+      cur_ = Word{};
+      in_word_ = false;
+      ++i_;
+      return;
+    }
+    if (c == ')' && !array_.empty()) {
+      end_word();
+      auto& v = vars_[array_];
+      if (!array_append_) v.clear();
+      v.insert(v.end(), array_words_.begin(), array_words_.end());
+      array_.clear();
+      ++i_;
+      return;
+    }
+    if (c == '$') {
+      expand(false);
+      return;
+    }
+    if (c == '=' && !in_word_expanded_ && cur_.assign_at == std::string::npos && in_word_ && array_.empty()) {
+      const std::string& w = cur_.text;
+      const bool plus = !w.empty() && w.back() == '+';
+      const std::string name = plus ? w.substr(0, w.size() - 1) : w;
+      if (!name.empty() && ident_start(name.front()) && std::all_of(name.begin(), name.end(), ident_char)) {
+        cur_.assign_at = w.size();
+        cur_.append = plus;
+      }
+    }
+    cur_.text += c;
+    in_word_ = true;
+    ++i_;
   }
-  if (quote != 0) throw core::UserError("the command line has an unclosed " + std::string(1, quote) + " quote");
-  if (in_word) out.push_back(cur);
-  return out;
-}
+
+  // At the start of a command, or after its leading assignments or export / declare (and the
+  // declaration's options).
+  bool cmd_words_before_command() const {
+    const bool declaration = !cmd_.empty() && is_declaration(cmd_.front().text);
+    for (size_t k = declaration ? 1 : 0; k < cmd_.size(); ++k) {
+      const Word& w = cmd_[k];
+      if (w.assign_at == std::string::npos && !(declaration && w.text.size() > 1 && w.text[0] == '-')) return false;
+    }
+    return true;
+  }
+  static bool is_declaration(const std::string& w) {
+    return w == "export" || w == "declare" || w == "local" || w == "readonly" || w == "typeset";
+  }
+
+  // $NAME, ${NAME}, ${NAME:-default}, ${NAME[@]}, ${NAME[N]}, $(( arithmetic )); anything else
+  // ($1, $@, $(command), a name the script does not set) stays as written.
+  void expand(bool quoted) {
+    const size_t start = i_;
+    ++i_;  // the $
+    std::optional<std::vector<std::string>> value;
+    bool all = false;
+    if (i_ < t_.size() && t_[i_] == '(') {
+      // $(( arithmetic )) or $(command): up to the matching parenthesis. A command, or
+      // arithmetic it cannot evaluate, stays as written (one piece, whatever it holds).
+      int depth = 0;
+      size_t j = i_;
+      for (; j < t_.size(); ++j) {
+        if (t_[j] == '(') ++depth;
+        if (t_[j] == ')' && --depth == 0) break;
+      }
+      if (j >= t_.size()) throw core::UserError("the script's " + t_.substr(start, std::min<size_t>(40, t_.size() - start)) + " is not closed with )");
+      if (t_.compare(i_, 2, "((") == 0 && j > i_ + 2 && t_[j - 1] == ')') {
+        Arithmetic a(t_.substr(i_ + 2, j - 1 - (i_ + 2)), vars_);
+        if (const auto v = a.value()) value = std::vector<std::string>{std::to_string(*v)};
+      }
+      i_ = j + 1;
+      if (!value) {
+        cur_.text += t_.substr(start, j + 1 - start);
+        in_word_ = true;
+        in_word_expanded_ = true;
+        return;
+      }
+    } else if (i_ < t_.size() && t_[i_] == '{') {
+      const size_t close = t_.find('}', i_);
+      if (close != std::string::npos) {
+        std::string inner = t_.substr(i_ + 1, close - i_ - 1);
+        std::optional<std::string> fallback;
+        if (const size_t d = inner.find(":-"); d != std::string::npos) {
+          fallback = inner.substr(d + 2);
+          inner = inner.substr(0, d);
+        } else if (const size_t d1 = inner.find('-'); d1 != std::string::npos && d1 > 0) {
+          fallback = inner.substr(d1 + 1);
+          inner = inner.substr(0, d1);
+        }
+        std::string name = inner;
+        std::optional<size_t> index;
+        if (const size_t b = inner.find('['); b != std::string::npos && inner.back() == ']') {
+          name = inner.substr(0, b);
+          const std::string sub = inner.substr(b + 1, inner.size() - b - 2);
+          if (sub == "@" || sub == "*") {
+            all = true;
+          } else if (!sub.empty() && std::all_of(sub.begin(), sub.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; }) && sub.size() < 9) {
+            index = std::stoul(sub);
+          } else {
+            name.clear();
+          }
+        }
+        if (!name.empty() && ident_start(name.front()) && std::all_of(name.begin(), name.end(), ident_char)) {
+          const auto it = vars_.find(name);
+          const bool set = it != vars_.end() && !(it->second.empty() && !all);
+          if (set) {
+            if (all) {
+              value = it->second;
+            } else {
+              const size_t k = index.value_or(0);
+              value = std::vector<std::string>{k < it->second.size() ? it->second[k] : std::string()};
+            }
+          } else if (fallback) {
+            value = std::vector<std::string>{*fallback};
+            all = false;
+          }
+          if (value) i_ = close + 1;
+        }
+      }
+    } else if (i_ < t_.size() && ident_start(t_[i_])) {
+      size_t j = i_;
+      while (j < t_.size() && ident_char(t_[j])) ++j;
+      if (const auto it = vars_.find(t_.substr(i_, j - i_)); it != vars_.end()) {
+        value = std::vector<std::string>{it->second.empty() ? std::string() : it->second.front()};
+        i_ = j;
+      }
+    }
+    if (!value) {
+      // Not expanded: the $ stays, and the rest is read as ordinary text.
+      i_ = start + 1;
+      cur_.text += '$';
+      in_word_ = true;
+      return;
+    }
+    in_word_expanded_ = true;
+    if (!all) {
+      cur_.text += value->empty() ? std::string() : value->front();
+      in_word_ = in_word_ || quoted || !cur_.text.empty();
+      return;
+    }
+    // An array's elements are words of their own, the first joined to what precedes it.
+    for (size_t k = 0; k < value->size(); ++k) {
+      if (k > 0) end_word();
+      cur_.text += (*value)[k];
+      in_word_ = true;
+    }
+  }
+
+  void end_word() {
+    if (in_word_ && skip_next_word_) {
+      skip_next_word_ = false;  // a redirection's target
+    } else if (in_word_) {
+      if (!array_.empty()) {
+        array_words_.push_back(cur_.text);
+      } else {
+        cmd_.push_back(cur_);
+      }
+    }
+    cur_ = Word{};
+    in_word_ = false;
+    in_word_expanded_ = false;
+  }
+
+  // Leading NAME=value words (and export / declare ones) set variables; the rest is a command
+  // whose words are the script's arguments.
+  void end_command() {
+    size_t k = 0;
+    bool declaration = false;
+    for (; k < cmd_.size(); ++k) {
+      const Word& w = cmd_[k];
+      if (k == 0 && is_declaration(w.text)) {
+        declaration = true;
+        continue;
+      }
+      if (declaration && w.text.size() > 1 && w.text[0] == '-' && w.assign_at == std::string::npos) continue;  // declare -a
+      if (w.assign_at == std::string::npos) {
+        if (declaration) continue;  // export NAME: nothing to set
+        break;
+      }
+      const std::string name = w.text.substr(0, w.assign_at - (w.append ? 1 : 0));
+      const std::string val = w.text.substr(w.assign_at + 1);
+      auto& v = vars_[name];
+      if (w.append && !v.empty()) {
+        v.front() += val;
+      } else {
+        v = {val};
+      }
+    }
+    if (!declaration) {
+      for (; k < cmd_.size(); ++k) out_.push_back(cmd_[k].text);
+    }
+    cmd_.clear();
+  }
+
+  const std::string& t_;
+  size_t i_ = 0;
+  char quote_ = 0;
+  Word cur_;
+  bool in_word_ = false;
+  bool in_word_expanded_ = false;
+  bool skip_next_word_ = false;
+  std::vector<Word> cmd_;
+  std::string array_;
+  bool array_append_ = false;
+  std::vector<std::string> array_words_;
+  std::map<std::string, std::vector<std::string>> vars_;
+  std::vector<std::string> out_;
+};
+
+}  // namespace
+
+std::vector<std::string> split_command_line(const std::string& text) { return ScriptSplitter(text).run(); }
 
 namespace {
 

@@ -61,8 +61,14 @@ struct ImportOptions {
 core::Json model_reference(const std::string& model);
 void note_ignored(core::Json& run, const std::vector<std::string>& ignored);
 
-// Splits a launch script into arguments: backslash-newline continuations joined, comments
-// dropped, single and double quotes honoured (no variable expansion).
+// Splits a launch script into the arguments its commands get, as the shell would:
+// backslash-newline continuations joined, comments dropped, single and double quotes honoured,
+// and the script's own variables expanded: NAME=value and export NAME=value lines (a value may
+// use earlier variables), arrays NAME=( words ... ) over several lines, and their uses $NAME,
+// ${NAME}, ${NAME:-default}, ${NAME[@]} (one word per element), ${NAME[N]} and $(( integer
+// arithmetic )). Assignment lines contribute no arguments. What the script does not set
+// (positional $1, the environment, $(command)) stays as written, so an argument that needs it
+// is reported with its text.
 std::vector<std::string> split_command_line(const std::string& text);
 
 // The run file for `args` (which may include the launcher, the script name and torchrun's own

@@ -47,6 +47,46 @@ TEST(MegatronImport, SplitsALaunchScript) {
   EXPECT_THROW(split_command_line("--a 'unclosed"), core::UserError);
 }
 
+// Launch scripts in the form Megatron-LM's examples take: variables, arrays of arguments over
+// several lines, defaults and arithmetic, expanded as the shell would before torchrun sees them.
+TEST(MegatronImport, ExpandsALaunchScriptsVariablesAndArrays) {
+  const std::string script = R"(#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+GPUS_PER_NODE=8
+NUM_NODES=4
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+CHECKPOINT_PATH=$1 # given on the command line
+NAME="my run"
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes ${NUM_NODES}   # a comment (with parentheses) inside the array
+)
+MODEL_ARGS=(--num-layers 32 --hidden-size 4096)
+MODEL_ARGS+=(--seq-length 8192)
+TP=${TP:-2}
+CP=${CP-4}
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+    "${MODEL_ARGS[@]}" --tensor-model-parallel-size $TP --context-parallel-size "$CP" \
+    --world $WORLD_SIZE --tag "$NAME" --ckpt $CHECKPOINT_PATH --literal '$TP' --later $(hostname) --half $((WORLD_SIZE / 2)) 2>&1 > out.log | tee log
+)";
+  const auto w = split_command_line(script);
+  const std::vector<std::string> expected = {
+      "torchrun", "--nproc_per_node", "8", "--nnodes", "4", "pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096",
+      "--seq-length", "8192", "--tensor-model-parallel-size", "2", "--context-parallel-size", "4", "--world", "32",
+      "--tag", "my run", "--ckpt", "$1", "--literal", "$TP", "--later", "$(hostname)", "--half", "16", "tee", "log"};
+  EXPECT_EQ(w, expected);
+  // A script that leaves an array open, or a substitution, is refused rather than guessed at.
+  EXPECT_THROW(split_command_line("ARGS=(\n --num-layers 2\n"), core::UserError);
+  EXPECT_THROW(split_command_line("torchrun --nnodes $((2 * 4"), core::UserError);
+  // The whole import: the run file gets the GPUs and layout the expanded arguments give.
+  const Json run = import_megatron(split_command_line(script + " --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu"
+                                                               " --vocab-size 128256 --micro-batch-size 1 --global-batch-size 64"),
+                                   {});
+  EXPECT_EQ(run["cluster"]["num_gpus"], 32);
+  EXPECT_EQ(run["parallel"]["tp"], 2);
+  EXPECT_EQ(run["parallel"]["cp"], 4);
+}
+
 TEST(MegatronImport, Llama8bRebuildsTheZooModelAndItsLayout) {
   const Json run = import_megatron(split_command_line(llama8b_script()), {});
   const RunConfig rc = parse_run(run, "<import>", "");
