@@ -1320,6 +1320,70 @@ void validate_model(const ModelSpec& m, const std::string& path, Issues& issues)
   }
 }
 
+Json describe_model(const ModelSpec& m) {
+  Json kinds = Json::object();
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const std::string k = m.layer_kind(l).label();
+    kinds[k] = kinds.value(k, 0) + 1;
+  }
+  Json attention = {{"heads", m.heads},
+                    {"kv_heads", m.kv_heads},
+                    {"head_dim", m.head_dim},
+                    {"qkv_bias", m.qkv_bias || m.linear_bias},
+                    {"qk_norm", m.qk_norm},
+                    {"output_gate", m.attn_output_gate}};
+  if (m.sliding_window > 0 || m.attention_chunk > 0) {
+    attention["local"] = {{m.attention_chunk > 0 ? "chunk" : "window", m.attention_chunk > 0 ? m.attention_chunk : m.sliding_window},
+                          {"layer_fraction", m.sliding_layer_fraction}};
+  }
+  if (m.mla.enabled()) {
+    attention["mla"] = {{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
+                        {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+                        {"v_head_dim", m.mla.v_head_dim}};
+  }
+  Json j = {{"name", m.name},
+            {"source", m.source},
+            {"layers", m.num_layers},
+            {"layer_kinds", kinds},
+            {"hidden", m.hidden},
+            {"vocab", m.vocab},
+            {"tied_embeddings", m.tied_embeddings},
+            {"norm", m.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
+            {"embedding_norm", m.embedding_norm},
+            {"position_embedding", m.position == PositionKind::kLearned ? "learned"
+                                   : m.position == PositionKind::kAlibi ? "alibi"
+                                   : m.position == PositionKind::kNone  ? "none"
+                                                                        : "rotary"},
+            {"max_positions", m.max_positions},
+            {"linear_bias", m.linear_bias},
+            {"attention", attention},
+            {"mlp", {{"kind", m.mlp == MlpKind::kGated ? "gated" : "plain"}, {"matrices", m.mlp_matrices()}, {"ffn_hidden", m.ffn_hidden}}}};
+  if (m.moe.enabled()) {
+    j["moe"] = {{"experts", m.moe.num_experts},          {"top_k", m.moe.top_k},
+                {"expert_ffn", m.moe.expert_ffn},        {"shared_experts", m.moe.shared_experts},
+                {"shared_expert_ffn", m.moe.shared_expert_ffn}, {"moe_layers", m.num_moe_layers()},
+                {"first_dense_layers", m.moe.first_k_dense}};
+    if (m.moe.groups > 0) j["moe"]["routing_groups"] = {{"groups", m.moe.groups}, {"per_token", m.moe.group_topk}};
+  }
+  if (m.mamba.enabled()) {
+    j["mamba"] = {{"heads", m.mamba.heads}, {"head_dim", m.mamba.head_dim}, {"state", m.mamba.state}, {"groups", m.mamba.groups}};
+  }
+  if (m.linear.enabled()) {
+    j["linear_attention"] = {{"key_heads", m.linear.k_heads}, {"value_heads", m.linear.v_heads},
+                             {"key_dim", m.linear.k_dim}, {"value_dim", m.linear.v_dim}};
+  }
+  Json per_kind = Json::object();
+  for (const LayerKind& k : m.layer_kinds()) {
+    per_kind[k.label()] = {{"mixer", m.mixer_params(k)}, {"ffn", m.ffn_params(k)}, {"ffn_active", m.ffn_params(k, true)}};
+  }
+  j["params"] = {{"total", m.total_params()},
+                 {"active", m.active_params()},
+                 {"embedding", m.embedding_params()},
+                 {"output", m.output_params()},
+                 {"per_layer_kind", per_kind}};
+  return j;
+}
+
 ModelSpec parse_model(const Json& j, const std::string& path, Issues& issues,
                       const std::string& base_dir) {
   if (j.is_string()) {

@@ -210,6 +210,11 @@ ModelSpec parse_model(const core::Json& j, const std::string& path, core::Issues
 ModelSpec zoo_model(const std::string& name);
 std::vector<std::string> zoo_names();
 
+// What stepcast read from a model, as `stepcast models MODEL --json` prints it: the shapes
+// that set cost (layers and their kinds, attention, local attention, MLP, MoE, MLA, hybrid
+// mixers, norm, positions, biases, embeddings) and the parameter counts, total and per part.
+core::Json describe_model(const ModelSpec& m);
+
 // Checks shapes that every consumer relies on (positive sizes, heads divide, etc.).
 void validate_model(const ModelSpec& m, const std::string& path, core::Issues& issues);
 

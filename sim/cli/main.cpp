@@ -807,9 +807,11 @@ int run(int argc, char** argv) {
   imp->add_option("--out", imp_out, "write the run file here (default: print it)")->check(kOutputFile);
 
   // models / hardware
-  auto* models = app.add_subcommand("models", "list the built-in model zoo");
+  auto* models = app.add_subcommand("models", "list the built-in model zoo, or describe one model (a zoo name or a model-hub config.json) as stepcast reads it");
   bool models_json = false;
+  std::string models_name;
   models->add_flag("--json", models_json, "print as JSON");
+  models->add_option("model", models_name, "a zoo name or a model config file (HuggingFace config.json): prints its shapes, layer kinds and parameter counts");
   auto* hardware = app.add_subcommand("hardware", "list built-in hardware profiles, or print one (a built-in, or a profile file checked)");
   std::string hw_name;
   hardware->add_option("name", hw_name, "profile to print as JSON: a built-in name, or a profile file (such as calibrate writes), checked first")
@@ -1531,6 +1533,85 @@ int run(int argc, char** argv) {
       write_text(imp_out, text);
     }
     if (run.contains("notes")) std::cerr << "stepcast: import: " << run["notes"].get<std::string>() << "\n";
+    return 0;
+  }
+  if (models->parsed() && !models_name.empty()) {
+    stepcast::core::Issues issues;
+    std::error_code ec;
+    const bool file = std::filesystem::is_regular_file(models_name, ec);
+    if (!file && (models_name.find('/') != std::string::npos || std::filesystem::path(models_name).extension() == ".json")) {
+      throw stepcast::core::UserError(models_name + ": no such model config file (give a zoo name, `stepcast models` lists them, or a config.json path)");
+    }
+    const auto m = stepcast::model::parse_model(file ? Json{{"path", models_name}} : Json(models_name), models_name, issues, "");
+    issues.throw_if_any();
+    const Json d = stepcast::model::describe_model(m);
+    if (models_json) {
+      std::cout << d.dump(2) << "\n";
+      return 0;
+    }
+    // A parameter count at a readable scale.
+    const auto count = [](double x) {
+      return x >= 1e9   ? stepcast::core::fmt("%.3fB", x / 1e9)
+             : x >= 1e6 ? stepcast::core::fmt("%.1fM", x / 1e6)
+             : x >= 1e3 ? stepcast::core::fmt("%.1fK", x / 1e3)
+                        : stepcast::core::fmt("%.0f", x);
+    };
+    const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+    const auto yes = [](bool b) { return b ? "yes" : "no"; };
+    std::printf("%s: %s\n", m.name.c_str(), m.source.c_str());
+    std::printf("  %-14s %s total, %s active per token (embedding %s; output layer and final norm %s)\n", "parameters",
+                count(m.total_params()).c_str(), count(m.active_params()).c_str(), count(m.embedding_params()).c_str(),
+                count(m.output_params()).c_str());
+    std::string kinds;
+    for (auto it = d["layer_kinds"].begin(); it != d["layer_kinds"].end(); ++it) {
+      kinds += (kinds.empty() ? "" : ", ") + std::to_string(it.value().get<int64_t>()) + " " + it.key();
+    }
+    std::printf("  %-14s %lld (%s); hidden %lld; vocab %lld, %s embeddings\n", "layers", ll(m.num_layers), kinds.c_str(), ll(m.hidden),
+                ll(m.vocab), m.tied_embeddings ? "tied" : "untied");
+    if (m.num_attention_layers() > 0) {
+      std::printf("  %-14s %lld heads, %lld K/V heads of %lld; Q/K/V biases %s; Q/K norm %s%s\n", "attention", ll(m.heads), ll(m.kv_heads),
+                  ll(m.head_dim), yes(m.qkv_bias || m.linear_bias), yes(m.qk_norm), m.attn_output_gate ? "; output gate" : "");
+    }
+    if (m.sliding_window > 0 || m.attention_chunk > 0) {
+      std::printf("  %-14s %s of %lld tokens in %.0f%% of the attention layers\n", "local",
+                  m.attention_chunk > 0 ? "chunks" : "a sliding window", ll(m.attention_chunk > 0 ? m.attention_chunk : m.sliding_window),
+                  100.0 * m.sliding_layer_fraction);
+    }
+    if (m.mla.enabled()) {
+      std::printf("  %-14s q_lora_rank %lld, kv_lora_rank %lld; Q/K heads of %lld + %lld (rotary), V heads of %lld\n", "latent (MLA)",
+                  ll(m.mla.q_lora_rank), ll(m.mla.kv_lora_rank), ll(m.mla.qk_nope_head_dim), ll(m.mla.qk_rope_head_dim), ll(m.mla.v_head_dim));
+    }
+    if (m.mamba.enabled()) {
+      std::printf("  %-14s %lld heads of %lld, state %lld, %lld groups\n", "Mamba-2", ll(m.mamba.heads), ll(m.mamba.head_dim), ll(m.mamba.state),
+                  ll(m.mamba.groups));
+    }
+    if (m.linear.enabled()) {
+      std::printf("  %-14s %lld key heads of %lld, %lld value heads of %lld\n", "Gated DeltaNet", ll(m.linear.k_heads), ll(m.linear.k_dim),
+                  ll(m.linear.v_heads), ll(m.linear.v_dim));
+    }
+    const char* mlp_kind = m.mlp == stepcast::model::MlpKind::kGated ? "gated" : "plain";
+    bool dense = false;
+    for (const auto& k : m.layer_kinds()) dense = dense || k.ffn == stepcast::model::Ffn::kDense;
+    if (dense) {
+      std::printf("  %-14s %s (%lld matrices) of %lld; biases %s\n", "MLP", mlp_kind, ll(m.mlp_matrices()), ll(m.ffn_hidden), yes(m.linear_bias));
+    }
+    if (m.moe.enabled()) {
+      std::printf("  %-14s %lld %s experts of %lld, top %lld", "MoE", ll(m.moe.num_experts), mlp_kind, ll(m.moe.expert_ffn), ll(m.moe.top_k));
+      if (m.moe.shared_experts > 0) std::printf(", %lld shared of %lld", ll(m.moe.shared_experts), ll(m.moe.shared_expert_ffn));
+      std::printf("; %lld MoE layers\n", ll(m.num_moe_layers()));
+    }
+    std::printf("  %-14s %s%s; positions %s\n", "norm", d["norm"].get<std::string>().c_str(), m.embedding_norm ? " (also on the embeddings)" : "",
+                d["position_embedding"].get<std::string>().c_str());
+    for (auto it = d["params"]["per_layer_kind"].begin(); it != d["params"]["per_layer_kind"].end(); ++it) {
+      const Json& p = it.value();
+      std::string parts;
+      if (p["mixer"].get<double>() > 0) parts += "mixer " + count(p["mixer"].get<double>());
+      if (p["ffn"].get<double>() > 0) {
+        parts += std::string(parts.empty() ? "" : ", ") + "MLP " + count(p["ffn"].get<double>());
+        if (p["ffn_active"].get<double>() != p["ffn"].get<double>()) parts += " (" + count(p["ffn_active"].get<double>()) + " per token)";
+      }
+      std::printf("  %-14s %s per layer\n", it.key().c_str(), parts.c_str());
+    }
     return 0;
   }
   if (models->parsed()) {

@@ -600,6 +600,39 @@ TEST(ModelParse, HubConfigsOfOtherFamiliesKeepTheirImpliedSettings) {
       << short_list.lines().front();
 }
 
+// `stepcast models MODEL --json`: what was read, with counts that add up to the total.
+TEST(ModelDescribe, NamesTheShapesAndPartsThatAddUpToTheTotal) {
+  for (const char* name : {"llama3.1-8b", "deepseek-v3", "nemotron-h-8b", "qwen3-next-80b-a3b", "gpt2-124m"}) {
+    const ModelSpec m = zoo_model(name);
+    const Json d = describe_model(m);
+    int64_t layers = 0;
+    double sum = d["params"]["embedding"].get<double>() + d["params"]["output"].get<double>();
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      const Json& k = d["params"]["per_layer_kind"][m.layer_kind(l).label()];
+      sum += k["mixer"].get<double>() + k["ffn"].get<double>();
+    }
+    for (auto it = d["layer_kinds"].begin(); it != d["layer_kinds"].end(); ++it) layers += it.value().get<int64_t>();
+    EXPECT_EQ(layers, m.num_layers) << name;
+    EXPECT_NEAR(sum / d["params"]["total"].get<double>(), 1.0, 1e-12) << name;
+    EXPECT_DOUBLE_EQ(d["params"]["active"].get<double>(), m.active_params()) << name;
+  }
+  const Json ds = describe_model(zoo_model("deepseek-v3"));
+  EXPECT_EQ(ds["moe"]["experts"], 256);
+  EXPECT_EQ(ds["moe"]["moe_layers"], 58);
+  EXPECT_EQ(ds["attention"]["mla"]["kv_lora_rank"], 512);
+  EXPECT_EQ(ds["layer_kinds"]["attention+moe"], 58);
+  const Json gpt2 = describe_model(zoo_model("gpt2-124m"));
+  EXPECT_EQ(gpt2["position_embedding"], "learned");
+  EXPECT_EQ(gpt2["norm"], "layernorm");
+  EXPECT_TRUE(gpt2["tied_embeddings"].get<bool>());
+  EXPECT_FALSE(gpt2.contains("moe"));
+  core::Issues issues;
+  const Json gemma = describe_model(parse_model(Json{{"path", "hf/gemma2-9b-config.json"}}, "$.model", issues, kDataDir));
+  ASSERT_TRUE(issues.empty());
+  EXPECT_EQ(gemma["attention"]["local"]["window"], 4096);
+  EXPECT_DOUBLE_EQ(gemma["attention"]["local"]["layer_fraction"].get<double>(), 0.5);
+}
+
 // DeepSeek-V3: the first 3 layers are dense (first_k_dense_replace), the remaining 58 are MoE.
 TEST(ModelParse, DeepSeekDenseLeadingLayers) {
   const ModelSpec m = zoo_model("deepseek-v3");
