@@ -1441,7 +1441,12 @@ ModelSpec zoo_model(const std::string& name) {
     }
     std::string list;
     for (const auto& n : zoo_names()) list += (list.empty() ? "" : ", ") + n;
-    throw core::UserError("unknown model '" + name + "'; built-in models: " + list);
+    if (name.find('/') != std::string::npos || std::filesystem::path(name).extension() == ".json") {
+      // A hub repository id or a config path that is not there: stepcast reads files only.
+      throw core::UserError("unknown model '" + name + "': not a built-in name, and no such config file; stepcast does not "
+                            "download models: save the repository's config.json and give its path, or use a built-in model: " + list);
+    }
+    throw core::UserError("unknown model '" + name + "'" + core::did_you_mean(name, zoo_names()) + "; built-in models: " + list);
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 
@@ -529,7 +530,10 @@ Json builtin_hardware_json(const std::string& name) {
   }
   std::string list;
   for (const auto& n : builtin_hardware_names()) list += (list.empty() ? "" : ", ") + n;
-  throw core::UserError("unknown hardware '" + name + "'; built-in profiles: " + list);
+  if (name.find('/') != std::string::npos || std::filesystem::path(name).extension() == ".json") {
+    throw core::UserError("unknown hardware '" + name + "': not a built-in name, and no such profile file; built-in profiles: " + list);
+  }
+  throw core::UserError("unknown hardware '" + name + "'" + core::did_you_mean(name, builtin_hardware_names()) + "; built-in profiles: " + list);
 }
 
 HardwareProfile builtin_hardware(const std::string& name) {

@@ -1,6 +1,7 @@
 #include "sim/core/json_reader.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -408,6 +409,41 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 }  // namespace
+
+std::vector<std::string> likely_names(std::string_view key, const std::vector<std::string>& candidates) {
+  const auto plain = [](std::string_view k) {
+    std::string out;
+    for (char c : k) {
+      if (c != '-' && c != '_' && c != '.') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return out;
+  };
+  const std::string pk = plain(key);
+  std::vector<std::string> out;
+  for (const auto& c : candidates) {
+    if (plain(c) == pk) return {c};
+  }
+  for (const auto& c : candidates) {
+    if (!pk.empty() && plain(c).rfind(pk, 0) == 0) out.push_back(c);
+  }
+  if (!out.empty()) return out;
+  size_t best = key.size() / 3 + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(pk, plain(c));
+    if (d < best) best = d, out = {c};
+  }
+  return out;
+}
+
+std::string did_you_mean(std::string_view key, const std::vector<std::string>& candidates) {
+  const auto names = likely_names(key, candidates);
+  if (names.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("'" + names[i] + "'");
+  }
+  return "; did you mean " + list + "?";
+}
 
 void ObjectReader::finish() {
   if (obj_ == nullptr) return;

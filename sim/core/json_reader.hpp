@@ -34,6 +34,13 @@ std::string other_keys(const Json& obj, const std::string& except);
 
 // Parses text as JSON; throws UserError naming the source and the byte offset on failure.
 Json parse_json_text(const std::string& text, const std::string& source_name);
+
+// The names `key` most likely meant, for an "unknown name" error: case, '-', '_' and '.' are
+// ignored ("Llama-3.1-8B" finds "llama3.1-8b"); else every candidate the key begins ("h100"
+// finds "h100-pcie-8x" and "h100-sxm"); else the nearest misspelling (at most a third of the key
+// edited). Empty when none is close. `did_you_mean` words the list ("; did you mean 'a' or 'b'?").
+std::vector<std::string> likely_names(std::string_view key, const std::vector<std::string>& candidates);
+std::string did_you_mean(std::string_view key, const std::vector<std::string>& candidates);
 // Reads and parses a file; throws UserError when it cannot be read or parsed.
 Json load_json_file(const std::string& path);
 // A text input file whole (run files, configs, launch scripts), refused when it is a directory,

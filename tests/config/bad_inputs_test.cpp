@@ -297,6 +297,12 @@ const std::vector<BadCase> kCases = {
      {"$.hardware.gpu.peak_flops.bf16", "989TFLOPS"}},
     // A misspelt key is named with the key it was probably meant to be.
     {"MisspeltKeySuggestsTheKnownOne", R"({"training": {"precison": "bf16"}})", {"$.training.precison", "did you mean 'precision'"}},
+    // A built-in name written another way, cut short or given as a hub id is answered with the
+    // names it may mean (or with why nothing is fetched).
+    {"ZooNameWrittenAnotherWay", R"({"model": "Llama-3.1-8B"})", {"$.model", "did you mean 'llama3.1-8b'?"}},
+    {"ZooNameCutShort", R"({"model": "llama3.1"})", {"$.model", "did you mean 'llama3.1-405b', 'llama3.1-70b' or 'llama3.1-8b'?"}},
+    {"HubRepositoryId", R"({"model": "meta-llama/Llama-3.1-8B"})", {"$.model", "stepcast does not download models"}},
+    {"HardwareNameCutShort", R"({"hardware": "h100"})", {"$.hardware", "did you mean 'h100-pcie-8x' or 'h100-sxm'?"}},
     // The published figures beside a run are numbers, and notes are text.
     {"MeasuredNotAnObject", R"({"measured": "fast"})", {"$.measured", "expected an object"}},
     {"MeasuredValueNotANumber", R"({"measured": {"memory_gib_per_gpu": "abc"}})", {"$.measured.memory_gib_per_gpu", "positive number"}},
