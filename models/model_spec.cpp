@@ -1108,7 +1108,9 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
         const Json& e = (*at)[i];
         ok = e.is_array() && e.size() == 2 && e[0].is_array() && e[1].is_number_integer() && e[1].get<int64_t>() >= 0 &&
              e[1].get<int64_t>() <= 100000;
-        for (int64_t n = 0; ok && n < e[1].get<int64_t>(); ++n) {
+        // Expanded up to one entry past any real layer count, so a run-length list that names
+        // far too many layers is reported by its count, not built.
+        for (int64_t n = 0; ok && n < e[1].get<int64_t>() && kinds.size() <= 100000; ++n) {
           for (const auto& k : e[0]) kinds.push_back(k.is_string() ? k.get<std::string>() : core::show(k));
         }
       }

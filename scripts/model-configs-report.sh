@@ -15,13 +15,13 @@ trap 'rm -rf "$tmp"' EXIT
   echo
   echo "## Published config.json files (tests/data/hf)"
   echo
-  echo "Each file is loaded as \`{\"model\": {\"path\": FILE}}\` on 512 h100-sxm with FSDP; counts from \`stepcast memory --json\` (\`run.params\`, \`run.active_params\`). Published figures: tests/data/hf/README.md."
+  echo "Each file is loaded as \`{\"model\": {\"path\": FILE}}\` on 512 h100-sxm with FSDP at 2,048 tokens (the shortest context of the files, OPT's learned positions); counts from \`stepcast memory --json\` (\`run.params\`, \`run.active_params\`). Published figures: tests/data/hf/README.md."
   echo
   echo "| file | exit | params (B) | active (B) | message |"
   echo "|---|---:|---:|---:|---|"
   for f in tests/data/hf/*-config.json; do
     run="$tmp/run.json"
-    printf '{"model": {"path": "%s"}, "hardware": "h100-sxm", "cluster": {"num_gpus": 512}, "training": {"seq_len": 4096, "global_batch_size": 512}, "parallel": {"tp": 1, "micro_batch_size": 1, "fsdp": true, "recompute": "full"}}\n' "$PWD/$f" > "$run"
+    printf '{"model": {"path": "%s"}, "hardware": "h100-sxm", "cluster": {"num_gpus": 512}, "training": {"seq_len": 2048, "global_batch_size": 512}, "parallel": {"tp": 1, "micro_batch_size": 1, "fsdp": true, "recompute": "full"}}\n' "$PWD/$f" > "$run"
     set +e
     "$bin" memory "$run" --json > "$tmp/out.json" 2> "$tmp/err.txt"
     rc=$?

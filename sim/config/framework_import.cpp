@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -40,10 +41,13 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) !=
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
 // Integer arithmetic of $(( ... )): + - * / % with parentheses and unary signs; names are the
-// script's variables (bash reads NAME and $NAME alike there). nullopt when it is anything else.
+// script's variables (bash reads NAME and $NAME alike there). nullopt when it is anything else,
+// overflows, or nests deeper than kMaxDepth (operators, parentheses and variables that name
+// variables together).
 class Arithmetic {
  public:
-  Arithmetic(std::string text, const std::map<std::string, std::vector<std::string>>& vars) : s_(std::move(text)), vars_(vars) {}
+  Arithmetic(std::string text, const std::map<std::string, std::vector<std::string>>& vars, int depth = 0)
+      : s_(std::move(text)), vars_(vars), depth_(depth) {}
   std::optional<long long> value() {
     auto v = sum();
     skip();
@@ -61,7 +65,9 @@ class Arithmetic {
       const char op = s_[i_++];
       const auto r = product();
       if (!r) return std::nullopt;
-      v = op == '+' ? *v + *r : *v - *r;
+      long long out = 0;
+      if (op == '+' ? __builtin_add_overflow(*v, *r, &out) : __builtin_sub_overflow(*v, *r, &out)) return std::nullopt;
+      v = out;
     }
     return v;
   }
@@ -70,17 +76,20 @@ class Arithmetic {
     for (skip(); v && i_ < s_.size() && (s_[i_] == '*' || s_[i_] == '/' || s_[i_] == '%'); skip()) {
       const char op = s_[i_++];
       const auto r = unary();
-      if (!r || (op != '*' && *r == 0)) return std::nullopt;
-      v = op == '*' ? *v * *r : op == '/' ? *v / *r : *v % *r;
+      if (!r || (op != '*' && (*r == 0 || (*r == -1 && *v == std::numeric_limits<long long>::min())))) return std::nullopt;
+      long long out = 0;
+      if (op == '*' && __builtin_mul_overflow(*v, *r, &out)) return std::nullopt;
+      v = op == '*' ? out : op == '/' ? *v / *r : *v % *r;
     }
     return v;
   }
   std::optional<long long> unary() {
+    if (++depth_ > kMaxDepth) return std::nullopt;
     skip();
     if (i_ < s_.size() && (s_[i_] == '-' || s_[i_] == '+')) {
       const bool neg = s_[i_++] == '-';
       const auto v = unary();
-      if (!v) return std::nullopt;
+      if (!v || *v == std::numeric_limits<long long>::min()) return std::nullopt;
       return neg ? -*v : *v;
     }
     if (i_ < s_.size() && s_[i_] == '(') {
@@ -97,7 +106,7 @@ class Arithmetic {
       while (i_ < s_.size() && ident_char(s_[i_])) ++i_;
       const auto it = vars_.find(s_.substr(b, i_ - b));
       if (it == vars_.end() || it->second.empty()) return std::nullopt;
-      Arithmetic inner(it->second.front(), vars_);
+      Arithmetic inner(it->second.front(), vars_, depth_);
       return inner.value();
     }
     while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])) != 0) ++i_;
@@ -105,12 +114,16 @@ class Arithmetic {
     return std::stoll(s_.substr(b, i_ - b));
   }
 
+  static constexpr int kMaxDepth = 200;
   std::string s_;
   const std::map<std::string, std::vector<std::string>>& vars_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 // The words of a launch script, as the shell would hand them to its commands (see the header).
+// A script whose arrays would expand past kMaxWords words (an array appended to itself over and
+// over) is refused rather than expanded.
 class ScriptSplitter {
  public:
   explicit ScriptSplitter(const std::string& text) : t_(text) {}
@@ -223,6 +236,7 @@ class ScriptSplitter {
       end_word();
       auto& v = vars_[array_];
       if (!array_append_) v.clear();
+      count_words(v.size());
       v.insert(v.end(), array_words_.begin(), array_words_.end());
       array_.clear();
       ++i_;
@@ -359,7 +373,16 @@ class ScriptSplitter {
     }
   }
 
+  static constexpr size_t kMaxWords = 1000000;
+  void count_words(size_t more) {
+    words_ += more;
+    if (words_ > kMaxWords) {
+      throw core::UserError("the script expands to more than " + std::to_string(kMaxWords) + " words (an array that grows with itself?)");
+    }
+  }
+
   void end_word() {
+    if (in_word_) count_words(1);
     if (in_word_ && skip_next_word_) {
       skip_next_word_ = false;  // a redirection's target
     } else if (in_word_) {
@@ -418,6 +441,7 @@ class ScriptSplitter {
   std::vector<std::string> array_words_;
   std::map<std::string, std::vector<std::string>> vars_;
   std::vector<std::string> out_;
+  size_t words_ = 0;
 };
 
 }  // namespace

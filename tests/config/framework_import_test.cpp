@@ -78,6 +78,14 @@ torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
   // A script that leaves an array open, or a substitution, is refused rather than guessed at.
   EXPECT_THROW(split_command_line("ARGS=(\n --num-layers 2\n"), core::UserError);
   EXPECT_THROW(split_command_line("torchrun --nnodes $((2 * 4"), core::UserError);
+  // Arithmetic that overflows, names itself or nests without end stays as written; an array
+  // that doubles itself without end is refused, not expanded.
+  EXPECT_EQ(split_command_line("X=X\necho $((X))"), (std::vector<std::string>{"echo", "$((X))"}));
+  EXPECT_EQ(split_command_line("echo $((9223372036854775807 * 2))"), (std::vector<std::string>{"echo", "$((9223372036854775807 * 2))"}));
+  EXPECT_EQ(split_command_line("echo $((" + std::string(5000, '-') + "1))").size(), 2U);
+  std::string doubling = "A=(--x)\n";
+  for (int i = 0; i < 40; ++i) doubling += "A+=(${A[@]})\n";
+  EXPECT_THROW(split_command_line(doubling + "torchrun ${A[@]}"), core::UserError);
   // The whole import: the run file gets the GPUs and layout the expanded arguments give.
   const Json run = import_megatron(split_command_line(script + " --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu"
                                                                " --vocab-size 128256 --micro-batch-size 1 --global-batch-size 64"),
