@@ -708,6 +708,14 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   // OPT: learned positions, LayerNorm, biases on every linear layer (enable_bias), a plain
   // ReLU MLP of ffn_dim, tied embeddings.
   const bool opt = model_type == "opt";
+  // ChatGLM / GLM-4 (THUDM's files): Megatron-style names (kv_channels, ffn_hidden_size,
+  // padded_vocab_size), grouped K/V by multi_query_group_num, Q/K/V biases by add_qkv_bias,
+  // RMSNorm by rmsnorm, a SwiGLU MLP (dense_h_to_4h is twice ffn_hidden_size wide).
+  const bool chatglm = model_type == "chatglm";
+  if (chatglm) {
+    r.ignore({"apply_query_key_layer_scaling", "fp32_residual_connection", "layernorm_epsilon", "original_rope", "post_layer_norm",
+              "rope_ratio", "quantization_bit", "pre_seq_len", "prefix_projection"});
+  }
   // BLOOM's config.json names none of these; the architecture fixes them: ALiBi, LayerNorm
   // (also on the embeddings), biases on every linear layer, a plain GeLU MLP.
   const bool bloom = model_type == "bloom";
@@ -784,6 +792,14 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.hidden = hidden.value_or(0);
   m.heads = heads.value_or(0);
   auto kv_heads = r.get_int("num_key_value_heads", 1, 1 << 20);
+  if (chatglm && r.get_bool("multi_query_attention", false)) {
+    std::optional<int64_t> groups = r.get_int("multi_query_group_num", 1, 1 << 20);
+    if (!groups) issues.add(path + ".multi_query_group_num", "required with multi_query_attention: true (the K/V head count)");
+    m.key_names.kv_heads = "multi_query_group_num";
+    agree(kv_heads, groups, "num_key_value_heads", "multi_query_group_num");
+  } else if (chatglm) {
+    r.ignore({"multi_query_group_num"});
+  }
   if (falcon) {
     // Falcon: new_decoder_architecture groups K/V (num_kv_heads); otherwise multi_query means
     // one K/V head. (Older files also print num_kv_heads equal to the head count.)
@@ -815,7 +831,8 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   }
   m.kv_heads = kv_heads.value_or(m.heads);
   // Nemotron-H's older files name it attention_head_dim.
-  m.head_dim = int_alias(r, {"head_dim", "attention_head_dim"}, 1, 1 << 20).value_or(m.heads > 0 ? m.hidden / m.heads : 0);
+  m.head_dim = (chatglm ? int_alias(r, {"head_dim", "kv_channels"}, 1, 1 << 20) : int_alias(r, {"head_dim", "attention_head_dim"}, 1, 1 << 20))
+                   .value_or(m.heads > 0 ? m.hidden / m.heads : 0);
   const bool mla_config = r.has("kv_lora_rank");  // MLA sets the head widths itself (below)
   if (!given({"head_dim", "attention_head_dim"}) && !mla_config && m.heads > 0 && m.hidden % m.heads != 0) {
     issues.add(path + ".num_attention_heads", "hidden_size " + std::to_string(m.hidden) +
@@ -851,11 +868,13 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
     issues.add(path + ".intermediate_size", moe_config ? "required integer is missing (the experts' hidden width: intermediate_size or moe_intermediate_size)"
                                                        : "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }
-  auto vocab = r.get_int("vocab_size", 1, kBig);
-  if (!vocab && (!r.has("vocab_size") || j.at("vocab_size").is_null())) issues.add(path + ".vocab_size", "required integer is missing");
+  auto vocab = chatglm ? int_alias(r, {"vocab_size", "padded_vocab_size"}, 1, kBig) : r.get_int("vocab_size", 1, kBig);
+  if (!vocab && none_of({"vocab_size", "padded_vocab_size"})) issues.add(path + ".vocab_size", "required integer is missing");
   m.vocab = vocab.value_or(0);
   m.max_positions =
-      int_alias(r, {"max_position_embeddings", "n_positions", "max_seq_len"}, 1, kBig).value_or(0);
+      (chatglm ? int_alias(r, {"max_position_embeddings", "seq_length"}, 1, kBig)
+                     : int_alias(r, {"max_position_embeddings", "n_positions", "max_seq_len"}, 1, kBig))
+          .value_or(0);
   if (opt) {
     // OPT-350m embeds tokens at word_embed_proj_dim and projects them into and out of the
     // decoder's width; those projections are not modelled.
@@ -943,6 +962,7 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                  model_type == "mpt" || model_type == "dbrx" || model_type == "starcoder2" ||
                                  model_type == "phi" || model_type == "stablelm" || opt || gpt_neo;
   std::string norm_default = layernorm_default ? "layernorm" : "rmsnorm";
+  if (chatglm) norm_default = r.get_bool("rmsnorm", true) ? "rmsnorm" : "layernorm";
   bool norm_type_given = false;
   if (auto nt = r.get_string("norm_type")) {
     // StarCoder2 / MPT name the norm: layer_norm, low_precision_layernorm, rms_norm, RMSNorm, ...
@@ -964,11 +984,11 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
   m.norm = norm == "layernorm" ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   // Biases on every linear layer: GPT-2 style, BLOOM, GPT-NeoX (its attention_bias, true by
   // default, covers the attention's), Phi-1/2 and OPT (enable_bias).
-  m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias", "enable_bias"}, {"no_bias"})
+  m.linear_bias = bool_alias(r, {"linear_bias", "bias", "use_bias", "enable_bias", "add_bias_linear"}, {"no_bias"})
                       .value_or(gpt2_like || bloom || model_type == "gpt_neox" || model_type == "phi" || opt || gpt_neo);
   const bool attention_bias = r.get_bool("attention_bias", false);
-  // StableLM names it use_qkv_bias.
-  m.qkv_bias = bool_alias(r, {"qkv_bias", "use_qkv_bias"})
+  // StableLM names it use_qkv_bias, ChatGLM add_qkv_bias.
+  m.qkv_bias = bool_alias(r, {"qkv_bias", "use_qkv_bias", "add_qkv_bias"})
                    .value_or(attention_bias || model_type == "qwen2" || model_type == "qwen2_moe");
   // Q/K norms: Qwen3 and OLMo 2 / OLMoE always (OLMo's over the whole projection, the same
   // passes); other families by their flag.

@@ -573,6 +573,30 @@ TEST(ModelParse, HubConfigsOfOtherFamiliesKeepTheirImpliedSettings) {
                      {"intermediate_size", 2048}, {"vocab_size", 50304}, {"hidden_act", "gelu"}};
   EXPECT_TRUE(parse(neox).linear_bias);
 
+  // GLM-4 9B in THUDM's ChatGLM form (padded_vocab_size, kv_channels, multi_query_group_num,
+  // add_qkv_bias, rmsnorm; a SwiGLU MLP of ffn_hidden_size): 9.4B, to the parameter as the
+  // architecture adds up (40 x 203,960,832 + 2 x 151,552 x 4,096 + 4,096).
+  const Json glm4 = {{"model_type", "chatglm"}, {"hidden_size", 4096}, {"num_layers", 40}, {"num_attention_heads", 32},
+                     {"kv_channels", 128}, {"multi_query_attention", true}, {"multi_query_group_num", 2},
+                     {"ffn_hidden_size", 13696}, {"padded_vocab_size", 151552}, {"seq_length", 8192}, {"add_bias_linear", false},
+                     {"add_qkv_bias", true}, {"rmsnorm", true}, {"post_layer_norm", true}, {"original_rope", true},
+                     {"rope_ratio", 500}, {"apply_query_key_layer_scaling", true}, {"fp32_residual_connection", false},
+                     {"layernorm_epsilon", 1.5625e-07}, {"tie_word_embeddings", false}};
+  const ModelSpec g = parse(glm4);
+  EXPECT_EQ(g.kv_heads, 2);
+  EXPECT_EQ(g.head_dim, 128);
+  EXPECT_EQ(g.vocab, 151552);
+  EXPECT_TRUE(g.qkv_bias);
+  EXPECT_FALSE(g.linear_bias);
+  EXPECT_EQ(g.mlp, MlpKind::kGated);
+  EXPECT_DOUBLE_EQ(g.total_params(), 9399951360.0);
+  Json no_groups = glm4;
+  no_groups.erase("multi_query_group_num");
+  core::Issues gi;
+  (void)parse_model(no_groups, "$.model", gi, "");
+  ASSERT_FALSE(gi.empty());
+  EXPECT_NE(gi.lines().front().find("$.model.multi_query_group_num"), std::string::npos) << gi.lines().front();
+
   // GPT-Neo 1.3B (EleutherAI/gpt-neo-1.3B's keys): local attention over 256 tokens in every
   // other layer, a 4h MLP under intermediate_size null, learned positions. transformers counts
   // 1,315,575,808 parameters; stepcast also counts q, k and v biases GPT-Neo does not have
