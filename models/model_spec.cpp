@@ -869,7 +869,9 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                                                        : "required integer is missing (the MLP's hidden width; only GPT-2 style configs default to 4 x hidden)");
   }
   auto vocab = chatglm ? int_alias(r, {"vocab_size", "padded_vocab_size"}, 1, kBig) : r.get_int("vocab_size", 1, kBig);
-  if (!vocab && none_of({"vocab_size", "padded_vocab_size"})) issues.add(path + ".vocab_size", "required integer is missing");
+  if (!vocab && (chatglm ? none_of({"vocab_size", "padded_vocab_size"}) : none_of({"vocab_size"}))) {
+    issues.add(path + ".vocab_size", "required integer is missing");
+  }
   m.vocab = vocab.value_or(0);
   m.max_positions =
       (chatglm ? int_alias(r, {"max_position_embeddings", "seq_length"}, 1, kBig)
@@ -1465,7 +1467,7 @@ ModelSpec zoo_model(const std::string& name) {
     for (const auto& n : zoo_names()) list += (list.empty() ? "" : ", ") + n;
     if (name.find('/') != std::string::npos || std::filesystem::path(name).extension() == ".json") {
       // A hub repository id or a config path that is not there: stepcast reads files only.
-      throw core::UserError("unknown model '" + name + "': not a built-in name, and no such config file; stepcast does not "
+      throw core::UserError("no such model config file '" + name + "', and no built-in model of that name; stepcast does not "
                             "download models: save the repository's config.json and give its path, or use a built-in model: " + list);
     }
     throw core::UserError("unknown model '" + name + "'" + core::did_you_mean(name, zoo_names()) + "; built-in models: " + list);

@@ -1536,13 +1536,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (models->parsed() && !models_name.empty()) {
+    // A zoo name or a config file, resolved as every importer's --model is.
     stepcast::core::Issues issues;
-    std::error_code ec;
-    const bool file = std::filesystem::is_regular_file(models_name, ec);
-    if (!file && (models_name.find('/') != std::string::npos || std::filesystem::path(models_name).extension() == ".json")) {
-      throw stepcast::core::UserError(models_name + ": no such model config file (give a zoo name, `stepcast models` lists them, or a config.json path)");
-    }
-    const auto m = stepcast::model::parse_model(file ? Json{{"path", models_name}} : Json(models_name), models_name, issues, "");
+    const auto m = stepcast::model::parse_model(stepcast::config::model_reference(models_name), models_name, issues, "");
     issues.throw_if_any();
     const Json d = stepcast::model::describe_model(m);
     if (models_json) {

@@ -408,6 +408,20 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
+
+// The candidate nearest `key` by edits when it is a likely misspelling (at most a third of the
+// key edited; ties go to the first), compared as `form` writes both; "" when none is that close.
+template <class Names, class Form>
+std::string nearest_misspelling(std::string_view key, const Names& candidates, Form form) {
+  const std::string k = form(key);
+  std::string nearest;
+  size_t best = key.size() / 3 + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(k, form(c));
+    if (d < best) best = d, nearest = c;
+  }
+  return nearest;
+}
 }  // namespace
 
 std::vector<std::string> likely_names(std::string_view key, const std::vector<std::string>& candidates) {
@@ -427,11 +441,7 @@ std::vector<std::string> likely_names(std::string_view key, const std::vector<st
     if (!pk.empty() && plain(c).rfind(pk, 0) == 0) out.push_back(c);
   }
   if (!out.empty()) return out;
-  size_t best = key.size() / 3 + 1;
-  for (const auto& c : candidates) {
-    const size_t d = edit_distance(pk, plain(c));
-    if (d < best) best = d, out = {c};
-  }
+  if (std::string near = nearest_misspelling(key, candidates, plain); !near.empty()) out.push_back(std::move(near));
   return out;
 }
 
@@ -451,12 +461,7 @@ void ObjectReader::finish() {
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     if (read_.count(it.key()) != 0) continue;
     // The nearest known key when it is a likely misspelling (at most a third of it edited).
-    std::string nearest;
-    size_t best = it.key().size() / 3 + 1;
-    for (const auto& k : known_) {
-      const size_t d = edit_distance(it.key(), k);
-      if (d < best) best = d, nearest = k;
-    }
+    const std::string nearest = nearest_misspelling(it.key(), known_, [](std::string_view k) { return std::string(k); });
     std::string message = "unknown key";
     if (!nearest.empty()) message += "; did you mean '" + nearest + "'?";
     if (!listed) {
