@@ -1,7 +1,9 @@
 #include "sim/estimate/workload.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <unordered_map>
 
 namespace stepcast::estimate {
 
@@ -513,29 +515,54 @@ WorkloadBuilder::WorkloadBuilder(const config::RunConfig& rc, WorkloadCache* cac
   costs_ = std::move(built);
 }
 
+namespace {
+
+// Where rank 0's groups land on nodes, from the mesh shape alone. The planner builds a workload
+// for each of millions of layouts that share a few hundred mesh shapes, and listing a
+// 1,024-rank data-parallel group to place it took a third of such a search, so each worker
+// thread keeps the placements of the shapes it has seen (a pure function of the key, so the
+// cache changes no result; it is emptied when it grows past a bound).
+GroupPlacements mesh_placements(const config::Parallel& p, int64_t gpn) {
+  using Key = std::array<int64_t, 8>;
+  struct KeyHash {
+    size_t operator()(const Key& k) const noexcept {
+      size_t h = 1469598103934665603ULL;
+      for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 1099511628211ULL;
+      return h;
+    }
+  };
+  thread_local std::unordered_map<Key, GroupPlacements, KeyHash> seen;
+  const Key key{p.tp, p.cp, p.dp, p.pp, p.ep, p.etp, p.dp_replicate, gpn};
+  if (const auto it = seen.find(key); it != seen.end()) return it->second;
+  mesh::RankMesh m(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp, p.dp_replicate);
+  GroupPlacements g;
+  g.tp = mesh::place(m.group(0, mesh::Dim::kTp), gpn);
+  g.cp = mesh::place(m.group(0, mesh::Dim::kCp), gpn);
+  g.ep = mesh::place(m.group(0, mesh::Dim::kEp), gpn);
+  g.dp = mesh::place(m.group(0, mesh::Dim::kDp), gpn);
+  g.dp_cp = mesh::place(m.group(0, mesh::Dim::kShard), gpn);
+  g.edp = mesh::place(m.group(0, mesh::Dim::kEdpShard), gpn);
+  g.dp_replicate = mesh::place(m.group(0, mesh::Dim::kReplicate), gpn);
+  g.edp_replicate = mesh::place(m.group(0, mesh::Dim::kEdpReplicate), gpn);
+  // Pipeline neighbours: rank 0 and the same position on the next stage.
+  if (p.pp > 1) g.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);
+  if (seen.size() >= 4096) seen.clear();
+  seen.emplace(key, g);
+  return g;
+}
+
+}  // namespace
+
 void WorkloadBuilder::place_groups() {
   const auto& rc = rc_;
   const auto& p = rc.parallel;
   tokens_ = static_cast<double>(p.micro_batch_size) * static_cast<double>(rc.training.seq_len) /
             static_cast<double>(p.cp);
-  mesh::RankMesh m(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp, p.dp_replicate);
-  const int64_t gpn = rc.cluster.gpus_per_node;
-  places_.tp = mesh::place(m.group(0, mesh::Dim::kTp), gpn);
-  places_.cp = mesh::place(m.group(0, mesh::Dim::kCp), gpn);
-  places_.ep = mesh::place(m.group(0, mesh::Dim::kEp), gpn);
-  places_.dp = mesh::place(m.group(0, mesh::Dim::kDp), gpn);
-  places_.dp_cp = mesh::place(m.group(0, mesh::Dim::kShard), gpn);
-  places_.edp = mesh::place(m.group(0, mesh::Dim::kEdpShard), gpn);
-  places_.dp_replicate = mesh::place(m.group(0, mesh::Dim::kReplicate), gpn);
-  places_.edp_replicate = mesh::place(m.group(0, mesh::Dim::kEdpReplicate), gpn);
+  places_ = mesh_placements(p, rc.cluster.gpus_per_node);
   places_.zero3 = places_.dp_cp;
   if (p.zero3_flat_collectives && places_.dp_cp.size > 1) {
     // A flat ring: every member as if alone on its node, each hop over its own NIC.
     places_.zero3 = mesh::Placement{places_.dp_cp.size, places_.dp_cp.size, 1, 0, 0};
-  }
-  // Pipeline neighbours: rank 0 and the same position on the next stage.
-  if (p.pp > 1) {
-    places_.pp_neighbour = mesh::place({0, m.rank_of(0, 0, 0, 1)}, gpn);
   }
 }
 
