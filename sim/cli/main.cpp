@@ -1266,9 +1266,15 @@ int run(int argc, char** argv) {
     if (r.ranked.empty()) {
       // Name the commonest reason, with one layout's full message when it was invalid.
       std::string why;
-      const auto most = std::max_element(r.rejected.begin(), r.rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      // Layouts that were valid but did not fit settle it: memory is the reason, however many
+      // other layouts a field refused (with one GPU and one sequence, the micro-batches larger
+      // than the batch outnumber the two layouts that are merely too big).
+      auto most = r.rejected.find("does not fit in memory");
+      if (most == r.rejected.end()) {
+        most = std::max_element(r.rejected.begin(), r.rejected.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      }
       // Layouts refused mostly for a field outside the layout (the model, training, cluster or
-      // hardware): the input is bad, whatever the layout.
+      // hardware), none of them for memory: the input is bad, whatever the layout.
       if (most != r.rejected.end() && most->first.rfind("invalid $.", 0) == 0 && most->first.rfind("invalid $.parallel", 0) != 0) {
         const auto ex = r.rejected_example.find(most->first);
         throw stepcast::core::UserError(plan_run.source + ": " + (ex == r.rejected_example.end() ? most->first : ex->second.message));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "sim/core/error.hpp"
@@ -43,22 +44,33 @@ struct Rejections {
   std::map<std::string, int64_t> count;
   std::map<std::string, std::string> example;
   bool offload_untried = false;  // CPU offload not searched, though the profile could price it
+  std::optional<PlanResult::Lightest> lightest;  // the smallest ledger peak of those too big
   void add(const PlanResult& pr) {
     offload_untried = offload_untried || pr.offload_untried;
+    if (const auto& l = pr.lightest_rejected; l && (!lightest || l->peak_bytes < lightest->peak_bytes)) lightest = l;
     for (const auto& [reason, n] : pr.rejected) {
       count[reason] += n;
       const auto ex = pr.rejected_example.find(reason);
       if (ex != pr.rejected_example.end() && !ex->second.message.empty()) example.emplace(reason, ex->second.message);
     }
   }
-  // Why nothing fits: the reason most layouts were rejected for, with its example message.
+  // Why nothing fits: memory when any valid layout was too big (the other refusals are
+  // layouts the batch or the model rules out), else the reason most layouts were rejected
+  // for; with its example message.
   [[nodiscard]] std::string why() const {
     if (count.empty()) return "";
-    const auto top = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    auto top = count.find("does not fit in memory");
+    const bool memory = top != count.end();
+    if (!memory) top = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     const auto ex = example.find(top->first);
-    const bool memory = top->first == "does not fit in memory";
-    return " (most layouts tried fail with: " + (ex != example.end() ? ex->second : top->first) +
-           (memory && offload_untried ? "; --offload also tries CPU offload" : "") + ")";
+    if (!memory) return " (most layouts tried fail with: " + (ex != example.end() ? ex->second : top->first) + ")";
+    std::string out = " (the valid layouts do not fit in memory";
+    if (lightest) {
+      constexpr double kGiB = 1024.0 * 1024 * 1024;
+      out += "; the lightest, " + lightest->layout + ", needs " + core::fmt("%.1f", lightest->peak_bytes / kGiB) +
+             " GiB per GPU of " + core::fmt("%.1f", lightest->capacity_bytes / kGiB) + " GiB";
+    }
+    return out + (offload_untried ? "; --offload also tries CPU offload" : "") + ")";
   }
 };
 
