@@ -274,8 +274,9 @@ class ScriptSplitter {
     return w == "export" || w == "declare" || w == "local" || w == "readonly" || w == "typeset";
   }
 
-  // $NAME, ${NAME}, ${NAME:-default}, ${NAME[@]}, ${NAME[N]}, $(( arithmetic )); anything else
-  // ($1, $@, $(command), a name the script does not set) stays as written.
+  // $NAME, ${NAME}, ${NAME[@]}, ${NAME[N]}, the defaults ${NAME:-word} and ${NAME-word}, the
+  // assigning ${NAME:=word}, the alternative ${NAME:+word}, $(( arithmetic )); anything else
+  // ($1, $@, $(command), ${NAME:?}, a name the script does not set) stays as written.
   void expand(bool quoted) {
     const size_t start = i_;
     ++i_;  // the $
@@ -303,22 +304,25 @@ class ScriptSplitter {
         return;
       }
     } else if (i_ < t_.size() && t_[i_] == '{') {
-      const size_t close = t_.find('}', i_);
-      if (close != std::string::npos) {
-        std::string inner = t_.substr(i_ + 1, close - i_ - 1);
-        std::optional<std::string> fallback;
-        if (const size_t d = inner.find(":-"); d != std::string::npos) {
-          fallback = inner.substr(d + 2);
-          inner = inner.substr(0, d);
-        } else if (const size_t d1 = inner.find('-'); d1 != std::string::npos && d1 > 0) {
-          fallback = inner.substr(d1 + 1);
-          inner = inner.substr(0, d1);
-        }
-        std::string name = inner;
+      // The matching brace (a word may hold ${NAME} itself), within 4,096 characters: no real
+      // expansion is longer, and a file of unclosed ${ is then read in linear time.
+      size_t close = i_ + 1;
+      const size_t limit = std::min(t_.size(), i_ + 4096);
+      for (int depth = 1; close < limit; ++close) {
+        if (t_[close] == '{') ++depth;
+        if (t_[close] == '}' && --depth == 0) break;
+      }
+      if (close < limit) {
+        const std::string inner = t_.substr(i_ + 1, close - i_ - 1);
+        // NAME or NAME[sub], then an operator and its word: -, =, + or ? (unset), each with a
+        // leading : (unset or empty).
+        size_t n = 0;
+        while (n < inner.size() && (n == 0 ? ident_start(inner[n]) : ident_char(inner[n]))) ++n;
+        std::string name = inner.substr(0, n);
         std::optional<size_t> index;
-        if (const size_t b = inner.find('['); b != std::string::npos && inner.back() == ']') {
-          name = inner.substr(0, b);
-          const std::string sub = inner.substr(b + 1, inner.size() - b - 2);
+        if (n > 0 && n < inner.size() && inner[n] == '[') {
+          const size_t b = inner.find(']', n);
+          const std::string sub = b == std::string::npos ? std::string() : inner.substr(n + 1, b - n - 1);
           if (sub == "@" || sub == "*") {
             all = true;
           } else if (!sub.empty() && std::all_of(sub.begin(), sub.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; }) && sub.size() < 9) {
@@ -326,20 +330,37 @@ class ScriptSplitter {
           } else {
             name.clear();
           }
+          n = b == std::string::npos ? inner.size() : b + 1;
         }
-        if (!name.empty() && ident_start(name.front()) && std::all_of(name.begin(), name.end(), ident_char)) {
+        const std::string rest = inner.substr(n);
+        const bool colon = !rest.empty() && rest[0] == ':';
+        const std::string op_word = colon ? rest.substr(1) : rest;
+        const char op = op_word.empty() ? '\0' : op_word[0];
+        if ((colon && op == '\0') || (op != '\0' && std::string("-=+").find(op) == std::string::npos)) name.clear();  // ${X?}, ${X/a/b}, ...
+        if (!name.empty()) {
+          const std::string word = op == '\0' ? std::string() : substitute(op_word.substr(1));
           const auto it = vars_.find(name);
-          const bool set = it != vars_.end() && !(it->second.empty() && !all);
-          if (set) {
-            if (all) {
-              value = it->second;
-            } else {
-              const size_t k = index.value_or(0);
-              value = std::vector<std::string>{k < it->second.size() ? it->second[k] : std::string()};
-            }
-          } else if (fallback) {
-            value = std::vector<std::string>{*fallback};
+          const bool set = it != vars_.end() && (all || !it->second.empty());
+          std::vector<std::string> current;
+          if (set && all) {
+            current = it->second;
+          } else if (set) {
+            const size_t k = index.value_or(0);
+            current = {k < it->second.size() ? it->second[k] : std::string()};
+          }
+          const bool empty = std::all_of(current.begin(), current.end(), [](const std::string& x) { return x.empty(); });
+          const bool use_word = colon ? (!set || empty) : !set;
+          if (op == '\0') {
+            if (set) value = current;
+          } else if (op == '+') {
+            value = std::vector<std::string>{use_word ? std::string() : word};  // the alternative when set
             all = false;
+          } else if (use_word) {
+            value = std::vector<std::string>{word};
+            all = false;
+            if (op == '=' && !index) vars_[name] = {word};  // ${X:=word} assigns it too
+          } else {
+            value = current;
           }
           if (value) i_ = close + 1;
         }
@@ -371,6 +392,29 @@ class ScriptSplitter {
       cur_.text += (*value)[k];
       in_word_ = true;
     }
+  }
+
+  // An operator's word with its $NAME and ${NAME} replaced by their (scalar) values; names
+  // the script does not set stay as written.
+  std::string substitute(const std::string& w) const {
+    std::string out;
+    for (size_t k = 0; k < w.size();) {
+      if (w[k] == '$' && k + 1 < w.size()) {
+        const bool braced = w[k + 1] == '{';
+        size_t a = k + (braced ? 2 : 1), b = a;
+        while (b < w.size() && (b == a ? ident_start(w[b]) : ident_char(w[b]))) ++b;
+        const bool closed = !braced || (b < w.size() && w[b] == '}');
+        if (b > a && closed) {
+          if (const auto it = vars_.find(w.substr(a, b - a)); it != vars_.end() && !it->second.empty()) {
+            out += it->second.front();
+            k = b + (braced ? 1 : 0);
+            continue;
+          }
+        }
+      }
+      out += w[k++];
+    }
+    return out;
   }
 
   static constexpr size_t kMaxWords = 1000000;

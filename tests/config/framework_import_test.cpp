@@ -86,6 +86,17 @@ torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
   std::string doubling = "A=(--x)\n";
   for (int i = 0; i < 40; ++i) doubling += "A+=(${A[@]})\n";
   EXPECT_THROW(split_command_line(doubling + "torchrun ${A[@]}"), core::UserError);
+  // Parameter operators: assigning defaults (the `: ${X:=v}` idiom), defaults for unset or
+  // empty names, alternatives, a default that names another variable; ${X:?} stays as written.
+  const std::string ops = R"(: ${TP:=4}
+: "${PP:=2}"
+EMPTY=""
+SP=1
+torchrun ${TP} $PP ${EMPTY:-d1} "${EMPTY-d2}" ${UNSET-d3} ${SP:+--sequence-parallel} ${EMPTY:+--never} ${UNSET+--never} \
+  ${CP:-$TP} ${CP:-${PP}x} ${TP:?} ${TP:=9}
+)";
+  EXPECT_EQ(split_command_line(ops), (std::vector<std::string>{":", "4", ":", "2", "torchrun", "4", "2", "d1", "", "d3", "--sequence-parallel",
+                                                              "4", "2x", "${TP:?}", "4"}));
   // The whole import: the run file gets the GPUs and layout the expanded arguments give.
   const Json run = import_megatron(split_command_line(script + " --num-attention-heads 32 --ffn-hidden-size 14336 --swiglu"
                                                                " --vocab-size 128256 --micro-batch-size 1 --global-batch-size 64"),
