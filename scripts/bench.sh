@@ -62,6 +62,14 @@ out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, check=True, text=True
 wall = time.monotonic() - t
 rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576
 print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands_cmd)
+# The same model on 16,384 H800s: the data-parallel groups reach 1,024 ranks.
+plands16k_cmd="./build/stepcast plan --model deepseek-v3 --hardware h800 --gpus 16384 --seq 4096 --batch 16384 --precision fp8"
+IFS=$'\t' read -r plands16k plands16k_rss plands16k_head < <(python3 -c 'import resource, subprocess, sys, time
+t = time.monotonic()
+out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, check=True, text=True).stdout
+wall = time.monotonic() - t
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576
+print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands16k_cmd)
 {
   echo "# stepcast performance"
   echo
@@ -97,6 +105,7 @@ print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands_cmd)
   echo "- \`$plantt_cmd\`: $plantt ($plantt_head)"
   echo "- \`$planmoe_cmd\`: $planmoe, peak RSS $planmoe_rss ($planmoe_head)"
   echo "- \`$plands_cmd\`: $plands (one run), peak RSS $plands_rss ($plands_head)"
+  echo "- \`$plands16k_cmd\`: $plands16k (one run), peak RSS $plands16k_rss ($plands16k_head)"
   echo
   for f in BM_EngineEvents BM_Llama405bSymmetric BM_Llama405bAllRanks BM_DeepseekV3Symmetric; do
     echo "## $f"
@@ -125,6 +134,7 @@ print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands_cmd)
   echo "| plan llama3.1-70b on 1,024 GPUs with --offload | ${planoff} | - |"
   echo "| plan qwen3-30b-a3b on 256 GPUs (MoE: ep, etp and selective recompute searched too) | ${planmoe}, ${planmoe_rss} peak RSS | - |"
   echo "| plan deepseek-v3 on 2,048 h800 in fp8 (the largest MoE space here) | ${plands}, ${plands_rss} peak RSS | - |"
+  echo "| plan deepseek-v3 on 16,384 h800 in fp8 | ${plands16k}, ${plands16k_rss} peak RSS | - |"
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 rm -rf "$tmp"
