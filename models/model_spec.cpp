@@ -121,8 +121,8 @@ double ModelSpec::attention_params() const {
   const double kv = static_cast<double>(kv_dim());
   p += h * q + 2.0 * h * kv + q * h;
   if (attn_output_gate) p += h * q;  // the gate half of q_proj
-  if (linear_bias) p += q + 2.0 * kv + h;
-  else if (qkv_bias) p += q + 2.0 * kv;
+  if ((linear_bias && qkv_linear_bias) || qkv_bias) p += q + 2.0 * kv;
+  if (linear_bias && out_linear_bias) p += h;
   if (qk_norm) p += 2.0 * static_cast<double>(head_dim);
   return p;
 }
@@ -130,7 +130,8 @@ double ModelSpec::attention_params() const {
 double ModelSpec::dense_mlp_params() const {
   const double h = static_cast<double>(hidden);
   const double f = static_cast<double>(ffn_hidden);
-  double p = norm_params() + static_cast<double>(mlp_matrices()) * h * f;
+  // A parallel block's MLP reads the attention's normed input.
+  double p = (shared_block_norm ? 0.0 : norm_params()) + static_cast<double>(mlp_matrices()) * h * f;
   if (linear_bias) p += (mlp_matrices() - 1) * f + h;
   return p;
 }
@@ -209,7 +210,7 @@ double ModelSpec::layer_params(int64_t layer) const {
 
 double ModelSpec::embedding_params() const {
   double p = static_cast<double>(vocab) * static_cast<double>(hidden);
-  if (position == PositionKind::kLearned) p += static_cast<double>(max_positions * hidden);
+  if (position == PositionKind::kLearned) p += static_cast<double>((max_positions + position_offset) * hidden);
   if (embedding_norm) p += norm_params();
   return p;
 }
@@ -217,6 +218,7 @@ double ModelSpec::embedding_params() const {
 double ModelSpec::output_params() const {
   double p = norm_params();
   if (!tied_embeddings) p += static_cast<double>(vocab) * static_cast<double>(hidden);
+  if (head_bias) p += static_cast<double>(vocab);
   return p;
 }
 
@@ -285,7 +287,8 @@ const std::vector<std::string>& ignored_hf_keys() {
       "residual_multiplier", "query_pre_attn_scalar", "rope_local_base_freq", "attn_logit_softcapping",
       "final_logit_softcapping", "rotary_dim", "attn_scale", "attn_temperature_tuning", "floor_scale",
       "use_routing_bias", "qk_norm_type", "router_bias", "moe_router_enable_expert_bias",
-      // Falcon's parallel attention + MLP: the same matrices and FLOPs as the sequential block.
+      // Falcon's parallel attention + MLP: the same matrices and FLOPs as the sequential block
+      // (parallel_attn and num_ln_in_parallel_attn are read for its norm count).
       "parallel_attn", "mlp_type",
       // Multi-token-prediction modules of the checkpoint (DeepSeek-V3, GLM, MiniMax): a training
       // choice, not part of the decoder stepcast costs.
@@ -998,6 +1001,18 @@ ModelSpec parse_model_object(const Json& j, const std::string& path, Issues& iss
                   .value_or(model_type == "qwen3" || model_type == "qwen3_moe" || model_type == "olmo2" ||
                             model_type == "olmoe" || gated_deltanet_family(model_type));
   m.embedding_norm = r.get_bool("embedding_norm", bloom);
+  // Where the families' modules leave biases out, share a norm or offset positions (their
+  // transformers implementations; none of it is a config key).
+  if (gpt_neo) m.qkv_linear_bias = false;  // q_proj, k_proj, v_proj: bias=False; out_proj has one
+  if (gptj) m.qkv_linear_bias = m.out_linear_bias = false;  // GPT-J / CodeGen attention: no biases
+  m.head_bias = !m.tied_embeddings && (gptj || model_type == "phi");
+  // One norm before the parallel attention and MLP: GPT-J, CodeGen, Phi-1/2, and Falcon's
+  // parallel_attn blocks outside new_decoder_architecture (num_ln_in_parallel_attn 1).
+  const bool falcon_new_arch = falcon && r.get_bool("new_decoder_architecture", false);
+  const std::optional<int64_t> falcon_norms = falcon ? r.get_int("num_ln_in_parallel_attn", 1, 2) : std::nullopt;
+  const bool falcon_one_norm = falcon && r.get_bool("parallel_attn", true) && (!falcon_new_arch || falcon_norms.value_or(2) == 1);
+  m.shared_block_norm = gptj || model_type == "phi" || falcon_one_norm;
+  if (opt) m.position_offset = 2;  // OPTLearnedPositionalEmbedding keeps two rows more
 
   // A list of layer indices (from 0) in [0, layers): entries checked one by one, sorted, no
   // repeats. Returns false when the list had a mistake (reported at its path).

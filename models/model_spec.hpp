@@ -6,7 +6,8 @@
 //   attention  = h*(a*d) [Q] + 2*h*(kv*d) [K,V] + (a*d)*h [O]   (MLA: low-rank Q and KV paths)
 //   dense MLP  = 3*h*f (gated: gate, up, down) or 2*h*f (plain)
 //   MoE layer  = router h*E + E*expert_mlp + shared experts
-//   norms      = 2 per layer (h each for RMSNorm, 2h for LayerNorm) + final norm
+//   norms      = 2 per layer (h each for RMSNorm, 2h for LayerNorm; 1 where a parallel block
+//                shares it) + final norm
 //   embeddings = V*h (+ V*h untied output layer) (+ positions*h when learned) (+ embedding norm)
 // Sources for each zoo entry are in models/zoo/*.json ("source").
 #pragma once
@@ -126,6 +127,13 @@ struct ModelSpec {
   PositionKind position = PositionKind::kRotary;
   bool tied_embeddings = false;
   bool linear_bias = false;  // biases on every linear layer (GPT-2 style)
+  // Exceptions to linear_bias in the attention: GPT-Neo's Q/K/V carry none (its output
+  // projection does); GPT-J's and CodeGen's attention carries none at all.
+  bool qkv_linear_bias = true;
+  bool out_linear_bias = true;
+  bool head_bias = false;        // a bias on the untied LM head (GPT-J, CodeGen, Phi-1/2)
+  bool shared_block_norm = false;  // one norm feeds the parallel attention and MLP (GPT-J, Phi-1/2, Falcon 7B)
+  int64_t position_offset = 0;   // learned position rows beyond max_positions (OPT's 2)
   bool qkv_bias = false;     // biases on Q, K, V only (Qwen2 style)
   bool qk_norm = false;      // per-head RMSNorm on Q and K (Qwen3)
   bool embedding_norm = false;  // a norm on the token embeddings (BLOOM's word_embeddings_layernorm)

@@ -454,9 +454,8 @@ TEST(ModelParse, HubConfigsCarryTheirFamilyConventions) {
 
 // Older families' published files, counted to the parameter: Pythia 1B (GPT-NeoX: biases on
 // every linear layer, LayerNorm, untied embeddings; the Pythia suite's table: 1,011,781,632)
-// and OPT 1.3B (ffn_dim, ReLU, learned positions, biases, tied embeddings: 1,315,758,080 as the
-// architecture adds up, of which stepcast leaves out the two extra position rows OPT offsets
-// its positions by, 2 x 2048 parameters).
+// and OPT 1.3B (ffn_dim, ReLU, learned positions with the two extra rows OPT offsets its
+// positions by, biases, tied embeddings: 1,315,758,080 as the architecture adds up).
 TEST(ModelParse, HubConfigsOfOlderFamiliesCountTheirParametersExactly) {
   core::Issues issues;
   const ModelSpec pythia = parse_model(Json{{"path", "hf/pythia-1b-config.json"}}, "$.model", issues, kDataDir);
@@ -467,7 +466,7 @@ TEST(ModelParse, HubConfigsOfOlderFamiliesCountTheirParametersExactly) {
   EXPECT_TRUE(pythia.linear_bias);
   EXPECT_EQ(pythia.norm, NormKind::kLayerNorm);
   EXPECT_EQ(pythia.position, PositionKind::kRotary);
-  EXPECT_DOUBLE_EQ(opt.total_params(), 1315758080.0 - 2.0 * 2048.0);
+  EXPECT_DOUBLE_EQ(opt.total_params(), 1315758080.0);
   EXPECT_EQ(opt.ffn_hidden, 8192);
   EXPECT_EQ(opt.mlp, MlpKind::kPlain);
   EXPECT_EQ(opt.position, PositionKind::kLearned);
@@ -598,9 +597,8 @@ TEST(ModelParse, HubConfigsOfOtherFamiliesKeepTheirImpliedSettings) {
   EXPECT_NE(gi.lines().front().find("$.model.multi_query_group_num"), std::string::npos) << gi.lines().front();
 
   // GPT-Neo 1.3B (EleutherAI/gpt-neo-1.3B's keys): local attention over 256 tokens in every
-  // other layer, a 4h MLP under intermediate_size null, learned positions. transformers counts
-  // 1,315,575,808 parameters; stepcast also counts q, k and v biases GPT-Neo does not have
-  // (3 x 2048 x 24).
+  // other layer, a 4h MLP under intermediate_size null, learned positions, biases everywhere
+  // but on q, k and v: 1,315,575,808 parameters, as transformers counts them.
   Json neo = {{"model_type", "gpt_neo"}, {"hidden_size", 2048}, {"num_heads", 16}, {"num_layers", 24},
               {"intermediate_size", nullptr}, {"max_position_embeddings", 2048}, {"vocab_size", 50257},
               {"activation_function", "gelu_new"}, {"window_size", 256}, {"embed_dropout", 0}, {"resid_dropout", 0},
@@ -610,7 +608,7 @@ TEST(ModelParse, HubConfigsOfOtherFamiliesKeepTheirImpliedSettings) {
   EXPECT_EQ(n.sliding_window, 256);
   EXPECT_DOUBLE_EQ(n.sliding_layer_fraction, 0.5);
   EXPECT_EQ(n.position, PositionKind::kLearned);
-  EXPECT_NEAR(n.total_params(), 1315575808.0, 3.0 * 2048 * 24 + 1.0);
+  EXPECT_DOUBLE_EQ(n.total_params(), 1315575808.0);
   Json listed = neo;
   listed.erase("attention_types");
   listed["attention_layers"] = Json::array();
@@ -665,6 +663,56 @@ TEST(ModelParse, DeepSeekDenseLeadingLayers) {
   EXPECT_TRUE(m.is_moe_layer(3));
   EXPECT_EQ(m.num_moe_layers(), 58);
   EXPECT_TRUE(m.mla.enabled());
+}
+
+// Parallel blocks and the biases their families leave out, counted to the parameter against
+// the hub files' totals: GPT-J 6B (one LayerNorm per block, no attention biases, MLP biases, a
+// biased untied head: 6,050,882,784), Phi-2 (one LayerNorm per block, biases everywhere, a
+// biased untied head: 2,779,683,840) and Falcon 7B (one LayerNorm per parallel block, no
+// biases, one K/V head, tied embeddings: 6,921,720,704). Falcon's new decoder architecture
+// keeps two norms per block (ln_attn, ln_mlp).
+TEST(ModelParse, ParallelBlocksShareTheirNormAndFamiliesDropTheirBiases) {
+  auto parse = [](const Json& j) {
+    core::Issues issues;
+    ModelSpec m = parse_model(j, "$.model", issues, "");
+    for (const auto& l : issues.lines()) ADD_FAILURE() << l;
+    return m;
+  };
+  const Json gptj = {{"model_type", "gptj"}, {"architectures", {"GPTJForCausalLM"}}, {"activation_function", "gelu_new"},
+                     {"n_embd", 4096}, {"n_head", 16}, {"n_inner", nullptr}, {"n_layer", 28}, {"n_positions", 2048},
+                     {"rotary", true}, {"rotary_dim", 64}, {"tie_word_embeddings", false}, {"vocab_size", 50400},
+                     {"attn_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"resid_pdrop", 0.0}, {"layer_norm_epsilon", 1e-05},
+                     {"bos_token_id", 50256}, {"eos_token_id", 50256}, {"torch_dtype", "float32"}};
+  const ModelSpec j = parse(gptj);
+  EXPECT_DOUBLE_EQ(j.total_params(), 6050882784.0);
+  EXPECT_TRUE(j.shared_block_norm);
+  EXPECT_TRUE(j.head_bias);
+  const Json phi2 = {{"model_type", "phi"}, {"architectures", {"PhiForCausalLM"}}, {"hidden_act", "gelu_new"},
+                     {"hidden_size", 2560}, {"intermediate_size", 10240}, {"max_position_embeddings", 2048},
+                     {"num_attention_heads", 32}, {"num_hidden_layers", 32}, {"num_key_value_heads", 32},
+                     {"partial_rotary_factor", 0.4}, {"qk_layernorm", false}, {"rope_scaling", nullptr},
+                     {"rope_theta", 10000.0}, {"tie_word_embeddings", false}, {"vocab_size", 51200},
+                     {"layer_norm_eps", 1e-05}, {"resid_pdrop", 0.1}, {"embd_pdrop", 0.0}, {"attention_dropout", 0.0}};
+  EXPECT_DOUBLE_EQ(parse(phi2).total_params(), 2779683840.0);
+  Json falcon = {{"model_type", "falcon"}, {"architectures", {"FalconForCausalLM"}}, {"alibi", false}, {"bias", false},
+                 {"hidden_size", 4544}, {"multi_query", true}, {"new_decoder_architecture", false},
+                 {"num_attention_heads", 71}, {"num_hidden_layers", 32}, {"parallel_attn", true}, {"vocab_size", 65024},
+                 {"apply_residual_connection_post_layernorm", false}, {"layer_norm_epsilon", 1e-05},
+                 {"hidden_dropout", 0.0}, {"attention_dropout", 0.0}};
+  const ModelSpec f = parse(falcon);
+  EXPECT_DOUBLE_EQ(f.total_params(), 6921720704.0);
+  EXPECT_TRUE(f.shared_block_norm);
+  // The same blocks run sequentially (parallel_attn false), or under the new decoder
+  // architecture with its two norms, count a second LayerNorm per layer.
+  const double one_norm_per_layer = 32.0 * 2 * 4544;
+  falcon["parallel_attn"] = false;
+  EXPECT_DOUBLE_EQ(parse(falcon).total_params(), 6921720704.0 + one_norm_per_layer);
+  falcon["parallel_attn"] = true;
+  falcon["new_decoder_architecture"] = true;
+  falcon["num_kv_heads"] = 1;
+  EXPECT_DOUBLE_EQ(parse(falcon).total_params(), 6921720704.0 + one_norm_per_layer);
+  falcon["num_ln_in_parallel_attn"] = 1;
+  EXPECT_DOUBLE_EQ(parse(falcon).total_params(), 6921720704.0);
 }
 
 }  // namespace
