@@ -1368,7 +1368,8 @@ Json describe_model(const ModelSpec& m) {
   Json attention = {{"heads", m.heads},
                     {"kv_heads", m.kv_heads},
                     {"head_dim", m.head_dim},
-                    {"qkv_bias", m.qkv_bias || m.linear_bias},
+                    {"qkv_bias", m.qkv_bias || (m.linear_bias && m.qkv_linear_bias)},
+                    {"output_bias", m.linear_bias && m.out_linear_bias},
                     {"qk_norm", m.qk_norm},
                     {"output_gate", m.attn_output_gate}};
   if (m.sliding_window > 0 || m.attention_chunk > 0) {
@@ -1395,6 +1396,8 @@ Json describe_model(const ModelSpec& m) {
                                                                         : "rotary"},
             {"max_positions", m.max_positions},
             {"linear_bias", m.linear_bias},
+            {"head_bias", m.head_bias},
+            {"parallel_block_norm", m.shared_block_norm},
             {"attention", attention},
             {"mlp", {{"kind", m.mlp == MlpKind::kGated ? "gated" : "plain"}, {"matrices", m.mlp_matrices()}, {"ffn_hidden", m.ffn_hidden}}}};
   if (m.moe.enabled()) {

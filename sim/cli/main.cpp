@@ -1572,7 +1572,9 @@ int run(int argc, char** argv) {
                 ll(m.vocab), m.tied_embeddings ? "tied" : "untied");
     if (m.num_attention_layers() > 0) {
       std::printf("  %-14s %lld heads, %lld K/V heads of %lld; Q/K/V biases %s; Q/K norm %s%s\n", "attention", ll(m.heads), ll(m.kv_heads),
-                  ll(m.head_dim), yes(m.qkv_bias || m.linear_bias), yes(m.qk_norm), m.attn_output_gate ? "; output gate" : "");
+                  ll(m.head_dim), yes(m.qkv_bias || (m.linear_bias && m.qkv_linear_bias)), yes(m.qk_norm),
+                  m.attn_output_gate ? "; output gate" : "");
+      if (m.shared_block_norm) std::printf("  %-14s attention and MLP side by side behind one norm\n", "parallel block");
     }
     if (m.sliding_window > 0 || m.attention_chunk > 0) {
       std::printf("  %-14s %s of %lld tokens in %.0f%% of the attention layers\n", "local",

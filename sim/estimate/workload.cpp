@@ -1039,9 +1039,12 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
 
   // ---- MLP block (dense or MoE) ----
   if (kind.ffn != model::Ffn::kNone) {
-  F.push_back(mem_op(c, "norm2", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
-  F.back().saved_bytes = e * h * c.T_rep;
-  B.push_back(mem_op(c, "norm2.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  // A parallel block's MLP reads the attention's normed input (GPT-J, Phi-1/2, Falcon 7B).
+  if (!(m.shared_block_norm && kind.mixer == model::Mixer::kAttention)) {
+    F.push_back(mem_op(c, "norm2", (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+    F.back().saved_bytes = e * h * c.T_rep;
+    B.push_back(mem_op(c, "norm2.bwd", 2.0 * (c.re + e) * h * c.T_rep * eager_factor(c, Eager::kNorm)));
+  }
   const double gate = m.mlp == model::MlpKind::kGated ? 2.0 : 1.0;
   const double act_passes = m.mlp == model::MlpKind::kGated ? 3.0 : 2.0;
   if (!moe) {

@@ -237,17 +237,24 @@ Bytes layer_activation_bytes_as(const config::RunConfig& rc, model::LayerKind ki
   const bool norm_recomputed = recomputes(config::kRecomputeLayernorm);
   // Each block (token mixer, MLP) keeps its norm's input and its first linear layer's input.
   const double blocks = (kind.mixer != model::Mixer::kNone ? 1.0 : 0.0) + (mlp_block ? 1.0 : 0.0);
-  double replicated = blocks * e * h;
+  // A parallel block (GPT-J, Phi-1/2, Falcon 7B) normalises once: one norm input, and its
+  // output is both the QKV and the MLP input, kept once.
+  const bool shared_norm = m.shared_block_norm && kind.mixer == model::Mixer::kAttention && mlp_block;
+  double replicated = (shared_norm ? 1.0 : blocks) * e * h;
   // Under LoRA a frozen linear layer without an adapter keeps no input (it has no weight
   // gradient); an adapted one keeps its input for the adapter's weight gradient, and the
   // adapter's rank-wide intermediate (counted with the split terms).
   const auto& lora = rc.training.lora;
   auto keeps_input = [&](uint32_t target) { return !lora.enabled() || (lora.targets & target) != 0; };
   const bool mlp_adapted = !moe_layer || m.moe.shared_experts > 0;
+  bool qkv_input_kept = false;
   if (kind.mixer != model::Mixer::kNone && (kind.mixer == model::Mixer::kAttention ? keeps_input(config::kLoraQkv) : !lora.enabled())) {
     replicated += norm_recomputed && mla && attention ? 0.0 : li * h;
+    qkv_input_kept = true;
   }
-  if (mlp_block && keeps_input(config::kLoraFc1) && (mlp_adapted || !lora.enabled())) replicated += norm_recomputed && moe_layer ? 0.0 : li * h;
+  if (mlp_block && keeps_input(config::kLoraFc1) && (mlp_adapted || !lora.enabled()) && !(shared_norm && qkv_input_kept)) {
+    replicated += norm_recomputed && moe_layer ? 0.0 : li * h;
+  }
   if (rc.training.dropout) replicated += blocks * h;
   // Terms split across TP. Attention keeps its Q, K and V; K and V repeated to the query heads
   // when the framework expands them before the call (selective recompute rebuilds them from

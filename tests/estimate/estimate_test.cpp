@@ -721,6 +721,13 @@ TEST(Workload, Fp32WeightsUnderAutocastKeepAnFp32ResidualStream) {
   EXPECT_DOUBLE_EQ(bytes_of(wide.dense_layer(), "residual2.bwd"), 12.0 * elems);
   EXPECT_DOUBLE_EQ(bytes_of(narrow.dense_layer(), "norm2"), 4.0 * elems);
   EXPECT_DOUBLE_EQ(bytes_of(wide.dense_layer(), "norm2"), 6.0 * elems);
+  // A parallel block (GPT-J, Phi-1/2, Falcon 7B) runs its one norm before attention only.
+  RunConfig parallel_block = bf16_gather;
+  parallel_block.model.shared_block_norm = true;
+  const WorkloadBuilder shared(parallel_block);
+  EXPECT_EQ(bytes_of(shared.dense_layer(), "norm2"), -1.0);
+  EXPECT_EQ(bytes_of(shared.dense_layer(), "norm2.bwd"), -1.0);
+  EXPECT_DOUBLE_EQ(bytes_of(shared.dense_layer(), "norm1"), bytes_of(narrow.dense_layer(), "norm1"));
   EXPECT_DOUBLE_EQ(bytes_of(wide.embedding(), "embedding.gather"), 8.0 * elems);
   const auto m_narrow = estimate_step(bf16_gather).memory.stages[0];
   const auto m_wide = estimate_step(fp32_gather).memory.stages[0];

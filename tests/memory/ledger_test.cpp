@@ -182,6 +182,14 @@ TEST(Activations, MegatronNoParallelism) {
   expect_rel(layer_activation_bytes(rc, false).value(), s * b * h * (34.0 + 5.0 * a * s / h));
 }
 
+// A parallel block (GPT-J, Phi-1/2, Falcon 7B) normalises once and feeds the same tensor to
+// QKV and the MLP: one norm input and one linear input fewer, s*b*h*(30 + 5*a*s/h).
+TEST(Activations, ParallelBlockKeepsOneNormAndItsOutputOnce) {
+  RunConfig rc = gpt_run({});
+  rc.model.shared_block_norm = true;
+  expect_rel(layer_activation_bytes(rc, false).value(), s * b * h * (30.0 + 5.0 * a * s / h));
+}
+
 // Tensor parallel t without SP: s*b*h*(10 + 24/t + 5*a*s/(h*t)).
 TEST(Activations, MegatronTensorParallel) {
   for (int64_t t : {2, 4, 8}) {
