@@ -509,6 +509,15 @@ struct RunConfig {
   }
   // The global indices of a pipeline stage's layers, chunk by chunk.
   [[nodiscard]] std::vector<int64_t> stage_layer_ids(int64_t stage) const;
+  // The same indices handed to f one by one, without building the list (the planner asks
+  // for every stage of millions of layouts).
+  template <class F>
+  void for_each_stage_layer(int64_t stage, F&& f) const {
+    for (int64_t c = 0; c < parallel.vpp; ++c) {
+      const int64_t first = chunk_first_layer(stage, c), n = chunk_layers(stage, c);
+      for (int64_t l = first; l < first + n; ++l) f(l);
+    }
+  }
   // Whether full recomputation rebuilds this layer's activations (every layer under recompute
   // full, or the first recompute_layers of its virtual stage).
   [[nodiscard]] bool full_recompute_layer(int64_t layer) const;

@@ -243,14 +243,14 @@ StageCost stage_cost(const config::RunConfig& rc, const WorkloadBuilder& wb, int
   // The kernel in flight over the transformer layers, time-weighted: the kernel a random moment
   // of their passes falls in.
   double fwd_compute = 0, bwd_compute = 0;
-  for (const int64_t l : rc.stage_layer_ids(stage)) {
+  rc.for_each_stage_layer(stage, [&](int64_t l) {
     const LayerCost& lc = wb.layer(l);
     add(lc);
     fwd_compute += lc.fwd_compute.value();
     bwd_compute += lc.bwd_compute.value();
     c.fwd_kernel += lc.fwd_kernel.value() * lc.fwd_compute.value();
     c.bwd_kernel += lc.bwd_kernel.value() * lc.bwd_compute.value();
-  }
+  });
   c.fwd_kernel = fwd_compute > 0 ? c.fwd_kernel / fwd_compute : 0.0;
   c.bwd_kernel = bwd_compute > 0 ? c.bwd_kernel / bwd_compute : 0.0;
   if (stage == 0) add(wb.embedding());
@@ -411,7 +411,7 @@ StepEstimate estimate_step(const config::RunConfig& rc, memory::MemoryLedger led
       // The share of the stage's layers whose recomputed forward gathers again.
       double regathered = 0;
       if (p.zero3_recompute_regather) {
-        for (const int64_t l : rc.stage_layer_ids(s)) regathered += rc.full_recompute_layer(l) ? 1.0 : 0.0;
+        rc.for_each_stage_layer(s, [&](int64_t l) { regathered += rc.full_recompute_layer(l) ? 1.0 : 0.0; });
         regathered /= L;
       }
       // The gathers slow only the compute they run beside: the share of the layer's time that

@@ -675,12 +675,12 @@ int64_t fewest_within(int64_t lo, int64_t hi, Within within) {
 OffloadedActivations offloaded_activations(const config::RunConfig& rc, int64_t stage) {
   OffloadedActivations o;
   if (rc.parallel.activation_offload_layers <= 0) return o;
-  for (const int64_t l : rc.stage_layer_ids(stage)) {
-    if (!rc.activation_offloaded(l)) continue;
+  rc.for_each_stage_layer(stage, [&](int64_t l) {
+    if (!rc.activation_offloaded(l)) return;
     const Bytes bytes = layer_activation_bytes(rc, rc.model.layer_kind(l));
     o.bytes += bytes;
     if (o.layers++ < 2) o.buffers += bytes;
-  }
+  });
   return o;
 }
 
@@ -783,13 +783,31 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
     double adapters = 0, largest_adapters = 0;  // LoRA adapter parameters (training.lora)
     double layer_dense_weights = 0, layer_expert_weights = 0;  // the layers' own (QLoRA quantizes them)
     int64_t moe_layers = 0;
-    const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     // One layer's parameters on this rank: replicated over the dense DP group, and routed
-    // experts (sharded over ep and etp).
+    // experts (sharded over ep and etp); worked out once per layer kind.
+    struct KindParams {
+      model::LayerKind kind;
+      double dense = 0, expert = 0, adapters = 0;
+    };
+    std::array<KindParams, 8> params_seen{};
+    size_t n_params_seen = 0;
+    auto params_of = [&](int64_t l) {
+      const model::LayerKind kind = m.layer_kind(l);
+      for (size_t i = 0; i < n_params_seen; ++i) {
+        if (params_seen[i].kind == kind) return params_seen[i];
+      }
+      const auto [dense, expert] = layer_param_split(rc, l);
+      const KindParams kp{kind, dense, expert, lora_layer_params(rc, kind)};
+      if (n_params_seen < params_seen.size()) params_seen[n_params_seen++] = kp;
+      return kp;
+    };
+    std::vector<int64_t> layer_ids;
+    layer_ids.reserve(static_cast<size_t>(st.layers));
+    rc.for_each_stage_layer(s, [&](int64_t l) { layer_ids.push_back(l); });
     for (const int64_t l : layer_ids) {
       if (m.is_moe_layer(l)) ++moe_layers;
-      const auto [layer_dense, layer_expert] = layer_param_split(rc, l);
-      const double layer_adapters = lora_layer_params(rc, m.layer_kind(l));
+      const KindParams kp = params_of(l);
+      const double layer_dense = kp.dense, layer_expert = kp.expert, layer_adapters = kp.adapters;
       dense_params += layer_dense + layer_adapters;
       expert_params += layer_expert;
       layer_dense_weights += layer_dense;
