@@ -53,23 +53,23 @@ plan405_head=$($plan405_cmd | sed -n 1p)
 planmoe=$(plan_time $planmoe_cmd)
 planmoe_rss=$(peak_rss_gib $planmoe_cmd)
 planmoe_head=$($planmoe_cmd | sed -n 1p)
-# The largest MoE search: DeepSeek-V3 on 2,048 H800s in fp8 (about two million layouts), run
-# once (about a minute here): wall time, peak RSS and the first line of its output.
-plands_cmd="./build/stepcast plan --model deepseek-v3 --hardware h800 --gpus 2048 --seq 4096 --batch 4096 --precision fp8"
-IFS=$'\t' read -r plands plands_rss plands_head < <(python3 -c 'import resource, subprocess, sys, time
+# One run of a long search: wall time, the process's peak RSS and the first line of its
+# output, tab-separated.
+one_run() {
+  python3 -c 'import resource, subprocess, sys, time
 t = time.monotonic()
 out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, check=True, text=True).stdout
 wall = time.monotonic() - t
 rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576
-print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands_cmd)
+print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' "$@"
+}
+# The largest MoE search: DeepSeek-V3 on 2,048 H800s in fp8 (about two million layouts), run
+# once (about half a minute here).
+plands_cmd="./build/stepcast plan --model deepseek-v3 --hardware h800 --gpus 2048 --seq 4096 --batch 4096 --precision fp8"
+IFS=$'\t' read -r plands plands_rss plands_head < <(one_run $plands_cmd)
 # The same model on 16,384 H800s: the data-parallel groups reach 1,024 ranks.
 plands16k_cmd="./build/stepcast plan --model deepseek-v3 --hardware h800 --gpus 16384 --seq 4096 --batch 16384 --precision fp8"
-IFS=$'\t' read -r plands16k plands16k_rss plands16k_head < <(python3 -c 'import resource, subprocess, sys, time
-t = time.monotonic()
-out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, check=True, text=True).stdout
-wall = time.monotonic() - t
-rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576
-print("%.1f s\t%.2f GiB\t%s" % (wall, rss, out.splitlines()[0]))' $plands16k_cmd)
+IFS=$'\t' read -r plands16k plands16k_rss plands16k_head < <(one_run $plands16k_cmd)
 {
   echo "# stepcast performance"
   echo
