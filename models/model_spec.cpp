@@ -121,8 +121,8 @@ double ModelSpec::attention_params() const {
   const double kv = static_cast<double>(kv_dim());
   p += h * q + 2.0 * h * kv + q * h;
   if (attn_output_gate) p += h * q;  // the gate half of q_proj
-  if ((linear_bias && qkv_linear_bias) || qkv_bias) p += q + 2.0 * kv;
-  if (linear_bias && out_linear_bias) p += h;
+  if (has_qkv_bias()) p += q + 2.0 * kv;
+  if (has_out_bias()) p += h;
   if (qk_norm) p += 2.0 * static_cast<double>(head_dim);
   return p;
 }
@@ -1368,8 +1368,8 @@ Json describe_model(const ModelSpec& m) {
   Json attention = {{"heads", m.heads},
                     {"kv_heads", m.kv_heads},
                     {"head_dim", m.head_dim},
-                    {"qkv_bias", m.qkv_bias || (m.linear_bias && m.qkv_linear_bias)},
-                    {"output_bias", m.linear_bias && m.out_linear_bias},
+                    {"qkv_bias", m.has_qkv_bias()},
+                    {"output_bias", m.has_out_bias()},
                     {"qk_norm", m.qk_norm},
                     {"output_gate", m.attn_output_gate}};
   if (m.sliding_window > 0 || m.attention_chunk > 0) {

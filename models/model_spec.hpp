@@ -134,6 +134,10 @@ struct ModelSpec {
   bool head_bias = false;        // a bias on the untied LM head (GPT-J, CodeGen, Phi-1/2)
   bool shared_block_norm = false;  // one norm feeds the parallel attention and MLP (GPT-J, Phi-1/2, Falcon 7B)
   int64_t position_offset = 0;   // learned position rows beyond max_positions (OPT's 2)
+  // Whether Q/K/V, and the attention's output projection, carry biases (linear_bias with its
+  // exceptions, or qkv_bias alone).
+  [[nodiscard]] bool has_qkv_bias() const { return qkv_bias || (linear_bias && qkv_linear_bias); }
+  [[nodiscard]] bool has_out_bias() const { return linear_bias && out_linear_bias; }
   bool qkv_bias = false;     // biases on Q, K, V only (Qwen2 style)
   bool qk_norm = false;      // per-head RMSNorm on Q and K (Qwen3)
   bool embedding_norm = false;  // a norm on the token embeddings (BLOOM's word_embeddings_layernorm)

@@ -1288,9 +1288,7 @@ int run(int argc, char** argv) {
         why = "; no layout could be formed from the fixed settings";
       }
       if (const auto& l = r.lightest_rejected; l && most != r.rejected.end() && most->first == "does not fit in memory") {
-        why += "; the lightest, " + l->layout + ", needs " + stepcast::core::fmt("%.1f", l->peak_bytes / (1024.0 * 1024 * 1024)) + " GiB per GPU of " +
-               stepcast::core::fmt("%.1f", l->capacity_bytes / (1024.0 * 1024 * 1024)) + " GiB (stepcast capacity sizes the cluster" +
-               (r.offload_untried ? "; --offload also tries CPU offload" : "") + ")";
+        why += "; " + l->text() + " (stepcast capacity sizes the cluster" + (r.offload_untried ? "; --offload also tries CPU offload" : "") + ")";
       }
       std::cerr << "stepcast: error: " << plan_run.source << ": no layout fits on " << run["cluster"]["num_gpus"].dump() << " GPUs" << why << "\n";
       return kExitDoesNotFit;
@@ -1572,7 +1570,7 @@ int run(int argc, char** argv) {
                 ll(m.vocab), m.tied_embeddings ? "tied" : "untied");
     if (m.num_attention_layers() > 0) {
       std::printf("  %-14s %lld heads, %lld K/V heads of %lld; Q/K/V biases %s; Q/K norm %s%s\n", "attention", ll(m.heads), ll(m.kv_heads),
-                  ll(m.head_dim), yes(m.qkv_bias || (m.linear_bias && m.qkv_linear_bias)), yes(m.qk_norm),
+                  ll(m.head_dim), yes(m.has_qkv_bias()), yes(m.qk_norm),
                   m.attn_output_gate ? "; output gate" : "");
       if (m.shared_block_norm) std::printf("  %-14s attention and MLP side by side behind one norm\n", "parallel block");
     }

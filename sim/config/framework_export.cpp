@@ -52,6 +52,12 @@ std::string megatron_refusal(const RunConfig& rc) {
   }
   if (m.position == model::PositionKind::kAlibi) return refusal("model", "'" + m.name + "' uses ALiBi positions, which Megatron-LM's GPT model does not offer");
   if (m.embedding_norm) return refusal("model", "'" + m.name + "' normalizes its token embeddings (BLOOM style), which Megatron-LM's GPT model does not");
+  if (m.shared_block_norm) {
+    return refusal("model", "'" + m.name + "' runs attention and the MLP side by side behind one norm (GPT-J / Phi / Falcon parallel blocks), which Megatron-LM's GPT layer does not");
+  }
+  if (m.head_bias || (m.linear_bias && (!m.qkv_linear_bias || !m.out_linear_bias))) {
+    return refusal("model", "'" + m.name + "' has biases on some linear layers and not others (a biased LM head, or attention without them), which --disable-bias-linear / --add-qkv-bias cannot state");
+  }
   if (!m.moe.dense_layers.empty() || (m.moe.enabled() && m.moe.layer_freq > 1 && m.moe.layer_offset != 0)) {
     return refusal("model", "'" + m.name + "' places its MoE layers in a pattern --moe-layer-freq cannot state here (an interval from layer 0, or dense first layers)");
   }
@@ -149,7 +155,7 @@ ExportedCommand export_megatron(const RunConfig& rc) {
   } else if (m.position == model::PositionKind::kNone) {
     arg("position-embedding-type", "none");
   }
-  arg("max-position-embeddings", num(std::max(m.max_positions, t.seq_len)));
+  arg("max-position-embeddings", num(std::max(m.max_positions + m.position_offset, t.seq_len)));  // OPT's offset rows as rows
   if (!m.tied_embeddings) flag("untie-embeddings-and-output-weights");
   if (!m.linear_bias) {
     flag("disable-bias-linear");

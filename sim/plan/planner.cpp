@@ -238,6 +238,12 @@ std::string explain(const PlanResult& r, double headroom) {
 }  // namespace
 
 
+std::string PlanResult::Lightest::text() const {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  return "the lightest, " + layout + ", needs " + core::fmt("%.1f", peak_bytes / kGiB) + " GiB per GPU of " +
+         core::fmt("%.1f", capacity_bytes / kGiB) + " GiB";
+}
+
 std::string memory_margin_note(double peak_bytes, double capacity_bytes, double headroom) {
   if (capacity_bytes <= 0 || headroom >= kAllocatorReserve) return "";
   const double free_share = 1.0 - peak_bytes / capacity_bytes;

@@ -98,6 +98,8 @@ struct PlanResult {
   struct Lightest {
     std::string layout;
     double peak_bytes = 0, capacity_bytes = 0;
+    // "the lightest, LAYOUT, needs X GiB per GPU of Y GiB": how far the GPU count is from fitting.
+    [[nodiscard]] std::string text() const;
   };
   std::optional<Lightest> lightest_rejected;
   int64_t enumerated = 0;

@@ -65,11 +65,7 @@ struct Rejections {
     const auto ex = example.find(top->first);
     if (!memory) return " (most layouts tried fail with: " + (ex != example.end() ? ex->second : top->first) + ")";
     std::string out = " (the valid layouts do not fit in memory";
-    if (lightest) {
-      constexpr double kGiB = 1024.0 * 1024 * 1024;
-      out += "; the lightest, " + lightest->layout + ", needs " + core::fmt("%.1f", lightest->peak_bytes / kGiB) +
-             " GiB per GPU of " + core::fmt("%.1f", lightest->capacity_bytes / kGiB) + " GiB";
-    }
+    if (lightest) out += "; " + lightest->text();
     return out + (offload_untried ? "; --offload also tries CPU offload" : "") + ")";
   }
 };

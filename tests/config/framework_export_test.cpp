@@ -178,6 +178,18 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   windowed["model"] = "gpt-oss-120b";
   windowed["parallel"] = Json{{"tp", 1}, {"ep", 8}};
   EXPECT_NE(export_error(windowed).find("sliding-window"), std::string::npos) << export_error(windowed);
+  // A parallel block behind one norm (Falcon 7B's form) and GPT-Neo's attention without Q/K/V
+  // biases: Megatron-LM's GPT layer states neither.
+  Json parallel_block = base;
+  parallel_block["model"] = Json{{"model_type", "falcon"}, {"hidden_size", 1024}, {"num_attention_heads", 16},
+                                 {"num_hidden_layers", 4}, {"multi_query", true}, {"parallel_attn", true}, {"vocab_size", 32000}};
+  EXPECT_NE(export_error(parallel_block).find("model: 'custom' runs attention and the MLP side by side behind one norm"), std::string::npos)
+      << export_error(parallel_block);
+  Json neo = base;
+  neo["model"] = Json{{"model_type", "gpt_neo"}, {"hidden_size", 1024}, {"num_heads", 16}, {"num_layers", 4},
+                      {"max_position_embeddings", 4096}, {"vocab_size", 32000},
+                      {"attention_types", Json::array({Json::array({Json::array({"global"}), 4})})}};
+  EXPECT_NE(export_error(neo).find("has biases on some linear layers and not others"), std::string::npos) << export_error(neo);
 }
 
 // torchtitan: the layout comes back from the TOML as it went out (the import then predicts it
