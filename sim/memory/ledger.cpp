@@ -801,9 +801,7 @@ MemoryLedger compute_ledger(const config::RunConfig& rc) {
       if (n_params_seen < params_seen.size()) params_seen[n_params_seen++] = kp;
       return kp;
     };
-    std::vector<int64_t> layer_ids;
-    layer_ids.reserve(static_cast<size_t>(st.layers));
-    rc.for_each_stage_layer(s, [&](int64_t l) { layer_ids.push_back(l); });
+    const std::vector<int64_t> layer_ids = rc.stage_layer_ids(s);
     for (const int64_t l : layer_ids) {
       if (m.is_moe_layer(l)) ++moe_layers;
       const KindParams kp = params_of(l);
