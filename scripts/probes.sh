@@ -76,6 +76,37 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep '^| nemo2407' "$tmp/n7.md"
   echo '```'
   echo
+  echo "## DGX Cloud recipes of the same generation: Llama 3.1 70B and 405B, Nemotron-4 340B (NeMo 24.09, H100)"
+  echo
+  echo "Rows in data/probes/dgxc-2409-large.jsonl: the \"Expected Performance\" tables of github.com/NVIDIA/dgxc-benchmarking"
+  echo "(llama3.1/README_70b.md, README_405b.md with its 7-, 21- and 42-layer proxies, nemotron/README_340b.md), 32 to"
+  echo "2,304 GPUs, BF16 and FP8: the models the accuracy set's DGX Cloud rows (8B, 15B, 175B) do not hold, converted as those"
+  echo "are. From the NeMo-Framework-Launcher recipes the READMEs name: no recomputation; Nemotron-4 340B's bf16 gradient"
+  echo "buffers and reduction (grad_sync_dtype bf16; the rows' grad_reduce_dtype). The 405B recipe trains with the GPT-2"
+  echo "tokenizer (vocabulary 50,257), as its README says."
+  echo
+  ./build/stepcast accuracy --data data/probes/dgxc-2409-large.jsonl --out "$tmp/dg.md" > "$tmp/dg.txt"
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/dgxc-2409-large.jsonl --out dgxc2409.md"
+  grep '^| dgxc2409' "$tmp/dg.md"
+  grep 'MAPE' "$tmp/dg.txt" | head -1
+  echo '```'
+  echo
+  echo "## Grok-1 314B MoE (DGX Cloud recipe, NeMo dev container 2024, H100)"
+  echo
+  echo "Rows in data/probes/dgxc-grok1.jsonl (grok1/README_314b.md: 8 to 2,048 GPUs, proxies of 2 to 32 layers below 512"
+  echo "GPUs, BF16 and FP8; architecture and MoE settings from NeMo-Framework-Launcher's grok1_proxy.yaml: 8 experts, top-2,"
+  echo "all-to-all dispatcher, capacity factor 1.0 padded). Every row runs fast by a nearly constant share at every scale,"
+  echo "0.6-0.7 us per token and MoE layer (forward and backward) in BF16 and FP8 alike: the MoE layers' missing GPU time"
+  echo "of docs/MODEL.md's Known gaps."
+  echo
+  ./build/stepcast accuracy --data data/probes/dgxc-grok1.jsonl --out "$tmp/grok.md" > "$tmp/grok.txt"
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/dgxc-grok1.jsonl --out grok1.md"
+  grep '^| dgxc-Grok' "$tmp/grok.md"
+  grep 'MAPE' "$tmp/grok.txt" | head -1
+  echo '```'
+  echo
   echo "## Long sequences with context parallelism (NeMo 24.03, Llama 2 7B FP8, DGX-H100, 4K-1M tokens)"
   echo
   echo "Rows in data/probes/nemo-long-sequence.jsonl (NeMo's long-sequence table, with-CP layouts). Measured: NeMo's model"

@@ -1008,6 +1008,18 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     }
   }
 
+  if (has(r, "grad_reduce_dtype")) {
+    // A recipe that states its gradient buffers' dtype (NeMo's optim.grad_sync_dtype,
+    // Megatron's --grad-reduce-in-bf16) keeps and reduces the gradients in it, whatever the
+    // framework's default above; the framework's other settings stay.
+    const std::string g = lower(str(r, "grad_reduce_dtype"));
+    if (g != "bf16" && g != "fp16" && g != "fp32") {
+      reason = "grad_reduce_dtype " + core::show(r["grad_reduce_dtype"]) + " not recognised (bf16, fp16 or fp32)";
+      return false;
+    }
+    training["grad_dtype"] = g;
+    notes.push_back("training: gradients kept and reduced in " + g + " (the row's recipe states it; this replaces the framework default)");
+  }
   Json parallel = {{"tp", tp}, {"pp", pp}, {"dp", dp}};
   if (cp > 1) parallel["cp"] = cp;
   if (ep > 1) parallel["ep"] = ep;
@@ -1427,7 +1439,15 @@ std::string short_source(const std::string& s) {
   if (contains(s, "Megatron-LM GitHub README (Jan 2021)")) return "Megatron-LM 2021 README";
   if (contains(s, "Narayanan") && contains(s, "Table 2")) return "Megatron-LM 2021 paper, Table 2 (transcribed)";
   if (contains(s, "Narayanan")) return "Megatron-LM 2021 paper, Table 1";
-  if (contains(s, "DGX Cloud")) return "NVIDIA DGX Cloud recipes 24.11";
+  if (contains(s, "DGX Cloud") && contains(s, "v24.11")) return "NVIDIA DGX Cloud recipes 24.11";
+  if (contains(s, "DGX Cloud")) {
+    // Other releases: the container the source names ("..., NeMo 24.09 container (...)").
+    const size_t at = s.find("recipes, ");
+    const std::string what = at == std::string::npos ? "" : s.substr(at + 9, s.find_first_of("(", at) - at - 9);
+    std::string label = "NVIDIA DGX Cloud recipes" + (what.empty() ? "" : ", " + what);
+    while (!label.empty() && label.back() == ' ') label.pop_back();
+    return label;
+  }
   if (contains(s, "Megatron-Bridge")) return "NVIDIA Megatron-Bridge";
   if (contains(s, "trainy")) return "torchtitan (Trainy H200)";
   if (contains(s, "torchtitan")) return "torchtitan (PyTorch team)";

@@ -46,6 +46,26 @@ Json converted(const Json& row) {
   return run;
 }
 
+// A row whose recipe states its gradient dtype (NeMo's optim.grad_sync_dtype) keeps and
+// reduces its gradients in it over the framework's default (fp32 main grads for NeMo), and a
+// dtype stepcast has no reduction mode for is refused naming the field.
+TEST(PublishedRows, StatedGradientDtypeReplacesTheFrameworkDefault) {
+  Json r = base_row();
+  r.update(Json{{"model", "Nemotron-4 340B"}, {"layers", 96}, {"hidden", 18432}, {"heads", 96}});
+  EXPECT_EQ(converted(r)["training"]["grad_dtype"], "fp32");
+  r["grad_reduce_dtype"] = "BF16";
+  const Json run = converted(r);
+  EXPECT_EQ(run["training"]["grad_dtype"], "bf16");
+  bool noted = false;
+  for (const auto& a : run["assumptions"]) noted = noted || a.get<std::string>().find("reduced in bf16 (the row's recipe states it") != std::string::npos;
+  EXPECT_TRUE(noted);
+  r["grad_reduce_dtype"] = "fp64";
+  Json out;
+  std::string reason;
+  EXPECT_FALSE(row_to_run(r, out, reason));
+  EXPECT_NE(reason.find("grad_reduce_dtype"), std::string::npos) << reason;
+}
+
 TEST(PublishedRows, ZooMemberMatchingTheRowsDimensions) {
   Json r = base_row();
   r.update(Json{{"model", "Llama 2 70B"}, {"layers", 80}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"vocab", 32000}});
@@ -1179,6 +1199,30 @@ TEST(ProbeRows, Megatron2022SequenceParallelRuns) {
     EXPECT_TRUE(async) << row.id;
   }
   EXPECT_LT(probe_mape(res), 0.05);
+}
+
+// Held-out dense runs of the same recipes generation as the accuracy set's DGX Cloud rows
+// (data/probes/dgxc-2409-large.jsonl: Llama 3.1 70B and 405B, with the README's 7- to 42-layer
+// proxies, and Nemotron-4 340B, 32 to 2,304 H100s, BF16 and FP8), none of them used to set a
+// profile or harness rule. Today the estimate's MAPE is 4.4% (worst row -12.2%, Nemotron-4 340B
+// FP8 on 2,048 GPUs); each row is held within 15% (issue 4's per-row bound) and the MAPE within
+// today's value plus two points, so a regression of the pipeline, CP or TP model fails here.
+TEST(ProbeRows, DgxCloudLargeDenseRecipes) {
+  const AccuracyResult res = probe_rows("dgxc-2409-large.jsonl", 34);
+  for (const auto& row : res.rows) {
+    EXPECT_LT(std::abs(row.error), 0.15) << row.id;
+    EXPECT_LT(std::abs(row.sim_error), 0.15) << row.id;
+  }
+  EXPECT_LT(probe_mape(res), 0.064);
+}
+
+// Grok-1 (314B MoE, 8 experts, top-2) from the same repository: every row runs 12-22% fast
+// (BF16 -12..-14%, FP8 -17..-22%, from 2 layers on 8 GPUs to 64 on 2,048), the MoE layers' missing
+// time of docs/MODEL.md's Known gaps. The bound holds today's standing (16.6% MAPE) plus two
+// points, not a target.
+TEST(ProbeRows, DgxCloudGrok1) {
+  const AccuracyResult res = probe_rows("dgxc-grok1.jsonl", 18);
+  EXPECT_LT(probe_mape(res), 0.186);
 }
 
 }  // namespace stepcast::accuracy
