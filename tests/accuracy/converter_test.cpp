@@ -1203,8 +1203,8 @@ TEST(ProbeRows, Megatron2022SequenceParallelRuns) {
 
 // Held-out dense runs of the same recipes generation as the accuracy set's DGX Cloud rows
 // (data/probes/dgxc-2409-large.jsonl: Llama 3.1 70B and 405B, with the README's 7- to 42-layer
-// proxies, and Nemotron-4 340B, 32 to 2,304 H100s, BF16 and FP8), none of them used to set a
-// profile or harness rule. Today the estimate's MAPE is 4.4% (worst row -12.2%, Nemotron-4 340B
+// proxies, and Nemotron-4 340B, 32 to 2,304 H100s, BF16 and FP8), none of them used to fit a
+// profile efficiency (their recipes' settings are read from the recipes, data/README.md). Today the estimate's MAPE is 4.4% (worst row -12.2%, Nemotron-4 340B
 // FP8 on 2,048 GPUs); each row is held within 15% (issue 4's per-row bound) and the MAPE within
 // today's value plus two points, so a regression of the pipeline, CP or TP model fails here.
 TEST(ProbeRows, DgxCloudLargeDenseRecipes) {
