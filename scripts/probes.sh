@@ -96,9 +96,10 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   echo
   echo "Rows in data/probes/dgxc-grok1.jsonl (grok1/README_314b.md: 8 to 2,048 GPUs, proxies of 2 to 32 layers below 512"
   echo "GPUs, BF16 and FP8; architecture and MoE settings from NeMo-Framework-Launcher's grok1_proxy.yaml: 8 experts, top-2,"
-  echo "all-to-all dispatcher, capacity factor 1.0 padded). Every row runs fast by a nearly constant share at every scale,"
-  echo "0.6-0.7 us per token and MoE layer (forward and backward) in BF16 and FP8 alike: the MoE layers' missing GPU time"
-  echo "of docs/MODEL.md's Known gaps."
+  echo "all-to-all dispatcher, capacity factor 1.0 padded, expert tensor parallelism = TP 4). Every row runs fast by a"
+  echo "nearly constant share at every scale, 0.35-0.45 us per token and MoE layer (forward and backward) in BF16 and FP8"
+  echo "alike, after the expert-TP gathers of the routed tokens (costed since 2026-12-08; before them 0.6-0.7 us): the MoE"
+  echo "layers' missing GPU time of docs/MODEL.md's Known gaps."
   echo
   ./build/stepcast accuracy --data data/probes/dgxc-grok1.jsonl --out "$tmp/grok.md" > "$tmp/grok.txt"
   echo '```'

@@ -539,6 +539,7 @@ GroupPlacements mesh_placements(const config::Parallel& p, int64_t gpn) {
   g.tp = mesh::place(m.group(0, mesh::Dim::kTp), gpn);
   g.cp = mesh::place(m.group(0, mesh::Dim::kCp), gpn);
   g.ep = mesh::place(m.group(0, mesh::Dim::kEp), gpn);
+  g.etp = mesh::place(m.group(0, mesh::Dim::kEtp), gpn);
   g.dp = mesh::place(m.group(0, mesh::Dim::kDp), gpn);
   g.dp_cp = mesh::place(m.group(0, mesh::Dim::kShard), gpn);
   g.edp = mesh::place(m.group(0, mesh::Dim::kEdpShard), gpn);
@@ -1150,11 +1151,26 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       B.push_back(hb);
     }
     const double copies = T * k * etp / c.t;  // routed token copies this rank keeps, on average
+    // Expert tensor parallelism behind the all-to-all dispatcher: each rank of an expert's etp
+    // group holds a slice of its weights, so the tokens the exchange delivered to the group are
+    // all-gathered in it before the experts' first GEMM and the partial outputs reduce-scattered
+    // after the second (Megatron-Core's MoEAlltoAllTokenDispatcher: gather from and reduce-scatter
+    // to the tensor-parallel region); backward runs the duals. Nothing overlaps them.
+    const bool etp_gather = p.etp > 1 && a2a && !dedup;
+    const double gathered_bytes = tokens_per_expert * experts_local * h * e;
+    if (etp_gather) {
+      F.push_back(comm_op(c, "experts.etp_ag", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
+      B.push_back(comm_op(c, "experts.etp_rs_grad", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
+    }
     linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local, e * h * copies);
     F.push_back(mem_op(c, "experts.activation", act_passes * e * tokens_per_expert * experts_local * fe_local));
     F.back().saved_bytes = gate * e * fe_local * copies;
     B.push_back(mem_op(c, "experts.activation.bwd", 2.0 * act_passes * e * tokens_per_expert * experts_local * fe_local));
     linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local, e * fe_local * copies);
+    if (etp_gather) {
+      F.push_back(comm_op(c, "experts.etp_rs", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
+      B.push_back(comm_op(c, "experts.etp_ag_grad", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
+    }
     if (p.ep > 1) {
       if (a2a) {
         F.push_back(a2a_op("ep.combine", hide_f));

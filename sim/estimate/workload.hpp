@@ -104,6 +104,7 @@ inline LayerTensors layer_tensors(const config::RunConfig& rc, bool moe) {
 
 struct GroupPlacements {
   mesh::Placement tp, cp, ep, dp, pp_neighbour;
+  mesh::Placement etp;  // the expert-tensor-parallel group (routed experts' weights split over it)
   // The groups that shard the ZeRO state and run its reduce-scatters and gathers: dense
   // parameters over dp*cp, routed experts over the expert-data-parallel group; under hybrid
   // sharding (parallel.dp_replicate > 1) one replica's part of each.

@@ -86,6 +86,42 @@ TEST(Moe, AllToAllVolumePerLayer) {
   EXPECT_DOUBLE_EQ(sum_bytes(wb.moe_layer().bwd, CommKind::kEp), 2.0 * T * k * h * bytes);
 }
 
+const Op* find_op(const std::vector<Op>& ops, const std::string& name) {
+  for (const auto& o : ops) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+// Expert tensor parallelism (etp 2 beside tp 2 with sequence parallelism): the ranks of an
+// expert's etp group hold slices of its weights, so the tokens the all-to-all delivered to the
+// group are all-gathered in it before the first expert GEMM and the outputs reduce-scattered
+// after the second, with the duals in backward. Each moves the group's routed copies, T * k * h *
+// bytes here (T = 4096 tokens of the sequence, top-2, h 2048, bf16). With etp 1 there is none.
+TEST(Moe, ExpertTensorParallelGathersTheGroupsTokens) {
+  Json j = moe_run(4);
+  j["parallel"]["tp"] = 2;
+  j["parallel"]["sp"] = true;
+  j["parallel"]["etp"] = 2;
+  const WorkloadBuilder wb(parse(j));
+  const double T = 4096, k = 2, h = 2048, bytes = 2;
+  for (const auto& [ops, names] : {std::pair{wb.moe_layer().fwd, std::vector<std::string>{"experts.etp_ag", "experts.etp_rs"}},
+                                   std::pair{wb.moe_layer().bwd, std::vector<std::string>{"experts.etp_rs_grad", "experts.etp_ag_grad"}}}) {
+    for (const auto& name : names) {
+      const Op* op = find_op(ops, name);
+      ASSERT_NE(op, nullptr) << name;
+      EXPECT_EQ(op->comm, CommKind::kTp) << name;
+      EXPECT_DOUBLE_EQ(op->bytes.value(), T * k * h * bytes) << name;
+      EXPECT_GT(op->time.value(), 0.0) << name;
+    }
+  }
+  j["parallel"]["etp"] = 1;
+  const WorkloadBuilder no_etp(parse(j));
+  for (const auto* ops : {&no_etp.moe_layer().fwd, &no_etp.moe_layer().bwd}) {
+    for (const auto& o : *ops) EXPECT_EQ(o.name.find("etp_"), std::string::npos) << o.name;
+  }
+}
+
 // Capacity = ceil(capacity_factor * T * k / E): 4096 tokens, top-2, 16 experts, factor 1.25.
 TEST(Moe, CapacityFormula) {
   EXPECT_EQ(expert_capacity(4096, 2, 16, 1.25), 640);
