@@ -340,12 +340,25 @@ class RankBuilder {
     };
     // A layer's exposed TP/CP/EP communication: a collective over the rank's tensor group,
     // blocking on the compute stream, scaled with the micro-batch's tokens.
-    auto tp_comm = [&](double seconds, double nic_bytes, uint32_t name, const Task& layer_task) {
+    // A pass's exposed comm on the compute stream: one task, or, where only part of it crosses
+    // the NIC (expert all-to-alls between expert-TP gathers on the node's fabric, say), one task
+    // per run of NIC-crossing or on-node operators in their order, each NIC run a flow at its
+    // own rate, so DP traffic on the NIC shares it only while it runs.
+    auto tp_comm = [&](double seconds, double nic_bytes, const std::vector<estimate::LayerCost::CommRun>& runs, uint32_t name,
+                       const Task& layer_task) {
       if (seconds <= 0 || b_.ideal_) return;
       Task c = layer_task;
       c.kind = TaskKind::kTpComm;
-      ids.last = group_task(Group::kTp, c, to_ticks(seconds * lf), name, nic_bytes * lf, true);
-      last_on_compute_ = ids.last;
+      auto part = [&](double s, double bytes) {
+        if (s <= 0) return;
+        ids.last = group_task(Group::kTp, c, to_ticks(s * lf), name, bytes * lf, true);
+        last_on_compute_ = ids.last;
+      };
+      if (runs.empty()) {
+        part(seconds, nic_bytes);
+        return;
+      }
+      for (const auto& run : runs) part(run.time.value(), run.nic_bytes);
     };
     if (rendezvous()) {
       // DeepSpeed's order: a backward's gradient send, deferred, goes before the next
@@ -411,7 +424,7 @@ class RankBuilder {
         if (a.mb == 0 && !first_use_gathers_.empty()) {
           for (TaskId ag : first_use_gathers_[slot_index]) gate_on_dp(ag, cid, true);
         }
-        tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, n.tp_fwd, t);
+        tp_comm(sl->cost->fwd_comm_exposed.value(), sl->cost->fwd_exposed_nic_bytes, sl->cost->fwd_comm_runs, n.tp_fwd, t);
         offload_forward(seq, si, a, lf, ids.last, cid);
       } else if (is_backward(a.phase)) {
         t.kind = TaskKind::kBackward;
@@ -422,7 +435,7 @@ class RankBuilder {
         gate_compute(gates[si], cid);
         if (reload_ != kNone) gate_on_offload(reload_, cid);
         reload_ = next_reload;
-        tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, n.tp_bwd, t);
+        tp_comm(sl->cost->bwd_comm_exposed.value(), sl->cost->bwd_exposed_nic_bytes, sl->cost->bwd_comm_runs, n.tp_bwd, t);
       } else {
         t.kind = TaskKind::kBackwardWeight;
         cid = add_compute(t, b_.scaled(sl->cost->bwd_weight_compute.value() * lf, r_, op_index_++), n.bwd_weight,

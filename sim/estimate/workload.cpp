@@ -721,6 +721,29 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       (tp ? c.tp_exposed_nic : cp ? c.cp_exposed_nic : c.ep_exposed_nic) += x;
     }
   };
+  // The pass's exposed comm as runs of NIC-crossing and on-node operators (kept only when it
+  // has both).
+  auto comm_runs = [&](auto first, auto last) {
+    std::vector<LayerCost::CommRun> runs;
+    bool nic_seen = false, local_seen = false;
+    for (auto it = first; it != last; ++it) {
+      if (it->kind != OpKind::kComm) continue;
+      const double x = exposed(*it);
+      if (x <= 0) continue;
+      const double nic = it->time.value() > 0 ? it->nic_bytes * x / it->time.value() : 0.0;
+      (nic > 0 ? nic_seen : local_seen) = true;
+      if (!runs.empty() && (runs.back().nic_bytes > 0) == (nic > 0)) {
+        runs.back().time += Duration(x);
+        runs.back().nic_bytes += nic;
+      } else {
+        runs.push_back({Duration(x), nic});
+      }
+    }
+    if (!(nic_seen && local_seen)) runs.clear();
+    return runs;
+  };
+  c.fwd_comm_runs = comm_runs(c.fwd.begin(), c.fwd.end());
+  c.bwd_comm_runs = comm_runs(c.bwd.rbegin(), c.bwd.rend());
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {
       book_comm(o, c.fwd_compute, c.fwd_comm_exposed, c.fwd_exposed_nic_bytes, c.fwd_exposed_nic_comm);

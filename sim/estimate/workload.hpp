@@ -79,6 +79,16 @@ struct LayerCost {
   // Exposed comm time of the operators that cross the NIC (they share it with DP traffic),
   // per pass and split by kind (fwd + bwd).
   core::Duration fwd_exposed_nic_comm, bwd_exposed_nic_comm;
+  // A pass's exposed comm in execution order (the backward runs its operators last to first),
+  // as runs of operators that cross the NIC or do not: the simulator runs each NIC-crossing run
+  // as its own flow at its own rate between the on-node ones, so DP traffic on the NIC shares an
+  // expert all-to-all only while it runs, not over the expert-TP gathers beside it. Empty when
+  // the pass's exposed comm is all of one kind (it runs as one task).
+  struct CommRun {
+    core::Duration time;
+    double nic_bytes = 0;
+  };
+  std::vector<CommRun> fwd_comm_runs, bwd_comm_runs;
   core::Duration tp_exposed_nic, cp_exposed_nic, ep_exposed_nic;
   // The kernel in flight at a random moment of each pass (length-biased mean of its GPU
   // kernels, sum t^2 / sum t): what a collective issued beside the pass waits for its SMs.

@@ -122,6 +122,36 @@ TEST(Moe, ExpertTensorParallelGathersTheGroupsTokens) {
   }
 }
 
+// With expert TP and expert parallelism across nodes a pass's exposed communication alternates
+// between exchanges that leave the node (dispatch, combine) and ones that stay on it (the etp
+// gathers and reduce-scatters): the layer records them as runs in execution order, which add up
+// to the pass's exposed time and NIC bytes, so the simulator can run each NIC run at its own
+// rate. A pass whose exposed communication is all on the node records none.
+TEST(Moe, MixedExposedCommIsKeptAsRunsInOrder) {
+  Json j = moe_run(4, 2);  // ep 4 over two-GPU nodes: the all-to-alls leave the node
+  j["parallel"]["tp"] = 2;
+  j["parallel"]["sp"] = true;
+  j["parallel"]["etp"] = 2;
+  const WorkloadBuilder wb(parse(j));
+  const auto& lc = wb.moe_layer();
+  for (const auto* runs : {&lc.fwd_comm_runs, &lc.bwd_comm_runs}) {
+    ASSERT_GE(runs->size(), 3u);
+    for (size_t i = 1; i < runs->size(); ++i) EXPECT_NE((*runs)[i].nic_bytes > 0, (*runs)[i - 1].nic_bytes > 0) << i;
+  }
+  auto total = [](const std::vector<LayerCost::CommRun>& runs, bool bytes) {
+    double t = 0;
+    for (const auto& r : runs) t += bytes ? r.nic_bytes : r.time.value();
+    return t;
+  };
+  EXPECT_NEAR(total(lc.fwd_comm_runs, false), lc.fwd_comm_exposed.value(), 1e-12);
+  EXPECT_NEAR(total(lc.bwd_comm_runs, false), lc.bwd_comm_exposed.value(), 1e-12);
+  EXPECT_NEAR(total(lc.fwd_comm_runs, true), lc.fwd_exposed_nic_bytes, 1e-3);
+  EXPECT_NEAR(total(lc.bwd_comm_runs, true), lc.bwd_exposed_nic_bytes, 1e-3);
+  const WorkloadBuilder on_node(parse(moe_run(8, 8)));
+  EXPECT_TRUE(on_node.moe_layer().fwd_comm_runs.empty());
+  EXPECT_TRUE(on_node.moe_layer().bwd_comm_runs.empty());
+}
+
 // Capacity = ceil(capacity_factor * T * k / E): 4096 tokens, top-2, 16 experts, factor 1.25.
 TEST(Moe, CapacityFormula) {
   EXPECT_EQ(expert_capacity(4096, 2, 16, 1.25), 640);
