@@ -1127,7 +1127,11 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // the load factor). All-gather: every rank gathers the group's T*ep tokens and keeps those
     // routed to its experts; the combine is the matching reduce-scatter.
     const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor;
-    const double ag_bytes = Tr * h * e * ep;
+    // The all-gather dispatcher gathers over the expert-tensor-and-expert-parallel group
+    // (Megatron-Core's tp_ep group): the tokens of all its ep x etp ranks.
+    const double ag_bytes = Tr * h * e * ep * etp;
+    const mesh::Placement& ag_where = p.ep > 1 ? places_.ep : places_.etp;
+    const bool ag_gather = !a2a && p.ep * p.etp > 1;
     // Per-node de-duplication (flex dispatcher, or node-limited routing): a token crosses the
     // network once per remote node among its k experts and is forwarded to them over the node
     // fabric. Its experts are spread over the nodes its routing may reach (all of the group's,
@@ -1150,14 +1154,12 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       op.time = std::max(t_net, t_fab);
       return op;
     };
-    if (p.ep > 1) {
-      if (a2a) {
-        F.push_back(a2a_op("ep.dispatch", hide_f));
-        B.push_back(a2a_op("ep.combine_grad", hide_b));
-      } else {
-        F.push_back(comm_op(c, "ep.allgather", CommKind::kEp, Collective::kAllGather, ag_bytes, places_.ep, hide_f));
-        B.push_back(comm_op(c, "ep.combine_grad_ag", CommKind::kEp, Collective::kAllGather, ag_bytes, places_.ep, hide_b));
-      }
+    if (a2a && p.ep > 1) {
+      F.push_back(a2a_op("ep.dispatch", hide_f));
+      B.push_back(a2a_op("ep.combine_grad", hide_b));
+    } else if (ag_gather) {
+      F.push_back(comm_op(c, "ep.allgather", CommKind::kEp, Collective::kAllGather, ag_bytes, ag_where, hide_f));
+      B.push_back(comm_op(c, "ep.combine_grad_ag", CommKind::kEp, Collective::kAllGather, ag_bytes, ag_where, hide_b));
     }
     const double fe_local = static_cast<double>(mo.expert_ffn) / etp;
     // Per-expert host work of the grouped expert MLP (parallel.moe.expert_overhead), a third in
@@ -1194,14 +1196,12 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       F.push_back(comm_op(c, "experts.etp_rs", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
       B.push_back(comm_op(c, "experts.etp_ag_grad", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
     }
-    if (p.ep > 1) {
-      if (a2a) {
-        F.push_back(a2a_op("ep.combine", hide_f));
-        B.push_back(a2a_op("ep.dispatch_grad", hide_b));
-      } else {
-        F.push_back(comm_op(c, "ep.reduce_scatter", CommKind::kEp, Collective::kReduceScatter, ag_bytes, places_.ep, hide_f));
-        B.push_back(comm_op(c, "ep.dispatch_grad_rs", CommKind::kEp, Collective::kReduceScatter, ag_bytes, places_.ep, hide_b));
-      }
+    if (a2a && p.ep > 1) {
+      F.push_back(a2a_op("ep.combine", hide_f));
+      B.push_back(a2a_op("ep.dispatch_grad", hide_b));
+    } else if (ag_gather) {
+      F.push_back(comm_op(c, "ep.reduce_scatter", CommKind::kEp, Collective::kReduceScatter, ag_bytes, ag_where, hide_f));
+      B.push_back(comm_op(c, "ep.dispatch_grad_rs", CommKind::kEp, Collective::kReduceScatter, ag_bytes, ag_where, hide_b));
     }
     F.push_back(mem_op(c, "unpermute", 2.0 * e * Tr * k * h));
     B.push_back(mem_op(c, "permute.bwd", 2.0 * e * Tr * k * h));

@@ -219,6 +219,15 @@ TEST(Moe, AllGatherDispatcherVolume) {
   const WorkloadBuilder ag(parse(moe_run(8, 8, {{"dispatcher", "allgather"}})));
   const double T = 4096, h = 2048, bytes = 2, ep = 8;
   EXPECT_DOUBLE_EQ(sum_bytes(ag.moe_layer().fwd, CommKind::kEp), 2.0 * T * h * bytes * ep);
+  // With expert TP the group is ep x etp ranks, each holding its sequence shard (T / tp under
+  // SP): T / 2 x 4 x 2 tokens gathered at tp = etp = 2, ep = 4; and at ep 1 the TP group's.
+  Json j = moe_run(4, 8, {{"dispatcher", "allgather"}});
+  j["parallel"]["tp"] = 2;
+  j["parallel"]["sp"] = true;
+  j["parallel"]["etp"] = 2;
+  EXPECT_DOUBLE_EQ(sum_bytes(WorkloadBuilder(parse(j)).moe_layer().fwd, CommKind::kEp), 2.0 * (T / 2) * h * bytes * 4 * 2);
+  j["parallel"]["ep"] = 1;
+  EXPECT_DOUBLE_EQ(sum_bytes(WorkloadBuilder(parse(j)).moe_layer().fwd, CommKind::kEp), 2.0 * (T / 2) * h * bytes * 2);
 }
 
 // Shared-expert overlap hides dispatch/combine behind the shared experts' computation.
