@@ -92,6 +92,21 @@ run() { echo '```'; echo "\$ $*"; "$@" 2>&1; echo '```'; }
   grep 'MAPE' "$tmp/dg.txt" | head -1
   echo '```'
   echo
+  echo "## The accuracy set's DGX Cloud recipes in a later release (NeMo 24.12 recipes, H100)"
+  echo
+  echo "Rows in data/probes/dgxc-2412.jsonl: nemo_megatron/README_175b.md and nemotron/README_15b.md of a later commit of"
+  echo "github.com/NVIDIA/dgxc-benchmarking (0b71cfd, linking the NeMo-Framework-Launcher 24.12 configs): GPT-3 175B and"
+  echo "Nemotron-4 15B with the same layouts as the accuracy set's dgxc2411 rows. GPT-3 175B measures 7% faster there"
+  echo "(BF16 8.31-8.49 s against 8.91-9.09 s), where the model's -7..-20% on the 24.11 rows becomes -1..-2% (BF16) and"
+  echo "-5..-9% (FP8)."
+  echo
+  ./build/stepcast accuracy --data data/probes/dgxc-2412.jsonl --out "$tmp/d2412.md" > "$tmp/d2412.txt"
+  echo '```'
+  echo "\$ ./build/stepcast accuracy --data data/probes/dgxc-2412.jsonl --out dgxc2412.md"
+  grep '^| dgxc2412' "$tmp/d2412.md"
+  grep 'MAPE' "$tmp/d2412.txt" | head -1
+  echo '```'
+  echo
   echo "## Grok-1 314B MoE (DGX Cloud recipe, NeMo dev container 2024, H100)"
   echo
   echo "Rows in data/probes/dgxc-grok1.jsonl (grok1/README_314b.md: 8 to 2,048 GPUs, proxies of 2 to 32 layers below 512"
