@@ -339,11 +339,10 @@ class RankBuilder {
       return id;
     };
     // A layer's exposed TP/CP/EP communication: a collective over the rank's tensor group,
-    // blocking on the compute stream, scaled with the micro-batch's tokens.
-    // A pass's exposed comm on the compute stream: one task, or, where only part of it crosses
-    // the NIC (expert all-to-alls between expert-TP gathers on the node's fabric, say), one task
-    // per run of NIC-crossing or on-node operators in their order, each NIC run a flow at its
-    // own rate, so DP traffic on the NIC shares it only while it runs.
+    // blocking on the compute stream, scaled with the micro-batch's tokens. One task, or, where
+    // only part of it crosses the NIC (expert all-to-alls between expert-TP gathers on the
+    // node's fabric, say), one task per run of NIC-crossing or on-node operators in their order,
+    // each NIC run a flow at its own rate, so DP traffic on the NIC shares it only while it runs.
     auto tp_comm = [&](double seconds, double nic_bytes, const std::vector<estimate::LayerCost::CommRun>& runs, uint32_t name,
                        const Task& layer_task) {
       if (seconds <= 0 || b_.ideal_) return;

@@ -1124,8 +1124,8 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     B.push_back(mem_op(c, "unpermute.bwd", 2.0 * e * Tr * k * h));
     const bool a2a = p.moe.dispatcher != config::MoeDispatcher::kAllGather;
     // All-to-all: each rank sends T*k token copies (the busiest receiver gets its share times
-    // the load factor). All-gather: every rank gathers the group's T*ep tokens and keeps those
-    // routed to its experts; the combine is the matching reduce-scatter.
+    // the load factor). All-gather: every rank gathers the group's tokens (its ep x etp ranks'
+    // shares) and keeps those routed to its experts; the combine is the matching reduce-scatter.
     const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor;
     // The all-gather dispatcher gathers over the expert-tensor-and-expert-parallel group
     // (Megatron-Core's tp_ep group): the tokens of all its ep x etp ranks.
@@ -1181,7 +1181,9 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // all-gathered in it before the experts' first GEMM and the partial outputs reduce-scattered
     // after the second (Megatron-Core's MoEAlltoAllTokenDispatcher: gather from and reduce-scatter
     // to the tensor-parallel region); backward runs the duals. Nothing overlaps them.
-    const bool etp_gather = p.etp > 1 && a2a && !dedup;
+    // (Not added for the flex dispatcher: DeepEP / HybridEP recipes run etp 1, and how it would
+    // split a tp x ep exchange is not modelled.)
+    const bool etp_gather = p.etp > 1 && p.moe.dispatcher == config::MoeDispatcher::kAllToAll;
     const double gathered_bytes = tokens_per_expert * experts_local * h * e;
     if (etp_gather) {
       F.push_back(comm_op(c, "experts.etp_ag", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
