@@ -1154,13 +1154,18 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       op.time = std::max(t_net, t_fab);
       return op;
     };
-    if (a2a && p.ep > 1) {
-      F.push_back(a2a_op("ep.dispatch", hide_f));
-      B.push_back(a2a_op("ep.combine_grad", hide_b));
-    } else if (ag_gather) {
-      F.push_back(comm_op(c, "ep.allgather", CommKind::kEp, Collective::kAllGather, ag_bytes, ag_where, hide_f));
-      B.push_back(comm_op(c, "ep.combine_grad_ag", CommKind::kEp, Collective::kAllGather, ag_bytes, ag_where, hide_b));
-    }
+    // The dispatch (before the experts) and the combine (after): all-to-alls, or the all-gather
+    // dispatcher's gather and reduce-scatter, each with its backward dual.
+    auto exchange = [&](const char* f_a2a, const char* b_a2a, const char* f_ag, const char* b_ag, Collective ag_op) {
+      if (a2a && p.ep > 1) {
+        F.push_back(a2a_op(f_a2a, hide_f));
+        B.push_back(a2a_op(b_a2a, hide_b));
+      } else if (ag_gather) {
+        F.push_back(comm_op(c, f_ag, CommKind::kEp, ag_op, ag_bytes, ag_where, hide_f));
+        B.push_back(comm_op(c, b_ag, CommKind::kEp, ag_op, ag_bytes, ag_where, hide_b));
+      }
+    };
+    exchange("ep.dispatch", "ep.combine_grad", "ep.allgather", "ep.combine_grad_ag", Collective::kAllGather);
     const double fe_local = static_cast<double>(mo.expert_ffn) / etp;
     // Per-expert host work of the grouped expert MLP (parallel.moe.expert_overhead), a third in
     // forward and two thirds in backward, where each expert has twice the GEMMs.
@@ -1198,13 +1203,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       F.push_back(comm_op(c, "experts.etp_rs", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
       B.push_back(comm_op(c, "experts.etp_ag_grad", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
     }
-    if (a2a && p.ep > 1) {
-      F.push_back(a2a_op("ep.combine", hide_f));
-      B.push_back(a2a_op("ep.dispatch_grad", hide_b));
-    } else if (ag_gather) {
-      F.push_back(comm_op(c, "ep.reduce_scatter", CommKind::kEp, Collective::kReduceScatter, ag_bytes, ag_where, hide_f));
-      B.push_back(comm_op(c, "ep.dispatch_grad_rs", CommKind::kEp, Collective::kReduceScatter, ag_bytes, ag_where, hide_b));
-    }
+    exchange("ep.combine", "ep.dispatch_grad", "ep.reduce_scatter", "ep.dispatch_grad_rs", Collective::kReduceScatter);
     F.push_back(mem_op(c, "unpermute", 2.0 * e * Tr * k * h));
     B.push_back(mem_op(c, "permute.bwd", 2.0 * e * Tr * k * h));
     F.insert(F.end(), SF.begin(), SF.end());
