@@ -708,45 +708,32 @@ void WorkloadBuilder::finish(LayerCost& c) const {
     return Duration(beside_compute(t, hid, slow) - std::max(0.0, t - hid));
   };
   // One pass's exchange: its SM interference counts as the pass's compute; its exposed time
-  // goes to the pass, to its kind, and (when it crosses the NIC) to both NIC tallies.
-  auto book_comm = [&](const Op& o, Duration& compute, Duration& exposed_time, double& nic_bytes, Duration& nic_time) {
+  // goes to the pass, to its kind, and (when it crosses the NIC) to both NIC tallies, and to
+  // the pass's runs of NIC-crossing or on-node exposed comm (adjacent ones of a kind merged).
+  auto book_comm = [&](const Op& o, Duration& compute, Duration& exposed_time, double& nic_bytes, Duration& nic_time,
+                       std::vector<LayerCost::CommRun>& runs) {
     compute += interference(o);
     const Duration x(exposed(o));
     exposed_time += x;
-    if (o.time.value() > 0) nic_bytes += o.nic_bytes * x.value() / o.time.value();
+    const double nic = o.time.value() > 0 ? o.nic_bytes * x.value() / o.time.value() : 0.0;
+    nic_bytes += nic;
     const bool tp = o.comm == CommKind::kTp, cp = o.comm == CommKind::kCp;
     if (tp || cp || o.comm == CommKind::kEp) (tp ? c.tp_exposed : cp ? c.cp_exposed : c.ep_exposed) += x;
     if (o.nic_bytes > 0) {
       nic_time += x;
       (tp ? c.tp_exposed_nic : cp ? c.cp_exposed_nic : c.ep_exposed_nic) += x;
     }
-  };
-  // The pass's exposed comm as runs of NIC-crossing and on-node operators (kept only when it
-  // has both).
-  auto comm_runs = [&](auto first, auto last) {
-    std::vector<LayerCost::CommRun> runs;
-    bool nic_seen = false, local_seen = false;
-    for (auto it = first; it != last; ++it) {
-      if (it->kind != OpKind::kComm) continue;
-      const double x = exposed(*it);
-      if (x <= 0) continue;
-      const double nic = it->time.value() > 0 ? it->nic_bytes * x / it->time.value() : 0.0;
-      (nic > 0 ? nic_seen : local_seen) = true;
-      if (!runs.empty() && (runs.back().nic_bytes > 0) == (nic > 0)) {
-        runs.back().time += Duration(x);
-        runs.back().nic_bytes += nic;
-      } else {
-        runs.push_back({Duration(x), nic});
-      }
+    if (x.value() <= 0) return;
+    if (!runs.empty() && (runs.back().nic_bytes > 0) == (nic > 0)) {
+      runs.back().time += x;
+      runs.back().nic_bytes += nic;
+    } else {
+      runs.push_back({x, nic});
     }
-    if (!(nic_seen && local_seen)) runs.clear();
-    return runs;
   };
-  c.fwd_comm_runs = comm_runs(c.fwd.begin(), c.fwd.end());
-  c.bwd_comm_runs = comm_runs(c.bwd.rbegin(), c.bwd.rend());
   for (const auto& o : c.fwd) {
     if (o.kind == OpKind::kComm) {
-      book_comm(o, c.fwd_compute, c.fwd_comm_exposed, c.fwd_exposed_nic_bytes, c.fwd_exposed_nic_comm);
+      book_comm(o, c.fwd_compute, c.fwd_comm_exposed, c.fwd_exposed_nic_bytes, c.fwd_exposed_nic_comm, c.fwd_comm_runs);
     } else {
       c.fwd_compute += o.time;
       if (o.kind == OpKind::kHost) c.host += o.time;
@@ -756,7 +743,7 @@ void WorkloadBuilder::finish(LayerCost& c) const {
   }
   for (const auto& o : c.bwd) {
     if (o.kind == OpKind::kComm) {
-      book_comm(o, c.bwd_compute, c.bwd_comm_exposed, c.bwd_exposed_nic_bytes, c.bwd_exposed_nic_comm);
+      book_comm(o, c.bwd_compute, c.bwd_comm_exposed, c.bwd_exposed_nic_bytes, c.bwd_exposed_nic_comm, c.bwd_comm_runs);
     } else {
       c.bwd_compute += o.time;
       if (o.kind == OpKind::kHost) c.host += o.time;
@@ -764,6 +751,12 @@ void WorkloadBuilder::finish(LayerCost& c) const {
       if (o.weight_grad) c.bwd_weight_compute += o.time;
       c.hardware_flops += o.flops;
     }
+  }
+  // The backward runs its operators last to first; runs alternate in kind, so a pass with one
+  // run has exposed comm of one kind only and keeps none (it runs as one task).
+  std::reverse(c.bwd_comm_runs.begin(), c.bwd_comm_runs.end());
+  for (auto* runs : {&c.fwd_comm_runs, &c.bwd_comm_runs}) {
+    if (runs->size() < 2) runs->clear();
   }
   // The kernel in flight: sum t^2 / sum t over the GPU kernels of the pass (or its part).
   auto in_flight = [](const std::vector<Op>& ops, auto counts) {
