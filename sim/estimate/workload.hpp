@@ -79,6 +79,7 @@ struct LayerCost {
   // Exposed comm time of the operators that cross the NIC (they share it with DP traffic),
   // per pass and split by kind (fwd + bwd).
   core::Duration fwd_exposed_nic_comm, bwd_exposed_nic_comm;
+  core::Duration tp_exposed_nic, cp_exposed_nic, ep_exposed_nic;
   // A pass's exposed comm in execution order (the backward runs its operators last to first),
   // as runs of operators that cross the NIC or do not: the simulator runs each NIC-crossing run
   // as its own flow at its own rate between the on-node ones, so DP traffic on the NIC shares an
@@ -89,7 +90,6 @@ struct LayerCost {
     double nic_bytes = 0;
   };
   std::vector<CommRun> fwd_comm_runs, bwd_comm_runs;
-  core::Duration tp_exposed_nic, cp_exposed_nic, ep_exposed_nic;
   // The kernel in flight at a random moment of each pass (length-biased mean of its GPU
   // kernels, sum t^2 / sum t): what a collective issued beside the pass waits for its SMs.
   core::Duration fwd_kernel, bwd_kernel, bwd_input_kernel, bwd_weight_kernel;
