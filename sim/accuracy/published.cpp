@@ -128,7 +128,9 @@ Family family_of(const Json& r) {
 // GEMM), so a board whose node no profile describes may still map onto its GPU's profile.
 bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std::string& reason, bool gpu_only = false) {
   const std::string g = str(r, "gpu_type");
+  // Matched without regard to case or spacing ("H100 SXM", "h100-sxm5", "A100 40 GB").
   const std::string gl = lower(g);
+  static const std::regex forty_gb(R"(\b40\s?gb\b)");
   if (g.empty()) {
     reason = "field 'gpu_type' not stated";
     return false;
@@ -171,16 +173,16 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   const bool pcie = contains(gl, "pcie") || contains(gl, "l40s");
   const bool bridged = pcie && (contains(gl, "nvlink") || contains(lower(str(r, "intra_node_link")), "nvlink"));
   if (pcie && (gpu_only || (!bridged && inum(r, "gpus_per_node", 8) <= 8))) {
-    const bool forty = contains(g, "40GB") || contains(g, "40 GB");
-    if (contains(g, "H100")) {
+    const bool forty = std::regex_search(gl, forty_gb);
+    if (contains(gl, "h100")) {
       hw = "h100-pcie-8x";
       return true;
     }
-    if (contains(g, "A100") && !forty) {
+    if (contains(gl, "a100") && !forty) {
       hw = "a100-pcie-80gb-8x";
       return true;
     }
-    if (contains(g, "A100")) {
+    if (contains(gl, "a100")) {
       hw = Json{{"base", "a100-pcie-80gb-8x"},
                 {"name", "a100-pcie-40gb-8x"},
                 {"gpu", {{"name", g}, {"memory", "39.6GiB"}, {"memory_bandwidth", "1555GB/s"}, {"tdp_watts", 250}}},
@@ -189,12 +191,12 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
                       "sustained clock (250/400)^(1/3) = 0.855 of boost (datasheet; the profile's power rule)");
       return true;
     }
-    if (contains(g, "L40S")) {
+    if (contains(gl, "l40s")) {
       hw = "l40s-pcie-8x";
       return true;
     }
   }
-  if (nvl && gpu_only && contains(g, "H100")) {
+  if (nvl && gpu_only && contains(gl, "h100")) {
     hw = Json{{"base", "h100-sxm"},
               {"name", "h100-nvl-gpu"},
               {"gpu",
@@ -212,7 +214,7 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
                              : pcie ? " (the PCIe server profiles hold A100, H100 and L40S cards, 8 per node)" : "");
     return false;
   }
-  if (contains(g, "V100") && contains(g, "DGX-2H")) {
+  if (contains(gl, "v100") && contains(gl, "dgx-2h")) {
     hw = Json{{"base", "v100-sxm-32gb"},
               {"name", "v100-sxm3-32gb-dgx2h"},
               {"gpu", {{"name", "V100 SXM3 32GB 450 W (DGX-2H)"}, {"peak_flops", {{"fp16", "131.25TFLOPS"}}}}}};
@@ -221,12 +223,13 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   }
   // The 16 GB V100 (DGX-1 and cloud V100 nodes): the V100 profile with its memory.
   static const std::regex sixteen_gb(R"(\b16\s?gb\b)");
-  if (contains(g, "V100") && std::regex_search(gl, sixteen_gb)) {
+  if (contains(gl, "v100") && std::regex_search(gl, sixteen_gb)) {
     hw = Json{{"base", "v100-sxm-32gb"}, {"name", "v100-sxm-16gb"}, {"gpu", {{"name", "V100 SXM 16GB"}, {"memory", "15.78GiB"}}}};
     notes.push_back("hardware: v100-sxm-32gb profile with the 16 GB part's memory: 15.78 GiB usable (16,160 MiB as nvidia-smi reports it)");
     return true;
   }
-  if (contains(g, "H100") && contains(g, "96GB")) {
+  static const std::regex ninety_six_gb(R"(\b96\s?gb\b)");
+  if (contains(gl, "h100") && std::regex_search(gl, ninety_six_gb)) {
     hw = Json{{"base", "h100-sxm"},
               {"name", "h100-96gb-500w"},
               {"gpu", {{"name", "H100 SXM 96GB HBM2e (500 W cap)"}, {"memory", "94.9GiB"}, {"memory_bandwidth", "2.4TB/s"}}},
@@ -239,12 +242,12 @@ bool hardware_for(const Json& r, Json& hw, std::vector<std::string>& notes, std:
   // The first name the description contains (GB200 before B200, GB300 before B300, H200 and
   // H800 before H100).
   static const std::pair<const char*, const char*> kProfiles[] = {
-      {"V100", "v100-sxm-32gb"}, {"A800", "a800-sxm-80gb"}, {"A100", "a100-sxm-80gb"}, {"GB200", "gb200-nvl72"}, {"MI300X", "mi300x"}, {"MI325X", "mi325x"},
-      {"MI355X", "mi355x"},      {"GB300", "gb300-nvl72"},    {"B300", "b300"},           {"H200", "h200"},         {"H800", "h800"},     {"H100", "h100-sxm"},
-      {"B200", "b200"}};
+      {"v100", "v100-sxm-32gb"}, {"a800", "a800-sxm-80gb"}, {"a100", "a100-sxm-80gb"}, {"gb200", "gb200-nvl72"}, {"mi300x", "mi300x"}, {"mi325x", "mi325x"},
+      {"mi355x", "mi355x"},      {"gb300", "gb300-nvl72"},    {"b300", "b300"},           {"h200", "h200"},         {"h800", "h800"},     {"h100", "h100-sxm"},
+      {"b200", "b200"}};
   for (const auto& [part, profile] : kProfiles) {
-    if (!contains(g, part)) continue;
-    hw = std::string(part) == "A100" && contains(g, "40GB") ? "a100-sxm-40gb" : profile;
+    if (!contains(gl, part)) continue;
+    hw = std::string(part) == "a100" && std::regex_search(gl, forty_gb) ? "a100-sxm-40gb" : profile;
     return true;
   }
   reason = "no built-in hardware profile for GPU '" + g + "'";

@@ -698,6 +698,17 @@ TEST(PublishedRows, HardwareByBoard) {
   EXPECT_EQ(converted(r)["hardware"], "mi355x");
   r["gpu_type"] = "NVIDIA B300 SXM";
   EXPECT_EQ(converted(r)["hardware"], "b300");
+  // Descriptions match without regard to case or the space before a memory size.
+  for (const auto& [board, profile] : std::vector<std::pair<std::string, std::string>>{{"h100 sxm", "h100-sxm"},
+                                                                                          {"nvidia h200", "h200"},
+                                                                                          {"a100 80gb", "a100-sxm-80gb"},
+                                                                                          {"A100 SXM 40 GB", "a100-sxm-40gb"},
+                                                                                          {"nvidia-a100-sxm4-40gb", "a100-sxm-40gb"},
+                                                                                          {"NVIDIA A100 140GB", "a100-sxm-80gb"},
+                                                                                          {"gb200 nvl72", "gb200-nvl72"}}) {
+    r["gpu_type"] = board;
+    EXPECT_EQ(converted(r)["hardware"], profile) << board;
+  }
   // A 16 GB V100: the V100 profile with the smaller part's memory (not the 32 GB part's).
   r["gpu_type"] = "Tesla V100-SXM2-16GB";
   r["precision"] = "FP16 mixed";
