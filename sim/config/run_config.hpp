@@ -107,7 +107,7 @@ struct MoeRouting {
   // one by one (Transformer Engine's GroupedLinear under Megatron-Core: per-expert splits,
   // allocations, quantization and GEMM launches) while the dropless routing's token counts
   // keep the host from running ahead. 0 for a single fused grouped kernel.
-  double expert_overhead = 260e-6;
+  double expert_overhead = 220e-6;
   bool operator==(const MoeRouting&) const = default;
 };
 

@@ -1187,11 +1187,28 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       F.push_back(comm_op(c, "experts.etp_ag", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
       B.push_back(comm_op(c, "experts.etp_rs_grad", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
     }
+    // The all-to-all dispatcher's second permutation: what the exchange (and the etp gather)
+    // delivered is ordered by source rank, then by local expert; with several local experts it is
+    // copied into one run per expert before the grouped GEMM, and the outputs copied back into
+    // source order before the combine (Megatron-Core's sort_chunks_by_idxs, or the view and
+    // transpose of padded capacity buffers); backward copies the gradients the same two ways.
+    // One read and one write of the received token copies each time. (The all-gather
+    // dispatcher's permutation already groups its copies by local expert; the flex dispatcher's
+    // permutation is the one costed above.)
+    const bool sort_local = p.moe.dispatcher == config::MoeDispatcher::kAllToAll && mo.num_experts > p.ep;
+    if (sort_local) {
+      F.push_back(mem_op(c, "experts.sort", 2.0 * gathered_bytes));
+      B.push_back(mem_op(c, "experts.unsort.bwd", 2.0 * gathered_bytes));
+    }
     linear(c, F, B, "experts.fc1", tokens_per_expert, gate * fe_local, h, experts_local, e * h * copies);
     F.push_back(mem_op(c, "experts.activation", act_passes * e * tokens_per_expert * experts_local * fe_local));
     F.back().saved_bytes = gate * e * fe_local * copies;
     B.push_back(mem_op(c, "experts.activation.bwd", 2.0 * act_passes * e * tokens_per_expert * experts_local * fe_local));
     linear(c, F, B, "experts.fc2", tokens_per_expert, h, fe_local, experts_local, e * fe_local * copies);
+    if (sort_local) {
+      F.push_back(mem_op(c, "experts.unsort", 2.0 * gathered_bytes));
+      B.push_back(mem_op(c, "experts.sort.bwd", 2.0 * gathered_bytes));
+    }
     if (etp_gather) {
       F.push_back(comm_op(c, "experts.etp_rs", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
       B.push_back(comm_op(c, "experts.etp_ag_grad", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));

@@ -1,6 +1,7 @@
 // Expert and context parallelism in the workload: routing volume, capacity, imbalance,
 // placement, ring overlap and causal load balancing. Properties from the mechanism, not golden
 // numbers.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -119,6 +120,41 @@ TEST(Moe, ExpertTensorParallelGathersTheGroupsTokens) {
   const WorkloadBuilder no_etp(parse(j));
   for (const auto* ops : {&no_etp.moe_layer().fwd, &no_etp.moe_layer().bwd}) {
     for (const auto& o : *ops) EXPECT_EQ(o.name.find("etp_"), std::string::npos) << o.name;
+  }
+}
+
+// The all-to-all dispatcher delivers token copies ordered by source rank; with several local
+// experts they are copied into one run per expert before the expert GEMMs and back after
+// (Megatron-Core's sort_chunks_by_idxs): one read and one write of the received copies each
+// way, in forward and in backward. One local expert, or the all-gather dispatcher (whose
+// permutation groups copies by expert), needs no such copy.
+TEST(Moe, SeveralLocalExpertsAreSortedAfterTheExchange) {
+  const double T = 4096, k = 2, h = 2048, bytes = 2;
+  const WorkloadBuilder wb(parse(moe_run(4)));  // 16 experts on ep 4: 4 local experts
+  for (const auto& [ops, names] : {std::pair{wb.moe_layer().fwd, std::vector<std::string>{"experts.sort", "experts.unsort"}},
+                                   std::pair{wb.moe_layer().bwd, std::vector<std::string>{"experts.unsort.bwd", "experts.sort.bwd"}}}) {
+    for (const auto& name : names) {
+      const Op* op = find_op(ops, name);
+      ASSERT_NE(op, nullptr) << name;
+      EXPECT_DOUBLE_EQ(op->bytes.value(), 2.0 * T * k * h * bytes) << name;  // the rank's T x k copies, read and written
+      EXPECT_GT(op->time.value(), 0.0) << name;
+    }
+  }
+  // The sort runs between the exchange and the first expert GEMM, the unsort after the second.
+  const auto& f = wb.moe_layer().fwd;
+  auto at = [&](const std::string& name) { return std::find_if(f.begin(), f.end(), [&](const Op& o) { return o.name == name; }) - f.begin(); };
+  EXPECT_LT(at("ep.dispatch"), at("experts.sort"));
+  EXPECT_LT(at("experts.sort"), at("experts.fc1"));
+  EXPECT_LT(at("experts.fc2"), at("experts.unsort"));
+  EXPECT_LT(at("experts.unsort"), at("ep.combine"));
+  Json one = moe_run(8);
+  one["model"]["num_local_experts"] = 8;  // one expert per rank
+  const WorkloadBuilder a2a_one(parse(one));
+  const WorkloadBuilder ag(parse(moe_run(4, 8, {{"dispatcher", "allgather"}})));
+  for (const auto* b : {&a2a_one, &ag}) {
+    for (const auto* ops : {&b->moe_layer().fwd, &b->moe_layer().bwd}) {
+      for (const auto& o : *ops) EXPECT_EQ(o.name.find("sort"), std::string::npos) << o.name;
+    }
   }
 }
 
