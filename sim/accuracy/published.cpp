@@ -1281,13 +1281,17 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     // The DeepSeek-V3 recipes use the flex dispatcher (DeepEP / HybridEP), which sends a token
     // once per destination node, and so does the 26.04 Qwen3-30B-A3B recipe for H100 (expert
     // parallelism 16 over two nodes, HybridEP); the other recipes the all-to-all dispatcher.
+    // Token-drop runs use the all-to-all dispatcher whatever the model: Megatron-Bridge's token
+    // drop (apply_moe_token_drop) requires it, and Megatron-Core refuses padding to capacity with
+    // the flex dispatcher.
+    const bool tokendrop = contains(lower(str(r, "model")), "tokendrop");
     const bool qwen3_30b_2604 = fam == Family::kQwenMoe && contains(lower(str(r, "model")), "30b") && recipe_2604_h100;
-    const bool flex = fam == Family::kDeepSeek || qwen3_30b_2604;
+    const bool flex = !tokendrop && (fam == Family::kDeepSeek || qwen3_30b_2604);
     const std::string dispatcher = !flex ? "all-to-all dispatcher"
                                    : qwen3_30b_2604 ? "flex dispatcher (HybridEP, as the 26.04 H100 recipe sets)"
                                                     : "flex dispatcher (DeepEP / HybridEP, as the DeepSeek-V3 recipes set)";
     Json moe = {{"dispatcher", flex ? "flex" : "alltoall"}, {"imbalance", 1.0}};
-    if (contains(lower(str(r, "model")), "tokendrop")) {
+    if (tokendrop) {
       moe["capacity_factor"] = 1.0;
       moe["pad_to_capacity"] = true;
       notes.push_back("moe: balanced routing (forced by the benchmark), token drop at capacity factor 1.0 padded to capacity, " + dispatcher);

@@ -248,6 +248,11 @@ void parse_moe(ObjectReader r, MoeRouting& m) {
   if (m.pad_to_capacity && m.capacity_factor <= 0 && !r.has("capacity_factor")) {
     r.issues().add(r.child_path("pad_to_capacity"), "needs capacity_factor (padding is to the expert capacity; dropless routing has none)");
   }
+  if (m.pad_to_capacity && m.dispatcher == MoeDispatcher::kFlex) {
+    r.issues().add(r.child_path("pad_to_capacity"),
+                   "the flex dispatcher (DeepEP / HybridEP) does not pad to capacity (Megatron-Core refuses it); use dispatcher "
+                   "\"alltoall\" or drop tokens without padding");
+  }
   if (const Json* ij = r.get_raw("imbalance"); ij != nullptr) {
     if (ij->is_number()) {
       m.max_over_mean = r.get_number("imbalance", 1.0, 1000.0, 1.0);

@@ -513,6 +513,12 @@ TEST(PublishedRows, MoeDispatcherAndExpertOverheadFollowTheFramework) {
   Json run = converted(r);
   EXPECT_EQ(run["parallel"]["moe"]["dispatcher"], "flex");
   EXPECT_FALSE(run["parallel"]["moe"].contains("expert_overhead"));
+  // A token-drop run pads to capacity, which only the all-to-all dispatcher does.
+  Json drop = r;
+  drop["model"] = "DeepSeekV3 (tokendrop)";
+  const Json dropped = converted(drop);
+  EXPECT_EQ(dropped["parallel"]["moe"]["dispatcher"], "alltoall");
+  EXPECT_EQ(dropped["parallel"]["moe"]["pad_to_capacity"], true);
   r["framework"] = "torchtitan";
   run = converted(r);
   EXPECT_EQ(run["parallel"]["moe"]["dispatcher"], "alltoall");

@@ -408,6 +408,16 @@ TEST(Moe, MicroBatchOverlapHidesExchanges) {
   EXPECT_LT(overlapped.moe_layer().ep_exposed.value(), 0.5 * plain.moe_layer().ep_exposed.value());
 }
 
+// Padding to capacity needs the all-to-all dispatcher: the flex dispatcher (DeepEP / HybridEP)
+// does not pad, and Megatron-Core refuses the combination.
+TEST(Moe, FlexDispatcherDoesNotPadToCapacity) {
+  const std::string error = parse_error(moe_run(8, 8, {{"dispatcher", "flex"}, {"capacity_factor", 1.0}, {"pad_to_capacity", true}}));
+  EXPECT_NE(error.find("$.parallel.moe.pad_to_capacity"), std::string::npos) << error;
+  EXPECT_NE(error.find("flex"), std::string::npos) << error;
+  EXPECT_NO_THROW(parse(moe_run(8, 8, {{"dispatcher", "alltoall"}, {"capacity_factor", 1.0}, {"pad_to_capacity", true}})));
+  EXPECT_NO_THROW(parse(moe_run(8, 8, {{"dispatcher", "flex"}, {"capacity_factor", 1.0}})));
+}
+
 TEST(Moe, RoutingBlockOnDenseModelIsAnError) {
   Json j = cp_run(8192, 1, 8);
   j["parallel"]["moe"] = {{"dispatcher", "alltoall"}};
