@@ -1119,7 +1119,13 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // All-to-all: each rank sends T*k token copies (the busiest receiver gets its share times
     // the load factor). All-gather: every rank gathers the group's tokens (its ep x etp ranks'
     // shares) and keeps those routed to its experts; the combine is the matching reduce-scatter.
-    const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor;
+    // The flex dispatcher exchanges over the expert-tensor-and-expert-parallel group, each copy
+    // to every etp rank of its expert (Megatron-Core's MoEFlexTokenDispatcher: tp x topk copies
+    // over tp x experts); the etp ranks of an expert share a node, so a copy crosses the network
+    // once per node as before and the fan-out rides the node fabric.
+    const bool flex = p.moe.dispatcher == config::MoeDispatcher::kFlex;
+    const double fanout = flex ? etp : 1.0;
+    const double a2a_bytes = Tr * k * h * e * load.busiest_rank_factor * fanout;
     // The all-gather dispatcher gathers over the expert-tensor-and-expert-parallel group
     // (Megatron-Core's tp_ep group): the tokens of all its ep x etp ranks.
     const double ag_bytes = Tr * h * e * ep * etp;
@@ -1131,9 +1137,10 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // at most max_nodes_per_token, or those holding its top groups under group-limited
     // routing), so the expected number of distinct destinations is C * (1 - (1 - 1/C)^k).
     const int64_t M = p.moe.max_nodes_per_token;
-    const bool dedup = p.moe.dispatcher == config::MoeDispatcher::kFlex || M > 0;
+    const bool dedup = flex || M > 0;
+    const mesh::Placement& a2a_where = p.ep > 1 ? places_.ep : places_.etp;
     auto a2a_op = [&](const std::string& name, Duration hide) {
-      const auto& w = places_.ep;
+      const auto& w = a2a_where;
       if (!dedup || w.intra_node()) return comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
       const double N = static_cast<double>(w.nodes);
       const double C = static_cast<double>(reachable_nodes(mo, p.ep, w.nodes, M));
@@ -1143,14 +1150,14 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       op.nic_bytes = per_copy * distinct * (N - 1.0) / N;
       const auto& intra = c.hw.tier_for_span(0, static_cast<int>(std::max<int64_t>(1, w.ranks_per_node)) - 1);
       const Duration t_net = c.hw.network.latency + Bytes(op.nic_bytes) / c.hw.nic_bandwidth_per_gpu(w.nodes);
-      const Duration t_fab = intra.latency + Bytes(per_copy * k) / (intra.busbw * intra.mesh_share(w.ranks_per_node));
+      const Duration t_fab = intra.latency + Bytes(per_copy * k * fanout) / (intra.busbw * intra.mesh_share(w.ranks_per_node));
       op.time = std::max(t_net, t_fab);
       return op;
     };
     // The dispatch (before the experts) and the combine (after): all-to-alls, or the all-gather
     // dispatcher's gather and reduce-scatter, each with its backward dual.
     auto exchange = [&](const char* f_a2a, const char* b_a2a, const char* f_ag, const char* b_ag, Collective ag_op) {
-      if (a2a && p.ep > 1) {
+      if (a2a && (p.ep > 1 || (flex && p.etp > 1))) {
         F.push_back(a2a_op(f_a2a, hide_f));
         B.push_back(a2a_op(b_a2a, hide_b));
       } else if (ag_gather) {
@@ -1179,8 +1186,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // all-gathered in it before the experts' first GEMM and the partial outputs reduce-scattered
     // after the second (Megatron-Core's MoEAlltoAllTokenDispatcher: gather from and reduce-scatter
     // to the tensor-parallel region); backward runs the duals. Nothing overlaps them.
-    // (Not added for the flex dispatcher: DeepEP / HybridEP recipes run etp 1, and how it would
-    // split a tp x ep exchange is not modelled.)
+    // (The flex dispatcher delivers each copy to the etp ranks itself, above.)
     const bool etp_gather = p.etp > 1 && p.moe.dispatcher == config::MoeDispatcher::kAllToAll;
     const double gathered_bytes = tokens_per_expert * experts_local * h * e;
     if (etp_gather) {

@@ -123,6 +123,26 @@ TEST(Moe, ExpertTensorParallelGathersTheGroupsTokens) {
   }
 }
 
+// The flex dispatcher exchanges over the tp x ep group, sending each copy to every etp rank
+// of its expert: etp times the bytes, and no separate etp gather. At ep 1 it still exchanges
+// (over the etp group), where the all-to-all dispatcher has nothing to exchange.
+TEST(Moe, FlexDispatcherFansOutToTheExpertTensorParallelRanks) {
+  auto layer_bytes = [](int64_t ep, int64_t etp) {
+    Json j = moe_run(ep, 8, {{"dispatcher", "flex"}});
+    j["parallel"]["tp"] = 2;
+    j["parallel"]["sp"] = true;
+    j["parallel"]["etp"] = etp;
+    const WorkloadBuilder wb(parse(j));
+    for (const auto& o : wb.moe_layer().fwd) EXPECT_EQ(o.name.find("etp_"), std::string::npos) << o.name;
+    const Op* d = find_op(wb.moe_layer().fwd, "ep.dispatch");
+    return d == nullptr ? 0.0 : d->bytes.value();
+  };
+  const double one = layer_bytes(4, 1), two = layer_bytes(4, 2);
+  ASSERT_GT(one, 0.0);
+  EXPECT_DOUBLE_EQ(two, 2.0 * one);
+  EXPECT_DOUBLE_EQ(layer_bytes(1, 2), two);  // the rank's T/2 x k copies, to both etp ranks
+}
+
 // The all-to-all dispatcher delivers token copies ordered by source rank; with several local
 // experts they are copied into one run per expert before the expert GEMMs and back after
 // (Megatron-Core's sort_chunks_by_idxs): one read and one write of the received copies each
