@@ -1113,8 +1113,6 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     const ExpertLoad load = expert_load(p.moe, mo.num_experts, p.ep, mean_tokens, m.num_moe_layers());
     const double tokens_per_expert = mean_tokens * load.busiest_rank_factor;
     lc.expert_load = load;
-    F.push_back(mem_op(c, "permute", 2.0 * e * Tr * k * h));
-    B.push_back(mem_op(c, "unpermute.bwd", 2.0 * e * Tr * k * h));
     const bool a2a = p.moe.dispatcher != config::MoeDispatcher::kAllGather;
     // All-to-all: each rank sends T*k token copies (the busiest receiver gets its share times
     // the load factor). All-gather: every rank gathers the group's tokens (its ep x etp ranks'
@@ -1131,6 +1129,22 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     const double ag_bytes = Tr * h * e * ep * etp;
     const mesh::Placement& ag_where = p.ep > 1 ? places_.ep : places_.etp;
     const bool ag_gather = !a2a && p.ep * p.etp > 1;
+    // The permutation: the exchanging dispatchers order the rank's own T*k copies by expert
+    // before sending them (read each routed row, write its copy) and add them back after the
+    // combine. The all-gather dispatcher permutes after its gather: it copies out the gathered
+    // rows routed to its local experts and, after the experts, writes every gathered row (those
+    // routed elsewhere as zeros) for the reduce-scatter. Backward runs the duals, each costing
+    // what its forward counterpart's opposite does.
+    const double routed = ag_gather ? 2.0 * e * tokens_per_expert * experts_local * h : 2.0 * e * Tr * k * h;
+    const double unrouted = ag_gather ? e * (tokens_per_expert * experts_local + Tr * ep * etp) * h : routed;
+    auto permute = [&] {
+      F.push_back(mem_op(c, "permute", routed));
+      B.push_back(mem_op(c, "unpermute.bwd", unrouted));
+    };
+    auto unpermute = [&] {
+      F.push_back(mem_op(c, "unpermute", unrouted));
+      B.push_back(mem_op(c, "permute.bwd", routed));
+    };
     // Per-node de-duplication (flex dispatcher, or node-limited routing): a token crosses the
     // network once per remote node among its k experts and is forwarded to them over the node
     // fabric. Its experts are spread over the nodes its routing may reach (all of the group's,
@@ -1165,7 +1179,9 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
         B.push_back(comm_op(c, b_ag, CommKind::kEp, ag_op, ag_bytes, ag_where, hide_b));
       }
     };
+    if (!ag_gather) permute();
     exchange("ep.dispatch", "ep.combine_grad", "ep.allgather", "ep.combine_grad_ag", Collective::kAllGather);
+    if (ag_gather) permute();
     const double fe_local = static_cast<double>(mo.expert_ffn) / etp;
     // Per-expert host work of the grouped expert MLP (parallel.moe.expert_overhead), a third in
     // forward and two thirds in backward, where each expert has twice the GEMMs.
@@ -1219,9 +1235,9 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
       F.push_back(comm_op(c, "experts.etp_rs", CommKind::kTp, Collective::kReduceScatter, gathered_bytes, places_.etp));
       B.push_back(comm_op(c, "experts.etp_ag_grad", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
     }
+    if (ag_gather) unpermute();
     exchange("ep.combine", "ep.dispatch_grad", "ep.reduce_scatter", "ep.dispatch_grad_rs", Collective::kReduceScatter);
-    F.push_back(mem_op(c, "unpermute", 2.0 * e * Tr * k * h));
-    B.push_back(mem_op(c, "permute.bwd", 2.0 * e * Tr * k * h));
+    if (!ag_gather) unpermute();
     F.insert(F.end(), SF.begin(), SF.end());
     B.insert(B.end(), SB.begin(), SB.end());
   }

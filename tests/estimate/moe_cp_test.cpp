@@ -286,6 +286,27 @@ TEST(Moe, AllGatherDispatcherVolume) {
   EXPECT_DOUBLE_EQ(sum_bytes(WorkloadBuilder(parse(j)).moe_layer().fwd, CommKind::kEp), 2.0 * (T / 2) * h * bytes * 2);
 }
 
+// The all-gather dispatcher permutes after its gather: it copies out the gathered rows routed
+// to its local experts (T x k on average: 8 ranks' T tokens, 2 of 16 experts each) and, after
+// the experts, writes every gathered row back for the reduce-scatter.
+TEST(Moe, AllGatherDispatcherPermutesTheGatheredTokens) {
+  const WorkloadBuilder ag(parse(moe_run(8, 8, {{"dispatcher", "allgather"}})));
+  const double T = 4096, k = 2, h = 2048, bytes = 2, ep = 8;
+  const auto& f = ag.moe_layer().fwd;
+  EXPECT_DOUBLE_EQ(find_op(f, "permute")->bytes.value(), 2.0 * T * k * h * bytes);
+  EXPECT_DOUBLE_EQ(find_op(f, "unpermute")->bytes.value(), (T * k + T * ep) * h * bytes);
+  auto at = [&](const std::string& name) { return std::find_if(f.begin(), f.end(), [&](const Op& o) { return o.name == name; }) - f.begin(); };
+  EXPECT_LT(at("ep.allgather"), at("permute"));
+  EXPECT_LT(at("unpermute"), at("ep.reduce_scatter"));
+  // The all-to-all dispatcher permutes the rank's own copies before sending them.
+  const WorkloadBuilder a2a(parse(moe_run(8)));
+  const auto& g = a2a.moe_layer().fwd;
+  auto at2 = [&](const std::string& name) { return std::find_if(g.begin(), g.end(), [&](const Op& o) { return o.name == name; }) - g.begin(); };
+  EXPECT_LT(at2("permute"), at2("ep.dispatch"));
+  EXPECT_LT(at2("ep.combine"), at2("unpermute"));
+  EXPECT_DOUBLE_EQ(find_op(g, "unpermute")->bytes.value(), 2.0 * T * k * h * bytes);
+}
+
 // Shared-expert overlap hides dispatch/combine behind the shared experts' computation.
 TEST(Moe, SharedExpertOverlapHidesDispatch) {
   Json plain = moe_run(8, 2);
