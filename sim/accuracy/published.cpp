@@ -1284,8 +1284,9 @@ bool row_to_run(const Json& r, Json& run, std::string& reason, RowGaps* gaps) {
     // Token-drop runs use the all-to-all dispatcher whatever the model: Megatron-Bridge's token
     // drop (apply_moe_token_drop) requires it, and Megatron-Core refuses padding to capacity with
     // the flex dispatcher.
-    const bool tokendrop = contains(lower(str(r, "model")), "tokendrop");
-    const bool qwen3_30b_2604 = fam == Family::kQwenMoe && contains(lower(str(r, "model")), "30b") && recipe_2604_h100;
+    const std::string model_name = lower(str(r, "model"));
+    const bool tokendrop = contains(model_name, "tokendrop");
+    const bool qwen3_30b_2604 = fam == Family::kQwenMoe && contains(model_name, "30b") && recipe_2604_h100;
     const bool flex = !tokendrop && (fam == Family::kDeepSeek || qwen3_30b_2604);
     const std::string dispatcher = !flex ? "all-to-all dispatcher"
                                    : qwen3_30b_2604 ? "flex dispatcher (HybridEP, as the 26.04 H100 recipe sets)"

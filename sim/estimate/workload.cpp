@@ -1114,6 +1114,9 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     const double tokens_per_expert = mean_tokens * load.busiest_rank_factor;
     lc.expert_load = load;
     const bool a2a = p.moe.dispatcher != config::MoeDispatcher::kAllGather;
+    const bool all_to_all = p.moe.dispatcher == config::MoeDispatcher::kAllToAll;
+    // Without expert parallelism the exchange (or the gather) runs over the etp group alone.
+    const mesh::Placement& exchange_where = p.ep > 1 ? places_.ep : places_.etp;
     // All-to-all: each rank sends T*k token copies (the busiest receiver gets its share times
     // the load factor). All-gather: every rank gathers the group's tokens (its ep x etp ranks'
     // shares) and keeps those routed to its experts; the combine is the matching reduce-scatter.
@@ -1127,7 +1130,6 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // The all-gather dispatcher gathers over the expert-tensor-and-expert-parallel group
     // (Megatron-Core's tp_ep group): the tokens of all its ep x etp ranks.
     const double ag_bytes = Tr * h * e * ep * etp;
-    const mesh::Placement& ag_where = p.ep > 1 ? places_.ep : places_.etp;
     const bool ag_gather = !a2a && p.ep * p.etp > 1;
     // The permutation: the exchanging dispatchers order the rank's own T*k copies by expert
     // before sending them (read each routed row, write its copy) and add them back after the
@@ -1152,9 +1154,8 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // routing), so the expected number of distinct destinations is C * (1 - (1 - 1/C)^k).
     const int64_t M = p.moe.max_nodes_per_token;
     const bool dedup = flex || M > 0;
-    const mesh::Placement& a2a_where = p.ep > 1 ? places_.ep : places_.etp;
     auto a2a_op = [&](const std::string& name, Duration hide) {
-      const auto& w = a2a_where;
+      const auto& w = exchange_where;
       if (!dedup || w.intra_node()) return comm_op(c, name, CommKind::kEp, Collective::kAllToAll, a2a_bytes, w, hide);
       const double N = static_cast<double>(w.nodes);
       const double C = static_cast<double>(reachable_nodes(mo, p.ep, w.nodes, M));
@@ -1175,8 +1176,8 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
         F.push_back(a2a_op(f_a2a, hide_f));
         B.push_back(a2a_op(b_a2a, hide_b));
       } else if (ag_gather) {
-        F.push_back(comm_op(c, f_ag, CommKind::kEp, ag_op, ag_bytes, ag_where, hide_f));
-        B.push_back(comm_op(c, b_ag, CommKind::kEp, ag_op, ag_bytes, ag_where, hide_b));
+        F.push_back(comm_op(c, f_ag, CommKind::kEp, ag_op, ag_bytes, exchange_where, hide_f));
+        B.push_back(comm_op(c, b_ag, CommKind::kEp, ag_op, ag_bytes, exchange_where, hide_b));
       }
     };
     if (!ag_gather) permute();
@@ -1203,7 +1204,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // after the second (Megatron-Core's MoEAlltoAllTokenDispatcher: gather from and reduce-scatter
     // to the tensor-parallel region); backward runs the duals. Nothing overlaps them.
     // (The flex dispatcher delivers each copy to the etp ranks itself, above.)
-    const bool etp_gather = p.etp > 1 && p.moe.dispatcher == config::MoeDispatcher::kAllToAll;
+    const bool etp_gather = p.etp > 1 && all_to_all;
     const double gathered_bytes = tokens_per_expert * experts_local * h * e;
     if (etp_gather) {
       F.push_back(comm_op(c, "experts.etp_ag", CommKind::kTp, Collective::kAllGather, gathered_bytes, places_.etp));
@@ -1217,7 +1218,7 @@ LayerCost WorkloadBuilder::build_layer(model::LayerKind kind, config::Recompute 
     // One read and one write of the received token copies each time. (The all-gather
     // dispatcher's permutation already groups its copies by local expert; the flex dispatcher's
     // permutation is the one costed above.)
-    const bool sort_local = p.moe.dispatcher == config::MoeDispatcher::kAllToAll && mo.num_experts > p.ep;
+    const bool sort_local = all_to_all && experts_local > 1.0;
     if (sort_local) {
       F.push_back(mem_op(c, "experts.sort", 2.0 * gathered_bytes));
       B.push_back(mem_op(c, "experts.unsort.bwd", 2.0 * gathered_bytes));

@@ -94,6 +94,13 @@ const Op* find_op(const std::vector<Op>& ops, const std::string& name) {
   return nullptr;
 }
 
+// Where an operator stands in a pass (its execution order); a missing one fails the test.
+ptrdiff_t position(const std::vector<Op>& ops, const std::string& name) {
+  const auto it = std::find_if(ops.begin(), ops.end(), [&](const Op& o) { return o.name == name; });
+  EXPECT_NE(it, ops.end()) << name;
+  return it - ops.begin();
+}
+
 // Expert tensor parallelism (etp 2 beside tp 2 with sequence parallelism): the ranks of an
 // expert's etp group hold slices of its weights, so the tokens the all-to-all delivered to the
 // group are all-gathered in it before the first expert GEMM and the outputs reduce-scattered
@@ -162,11 +169,10 @@ TEST(Moe, SeveralLocalExpertsAreSortedAfterTheExchange) {
   }
   // The sort runs between the exchange and the first expert GEMM, the unsort after the second.
   const auto& f = wb.moe_layer().fwd;
-  auto at = [&](const std::string& name) { return std::find_if(f.begin(), f.end(), [&](const Op& o) { return o.name == name; }) - f.begin(); };
-  EXPECT_LT(at("ep.dispatch"), at("experts.sort"));
-  EXPECT_LT(at("experts.sort"), at("experts.fc1"));
-  EXPECT_LT(at("experts.fc2"), at("experts.unsort"));
-  EXPECT_LT(at("experts.unsort"), at("ep.combine"));
+  EXPECT_LT(position(f, "ep.dispatch"), position(f, "experts.sort"));
+  EXPECT_LT(position(f, "experts.sort"), position(f, "experts.fc1"));
+  EXPECT_LT(position(f, "experts.fc2"), position(f, "experts.unsort"));
+  EXPECT_LT(position(f, "experts.unsort"), position(f, "ep.combine"));
   Json one = moe_run(8);
   one["model"]["num_local_experts"] = 8;  // one expert per rank
   const WorkloadBuilder a2a_one(parse(one));
@@ -295,15 +301,13 @@ TEST(Moe, AllGatherDispatcherPermutesTheGatheredTokens) {
   const auto& f = ag.moe_layer().fwd;
   EXPECT_DOUBLE_EQ(find_op(f, "permute")->bytes.value(), 2.0 * T * k * h * bytes);
   EXPECT_DOUBLE_EQ(find_op(f, "unpermute")->bytes.value(), (T * k + T * ep) * h * bytes);
-  auto at = [&](const std::string& name) { return std::find_if(f.begin(), f.end(), [&](const Op& o) { return o.name == name; }) - f.begin(); };
-  EXPECT_LT(at("ep.allgather"), at("permute"));
-  EXPECT_LT(at("unpermute"), at("ep.reduce_scatter"));
+  EXPECT_LT(position(f, "ep.allgather"), position(f, "permute"));
+  EXPECT_LT(position(f, "unpermute"), position(f, "ep.reduce_scatter"));
   // The all-to-all dispatcher permutes the rank's own copies before sending them.
   const WorkloadBuilder a2a(parse(moe_run(8)));
   const auto& g = a2a.moe_layer().fwd;
-  auto at2 = [&](const std::string& name) { return std::find_if(g.begin(), g.end(), [&](const Op& o) { return o.name == name; }) - g.begin(); };
-  EXPECT_LT(at2("permute"), at2("ep.dispatch"));
-  EXPECT_LT(at2("ep.combine"), at2("unpermute"));
+  EXPECT_LT(position(g, "permute"), position(g, "ep.dispatch"));
+  EXPECT_LT(position(g, "ep.combine"), position(g, "unpermute"));
   EXPECT_DOUBLE_EQ(find_op(g, "unpermute")->bytes.value(), 2.0 * T * k * h * bytes);
 }
 
